@@ -1,0 +1,424 @@
+"""The TOML configuration: records for every section, and validation that names the bad key."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TABLE_TYPES = ("sharding", "global", "single")
+FUNCTION_TYPES = ("hash", "stringhash", "range")
+
+
+class ConfigError(Exception):
+    """A configuration problem, always reported as one line naming the key."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"{key}: {problem}")
+        self.key = key
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    instance: str = "pydble-1"
+    bind: str = "127.0.0.1"
+    port: int = 8066
+    manager_port: int = 9066
+    version: str | None = None
+    max_connections: int = 4096
+    backend_timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    zk: str
+    root: str = "/dble"
+    cluster_id: str = "cluster-1"
+    session_timeout_s: float = 10.0
+    ack_timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class UserConfig:
+    name: str
+    password: str = field(repr=False)
+    schemas: tuple[str, ...] = ()
+    read_only: bool = False
+    max_con: int = 0
+
+
+@dataclass(frozen=True)
+class ManagerUserConfig:
+    name: str
+    password: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class DbGroupConfig:
+    name: str
+    host: str
+    port: int
+    user: str
+    password: str = field(repr=False)
+    max_con: int = 64
+    connect_timeout_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class ShardingNodeConfig:
+    name: str
+    db_group: str
+    database: str
+
+
+@dataclass(frozen=True)
+class FunctionConfig:
+    name: str
+    type: str
+    partition_count: tuple[int, ...] = ()
+    partition_length: tuple[int, ...] = ()
+    hash_slice: str = "0:-1"
+    ranges: tuple[tuple[int, int, int], ...] = ()
+    default_partition: int | None = None
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    schema: str
+    name: str
+    type: str
+    nodes: tuple[str, ...]
+    function: str | None = None
+    column: str | None = None
+
+
+@dataclass(frozen=True)
+class SchemaConfig:
+    name: str
+    default_node: str | None = None
+    tables: dict[str, TableConfig] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    server: ServerConfig
+    cluster: ClusterConfig | None
+    users: dict[str, UserConfig]
+    manager_users: dict[str, ManagerUserConfig]
+    db_groups: dict[str, DbGroupConfig]
+    sharding_nodes: dict[str, ShardingNodeConfig]
+    functions: dict[str, FunctionConfig]
+    schemas: dict[str, SchemaConfig]
+
+    def table(self, schema: str, name: str) -> TableConfig | None:
+        """The configured table, matched case-insensitively like DBLE's lower_case_table_names=1."""
+        sc = self.schemas.get(schema)
+        return sc.tables.get(name.lower()) if sc else None
+
+    def all_nodes_of_schema(self, schema: str) -> tuple[str, ...]:
+        """Every shardingNode a schema's tables (and default node) live on, in config order."""
+        sc = self.schemas[schema]
+        seen: dict[str, None] = {}
+        for t in sc.tables.values():
+            for n in t.nodes:
+                seen[n] = None
+        if sc.default_node:
+            seen[sc.default_node] = None
+        return tuple(seen)
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a TOML config file."""
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError("config", f"file {path} not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("config", f"not valid TOML: {e}") from None
+    return parse_config(raw)
+
+
+def _take(section: dict[str, Any], key: str, allowed: set[str]) -> None:
+    for k in section:
+        if k not in allowed:
+            raise ConfigError(f"{key}.{k}", "unknown key")
+
+
+def _typed(value: Any, key: str, typ: type | tuple[type, ...], what: str) -> Any:
+    if isinstance(value, bool) and typ in (int, float, (int, float)):
+        raise ConfigError(key, f"must be {what}")
+    if not isinstance(value, typ):
+        raise ConfigError(key, f"must be {what}")
+    return value
+
+
+def _get(section: dict[str, Any], prefix: str, key: str, typ: Any, what: str, default: Any = ...) -> Any:
+    if key not in section:
+        if default is ...:
+            raise ConfigError(f"{prefix}.{key}", "is required")
+        return default
+    return _typed(section[key], f"{prefix}.{key}", typ, what)
+
+
+def _port(section: dict[str, Any], prefix: str, key: str, default: Any = ...) -> int:
+    p = _get(section, prefix, key, int, "a port number", default)
+    if not 0 < p < 65536:
+        raise ConfigError(f"{prefix}.{key}", f"port {p} out of range 1-65535")
+    return p
+
+
+def _int_list(section: dict[str, Any], prefix: str, key: str) -> tuple[int, ...]:
+    v = _get(section, prefix, key, list, "a list of integers", [])
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v):
+        raise ConfigError(f"{prefix}.{key}", "must be a list of positive integers")
+    return tuple(v)
+
+
+def parse_config(raw: dict[str, Any]) -> Config:
+    """Turn the parsed TOML into validated records; raise ConfigError naming the first bad key."""
+    _take(raw, "config", {"server", "cluster", "users", "manager_users", "db_groups",
+                          "sharding_nodes", "functions", "schemas"})
+    server = _parse_server(raw.get("server", {}))
+    cluster = _parse_cluster(raw["cluster"]) if "cluster" in raw else None
+    db_groups = _parse_db_groups(raw.get("db_groups", {}))
+    nodes = _parse_nodes(raw.get("sharding_nodes", {}), db_groups)
+    functions = _parse_functions(raw.get("functions", {}))
+    schemas = _parse_schemas(raw.get("schemas", {}), nodes, functions)
+    users = _parse_users(raw.get("users", []), schemas)
+    managers = _parse_manager_users(raw.get("manager_users", []))
+    if not users:
+        raise ConfigError("users", "at least one client user is required")
+    if not managers:
+        raise ConfigError("manager_users", "at least one manager user is required")
+    return Config(server, cluster, users, managers, db_groups, nodes, functions, schemas)
+
+
+def _parse_server(s: dict[str, Any]) -> ServerConfig:
+    p = "server"
+    _typed(s, p, dict, "a table")
+    _take(s, p, {"instance", "bind", "port", "manager_port", "version", "max_connections",
+                 "backend_timeout_s"})
+    d = ServerConfig()
+    cfg = ServerConfig(
+        instance=_get(s, p, "instance", str, "a string", d.instance),
+        bind=_get(s, p, "bind", str, "a string", d.bind),
+        port=_port(s, p, "port", d.port),
+        manager_port=_port(s, p, "manager_port", d.manager_port),
+        version=_get(s, p, "version", str, "a string", None),
+        max_connections=_get(s, p, "max_connections", int, "an integer", d.max_connections),
+        backend_timeout_s=float(_get(s, p, "backend_timeout_s", (int, float), "a number",
+                                     d.backend_timeout_s)),
+    )
+    if cfg.port == cfg.manager_port:
+        raise ConfigError("server.manager_port", f"duplicate port {cfg.port}: same as server.port")
+    if not cfg.instance or "/" in cfg.instance:
+        raise ConfigError("server.instance", "must be a non-empty name without '/'")
+    return cfg
+
+
+def _parse_cluster(s: dict[str, Any]) -> ClusterConfig:
+    p = "cluster"
+    _typed(s, p, dict, "a table")
+    _take(s, p, {"zk", "root", "cluster_id", "session_timeout_s", "ack_timeout_s"})
+    root = _get(s, p, "root", str, "a string", "/dble")
+    if not root.startswith("/") or root.endswith("/") and root != "/":
+        raise ConfigError("cluster.root", "must start with '/' and not end with '/'")
+    cfg = ClusterConfig(
+        zk=_get(s, p, "zk", str, "a host:port list"),
+        root=root,
+        cluster_id=_get(s, p, "cluster_id", str, "a string", "cluster-1"),
+        session_timeout_s=float(_get(s, p, "session_timeout_s", (int, float), "a number", 10)),
+        ack_timeout_s=float(_get(s, p, "ack_timeout_s", (int, float), "a number", 30)),
+    )
+    if cfg.session_timeout_s <= 0 or cfg.ack_timeout_s <= 0:
+        raise ConfigError("cluster.session_timeout_s", "timeouts must be positive")
+    return cfg
+
+
+def _parse_db_groups(groups: dict[str, Any]) -> dict[str, DbGroupConfig]:
+    out: dict[str, DbGroupConfig] = {}
+    seen: dict[tuple[str, int], str] = {}
+    for name, g in groups.items():
+        p = f"db_groups.{name}"
+        _typed(g, p, dict, "a table")
+        _take(g, p, {"host", "port", "user", "password", "max_con", "connect_timeout_s"})
+        cfg = DbGroupConfig(
+            name=name,
+            host=_get(g, p, "host", str, "a host name"),
+            port=_port(g, p, "port", 3306),
+            user=_get(g, p, "user", str, "a string"),
+            password=_get(g, p, "password", str, "a string", ""),
+            max_con=_get(g, p, "max_con", int, "an integer", 64),
+            connect_timeout_s=float(_get(g, p, "connect_timeout_s", (int, float), "a number", 5)),
+        )
+        if cfg.max_con < 1:
+            raise ConfigError(f"{p}.max_con", "must be at least 1")
+        addr = (cfg.host, cfg.port)
+        if addr in seen:
+            raise ConfigError(f"{p}.port",
+                              f"duplicate instance {cfg.host}:{cfg.port}, also db_groups.{seen[addr]}")
+        seen[addr] = name
+        out[name] = cfg
+    if not out:
+        raise ConfigError("db_groups", "at least one db_group is required")
+    return out
+
+
+def _parse_nodes(nodes: dict[str, Any], groups: dict[str, DbGroupConfig]) -> dict[str, ShardingNodeConfig]:
+    out: dict[str, ShardingNodeConfig] = {}
+    seen: dict[tuple[str, str], str] = {}
+    for name, n in nodes.items():
+        p = f"sharding_nodes.{name}"
+        _typed(n, p, dict, "a table")
+        _take(n, p, {"db_group", "database"})
+        cfg = ShardingNodeConfig(name, _get(n, p, "db_group", str, "a string"),
+                                 _get(n, p, "database", str, "a string"))
+        if cfg.db_group not in groups:
+            raise ConfigError(f"{p}.db_group", f"unknown db_group '{cfg.db_group}'")
+        key = (cfg.db_group, cfg.database)
+        if key in seen:
+            raise ConfigError(f"{p}.database", f"duplicate of sharding_nodes.{seen[key]}")
+        seen[key] = name
+        out[name] = cfg
+    return out
+
+
+def _parse_functions(funcs: dict[str, Any]) -> dict[str, FunctionConfig]:
+    out: dict[str, FunctionConfig] = {}
+    for name, f in funcs.items():
+        p = f"functions.{name}"
+        _typed(f, p, dict, "a table")
+        _take(f, p, {"type", "partition_count", "partition_length", "hash_slice", "ranges",
+                     "default_partition"})
+        typ = _get(f, p, "type", str, "a string")
+        if typ not in FUNCTION_TYPES:
+            raise ConfigError(f"{p}.type", f"unknown function type '{typ}' (one of {', '.join(FUNCTION_TYPES)})")
+        counts = _int_list(f, p, "partition_count")
+        lengths = _int_list(f, p, "partition_length")
+        ranges: list[tuple[int, int, int]] = []
+        if typ in ("hash", "stringhash"):
+            if not counts or len(counts) != len(lengths):
+                raise ConfigError(f"{p}.partition_length",
+                                  "partition_count and partition_length must be non-empty lists of equal length")
+            total = sum(c * l for c, l in zip(counts, lengths))
+            if total > 2880:
+                raise ConfigError(f"{p}.partition_length", f"sum(count*length) = {total} exceeds 2880")
+        else:
+            for i, r in enumerate(_get(f, p, "ranges", list, "a list of {start, end, node}")):
+                rp = f"{p}.ranges[{i}]"
+                _typed(r, rp, dict, "a table {start, end, node}")
+                _take(r, rp, {"start", "end", "node"})
+                lo, hi = _get(r, rp, "start", int, "an integer"), _get(r, rp, "end", int, "an integer")
+                if hi <= lo:
+                    raise ConfigError(f"{rp}.end", "must be greater than start")
+                ranges.append((lo, hi, _get(r, rp, "node", int, "a node index")))
+            if not ranges:
+                raise ConfigError(f"{p}.ranges", "a range function needs at least one range")
+        hs = _get(f, p, "hash_slice", str, "a string like '0:-1'", "0:-1")
+        try:
+            a, b = hs.split(":")
+            int(a), int(b)
+        except ValueError:
+            raise ConfigError(f"{p}.hash_slice", f"'{hs}' is not 'start:end'") from None
+        out[name] = FunctionConfig(name, typ, counts, lengths, hs, tuple(ranges),
+                                   _get(f, p, "default_partition", int, "an integer", None))
+    return out
+
+
+def function_partitions(f: FunctionConfig) -> int:
+    """How many partitions (and so table nodes) a function maps values onto."""
+    if f.type == "range":
+        return max(r[2] for r in f.ranges) + 1
+    return sum(f.partition_count)
+
+
+def _parse_schemas(schemas: dict[str, Any], nodes: dict[str, ShardingNodeConfig],
+                   funcs: dict[str, FunctionConfig]) -> dict[str, SchemaConfig]:
+    out: dict[str, SchemaConfig] = {}
+    for sname, s in schemas.items():
+        p = f"schemas.{sname}"
+        _typed(s, p, dict, "a table")
+        _take(s, p, {"default_node", "tables"})
+        default = _get(s, p, "default_node", str, "a shardingNode name", None)
+        if default is not None and default not in nodes:
+            raise ConfigError(f"{p}.default_node", f"unknown shardingNode '{default}'")
+        tables: dict[str, TableConfig] = {}
+        for tname, t in _get(s, p, "tables", dict, "a table of tables", {}).items():
+            tables[tname.lower()] = _parse_table(sname, tname, t, nodes, funcs)
+        out[sname] = SchemaConfig(sname, default, tables)
+    if not out:
+        raise ConfigError("schemas", "at least one schema is required")
+    return out
+
+
+def _parse_table(sname: str, tname: str, t: Any, nodes: dict[str, ShardingNodeConfig],
+                 funcs: dict[str, FunctionConfig]) -> TableConfig:
+    p = f"schemas.{sname}.tables.{tname}"
+    _typed(t, p, dict, "a table")
+    _take(t, p, {"type", "nodes", "function", "column"})
+    typ = _get(t, p, "type", str, "a string")
+    if typ not in TABLE_TYPES:
+        raise ConfigError(f"{p}.type", f"unknown table type '{typ}' (one of {', '.join(TABLE_TYPES)})")
+    tnodes = _get(t, p, "nodes", list, "a list of shardingNode names")
+    if not tnodes:
+        raise ConfigError(f"{p}.nodes", "must name at least one shardingNode")
+    for n in tnodes:
+        if n not in nodes:
+            raise ConfigError(f"{p}.nodes", f"unknown shardingNode '{n}'")
+    if len(set(tnodes)) != len(tnodes):
+        raise ConfigError(f"{p}.nodes", "lists a shardingNode twice")
+    func = _get(t, p, "function", str, "a function name", None)
+    col = _get(t, p, "column", str, "a column name", None)
+    if typ == "sharding":
+        if func is None:
+            raise ConfigError(f"{p}.function", "is required for a sharding table")
+        if func not in funcs:
+            raise ConfigError(f"{p}.function", f"unknown function '{func}'")
+        if col is None:
+            raise ConfigError(f"{p}.column", "is required for a sharding table")
+        parts = function_partitions(funcs[func])
+        if parts != len(tnodes):
+            raise ConfigError(f"{p}.nodes",
+                              f"function '{func}' has {parts} partitions but the table has {len(tnodes)} nodes")
+    elif func is not None or col is not None:
+        raise ConfigError(f"{p}.function", f"a {typ} table takes no function or column")
+    if typ == "single" and len(tnodes) != 1:
+        raise ConfigError(f"{p}.nodes", "a single table lives on exactly one shardingNode")
+    return TableConfig(sname, tname.lower(), typ, tuple(tnodes), func, col.lower() if col else None)
+
+
+def _parse_users(users: Any, schemas: dict[str, SchemaConfig]) -> dict[str, UserConfig]:
+    _typed(users, "users", list, "an array of tables ([[users]])")
+    out: dict[str, UserConfig] = {}
+    for i, u in enumerate(users):
+        p = f"users[{i}]"
+        _typed(u, p, dict, "a table")
+        _take(u, p, {"name", "password", "schemas", "read_only", "max_con"})
+        name = _get(u, p, "name", str, "a string")
+        p = f"users.{name}"
+        if name in out:
+            raise ConfigError(p, "duplicate user")
+        sch = _get(u, p, "schemas", list, "a list of schema names", [])
+        for s in sch:
+            if s not in schemas:
+                raise ConfigError(f"{p}.schemas", f"unknown schema '{s}'")
+        out[name] = UserConfig(name, _get(u, p, "password", str, "a string", ""), tuple(sch),
+                               _get(u, p, "read_only", bool, "true or false", False),
+                               _get(u, p, "max_con", int, "an integer", 0))
+    return out
+
+
+def _parse_manager_users(users: Any) -> dict[str, ManagerUserConfig]:
+    _typed(users, "manager_users", list, "an array of tables ([[manager_users]])")
+    out: dict[str, ManagerUserConfig] = {}
+    for i, u in enumerate(users):
+        p = f"manager_users[{i}]"
+        _typed(u, p, dict, "a table")
+        _take(u, p, {"name", "password"})
+        name = _get(u, p, "name", str, "a string")
+        if name in out:
+            raise ConfigError(f"manager_users.{name}", "duplicate manager user")
+        out[name] = ManagerUserConfig(name, _get(u, p, "password", str, "a string", ""))
+    return out

@@ -1,0 +1,92 @@
+"""Errors that reach MySQL clients: each type carries its MySQL code and SQLSTATE.
+
+They are raised where the problem is known (router, metadata, cluster) and turned into
+ERR packets in one place, the session.
+"""
+
+from __future__ import annotations
+
+
+class ProxyError(Exception):
+    """Base of every error a client should see as an ERR packet."""
+
+    code = 1105
+    sqlstate = "HY000"
+
+    def __init__(self, message: str, code: int | None = None, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        if sqlstate is not None:
+            self.sqlstate = sqlstate
+
+
+class AccessDenied(ProxyError):
+    code, sqlstate = 1045, "28000"
+
+
+class DbAccessDenied(ProxyError):
+    code, sqlstate = 1044, "42000"
+
+
+class UnknownDatabase(ProxyError):
+    code, sqlstate = 1049, "42000"
+
+
+class NoDatabaseSelected(ProxyError):
+    code, sqlstate = 1046, "3D000"
+
+
+class NotSupported(ProxyError):
+    """A statement the proxy cannot run correctly across shards (ER_NOT_SUPPORTED_YET)."""
+
+    code, sqlstate = 1235, "42000"
+
+
+class ParseError(ProxyError):
+    code, sqlstate = 1064, "42000"
+
+
+class NoSuchTable(ProxyError):
+    code, sqlstate = 1146, "42S02"
+
+
+class TableExists(ProxyError):
+    code, sqlstate = 1050, "42S01"
+
+
+class MetaLost(ProxyError):
+    code, sqlstate = 3009, "HY000"
+
+
+class DdlInProgress(ProxyError):
+    """Another DDL holds the table's lock here or in the cluster (DBLE's 4006)."""
+
+    code, sqlstate = 4006, "HY000"
+
+
+class BackendUnavailable(ProxyError):
+    """A shardingNode's backend cannot be reached or timed out."""
+
+    code, sqlstate = 2003, "HY000"
+
+
+class ReadOnly(ProxyError):
+    code, sqlstate = 1290, "HY000"
+
+
+class TooManyConnections(ProxyError):
+    code, sqlstate = 1040, "08004"
+
+
+class PacketTooLarge(ProxyError):
+    code, sqlstate = 1153, "08S01"
+
+
+class UnknownCommand(ProxyError):
+    code, sqlstate = 1047, "08S01"
+
+
+class BackendError(ProxyError):
+    """An ERR packet from a backend, passed through with its own code and state."""
