@@ -177,3 +177,35 @@ def to_text(v: object) -> bytes | None:
     if isinstance(v, bool):
         return b"1" if v else b"0"
     return str(v).encode("utf-8")
+
+
+@dataclass
+class ResultSet:
+    """A decoded result: column definitions and text rows (only used where nodes are merged)."""
+
+    columns: list[ColumnDef]
+    rows: list[list[bytes | None]]
+    ok: OkInfo | None = None
+
+
+def encode_resultset(rs: ResultSet, seq: int, status: int, deprecate_eof: bool,
+                     warnings: int = 0) -> tuple[bytes, int]:
+    """Frame a whole text result set starting at seq; return the bytes and the next seq."""
+    from .packets import frame
+    out = [frame(seq, lenenc_int(len(rs.columns)))]
+    seq += 1
+    for c in rs.columns:
+        out.append(frame(seq, c.encode()))
+        seq += 1
+    if not deprecate_eof:
+        out.append(frame(seq, eof_packet(warnings, status)))
+        seq += 1
+    for row in rs.rows:
+        payload = encode_text_row(row)
+        out.append(frame(seq, payload))
+        seq += 1 + len(payload) // 0xFFFFFF
+    if deprecate_eof:
+        out.append(frame(seq, ok_packet(0, 0, status, warnings, header=0xFE)))
+    else:
+        out.append(frame(seq, eof_packet(warnings, status)))
+    return b"".join(out), (seq + 1) & 0xFF
