@@ -1,0 +1,5 @@
+"""`python -m cli` is the `pydble` command."""
+
+from cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,96 @@
+"""The `pydble` command: serve, init-db, and (with a cluster) ddl and cluster tools."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+import structlog
+
+from meta.config import ConfigError, load_config
+
+
+def _load(path: str):
+    try:
+        return load_config(path)
+    except ConfigError as e:
+        sys.stderr.write(f"pydble: config error: {e}\n")
+        raise SystemExit(2) from None
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run one proxy instance until SIGTERM/SIGINT."""
+    from proxy.log import configure
+    from proxy.server import ProxyServer
+
+    configure(args.log_level, json=args.log_json)
+    config = _load(args.config)
+    try:
+        import uvloop  # noqa: PLC0415
+        uvloop.install()
+    except ImportError:
+        pass
+
+    async def run() -> None:
+        server = ProxyServer(config)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await server.start()
+        except OSError as e:
+            structlog.get_logger("pydble").error("cannot listen", error=str(e))
+            raise SystemExit(1) from None
+        await stop.wait()
+        await server.stop()
+
+    asyncio.run(run())
+    return 0
+
+
+def cmd_init_db(args: argparse.Namespace) -> int:
+    """Create every shardingNode's database on its dbGroup (what `make run` needs on a fresh machine)."""
+    import pymysql
+
+    config = _load(args.config)
+    by_group: dict[str, list[str]] = {}
+    for n in config.sharding_nodes.values():
+        by_group.setdefault(n.db_group, []).append(n.database)
+    failed = False
+    for gname, dbs in by_group.items():
+        g = config.db_groups[gname]
+        try:
+            conn = pymysql.connect(host=g.host, port=g.port, user=g.user, password=g.password,
+                                   connect_timeout=g.connect_timeout_s, autocommit=True)
+        except pymysql.MySQLError as e:
+            sys.stderr.write(f"pydble: db_groups.{gname} ({g.host}:{g.port}): {e.args[-1]}\n")
+            failed = True
+            continue
+        with conn:
+            with conn.cursor() as cur:
+                for db in sorted(set(dbs)):
+                    cur.execute(f"CREATE DATABASE IF NOT EXISTS `{db}`")
+        sys.stdout.write(f"db_groups.{gname}: databases {', '.join(sorted(set(dbs)))} ready\n")
+    return 1 if failed else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pydble", description="MySQL-protocol sharding proxy")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="run a proxy instance")
+    s.add_argument("--config", required=True)
+    s.add_argument("--log-level", default="info")
+    s.add_argument("--log-json", action="store_true", help="JSON log lines")
+    s.set_defaults(func=cmd_serve)
+    i = sub.add_parser("init-db", help="create the shardingNodes' databases on the backends")
+    i.add_argument("--config", required=True)
+    i.set_defaults(func=cmd_init_db)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)

@@ -1,0 +1,255 @@
+"""Connections to backend MariaDB/MySQL servers: login, run one command, relay or collect its response."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Protocol
+
+import structlog
+
+from meta.config import DbGroupConfig
+from meta.errors import BackendError, BackendUnavailable
+
+from .protocol import constants as C
+from .protocol.handshake import build_handshake_response, parse_auth_switch, parse_greeting, scramble_native_password
+from .protocol.messages import parse_err
+from .protocol.packets import PacketFramer, ProtocolError, frame
+from .protocol.response import ResponseScanner
+
+log = structlog.get_logger("pydble.backend")
+
+# What pydble always asks backends for; FORMAT_FLAGS come from the client so bytes relay unchanged.
+BACKEND_CAPS = (C.LONG_PASSWORD | C.LONG_FLAG | C.PROTOCOL_41 | C.TRANSACTIONS | C.SECURE_CONNECTION
+                | C.MULTI_STATEMENTS | C.MULTI_RESULTS | C.PS_MULTI_RESULTS | C.PLUGIN_AUTH
+                | C.PLUGIN_AUTH_LENENC_CLIENT_DATA | C.IGNORE_SPACE)
+
+
+class Sink(Protocol):
+    """Where relayed bytes go: the client's transport (or anything with write)."""
+
+    def write(self, data: bytes) -> None: ...
+
+
+class BackendConnection(asyncio.Protocol):
+    """One TCP connection to a backend, used by one session at a time."""
+
+    def __init__(self, group: DbGroupConfig, flags: int) -> None:
+        self.group = group
+        self.flags = flags
+        self.transport: asyncio.Transport | None = None
+        self.database: str | None = None
+        self.vars: dict[str, str] = {}
+        self.relayed_any = False
+        self.autocommit = True
+        self.in_trans = False
+        self.broken = False
+        self.thread_id = 0
+        self.server_version = ""
+        self.last_used = time.monotonic()
+        self._framer: PacketFramer | None = PacketFramer(max_payload=1 << 30)
+        self._packet_waiter: asyncio.Future | None = None
+        self._buf = bytearray()
+        self._need = 0
+        self._scanner: ResponseScanner | None = None
+        self._sink: Sink | None = None
+        self._done: asyncio.Future | None = None
+        self._closed = asyncio.get_running_loop().create_future()
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        scanner = self._scanner
+        if scanner is None:
+            if self._framer is not None:
+                self._framer.feed(data)
+                self._wake_packet_waiter()
+            return
+        if self._buf:
+            self._buf += data
+            if len(self._buf) < self._need:
+                return  # still inside one large packet: wait for the rest before scanning
+            data = bytes(self._buf)
+            self._buf.clear()
+        try:
+            end = scanner.scan(data)
+        except ProtocolError as e:
+            self._fail(BackendUnavailable(f"dbGroup[{self.group.name}] sent a malformed response: {e}"))
+            return
+        if end:
+            if self._sink is not None:
+                self._sink.write(data if end == len(data) else data[:end])
+                self.relayed_any = True
+        if end < len(data):
+            if scanner.done:
+                self._fail(BackendUnavailable(f"dbGroup[{self.group.name}] sent bytes after the response"))
+                return
+            self._buf += data[end:]
+            b = self._buf
+            self._need = 4 + (b[0] | (b[1] << 8) | (b[2] << 16)) if len(b) >= 4 else 4
+        if scanner.done:
+            self._scanner = None
+            self._sink = None
+            fut, self._done = self._done, None
+            if fut is not None and not fut.done():
+                fut.set_result(scanner)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.broken = True
+        if not self._closed.done():
+            self._closed.set_result(None)
+        err = BackendUnavailable(f"connection to dbGroup[{self.group.name}] "
+                                 f"({self.group.host}:{self.group.port}) lost")
+        for fut in (self._done, self._packet_waiter):
+            if fut is not None and not fut.done():
+                fut.set_exception(err)
+
+    def pause_reading(self) -> None:
+        """Stop reading from the backend (backpressure from a slow client)."""
+        if self.transport is not None and not self.broken:
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        """Read again once the client has drained."""
+        if self.transport is not None and not self.broken:
+            self.transport.resume_reading()
+
+    # -- connection phase ---------------------------------------------------------------------
+    def _wake_packet_waiter(self) -> None:
+        if self._packet_waiter is not None and not self._packet_waiter.done():
+            self._packet_waiter.set_result(None)
+
+    async def _read_packet(self) -> tuple[int, bytes]:
+        assert self._framer is not None
+        while True:
+            for pkt in self._framer.packets():
+                return pkt
+            self._packet_waiter = asyncio.get_running_loop().create_future()
+            await self._packet_waiter
+            self._packet_waiter = None
+
+    async def login(self, database: str | None) -> None:
+        """Authenticate with mysql_native_password and select the database."""
+        _, payload = await self._read_packet()
+        if payload[:1] == b"\xff":
+            e = parse_err(payload)
+            raise BackendError(e.message, e.code, e.sqlstate)
+        greeting = parse_greeting(payload)
+        self.thread_id = greeting.connection_id
+        self.server_version = greeting.version
+        caps = (BACKEND_CAPS | self.flags) & (greeting.capabilities | C.PROTOCOL_41)
+        self.flags = caps & C.FORMAT_FLAGS
+        auth = scramble_native_password(self.group.password, greeting.salt)
+        self._write(frame(1, build_handshake_response(caps, self.group.user, auth, database)))
+        seq, payload = await self._read_packet()
+        if payload[:1] == b"\xfe":  # auth switch
+            plugin, salt = parse_auth_switch(payload)
+            if plugin != C.NATIVE_PASSWORD:
+                raise BackendUnavailable(f"dbGroup[{self.group.name}] asks for auth plugin {plugin}")
+            self._write(frame(seq + 1, scramble_native_password(self.group.password, salt)))
+            seq, payload = await self._read_packet()
+        if payload[:1] == b"\xff":
+            e = parse_err(payload)
+            raise BackendError(e.message, e.code, e.sqlstate)
+        if payload[:1] != b"\x00":
+            raise BackendUnavailable(f"dbGroup[{self.group.name}] sent an unexpected login answer")
+        self.database = database
+        self._framer = None
+
+    # -- commands -----------------------------------------------------------------------------
+    def _write(self, data: bytes) -> None:
+        if self.transport is None or self.broken:
+            raise BackendUnavailable(f"connection to dbGroup[{self.group.name}] is closed")
+        self.transport.write(data)
+
+    def start(self, packet: bytes, *, kind: str = "query", sink: Sink | None = None,
+              collect: bool = False) -> asyncio.Future:
+        """Send one framed command; the future resolves to the ResponseScanner when the answer is complete."""
+        if self._scanner is not None:
+            raise RuntimeError("backend connection already busy")
+        fut = asyncio.get_running_loop().create_future()
+        self._scanner = ResponseScanner(bool(self.flags & C.DEPRECATE_EOF), kind=kind, collect=collect)
+        self._sink = sink
+        self.relayed_any = False
+        self._done = fut
+        self.last_used = time.monotonic()
+        self._write(packet)
+        return fut
+
+    async def run(self, packet: bytes, timeout: float, *, kind: str = "query", sink: Sink | None = None,
+                  collect: bool = False) -> ResponseScanner:
+        """Send a command and wait (bounded) for its whole response."""
+        fut = self.start(packet, kind=kind, sink=sink, collect=collect)
+        try:
+            scanner = await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            self.close()
+            raise BackendUnavailable(f"dbGroup[{self.group.name}] did not answer within {timeout:g}s") from None
+        except BaseException:
+            self.close()
+            raise
+        self.in_trans = bool(scanner.status & C.STATUS_IN_TRANS)
+        if scanner.error is None:
+            self.autocommit = bool(scanner.status & C.STATUS_AUTOCOMMIT) or scanner.status == 0 and self.autocommit
+        return scanner
+
+    async def query(self, sql: str, timeout: float, *, collect: bool = True) -> ResponseScanner:
+        """Run SQL for pydble itself; raise BackendError if it fails."""
+        sc = await self.run(frame(0, bytes((C.COM_QUERY,)) + sql.encode("utf-8")), timeout, collect=collect)
+        if sc.error is not None:
+            raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
+        return sc
+
+    async def use(self, database: str, timeout: float) -> None:
+        """Switch the default database with COM_INIT_DB."""
+        sc = await self.run(frame(0, bytes((C.COM_INIT_DB,)) + database.encode()), timeout)
+        if sc.error is not None:
+            raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
+        self.database = database
+
+    async def reset(self, timeout: float) -> None:
+        """COM_RESET_CONNECTION: back to the server's defaults (session vars, autocommit, no transaction)."""
+        sc = await self.run(frame(0, bytes((C.COM_RESET_CONNECTION,))), timeout)
+        if sc.error is not None:
+            raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
+        self.vars = {}
+        self.autocommit = True
+        self.in_trans = False
+
+    @property
+    def busy(self) -> bool:
+        """True while a command's response is still coming."""
+        return self._scanner is not None
+
+    def close(self) -> None:
+        """Drop the connection (it will not go back to the pool)."""
+        self.broken = True
+        if self.transport is not None:
+            self.transport.abort()
+
+
+async def open_connection(group: DbGroupConfig, flags: int, database: str | None) -> BackendConnection:
+    """Connect and log in to a dbGroup, bounded by its connect timeout."""
+    loop = asyncio.get_running_loop()
+
+    async def _open() -> BackendConnection:
+        _, conn = await loop.create_connection(lambda: BackendConnection(group, flags), group.host, group.port)
+        try:
+            await conn.login(database)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    try:
+        return await asyncio.wait_for(_open(), group.connect_timeout_s)
+    except asyncio.TimeoutError:
+        raise BackendUnavailable(f"connect to dbGroup[{group.name}] ({group.host}:{group.port}) "
+                                 f"timed out after {group.connect_timeout_s:g}s") from None
+    except OSError as e:
+        raise BackendUnavailable(f"cannot connect to dbGroup[{group.name}] ({group.host}:{group.port}): "
+                                 f"{e.strerror or e}") from None
+    except ProtocolError as e:
+        raise BackendUnavailable(f"dbGroup[{group.name}] handshake failed: {e}") from None

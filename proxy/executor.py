@@ -1,0 +1,303 @@
+"""Running a session's statements on backends: relay one node, scatter-gather several, pin transactions."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import structlog
+
+from meta.errors import BackendUnavailable, NoSuchTable, NotSupported, ProxyError, ReadOnly
+
+from .backend import BackendConnection
+from .protocol import constants as C
+from .protocol.messages import ColumnDef, ResultSet
+from .protocol.packets import frame
+from .protocol.response import ResponseScanner
+from .reply import Reply
+
+if TYPE_CHECKING:
+    from .router import Plan
+    from .session import Session
+
+log = structlog.get_logger("pydble.executor")
+
+
+def _com_query(sql: str) -> bytes:
+    return frame(0, b"\x03" + sql.encode("utf-8", "surrogateescape"))
+
+
+class Executor:
+    """Owns the backend connections a session holds and runs its statements on them."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.server = session.server
+        self.pinned: dict[str, BackendConnection] = {}
+        self.streaming: set[BackendConnection] = set()
+        self.last_node: str | None = None
+
+    # -- transaction state ----------------------------------------------------------------------
+    def in_trans(self) -> bool:
+        """True while any pinned backend connection is inside a transaction."""
+        return any(c.in_trans for c in self.pinned.values())
+
+    def _pinning(self) -> bool:
+        s = self.session
+        return s.explicit_txn or not s.autocommit
+
+    async def _sync(self, conn: BackendConnection) -> None:
+        """Make a backend connection's session state match the client session's, in one round trip."""
+        s = self.session
+        stmts: list[str] = []
+        if conn.vars != s.vars:
+            if any(k not in s.vars for k in conn.vars) and not conn.in_trans:
+                await conn.reset(self.server.backends.timeout_s)
+            stmts = [sql for k, sql in s.vars.items() if conn.vars.get(k) != sql and sql]
+        if conn.autocommit != s.autocommit:
+            stmts.append(f"SET autocommit={1 if s.autocommit else 0}")
+        if s.explicit_txn and not conn.in_trans:
+            stmts.append("START TRANSACTION")
+        if stmts:
+            await conn.query(";".join(stmts), self.server.backends.timeout_s)
+            conn.vars = dict(s.vars)
+            conn.autocommit = s.autocommit
+
+    async def _get(self, node: str) -> BackendConnection:
+        """The connection this session uses for a node: its pinned one, or a pooled one made ready."""
+        conn = self.pinned.get(node)
+        if conn is not None and not conn.broken:
+            if conn.vars != self.session.vars or conn.autocommit != self.session.autocommit:
+                await self._sync(conn)
+            return conn
+        if conn is not None:
+            del self.pinned[node]
+            raise BackendUnavailable(f"shardingNode[{node}] connection was lost in the middle of a transaction")
+        conn = await self.server.backends.acquire(node, self.session.format_flags)
+        try:
+            await self._sync(conn)
+        except BaseException:
+            self.server.backends.release(node, conn)
+            raise
+        if self._pinning():
+            self.pinned[node] = conn
+        return conn
+
+    def _done_with(self, node: str, conn: BackendConnection) -> None:
+        """After a statement: unpinned connections go back; pinned ones leave once their transaction ended."""
+        if self.pinned.get(node) is conn:
+            if conn.broken or (not conn.in_trans and not self.session.explicit_txn):
+                del self.pinned[node]
+                self.server.backends.release(node, conn)
+        else:
+            self.server.backends.release(node, conn)
+
+    async def _end_all(self, sql: str) -> None:
+        pinned, self.pinned = self.pinned, {}
+        errors: list[BaseException] = []
+
+        async def one(node: str, conn: BackendConnection) -> None:
+            try:
+                if not conn.broken and conn.in_trans:
+                    await conn.query(sql, self.server.backends.timeout_s)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+            finally:
+                self.server.backends.release(node, conn)
+
+        await asyncio.gather(*(one(n, c) for n, c in pinned.items()))
+        for e in errors:
+            if isinstance(e, ProxyError):
+                raise e
+            raise BackendUnavailable(f"{sql} failed: {e}")
+
+    async def commit_all(self) -> None:
+        """COMMIT on every node this transaction touched (each node commits on its own)."""
+        await self._end_all("COMMIT")
+
+    async def rollback_all(self) -> None:
+        """ROLLBACK on every node this transaction touched."""
+        await self._end_all("ROLLBACK")
+
+    def abort_all(self) -> None:
+        """The client is gone: close pinned connections so their transactions roll back."""
+        pinned, self.pinned = self.pinned, {}
+        for node, conn in pinned.items():
+            conn.close()
+            self.server.backends.release(node, conn)
+        for conn in self.streaming:
+            conn.close()
+
+    def pause_backends(self) -> None:
+        """The client is slow: stop reading from the backends streaming to it."""
+        for conn in self.streaming:
+            conn.pause_reading()
+
+    def resume_backends(self) -> None:
+        """The client caught up."""
+        for conn in self.streaming:
+            conn.resume_reading()
+
+    async def check_session_state(self) -> None:
+        """Apply changed session variables now, so a bad SET fails at once with the backend's error."""
+        if self.pinned:
+            for conn in self.pinned.values():
+                await self._sync(conn)
+            return
+        node = self.server.any_node(self.session.schema)
+        conn = await self.server.backends.acquire(node, self.session.format_flags)
+        try:
+            await self._sync(conn)
+        finally:
+            self.server.backends.release(node, conn)
+
+    # -- statements -----------------------------------------------------------------------------
+    async def execute(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
+        """Route and run one statement; True if the answer was relayed to the client as is."""
+        plan = self.server.router.route(sql, self.session.schema)
+        if self.session.read_only and (plan.is_write or plan.kind == "ddl"):
+            raise ReadOnly(f"User '{self.session.user}' is read only")
+        if plan.kind == "ddl":
+            await self.commit_all()
+            self.session.explicit_txn = False
+            await self.server.run_ddl(self.session, plan, sql, r, more)
+            return False
+        if len(plan.targets) == 1:
+            return await self.run_single(plan.targets[0].node, _com_query(plan.targets[0].sql), r, more,
+                                         may_relay)
+        await self.run_multi(plan, r, more)
+        return False
+
+    async def run_single(self, node: str, packet: bytes, r: Reply, more: bool, may_relay: bool,
+                         kind: str = "query") -> bool:
+        """Run a command on one node: relay its bytes when allowed, else re-encode its results."""
+        conn = await self._get(node)
+        self.last_node = node
+        sc: ResponseScanner | None = None
+        try:
+            if may_relay:
+                self.streaming.add(conn)
+                if self.session.client.write_paused:
+                    conn.pause_reading()
+                try:
+                    sc = await conn.run(packet, self.server.backends.timeout_s, kind=kind,
+                                        sink=self.session.client)
+                except BackendUnavailable:
+                    if conn.relayed_any:
+                        self.session.client.close()  # half an answer was sent; the client must not trust it
+                    raise
+                finally:
+                    self.streaming.discard(conn)
+            else:
+                sc = await conn.run(packet, self.server.backends.timeout_s, kind=kind, collect=True)
+        finally:
+            self._done_with(node, conn)
+        self._note_ok(sc)
+        if may_relay:
+            return True
+        self.add_results(sc, r, more)
+        return False
+
+    def _note_ok(self, sc: ResponseScanner) -> None:
+        if sc.ok is not None and sc.ok.last_insert_id:
+            self.session.last_insert_id = sc.ok.last_insert_id
+
+    def add_results(self, sc: ResponseScanner, r: Reply, more: bool) -> None:
+        """Re-encode a collected response with this session's sequence ids and flags."""
+        status = self.session.status()
+        n = len(sc.results)
+        for i, res in enumerate(sc.results):
+            last = i == n - 1 and sc.error is None
+            m = more or not last
+            if res.columns:
+                r.resultset(res, status, m)
+            elif res.ok is not None:
+                r.ok_info(res.ok, status, m)
+        if sc.error is not None:
+            r.err_info(sc.error)
+
+    async def _run_on(self, targets: list[tuple[str, str]]) -> list[ResponseScanner]:
+        """Run per-node SQL on several nodes in parallel, collecting their answers."""
+        acquired = await asyncio.gather(*(self._get(node) for node, _ in targets), return_exceptions=True)
+        failure = next((a for a in acquired if isinstance(a, BaseException)), None)
+        if failure is not None:
+            for (node, _), a in zip(targets, acquired):
+                if isinstance(a, BackendConnection):
+                    self._done_with(node, a)
+            raise failure
+        conns: list[BackendConnection] = acquired  # type: ignore[assignment]
+        results = await asyncio.gather(
+            *(c.run(_com_query(sql), self.server.backends.timeout_s, collect=True)
+              for c, (_, sql) in zip(conns, targets)), return_exceptions=True)
+        for (node, _), c in zip(targets, conns):
+            self._done_with(node, c)
+        for res in results:
+            if isinstance(res, BaseException):
+                raise res
+        self.last_node = targets[-1][0]
+        return results  # type: ignore[return-value]
+
+    async def run_multi(self, plan: Plan, r: Reply, more: bool) -> None:
+        """Scatter a statement to several nodes; merge reads, sum writes."""
+        scanners = await self._run_on([(t.node, t.sql) for t in plan.targets])
+        for sc in scanners:
+            if sc.error is not None:
+                r.err_info(sc.error)
+                return
+        status = self.session.status()
+        if plan.merge is not None:
+            from .merge import merge_results
+            sets = [sc.results[0] for sc in scanners if sc.results and sc.results[0].columns]
+            if len(sets) != len(scanners):
+                raise NotSupported("a scattered statement returned results of different shapes")
+            r.resultset(merge_results(plan.merge, sets), status, more)
+            return
+        affected = sum(sc.ok.affected_rows for sc in scanners if sc.ok is not None)
+        warnings = sum(sc.ok.warnings for sc in scanners if sc.ok is not None)
+        last_id = max((sc.ok.last_insert_id for sc in scanners if sc.ok is not None), default=0)
+        if last_id:
+            self.session.last_insert_id = last_id
+        if plan.kind == "select" or any(sc.results and sc.results[0].columns for sc in scanners):
+            # a read that needs no merge plan (e.g. a global table broadcast): first node answers
+            first = scanners[0].results[0]
+            r.resultset(first, status, more)
+            return
+        r.ok(status, affected, last_id, warnings, more=more)
+
+    async def run_everywhere(self, targets: list[tuple[str, str]]) -> list[ResponseScanner]:
+        """Run SQL on the given nodes outside any transaction (DDL); answers are collected."""
+        return await self._run_on(targets)
+
+    async def run_on_pinned(self, sql: str, r: Reply, more: bool) -> bool:
+        """SAVEPOINT and friends: run on every node of the open transaction."""
+        if self.pinned:
+            scanners = await asyncio.gather(*(c.run(_com_query(sql), self.server.backends.timeout_s, collect=True)
+                                              for c in self.pinned.values()))
+            for sc in scanners:
+                if sc.error is not None:
+                    r.err_info(sc.error)
+                    return False
+        r.ok(self.session.status(), more=more)
+        return False
+
+    async def field_list(self, payload: bytes, r: Reply) -> bool:
+        """COM_FIELD_LIST (the CLI's tab completion): asked of one node holding the table."""
+        table = payload[1:].split(b"\x00", 1)[0].decode("utf-8", "replace")
+        schema = self.session.schema
+        if schema is None:
+            raise ProxyError("No database selected", 1046, "3D000")
+        node = self.server.node_of_table(schema, table)
+        if node is None:
+            raise NoSuchTable(f"Table '{schema}.{table}' doesn't exist")
+        return await self.run_single(node, frame(0, payload), r, False, True, kind="field_list")
+
+    async def show_warnings(self, sql: str) -> ResultSet:
+        """SHOW WARNINGS of the last node used, when that connection is still ours; else none."""
+        conn = self.pinned.get(self.last_node or "")
+        if conn is not None and not conn.broken:
+            sc = await conn.query(sql, self.server.backends.timeout_s)
+            if sc.results:
+                return sc.results[0]
+        cols = [ColumnDef("Level", C.T_VAR_STRING, 45, 28), ColumnDef("Code", C.T_LONG, 63, 4, 0xA1),
+                ColumnDef("Message", C.T_VAR_STRING, 45, 2048)]
+        return ResultSet(cols, [])

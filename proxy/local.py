@@ -1,0 +1,242 @@
+"""Statements the proxy answers itself: SET, USE, transaction control, driver probes, SHOW DATABASES/TABLES."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from meta.errors import NotSupported, ParseError
+
+from .protocol.constants import T_LONGLONG, T_VAR_STRING
+from .protocol.messages import ColumnDef, ResultSet
+
+_WS = r"(?:\s|/\*(?!!).*?\*/)*"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One session change from a SET statement."""
+
+    key: str          # 'autocommit', 'names', 'isolation', 'tx_read_only', a variable name, or '@user'
+    sql: str          # the statement that replays it on a backend ('' for autocommit)
+    value: str = ""   # autocommit: '0' or '1'
+
+
+def split_top_level(text: str, sep: str = ",") -> list[str]:
+    """Split on sep outside quotes, backticks and parentheses."""
+    parts: list[str] = []
+    depth = 0
+    quote = ""
+    start = 0
+    i = 0
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if quote:
+            if ch == "\\" and quote != "`":
+                i += 2
+                continue
+            if ch == quote:
+                if i + 1 < n and text[i + 1] == quote:
+                    i += 2
+                    continue
+                quote = ""
+        elif ch in "'\"`":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts]
+
+
+_SET_HEAD = re.compile(r"^\s*SET\s+", re.I | re.S)
+_NAMES = re.compile(r"^NAMES\s+(?P<cs>'[^']*'|\"[^\"]*\"|`[^`]*`|\w+)(?:\s+COLLATE\s+(?P<co>'[^']*'|\"[^\"]*\"|\w+))?\s*$", re.I | re.S)
+_CHARSET = re.compile(r"^(?:CHARACTER\s+SET|CHARSET)\s+(?P<cs>'[^']*'|\"[^\"]*\"|\w+)\s*$", re.I | re.S)
+_TRANSACTION = re.compile(r"^(?:(?P<scope>SESSION|LOCAL|GLOBAL)\s+)?TRANSACTION\s+(?P<rest>.+)$", re.I | re.S)
+_ASSIGN = re.compile(
+    r"^(?:(?P<scope>GLOBAL|SESSION|LOCAL|PERSIST)\s+|@@(?P<scope2>global|session|local)\.|@@)?"
+    r"(?P<name>@?`?[\w$.]+`?)\s*(?::=|=)\s*(?P<value>.+)$", re.I | re.S)
+_BOOL = {"0": "0", "1": "1", "off": "0", "on": "1", "false": "0", "true": "1", "'off'": "0", "'on'": "1",
+         "'0'": "0", "'1'": "1"}
+
+
+def parse_set(sql: str) -> list[Assignment]:
+    """Turn a SET statement into session changes; GLOBAL scope is refused."""
+    m = _SET_HEAD.match(sql)
+    if not m:
+        raise ParseError("not a SET statement")
+    body = sql[m.end():].strip().rstrip(";").strip()
+    out: list[Assignment] = []
+    tm = _TRANSACTION.match(body)
+    if tm:
+        if (tm.group("scope") or "").upper() == "GLOBAL":
+            raise NotSupported("SET GLOBAL is not supported through the proxy; set it on the backends")
+        rest = tm.group("rest").strip()
+        for item in split_top_level(rest):
+            up = " ".join(item.upper().split())
+            if up.startswith("ISOLATION LEVEL "):
+                out.append(Assignment("isolation", f"SET SESSION TRANSACTION {up}"))
+            elif up in ("READ ONLY", "READ WRITE"):
+                out.append(Assignment("tx_read_only", f"SET SESSION TRANSACTION {up}"))
+            else:
+                raise ParseError(f"You have an error in your SQL syntax near '{item}'")
+        return out
+    for item in split_top_level(body):
+        nm = _NAMES.match(item)
+        if nm:
+            cs = nm.group("cs").strip("'\"`").lower()
+            co = (nm.group("co") or "").strip("'\"`").lower()
+            if cs == "default":
+                out.append(Assignment("names", ""))
+            else:
+                out.append(Assignment("names", f"SET NAMES {cs}" + (f" COLLATE {co}" if co else "")))
+            continue
+        cm = _CHARSET.match(item)
+        if cm:
+            cs = cm.group("cs").strip("'\"").lower()
+            out.append(Assignment("names", f"SET CHARACTER SET {cs}"))
+            continue
+        am = _ASSIGN.match(item)
+        if not am:
+            raise ParseError(f"You have an error in your SQL syntax near '{item[:40]}'")
+        scope = (am.group("scope") or am.group("scope2") or "").upper()
+        if scope in ("GLOBAL", "PERSIST"):
+            raise NotSupported("SET GLOBAL is not supported through the proxy; set it on the backends")
+        name = am.group("name").strip("`")
+        value = am.group("value").strip()
+        if name.startswith("@"):
+            out.append(Assignment(name.lower(), f"SET {name} = {value}"))
+            continue
+        lname = name.lower()
+        if lname == "autocommit":
+            v = _BOOL.get(value.lower())
+            if v is None:
+                raise ParseError(f"Variable 'autocommit' can't be set to the value of '{value}'", 1231, "42000")
+            out.append(Assignment("autocommit", "", v))
+        elif lname in ("names", "character_set_client", "character_set_results", "character_set_connection",
+                       "collation_connection"):
+            out.append(Assignment(lname, f"SET SESSION {lname} = {value}"))
+        elif lname in ("transaction_isolation", "tx_isolation"):
+            out.append(Assignment("isolation", f"SET SESSION tx_isolation = {value}"))
+        elif lname in ("transaction_read_only", "tx_read_only"):
+            out.append(Assignment("tx_read_only", f"SET SESSION tx_read_only = {value}"))
+        else:
+            out.append(Assignment(lname, f"SET SESSION {lname} = {value}"))
+    return out
+
+
+# -- driver probes answered locally ---------------------------------------------------------------
+_LOCAL_FUNCS = {
+    "database()": "database", "schema()": "database", "connection_id()": "connection_id",
+    "last_insert_id()": "last_insert_id", "user()": "user", "current_user()": "user",
+    "current_user": "user", "session_user()": "user", "system_user()": "user",
+    "@@version_comment": "version_comment", "@@session.version_comment": "version_comment",
+    "@@identity": "last_insert_id", "@@last_insert_id": "last_insert_id",
+}
+_LOCAL_SELECT = re.compile(r"^\s*SELECT\s+(?P<items>.+?)\s*(?:LIMIT\s+\d+\s*)?;?\s*$", re.I | re.S)
+_ITEM = re.compile(r"^(?P<expr>[@\w.()]+?)\s*(?:(?:AS\s+)?(?P<alias>`[^`]+`|'[^']+'|\"[^\"]+\"|\w+))?$", re.I | re.S)
+
+
+def local_select(sql: str, values: dict[str, object]) -> ResultSet | None:
+    """Answer `SELECT DATABASE()`, `SELECT @@version_comment LIMIT 1` and friends, or None to route it."""
+    m = _LOCAL_SELECT.match(sql)
+    if not m or " from " in sql.lower():
+        return None
+    cols: list[ColumnDef] = []
+    row: list[bytes | None] = []
+    for item in split_top_level(m.group("items")):
+        im = _ITEM.match(item)
+        if not im:
+            return None
+        key = _LOCAL_FUNCS.get(im.group("expr").lower().replace(" ", ""))
+        if key is None:
+            return None
+        name = (im.group("alias") or im.group("expr")).strip("`'\"")
+        v = values.get(key)
+        if isinstance(v, int):
+            cols.append(ColumnDef(name, T_LONGLONG, 63, 21, 0x81))
+        else:
+            cols.append(ColumnDef(name, T_VAR_STRING, 45, 256))
+        row.append(None if v is None else str(v).encode())
+    return ResultSet(cols, [row])
+
+
+# -- SHOW DATABASES / SHOW [FULL] TABLES --------------------------------------------------------------
+_SHOW_DATABASES = re.compile(r"^\s*SHOW\s+(?:DATABASES|SCHEMAS)(?:\s+LIKE\s+'(?P<like>[^']*)')?\s*;?\s*$", re.I)
+_SHOW_TABLES = re.compile(
+    r"^\s*SHOW\s+(?P<full>FULL\s+)?TABLES(?:\s+(?:FROM|IN)\s+`?(?P<db>[\w$]+)`?)?"
+    r"(?:\s+LIKE\s+'(?P<like>[^']*)'|\s+WHERE\s+(?P<where>.+?))?\s*;?\s*$", re.I | re.S)
+_WHERE_TYPE = re.compile(r"^\s*`?Table_type`?\s*=\s*'(?P<t>[^']*)'\s*$", re.I)
+
+
+def like_match(pattern: str, name: str) -> bool:
+    """MySQL LIKE (case-insensitive, % and _, backslash escapes) on a name."""
+    regex = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            regex.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        regex.append(".*" if ch == "%" else "." if ch == "_" else re.escape(ch))
+        i += 1
+    return re.fullmatch("".join(regex), name, re.I | re.S) is not None
+
+
+def show_databases(sql: str, schemas: list[str]) -> ResultSet | None:
+    """SHOW DATABASES lists the logical schemas the user may use."""
+    m = _SHOW_DATABASES.match(sql)
+    if not m:
+        return None
+    like = m.group("like")
+    rows = [[s.encode()] for s in sorted(schemas) if like is None or like_match(like, s)]
+    return ResultSet([ColumnDef("Database", T_VAR_STRING, 45, 256, 1, schema="information_schema",
+                                table="SCHEMATA", org_table="SCHEMATA", org_name="SCHEMA_NAME")], rows)
+
+
+@dataclass(frozen=True)
+class ShowTables:
+    """A parsed SHOW [FULL] TABLES statement."""
+
+    full: bool
+    schema: str | None
+    like: str | None
+    table_type: str | None
+
+
+def parse_show_tables(sql: str) -> ShowTables | None:
+    """Recognize SHOW [FULL] TABLES [FROM db] [LIKE ... | WHERE Table_type=...]."""
+    m = _SHOW_TABLES.match(sql)
+    if not m:
+        return None
+    ttype = None
+    if m.group("where"):
+        wm = _WHERE_TYPE.match(m.group("where"))
+        if not wm:
+            raise NotSupported("SHOW TABLES supports only LIKE or WHERE Table_type='...' through the proxy")
+        ttype = wm.group("t").upper()
+    return ShowTables(bool(m.group("full")), m.group("db"), m.group("like"), ttype)
+
+
+def show_tables_result(st: ShowTables, schema: str, tables: list[str]) -> ResultSet:
+    """The answer to SHOW [FULL] TABLES from the proxy's own list of tables."""
+    col = f"Tables_in_{schema}" + (f" ({st.like})" if st.like else "")
+    cols = [ColumnDef(col, T_VAR_STRING, 45, 256, 1, schema="information_schema", table="TABLE_NAMES",
+                      org_table="TABLE_NAMES", org_name="TABLE_NAME")]
+    if st.full:
+        cols.append(ColumnDef("Table_type", T_VAR_STRING, 45, 64, 1, schema="information_schema",
+                              table="TABLE_NAMES", org_table="TABLE_NAMES", org_name="TABLE_TYPE"))
+    rows: list[list[bytes | None]] = []
+    if st.table_type in (None, "BASE TABLE"):
+        for t in sorted(set(tables)):
+            if st.like is None or like_match(st.like, t):
+                rows.append([t.encode(), b"BASE TABLE"] if st.full else [t.encode()])
+    return ResultSet(cols, rows)
+

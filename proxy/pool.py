@@ -1,0 +1,163 @@
+"""Bounded connection pools, one per dbGroup, handing out connections per shardingNode."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+import structlog
+
+from meta.config import Config, DbGroupConfig
+from meta.errors import BackendError, BackendUnavailable, ProxyError
+
+from .backend import BackendConnection, open_connection
+
+log = structlog.get_logger("pydble.pool")
+
+
+class GroupPool:
+    """At most max_con connections to one dbGroup; idle ones kept per (flags, database)."""
+
+    def __init__(self, group: DbGroupConfig, acquire_timeout_s: float) -> None:
+        self.group = group
+        self.acquire_timeout_s = acquire_timeout_s
+        self.idle: dict[tuple[int, str | None], list[BackendConnection]] = {}
+        self.total = 0
+        self.in_use = 0
+        self._waiters: deque[asyncio.Future] = deque()
+        self.closed = False
+
+    def _pop_idle(self, flags: int, database: str | None) -> BackendConnection | None:
+        lst = self.idle.get((flags, database))
+        while lst:
+            conn = lst.pop()
+            if not conn.broken:
+                return conn
+            self.total -= 1
+        for (f, _db), lst in self.idle.items():
+            if f != flags:
+                continue
+            while lst:
+                conn = lst.pop()
+                if not conn.broken:
+                    return conn
+                self.total -= 1
+        return None
+
+    def _drop_one_idle(self) -> bool:
+        """Close an idle connection of other flags to make room for a new one."""
+        for lst in self.idle.values():
+            while lst:
+                conn = lst.pop()
+                self.total -= 1
+                if not conn.broken:
+                    conn.close()
+                    return True
+        return False
+
+    async def acquire(self, flags: int, database: str | None) -> BackendConnection:
+        """A connection with the given format flags, waiting (bounded) when max_con are in use."""
+        if self.closed:
+            raise BackendUnavailable(f"dbGroup[{self.group.name}] pool is closed")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.acquire_timeout_s
+        while True:
+            conn = self._pop_idle(flags, database)
+            if conn is not None:
+                self.in_use += 1
+                return conn
+            if self.total < self.group.max_con or self._drop_one_idle():
+                self.total += 1
+                try:
+                    conn = await open_connection(self.group, flags, database)
+                except BaseException:
+                    self.total -= 1
+                    self._wake()
+                    raise
+                self.in_use += 1
+                return conn
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise ProxyError(f"no free connection to dbGroup[{self.group.name}]: all max_con="
+                                 f"{self.group.max_con} in use for {self.acquire_timeout_s:g}s", 1040, "08004")
+            fut = loop.create_future()
+            self._waiters.append(fut)
+            try:
+                await asyncio.wait_for(fut, remaining)
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                if fut in self._waiters:
+                    self._waiters.remove(fut)
+
+    def release(self, conn: BackendConnection) -> None:
+        """Give a connection back; broken or busy ones are closed instead."""
+        self.in_use -= 1
+        if conn.broken or conn.busy or self.closed or conn.in_trans:
+            if not conn.broken:
+                conn.close()
+            self.total -= 1
+        else:
+            self.idle.setdefault((conn.flags, conn.database), []).append(conn)
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+
+    def close(self) -> None:
+        """Close every idle connection and refuse new acquisitions."""
+        self.closed = True
+        for lst in self.idle.values():
+            for conn in lst:
+                conn.close()
+        self.idle.clear()
+
+    def stats(self) -> dict[str, int]:
+        """Pool use, for `show @@backend` and metrics."""
+        return {"total": self.total, "in_use": self.in_use,
+                "idle": sum(len(v) for v in self.idle.values()), "waiting": len(self._waiters)}
+
+
+class Backends:
+    """All dbGroup pools of an instance, addressed by shardingNode name."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.timeout_s = config.server.backend_timeout_s
+        self.pools = {name: GroupPool(g, acquire_timeout_s=max(g.connect_timeout_s, 10.0))
+                      for name, g in config.db_groups.items()}
+
+    def pool_of(self, node: str) -> GroupPool:
+        """The pool of a shardingNode's dbGroup."""
+        return self.pools[self.config.sharding_nodes[node].db_group]
+
+    async def acquire(self, node: str, flags: int) -> BackendConnection:
+        """A connection to a shardingNode, with its database selected; errors name the node."""
+        sn = self.config.sharding_nodes[node]
+        pool = self.pools[sn.db_group]
+        try:
+            conn = await pool.acquire(flags, sn.database)
+        except BackendUnavailable as e:
+            raise BackendUnavailable(f"shardingNode[{node}] is unavailable: {e.message}") from None
+        except BackendError as e:
+            raise BackendUnavailable(f"shardingNode[{node}] refused the login: {e.message}") from None
+        if conn.database != sn.database:
+            try:
+                await conn.use(sn.database, self.timeout_s)
+            except ProxyError as e:
+                pool.release(conn)
+                raise BackendUnavailable(f"shardingNode[{node}] database {sn.database}: {e.message}") from None
+        return conn
+
+    def release(self, node: str, conn: BackendConnection) -> None:
+        """Return a connection acquired for a shardingNode."""
+        self.pool_of(node).release(conn)
+
+    def close(self) -> None:
+        """Close every pool."""
+        for p in self.pools.values():
+            p.close()
