@@ -140,7 +140,8 @@ _LOCAL_FUNCS = {
     "@@identity": "last_insert_id", "@@last_insert_id": "last_insert_id",
 }
 _LOCAL_SELECT = re.compile(r"^\s*SELECT\s+(?P<items>.+?)\s*(?:LIMIT\s+\d+\s*)?;?\s*$", re.I | re.S)
-_ITEM = re.compile(r"^(?P<expr>[@\w.()]+?)\s*(?:(?:AS\s+)?(?P<alias>`[^`]+`|'[^']+'|\"[^\"]+\"|\w+))?$", re.I | re.S)
+_ITEM = re.compile(r"^(?P<expr>[@\w.]+(?:\(\s*\))?)(?:\s+(?:AS\s+)?(?P<alias>`[^`]+`|'[^']+'|\"[^\"]+\"|\w+))?$",
+                   re.I | re.S)
 
 
 def local_select(sql: str, values: dict[str, object]) -> ResultSet | None:
