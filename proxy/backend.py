@@ -182,18 +182,22 @@ class BackendConnection(asyncio.Protocol):
                   collect: bool = False) -> ResponseScanner:
         """Send a command and wait (bounded) for its whole response."""
         fut = self.start(packet, kind=kind, sink=sink, collect=collect)
+        timer = asyncio.get_running_loop().call_later(timeout, self._time_out, fut, timeout)
         try:
-            scanner = await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError:
-            self.close()
-            raise BackendUnavailable(f"dbGroup[{self.group.name}] did not answer within {timeout:g}s") from None
+            scanner = await fut
         except BaseException:
             self.close()
             raise
+        finally:
+            timer.cancel()
         self.in_trans = bool(scanner.status & C.STATUS_IN_TRANS)
         if scanner.error is None:
             self.autocommit = bool(scanner.status & C.STATUS_AUTOCOMMIT) or scanner.status == 0 and self.autocommit
         return scanner
+
+    def _time_out(self, fut: asyncio.Future, timeout: float) -> None:
+        if not fut.done():
+            fut.set_exception(BackendUnavailable(f"dbGroup[{self.group.name}] did not answer within {timeout:g}s"))
 
     async def query(self, sql: str, timeout: float, *, collect: bool = True) -> ResponseScanner:
         """Run SQL for pydble itself; raise BackendError if it fails."""

@@ -59,6 +59,10 @@ class GroupPool:
         """A connection with the given format flags, waiting (bounded) when max_con are in use."""
         if self.closed:
             raise BackendUnavailable(f"dbGroup[{self.group.name}] pool is closed")
+        conn = self._pop_idle(flags, database)
+        if conn is not None:
+            self.in_use += 1
+            return conn
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.acquire_timeout_s
         while True:
