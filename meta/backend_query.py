@@ -1,0 +1,185 @@
+"""The small backend interface the metadata loader needs, with an aiomysql default.
+
+The loader only lists tables and runs batched multi-statement queries, so the proxy can later
+hand it connections from its own pools by implementing `MetaBackend` / `MetaConnection`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
+
+import aiomysql
+import pymysql
+from pymysql.constants import CLIENT
+
+from meta.config import DbGroupConfig, ShardingNodeConfig
+
+# Client error codes start here; anything below is a server error about one statement.
+CLIENT_ERROR_MIN = 2000
+
+
+class NodeUnavailable(Exception):
+    """The shardingNode cannot be used any more (connect failed, connection lost)."""
+
+    def __init__(self, reason: str, *, unreachable: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        # True when the server itself could not be reached, so siblings on its db_group fail fast.
+        self.unreachable = unreachable
+
+
+@dataclass(frozen=True, slots=True)
+class StatementError:
+    """A server error on one statement of a multi-statement batch; later statements did not run."""
+
+    index: int
+    code: int
+    message: str
+
+
+@dataclass(slots=True)
+class MultiResult:
+    """Rows of each statement that ran, in order, and the error that stopped the batch, if any."""
+
+    results: list[Sequence[tuple[Any, ...]]]
+    error: StatementError | None = None
+
+
+class MetaConnection(Protocol):
+    """One backend connection, used by one task at a time."""
+
+    async def query(self, sql: str) -> Sequence[tuple[Any, ...]]:
+        """Run one statement and return its rows; raise NodeUnavailable or StatementError-like errors."""
+        ...
+
+    async def query_multi(self, sql: str) -> MultiResult:
+        """Run a multi-statement query, reading every result set; stop at the first failing one."""
+        ...
+
+    async def close(self) -> None:
+        """Say goodbye politely."""
+        ...
+
+    def abort(self) -> None:
+        """Drop the socket now (after a timeout the server may never answer)."""
+        ...
+
+
+class MetaBackend(Protocol):
+    """Opens connections to a shardingNode's database."""
+
+    async def connect(self, node: ShardingNodeConfig, group: DbGroupConfig, *,
+                      timeout_s: float) -> MetaConnection:
+        """Return a ready connection with multi-statements enabled, or raise NodeUnavailable."""
+        ...
+
+
+class BackendStatementFailed(Exception):
+    """A single statement failed on the server; the connection is still usable."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"({code}) {message}")
+        self.code = code
+        self.message = message
+
+
+def _error_code(e: BaseException) -> tuple[int, str]:
+    args = getattr(e, "args", ())
+    if len(args) >= 2 and isinstance(args[0], int):
+        return args[0], str(args[1])
+    return 0, str(e) or type(e).__name__
+
+
+class AiomysqlConnection:
+    """MetaConnection over one aiomysql connection (buffered text protocol)."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: aiomysql.Connection) -> None:
+        self._conn = conn
+
+    async def query(self, sql: str) -> Sequence[tuple[Any, ...]]:
+        """Run one statement; server errors become BackendStatementFailed, the rest NodeUnavailable."""
+        try:
+            cur = await self._conn.cursor()
+            await cur.execute(sql)
+            return await cur.fetchall()
+        except pymysql.MySQLError as e:
+            code, msg = _error_code(e)
+            if 0 < code < CLIENT_ERROR_MIN:
+                raise BackendStatementFailed(code, msg) from None
+            raise NodeUnavailable(f"query failed: ({code}) {msg}") from None
+        except (OSError, ConnectionError, asyncio.IncompleteReadError) as e:
+            raise NodeUnavailable(f"connection lost: {e!r}") from None
+
+    async def query_multi(self, sql: str) -> MultiResult:
+        """Read each result set in turn; a server error on statement i ends the batch there."""
+        results: list[Sequence[tuple[Any, ...]]] = []
+        try:
+            cur = await self._conn.cursor()
+            await cur.execute(sql)
+            while True:
+                results.append(await cur.fetchall())
+                if not await cur.nextset():
+                    break
+        except pymysql.MySQLError as e:
+            code, msg = _error_code(e)
+            if 0 < code < CLIENT_ERROR_MIN:
+                return MultiResult(results, StatementError(len(results), code, msg))
+            raise NodeUnavailable(f"batch failed: ({code}) {msg}") from None
+        except (OSError, ConnectionError, asyncio.IncompleteReadError) as e:
+            raise NodeUnavailable(f"connection lost: {e!r}") from None
+        return MultiResult(results)
+
+    async def close(self) -> None:
+        """Send COM_QUIT and close; never raise."""
+        try:
+            await self._conn.ensure_closed()
+        except Exception:
+            self._conn.close()
+
+    def abort(self) -> None:
+        """Close the transport without a goodbye."""
+        self._conn.close()
+
+
+class AiomysqlBackend:
+    """Default MetaBackend: a fresh aiomysql connection per shardingNode for each load."""
+
+    async def connect(self, node: ShardingNodeConfig, group: DbGroupConfig, *,
+                      timeout_s: float) -> MetaConnection:
+        """Connect with CLIENT.MULTI_STATEMENTS, the whole handshake bounded by timeout_s."""
+        conn = aiomysql.Connection(
+            host=group.host, port=group.port, user=group.user, password=group.password,
+            db=node.database, charset="utf8mb4", autocommit=None,
+            client_flag=CLIENT.MULTI_STATEMENTS | CLIENT.MULTI_RESULTS,
+            connect_timeout=timeout_s,
+        )
+        try:
+            # aiomysql's own connect_timeout covers only the TCP connect; a frozen server accepts
+            # the TCP connection but never sends its greeting, so bound the handshake too. The
+            # Connection object is built here (not via aiomysql.connect) so a cancelled handshake
+            # can still close its socket.
+            async with asyncio.timeout(timeout_s):
+                await conn._connect()
+        except TimeoutError:
+            conn.close()
+            raise NodeUnavailable(f"connect to {group.host}:{group.port} timed out after {timeout_s:g}s",
+                                  unreachable=True) from None
+        except pymysql.MySQLError as e:
+            conn.close()
+            code, msg = _error_code(e)
+            cause = e.__cause__
+            if cause is not None and not isinstance(cause, pymysql.MySQLError):
+                msg = f"{msg}: {cause}"
+            raise NodeUnavailable(f"connect failed: ({code}) {msg}",
+                                  unreachable=code >= CLIENT_ERROR_MIN) from None
+        except OSError as e:
+            conn.close()
+            raise NodeUnavailable(f"connect failed: {e}", unreachable=True) from None
+        except BaseException:
+            conn.close()
+            raise
+        return AiomysqlConnection(conn)

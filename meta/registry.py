@@ -1,0 +1,196 @@
+"""The in-memory metadata of this instance, published copy-on-write.
+
+Readers take the current immutable snapshot with one attribute read and never wait; writers
+(a load, a DDL refresh, a drop) build a new snapshot under a writer lock and swap it in, so
+queries keep flowing during `reload @@metadata` (DBLE stalls every query while it reloads).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Callable, Iterable, Mapping
+
+import structlog
+
+from meta.config import Config
+from meta.consistency import Consistency
+from meta.loader import LoadResult
+from meta.model import KIND_DEFAULT, Key, TableMeta
+
+log = structlog.get_logger("pydble.meta.registry")
+
+CHECK_TIME_FORMAT = "%Y/%m/%d %H:%M:%S"  # `check @@metadata`: yyyy/MM/dd HH:mm:ss
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One published state: never mutated, safe to hold across awaits."""
+
+    tables: Mapping[Key, TableMeta]
+    by_schema: Mapping[str, tuple[str, ...]]   # schema -> sorted table names with a record
+    version: int
+    last_load_time: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class MetaChange:
+    """What a write changed, for listeners (cluster meta_version, caches keyed by table)."""
+
+    version: int
+    upserted: tuple[Key, ...]
+    dropped: tuple[Key, ...]
+    full: bool   # a whole reload: anything may have changed
+
+
+Listener = Callable[[MetaChange], None]
+
+_EMPTY = Snapshot(MappingProxyType({}), MappingProxyType({}), 0, None)
+
+
+def format_check_time(ts: float | None) -> str | None:
+    """Local time as `check @@metadata` shows it."""
+    return None if ts is None else time.strftime(CHECK_TIME_FORMAT, time.localtime(ts))
+
+
+class Registry:
+    """Table metadata of every schema, read lock-free, replaced atomically."""
+
+    def __init__(self, config: Config | None = None) -> None:
+        self._snap = _EMPTY
+        self._config = config
+        self._write = threading.Lock()
+        self._listeners: list[Listener] = []
+
+    # --- reads: one attribute load, no lock ---
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The current state; hold it to read several tables consistently."""
+        return self._snap
+
+    @property
+    def version(self) -> int:
+        """The instance's metadata version, bumped by every change."""
+        return self._snap.version
+
+    @property
+    def last_load_time(self) -> float | None:
+        """Epoch seconds of the last load applied (None before the first)."""
+        return self._snap.last_load_time
+
+    def last_load_time_text(self) -> str | None:
+        """`check @@metadata`'s TIMESTAMP: yyyy/MM/dd HH:mm:ss."""
+        return format_check_time(self._snap.last_load_time)
+
+    def get(self, schema: str, table: str) -> TableMeta | None:
+        """Usable metadata of a table, or None (unknown table, or no structure: error 3009)."""
+        m = self._snap.tables.get((schema, table.lower()))
+        return m if m is not None and m.structure is not None else None
+
+    def record(self, schema: str, table: str) -> TableMeta | None:
+        """The record even without a structure (for `check full @@metadata`)."""
+        return self._snap.tables.get((schema, table.lower()))
+
+    def tables_of(self, schema: str) -> list[str]:
+        """What SHOW TABLES lists: configured tables and the tables found on the default node."""
+        snap = self._snap
+        names = set(snap.by_schema.get(schema, ()))
+        cfg = self._config
+        if cfg is not None and schema in cfg.schemas:
+            names.update(cfg.schemas[schema].tables)
+        return sorted(names)
+
+    def schemas(self) -> list[str]:
+        """Schemas that have at least one record."""
+        return sorted(self._snap.by_schema)
+
+    # --- writes: copy, change, swap ---
+
+    def set_config(self, config: Config) -> None:
+        """A new configuration (reload @@config); the next load brings the tables in line."""
+        self._config = config
+
+    def add_listener(self, fn: Listener) -> Callable[[], None]:
+        """Call fn after every published change; returns a function that removes it."""
+        self._listeners.append(fn)
+        return lambda: self._listeners.remove(fn) if fn in self._listeners else None
+
+    def apply(self, result: LoadResult) -> int:
+        """Publish a load: its scope's old entries are replaced by the fresh ones."""
+        scope = result.scope
+        with self._write:
+            old = self._snap
+            tables = {k: v for k, v in old.tables.items() if not scope.covers(k)}
+            version = old.version + 1
+            upserted: list[Key] = []
+            for key, meta in result.tables.items():
+                tables[key] = self._carry(old.tables.get(key), meta, version)
+                upserted.append(key)
+            # a default node that could not be listed: keep its tables, marked unknown
+            for key, prev in old.tables.items():
+                if (key not in tables and prev.kind == KIND_DEFAULT
+                        and key[0] in result.unlisted_defaults):
+                    reason = result.unlisted_defaults[key[0]]
+                    tables[key] = replace(prev, consistency=Consistency.UNKNOWN, version=version,
+                                          unknown=MappingProxyType({prev.nodes[0]: reason}))
+                    upserted.append(key)
+            dropped = tuple(k for k in old.tables if k not in tables)
+            loaded_at = max(result.started_at, old.last_load_time or 0.0)
+            snap = self._publish(old, tables, version, loaded_at)
+        log.info("metadata published", version=version, scope=scope.describe(),
+                 tables=len(result.tables), dropped=len(dropped))
+        self._notify(MetaChange(snap.version, tuple(upserted), dropped, scope.kind == "all"))
+        return snap.version
+
+    def replace_tables(self, metas: Iterable[TableMeta], *, drop: Iterable[Key] = ()) -> int:
+        """Publish refreshed tables (after a DDL) and drop others; returns the new version."""
+        with self._write:
+            old = self._snap
+            tables = dict(old.tables)
+            version = old.version + 1
+            dropped = []
+            for key in drop:
+                key = (key[0], key[1].lower())
+                if tables.pop(key, None) is not None:
+                    dropped.append(key)
+            upserted = []
+            for meta in metas:
+                tables[meta.key] = self._carry(old.tables.get(meta.key), meta, version)
+                upserted.append(meta.key)
+            snap = self._publish(old, tables, version, old.last_load_time)
+        self._notify(MetaChange(snap.version, tuple(upserted), tuple(dropped), False))
+        return snap.version
+
+    def drop(self, schema: str, table: str) -> int:
+        """Forget a table (DROP TABLE succeeded on its nodes)."""
+        return self.replace_tables((), drop=[(schema, table)])
+
+    @staticmethod
+    def _carry(prev: TableMeta | None, new: TableMeta, version: int) -> TableMeta:
+        """Stamp the version; keep the old structure when the new fetch could not reach a node."""
+        if (new.structure is None and new.consistency is Consistency.UNKNOWN
+                and prev is not None and prev.structure is not None):
+            return replace(new, structure=prev.structure, reload_time=prev.reload_time,
+                           version=version)
+        return replace(new, version=version)
+
+    def _publish(self, old: Snapshot, tables: dict[Key, TableMeta], version: int,
+                 loaded_at: float | None) -> Snapshot:
+        by_schema: dict[str, list[str]] = {}
+        for s, t in tables:
+            by_schema.setdefault(s, []).append(t)
+        snap = Snapshot(MappingProxyType(tables),
+                        MappingProxyType({s: tuple(sorted(ts)) for s, ts in by_schema.items()}),
+                        version, loaded_at)
+        self._snap = snap  # the one atomic swap readers see
+        return snap
+
+    def _notify(self, change: MetaChange) -> None:
+        for fn in list(self._listeners):
+            try:
+                fn(change)
+            except Exception:
+                log.exception("metadata listener failed", version=change.version)
