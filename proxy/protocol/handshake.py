@@ -90,6 +90,8 @@ def parse_greeting(payload: bytes) -> ServerGreeting:
     plugin = C.NATIVE_PASSWORD
     salt2 = b""
     if pos < len(payload):
+        if pos + 6 > len(payload):
+            raise ProtocolError("truncated greeting")
         charset = payload[pos]
         status, caps_hi, auth_len = struct.unpack_from("<HHB", payload, pos + 1)
         caps |= caps_hi << 16
@@ -100,7 +102,7 @@ def parse_greeting(payload: bytes) -> ServerGreeting:
             pos += n
         if caps & C.PLUGIN_AUTH and pos < len(payload):
             p, _ = read_nul_str(payload + b"\x00", pos)
-            plugin = p.decode()
+            plugin = p.decode("utf-8", "replace")
     return ServerGreeting(version.decode("utf-8", "replace"), conn_id, bytes(salt1 + salt2), caps, charset,
                           status, plugin)
 
@@ -193,7 +195,7 @@ def build_auth_switch(plugin: str, salt: bytes) -> bytes:
 def parse_auth_switch(payload: bytes) -> tuple[str, bytes]:
     """Decode an AuthSwitchRequest into (plugin, salt)."""
     plugin, pos = read_nul_str(payload, 1)
-    return plugin.decode(), bytes(payload[pos:]).rstrip(b"\x00")
+    return plugin.decode("utf-8", "replace"), bytes(payload[pos:]).rstrip(b"\x00")
 
 
 __all__ = [
