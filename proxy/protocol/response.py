@@ -24,7 +24,7 @@ class ResponseScanner:
     """
 
     __slots__ = ("deprecate_eof", "binary", "collect", "state", "done", "status", "error", "ok", "results",
-                 "_cols_left", "_ncols", "_cur", "_cont", "_params_left", "prepare_ok", "packets")
+                 "_cols_left", "_ncols", "_cur", "_cont", "_big", "_params_left", "prepare_ok", "packets")
 
     def __init__(self, deprecate_eof: bool, *, kind: str = "query", collect: bool = False) -> None:
         self.deprecate_eof = deprecate_eof
@@ -42,6 +42,7 @@ class ResponseScanner:
         self._ncols = 0
         self._cur: ResultSet | None = None
         self._cont = False
+        self._big: list[bytes] | None = None  # chunks of a collected row over 16 MB
         self._params_left = 0
         if kind == "field_list":
             self.state = _COLDEFS
@@ -62,6 +63,11 @@ class ResponseScanner:
             self.packets += 1
             if self._cont:
                 self._cont = length == 0xFFFFFF
+                if self._big is not None:
+                    self._big.append(bytes(buf[pos + 4:end]))
+                    if not self._cont:
+                        self._row(b"".join(self._big))
+                        self._big = None
                 pos = end
                 continue
             self._cont = length == 0xFFFFFF
@@ -72,7 +78,10 @@ class ResponseScanner:
                 elif first == 0xFF and length < 0xFFFFFF:
                     self._err(bytes(buf[pos + 4:end]))
                 elif self.collect:
-                    self._row(bytes(buf[pos + 4:end]))
+                    if self._cont:
+                        self._big = [bytes(buf[pos + 4:end])]
+                    else:
+                        self._row(bytes(buf[pos + 4:end]))
             else:
                 self._packet(bytes(buf[pos + 4:end]))
             pos = end
