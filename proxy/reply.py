@@ -6,7 +6,7 @@ from meta.errors import ProxyError
 
 from .protocol.constants import STATUS_MORE_RESULTS
 from .protocol.messages import ErrInfo, OkInfo, ResultSet, encode_resultset, err_packet, ok_packet
-from .protocol.packets import frame
+from .protocol.packets import frame, lenenc_str
 
 
 class Reply:
@@ -21,15 +21,20 @@ class Reply:
 
     def ok(self, status: int, affected_rows: int = 0, last_insert_id: int = 0, warnings: int = 0,
            info: bytes = b"", more: bool = False) -> None:
-        """Add an OK packet."""
+        """Add an OK packet; info is plain text (sent length-prefixed, as MariaDB does)."""
         if more:
             status |= STATUS_MORE_RESULTS
-        self.out.append(frame(self.seq, ok_packet(affected_rows, last_insert_id, status, warnings, info)))
+        self.out.append(frame(self.seq, ok_packet(affected_rows, last_insert_id, status, warnings,
+                                                  lenenc_str(info) if info else b"")))
         self.seq = (self.seq + 1) & 0xFF
 
     def ok_info(self, ok: OkInfo, status: int, more: bool = False) -> None:
-        """Re-send a backend's OK with the session's status flags."""
-        self.ok(status, ok.affected_rows, ok.last_insert_id, ok.warnings, ok.info, more)
+        """Re-send a backend's OK (its info already length-prefixed) with the session's status flags."""
+        if more:
+            status |= STATUS_MORE_RESULTS
+        self.out.append(frame(self.seq, ok_packet(ok.affected_rows, ok.last_insert_id, status, ok.warnings,
+                                                  ok.info)))
+        self.seq = (self.seq + 1) & 0xFF
 
     def error(self, code: int, sqlstate: str, message: str) -> None:
         """Add an ERR packet (it ends the answer)."""
