@@ -10,6 +10,7 @@ import structlog
 from meta.errors import BackendUnavailable, NoSuchTable, NotSupported, ProxyError, ReadOnly
 
 from .backend import BackendConnection
+from .ddl import require_meta
 from .protocol import constants as C
 from .protocol.messages import ColumnDef, ResultSet
 from .protocol.packets import frame
@@ -157,6 +158,8 @@ class Executor:
         plan = self.server.router.route(sql, self.session.schema)
         if self.session.read_only and (plan.is_write or plan.kind == "ddl"):
             raise ReadOnly(f"User '{self.session.user}' is read only")
+        if plan.kind in ("select", "insert", "replace", "update", "delete") and not plan.hint:
+            require_meta(self.server, plan)
         if plan.kind == "ddl":
             await self.commit_all()
             self.session.explicit_txn = False

@@ -11,8 +11,13 @@ import structlog
 
 from meta.config import Config, UserConfig
 from meta.errors import BackendUnavailable, ProxyError
+from meta.loader import load_all
+from meta.locks import MetaLock
+from meta.registry import Registry
 
 from .backend import open_connection
+from .ddl import DdlRunner
+from .manager import Manager, ManagerSession
 from .pool import Backends
 from .router import Router
 from .session import ClientProtocol, Session
@@ -32,7 +37,10 @@ class ProxyServer:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.backends = Backends(config)
-        self.router = Router(config, self._default_tables_cached)
+        self.registry = Registry(config)
+        self.router = Router(config, self.registry.tables_of)
+        self.ddl = DdlRunner(self)
+        self.manager = Manager(self)
         self.sessions: set[Session] = set()
         self.user_counts: dict[str, int] = {}
         self.version = config.server.version or DEFAULT_VERSION
@@ -40,19 +48,29 @@ class ProxyServer:
         self.login_timeout_s = 10.0
         self.started = time.monotonic()
         self._ids = itertools.count(1)
-        self._server: asyncio.base_events.Server | None = None
-        self._default_tables: dict[str, list[str]] = {}
+        self._servers: list[asyncio.base_events.Server] = []
         self.log = log.bind(instance=config.server.instance)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
-        """Learn the backend version, then open the client port."""
+        """Learn the backend version, load every table's metadata, then open both ports."""
         if self.config.server.version is None:
             self.version = await self._backend_version()
+        await self.load_metadata()
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: ClientProtocol(self), self.config.server.bind,
-                                                self.config.server.port, backlog=1024, reuse_address=True)
-        self.log.info("listening", port=self.config.server.port, version=self.version)
+        srv = self.config.server
+        self._servers.append(await loop.create_server(lambda: ClientProtocol(self), srv.bind, srv.port,
+                                                      backlog=1024, reuse_address=True))
+        self._servers.append(await loop.create_server(lambda: ClientProtocol(self, ManagerSession), srv.bind,
+                                                      srv.manager_port, backlog=128, reuse_address=True))
+        self.log.info("listening", port=srv.port, manager_port=srv.manager_port, version=self.version)
+
+    async def load_metadata(self) -> None:
+        """Load all tables from every shardingNode; nodes that fail are logged, never fatal."""
+        result = await load_all(self.config)
+        self.registry.apply(result)
+        self.log.info("metadata loaded", tables=len(result.tables), seconds=round(result.seconds, 3),
+                      failed_nodes=result.failed_nodes or None)
 
     async def _backend_version(self) -> str:
         """The first reachable backend's version string, so drivers see a real server version."""
@@ -68,8 +86,8 @@ class ProxyServer:
 
     async def stop(self) -> None:
         """Stop listening, close every session and pool."""
-        if self._server is not None:
-            self._server.close()
+        for srv in self._servers:
+            srv.close()
         for s in list(self.sessions):
             s.client.close()
         self.backends.close()
@@ -117,33 +135,29 @@ class ProxyServer:
             return t.nodes[0]
         return self.config.schemas[schema].default_node
 
-    def _default_tables_cached(self, schema: str) -> list[str]:
-        return self._default_tables.get(schema, [])
-
     async def tables_of(self, schema: str) -> list[str]:
-        """What SHOW TABLES lists: configured tables plus the tables found on the default node."""
-        tables = list(self.config.schemas[schema].tables)
-        default = self.config.schemas[schema].default_node
-        if default:
-            conn = await self.backends.acquire(default, 0)
-            try:
-                sc = await conn.query("SHOW FULL TABLES WHERE Table_type='BASE TABLE'", self.backends.timeout_s)
-            finally:
-                self.backends.release(default, conn)
-            found = [row[0].decode() for row in sc.results[0].rows if row[0] is not None]
-            self._default_tables[schema] = found
-            tables.extend(t for t in found if t.lower() not in self.config.schemas[schema].tables)
-        return tables
+        """What SHOW TABLES lists, from memory: configured tables plus those found on the default node."""
+        return self.registry.tables_of(schema)
 
     # -- DDL ------------------------------------------------------------------------------------
     async def run_ddl(self, session: Session, plan: Plan, sql: str, r: Reply, more: bool) -> None:
-        """Run a DDL on every node of its table (metadata locks and refresh come with the meta layer)."""
-        scanners = await session.executor.run_everywhere([(t.node, t.sql) for t in plan.targets])
-        for t, sc in zip(plan.targets, scanners):
-            if sc.error is not None:
-                r.error(sc.error.code, sc.error.sqlstate, f"{sc.error.message} (shardingNode {t.node})")
-                return
-        r.ok(session.status(), more=more)
+        """DDL goes through the per-table lock and ends with the metadata refreshed."""
+        await self.ddl.run(session, plan, sql, r, more)
+
+    def ddl_in_flight(self) -> list[MetaLock]:
+        """DDLs running now (on this instance; the cluster layer adds its peers')."""
+        return self.ddl.locks.all()
+
+    async def kill_ddl_lock(self, schema: str, table: str) -> None:
+        """Operator release of a table's DDL lock."""
+        if not self.ddl.locks.release(schema, table):
+            raise ProxyError(f"there is no ddl lock on {schema}.{table}", 1105, "HY000")
+        self.log.warning("ddl lock released by operator", table=f"{schema}.{table}")
+
+    def cluster_rows(self) -> list[tuple[object, ...]]:
+        """`show @@cluster`: in single-instance mode, just this instance."""
+        srv = self.config.server
+        return [(srv.instance, f"{srv.bind}:{srv.port}", self.registry.version, "standalone")]
 
 
 __all__ = ["ProxyServer", "BackendUnavailable"]

@@ -40,8 +40,9 @@ def make_salt() -> bytes:
 class ClientProtocol(asyncio.Protocol):
     """Thin asyncio adapter: bytes in to the session's framer, bytes out to the socket, with backpressure."""
 
-    def __init__(self, server: ProxyServer) -> None:
+    def __init__(self, server: ProxyServer, session_cls: type[Session] | None = None) -> None:
         self.server = server
+        self.session_cls = session_cls or Session
         self.transport: asyncio.Transport | None = None
         self.framer = PacketFramer(max_payload=server.max_packet)
         self.session: Session | None = None
@@ -52,7 +53,7 @@ class ClientProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.session = Session(self.server, self)
+        self.session = self.session_cls(self.server, self)
         self.server.track(self.session)
 
     def data_received(self, data: bytes) -> None:

@@ -1,0 +1,153 @@
+"""DDL through the client port: lock the table, run on all its nodes, refresh metadata, then answer."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+
+from meta.errors import BackendUnavailable, MetaLost, ProxyError, TableExists
+from meta.loader import load_tables
+from meta.locks import MetaLocks
+
+from .protocol.messages import ErrInfo
+from .protocol.packets import frame
+
+if TYPE_CHECKING:
+    from .reply import Reply
+    from .router import Plan
+    from .server import ProxyServer
+    from .session import Session
+
+log = structlog.get_logger("pydble.ddl")
+
+ER_TABLE_EXISTS = 1050
+
+
+@dataclass
+class NodeResult:
+    """One node's answer to a DDL."""
+
+    node: str
+    error: ErrInfo | None
+
+
+class DdlRunner:
+    """Serializes DDL per table on this instance and keeps metadata in step with the backends."""
+
+    def __init__(self, server: ProxyServer) -> None:
+        self.server = server
+        self.locks = MetaLocks(server.config.server.instance)
+        self.tasks: set[asyncio.Task] = set()
+
+    async def run(self, session: Session, plan: Plan, sql: str, r: Reply, more: bool) -> None:
+        """Run a DDL for a session; it finishes (and unlocks) even if the client leaves meanwhile."""
+        owner = f"session:{session.conn_id}"
+        taken: list[tuple[str, str]] = []
+        try:
+            for schema, table in plan.tables:
+                self.locks.acquire(schema, table, sql, owner)
+                taken.append((schema, table))
+        except ProxyError:
+            for s, t in taken:
+                self.locks.release(s, t, owner)
+            raise
+        task = asyncio.get_running_loop().create_task(self._locked(plan, sql, owner, session.schema))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        status = session.status
+        err = await asyncio.shield(task)
+        if err is None:
+            r.ok(status(), more=more)
+        else:
+            r.proxy_error(err)
+
+    async def _locked(self, plan: Plan, sql: str, owner: str, schema: str | None) -> ProxyError | None:
+        """The DDL itself, always ending with metadata refreshed and the locks released."""
+        keys = [(s, t) for s, t in plan.tables]
+        dlog = log.bind(instance=self.server.config.server.instance, tables=[f"{s}.{t}" for s, t in keys],
+                        ddl=plan.ddl)
+        started = time.monotonic()
+        try:
+            self._precheck(plan)
+            results = await self.execute(plan)
+            dlog.info("ddl executed", phase="EXECUTED", seconds=round(time.monotonic() - started, 3),
+                      failed=[x.node for x in results if x.error])
+            await self.refresh(keys)
+            return self._outcome(plan, results)
+        except ProxyError as e:
+            return e
+        except Exception as e:  # noqa: BLE001 - a DDL must always answer and unlock
+            dlog.exception("ddl failed")
+            return ProxyError(f"DDL failed: {e}")
+        finally:
+            for s, t in keys:
+                self.locks.release(s, t, owner)
+
+    def _precheck(self, plan: Plan) -> None:
+        """DBLE's answers that come from memory before any backend is touched."""
+        reg = self.server.registry
+        for schema, table in plan.tables:
+            if plan.ddl == "CREATE_TABLE" and not plan.if_exists and reg.get(schema, table) is not None:
+                raise TableExists(f"Table '{schema}.{table}' or table meta already exists")
+
+    async def execute(self, plan: Plan) -> list[NodeResult]:
+        """Run the DDL on every target node in parallel, on connections of its own."""
+        backends = self.server.backends
+
+        async def one(node: str, sql: str) -> NodeResult:
+            conn = await backends.acquire(node, 0)
+            try:
+                sc = await conn.run(frame(0, b"\x03" + sql.encode("utf-8", "surrogateescape")),
+                                    backends.timeout_s, collect=True)
+            finally:
+                backends.release(node, conn)
+            return NodeResult(node, sc.error)
+
+        outs = await asyncio.gather(*(one(t.node, t.sql) for t in plan.targets), return_exceptions=True)
+        results: list[NodeResult] = []
+        for t, o in zip(plan.targets, outs):
+            if isinstance(o, ProxyError):
+                results.append(NodeResult(t.node, ErrInfo(o.code, o.sqlstate, o.message)))
+            elif isinstance(o, BaseException):
+                results.append(NodeResult(t.node, ErrInfo(2013, "HY000", f"shardingNode[{t.node}]: {o}")))
+            else:
+                results.append(o)
+        return results
+
+    async def refresh(self, keys: list[tuple[str, str]]) -> None:
+        """Re-read the tables' structure from their nodes and publish it (persist before publish)."""
+        if not keys:
+            return
+        result = await load_tables(self.server.config, keys)
+        self.server.registry.apply(result)
+
+    def _outcome(self, plan: Plan, results: list[NodeResult]) -> ProxyError | None:
+        failed = [x for x in results if x.error is not None]
+        if not failed:
+            return None
+        if plan.ddl == "CREATE_TABLE" and all(x.error.code == ER_TABLE_EXISTS for x in failed) \
+                and len(failed) == len(results):
+            schema, table = plan.tables[0]
+            return TableExists(f"Table '{schema}.{table}' or table meta already exists")
+        first = failed[0]
+        db = self.server.config.sharding_nodes[first.node].database
+        tables = ",".join(f"{db}.{t}" for _, t in plan.tables)
+        ok_nodes = [x.node for x in results if x.error is None]
+        note = f" (shardingNode[{first.node}], physical table {tables}"
+        note += f"; succeeded on {','.join(ok_nodes)})" if ok_nodes else ")"
+        return ProxyError(first.error.message + note, first.error.code, first.error.sqlstate)
+
+
+def require_meta(server: ProxyServer, plan: Plan) -> None:
+    """DML on a configured table without metadata gets DBLE's 3009 instead of a guess."""
+    reg = server.registry
+    for schema, table in plan.tables:
+        if server.config.table(schema, table) is not None and reg.get(schema, table) is None:
+            raise MetaLost(f"Table meta '{schema}.{table}' is lost,PLEASE reload @@metadata")
+
+
+__all__ = ["DdlRunner", "require_meta", "BackendUnavailable"]

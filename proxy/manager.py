@@ -1,0 +1,196 @@
+"""The manager port (9066): metadata reload and checks, DDL locks, cluster and pool views."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import structlog
+
+from meta.consistency import consistent_in_memory
+from meta.errors import AccessDenied, DdlInProgress, ProxyError
+from meta.loader import LoadResult, load_tables
+from meta.model import TableMeta
+from meta.registry import format_check_time
+
+from . import local
+from .manager_parse import (HELP, CheckFullMetadata, CheckMetadata, KillDdlLock, ReloadMetadata, ShowBackend,
+                            ShowCluster, ShowDdl, ShowHelp, TableFilter, parse_manager)
+from .protocol import constants as C
+from .protocol.handshake import parse_stored_password, verify_native_password
+from .protocol.messages import ColumnDef, ResultSet
+from .reply import Reply
+from .session import Session
+from .sqltok import first_keyword
+
+if TYPE_CHECKING:
+    from .server import ProxyServer
+
+log = structlog.get_logger("pydble.manager")
+
+FULL_TIME = "%Y-%m-%d %H:%M:%S"
+
+
+def text_result(names: list[str], rows: list[list[object]]) -> ResultSet:
+    """A result of string columns (numbers rendered as text, None as NULL)."""
+    cols = [ColumnDef(n, C.T_VAR_STRING, C.CHARSET_UTF8MB4_GENERAL_CI, 1024) for n in names]
+    return ResultSet(cols, [[None if v is None else str(v).encode() for v in row] for row in rows])
+
+
+def _full_time(ts: float | None) -> str | None:
+    return None if ts is None else time.strftime(FULL_TIME, time.localtime(ts))
+
+
+class ManagerSession(Session):
+    """A session on the manager port: manager users only, manager commands only."""
+
+    def authenticate(self, user: str, auth: bytes, salt: bytes, database: str | None) -> None:
+        """Only [[manager_users]] may log in here; client users are refused with 1045."""
+        u = self.server.config.manager_users.get(user)
+        if u is None or not verify_native_password(auth, salt, parse_stored_password(u.password)):
+            raise AccessDenied(f"Access denied for user '{user}'@'{self.peer}' "
+                               f"(using password: {'YES' if auth else 'NO'})")
+        self.user = user
+
+    async def statement(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
+        """Driver chatter (SET, COMMIT, version probe) is acknowledged; the rest must be a manager command."""
+        kw = first_keyword(sql)
+        if kw in ("SET", "COMMIT", "ROLLBACK", "BEGIN", "USE"):
+            r.ok(self.status(), more=more)
+            return False
+        if kw == "SELECT":
+            rs = local.local_select(sql, self.local_values())
+            if rs is None:
+                raise ProxyError("Unsupported statement, see: show @@help", 1064, "42000")
+            r.resultset(rs, self.status(), more)
+            return False
+        cmd = parse_manager(sql)
+        out = await self.server.manager.run(cmd)
+        if isinstance(out, ResultSet):
+            r.resultset(out, self.status(), more)
+        else:
+            r.ok(self.status(), info=out.encode(), more=more)
+        return False
+
+    async def dispatch(self, payload: bytes) -> bool:
+        """COM_INIT_DB and COM_FIELD_LIST mean nothing here; everything else as a client session."""
+        if payload[:1] in (bytes((C.COM_INIT_DB,)),):
+            r = Reply(self.deprecate_eof)
+            r.ok(self.status())
+            self.client.write(r.bytes())
+            return True
+        return await super().dispatch(payload)
+
+
+class Manager:
+    """What manager commands do, independent of the session that asked."""
+
+    def __init__(self, server: ProxyServer) -> None:
+        self.server = server
+
+    async def run(self, cmd: object) -> ResultSet | str:
+        """Execute a parsed command: a result set, or the message of an OK."""
+        if isinstance(cmd, ReloadMetadata):
+            await self.reload(cmd.filter)
+            return "reload metadata success"
+        if isinstance(cmd, CheckMetadata):
+            return text_result(["TIMESTAMP"], [[self.server.registry.last_load_time_text()]])
+        if isinstance(cmd, CheckFullMetadata):
+            return await self.check_full(cmd)
+        if isinstance(cmd, ShowDdl):
+            return self.show_ddl()
+        if isinstance(cmd, KillDdlLock):
+            await self.server.kill_ddl_lock(cmd.schema, cmd.table)
+            return "release ddl lock success"
+        if isinstance(cmd, ShowCluster):
+            return text_result(["NAME", "ADDRESS", "META_VERSION", "SESSION_STATE"],
+                               [list(row) for row in self.server.cluster_rows()])
+        if isinstance(cmd, ShowBackend):
+            rows = []
+            for name, pool in self.server.backends.pools.items():
+                st = pool.stats()
+                rows.append([name, f"{pool.group.host}:{pool.group.port}", pool.group.max_con, st["total"],
+                             st["in_use"], st["idle"], st["waiting"]])
+            return text_result(["DB_GROUP", "ADDRESS", "MAX_CON", "TOTAL", "IN_USE", "IDLE", "WAITING"], rows)
+        if isinstance(cmd, ShowHelp):
+            return text_result(["STATEMENT", "DESCRIPTION"], [[s, d] for s, d in HELP])
+        raise ProxyError("Unsupported statement, see: show @@help", 1064, "42000")
+
+    def _keys(self, f: TableFilter) -> tuple[list[tuple[str, str]] | None, str | None]:
+        cfg = self.server.config
+        if f.tables is not None:
+            for s, _ in f.tables:
+                if s not in cfg.schemas:
+                    raise ProxyError(f"Unknown database '{s}'", 1049, "42000")
+            return [(s, t.lower()) for s, t in f.tables], None
+        if f.schema is not None:
+            if f.schema not in cfg.schemas:
+                raise ProxyError(f"Unknown database '{f.schema}'", 1049, "42000")
+            if f.table is not None:
+                return [(f.schema, f.table.lower())], None
+            return None, f.schema
+        return None, None
+
+    async def reload(self, f: TableFilter) -> LoadResult:
+        """Reload metadata (all or some tables) while queries go on; refused while a DDL runs on them."""
+        keys, schema = self._keys(f)
+        busy = [lk for lk in self.server.ddl.locks.all()
+                if (keys is None or (lk.schema, lk.table) in keys) and (schema is None or lk.schema == schema)]
+        if busy:
+            raise DdlInProgress("There is other session is doing DDL\n" + "\n".join(lk.sql for lk in busy))
+        result = await load_tables(self.server.config, keys, schema)
+        self.server.registry.apply(result)
+        log.info("metadata reloaded", instance=self.server.config.server.instance, scope=result.scope.describe(),
+                 tables=len(result.tables), seconds=round(result.seconds, 3), failed_nodes=result.failed_nodes)
+        return result
+
+    async def check_full(self, cmd: CheckFullMetadata) -> ResultSet:
+        """Every table's memory next to a fresh fetch from its nodes."""
+        keys, schema = self._keys(cmd.filter)
+        fresh = await load_tables(self.server.config, keys, schema)
+        snap = self.server.registry.snapshot
+        wanted = set(fresh.tables)
+        if keys is not None:
+            wanted |= set(keys)
+        else:
+            wanted |= {k for k in snap.tables if schema is None or k[0] == schema}
+        rows: list[list[object]] = []
+        for key in sorted(wanted):
+            mem: TableMeta | None = snap.tables.get(key)
+            new = fresh.tables.get(key)
+            row = self._row(key, mem, new)
+            if self._keep(cmd, row, mem):
+                rows.append(row)
+        return text_result(["schema", "table", "reload_time", "table_structure", "consistent_in_sharding_nodes",
+                            "consistent_in_memory"], rows)
+
+    @staticmethod
+    def _row(key: tuple[str, str], mem: TableMeta | None, new: TableMeta | None) -> list[object]:
+        if mem is None or mem.structure is None:
+            return [key[0], key[1], "null", "null", 0, 0]
+        in_nodes = 1 if new is not None and new.consistency.flag == 1 else 0
+        in_memory = 1 if new is not None and consistent_in_memory(mem, new) is True else 0
+        return [key[0], key[1], _full_time(mem.reload_time), mem.structure, in_nodes, in_memory]
+
+    @staticmethod
+    def _keep(cmd: CheckFullMetadata, row: list[object], mem: TableMeta | None) -> bool:
+        if cmd.consistent_in_sharding_nodes is not None and row[4] != cmd.consistent_in_sharding_nodes:
+            return False
+        if cmd.consistent_in_memory is not None and row[5] != cmd.consistent_in_memory:
+            return False
+        op = cmd.reload_time_op
+        if op == "is null":
+            return row[2] == "null"
+        if op is not None:
+            t = row[2]
+            if t == "null":
+                return False
+            want = cmd.reload_time or ""
+            return {">=": t >= want, "<=": t <= want, "=": t == want, ">": t > want, "<": t < want}[op]
+        return True
+
+    def show_ddl(self) -> ResultSet:
+        """DDLs in flight (this instance's locks; the cluster layer adds its peers')."""
+        rows = [[lk.schema, lk.table, lk.sql, lk.instance, lk.phase, format_check_time(lk.since)]
+                for lk in self.server.ddl_in_flight()]
+        return text_result(["schema", "table", "sql", "instance", "phase", "since"], rows)
