@@ -89,6 +89,12 @@ class LoadResult:
     started_at: float = 0.0
     seconds: float = 0.0
 
+    def __repr__(self) -> str:
+        """A summary: asyncio and logs repr results, and thousands of records would be slow."""
+        return (f"LoadResult(scope={self.scope.describe()!r}, tables={len(self.tables)}, "
+                f"nodes={len(self.nodes)}, failed={sorted(self.failed_nodes)}, "
+                f"seconds={self.seconds:.3f})")
+
     @property
     def ok(self) -> bool:
         """Every node answered fully."""
@@ -324,14 +330,13 @@ class _Loader:
         self.tree.listed(w.node)
         extra = min(self.per_node, len(queue)) - 1
         if extra > 0:
-            opened = await asyncio.gather(
-                *(self.backend.connect(nc, group, timeout_s=connect_timeout) for _ in range(extra)),
-                return_exceptions=True)
-            for c in opened:
-                if isinstance(c, BaseException):
-                    nlog.debug("extra metadata connection failed; continuing with fewer", error=str(c))
-                else:
-                    conns.append(c)
+            async def one_more() -> None:
+                try:  # appended at once, so a timeout meanwhile still closes it
+                    conns.append(await self.backend.connect(nc, group, timeout_s=connect_timeout))
+                except NodeUnavailable as e:
+                    nlog.debug("extra metadata connection failed; continuing with fewer",
+                               error=e.reason)
+            await asyncio.gather(*(one_more() for _ in range(extra)))
         if len(conns) == 1:
             await self._drain(w, conns[0], queue, nlog)
             return
