@@ -1,0 +1,70 @@
+# pydble developer entry points. `make test` is what CI runs (.ci/run).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+
+PYTHON      ?= python3
+VENV        ?= .venv
+CONFIG      ?= conf/pydble.toml
+TEST_TIMEOUT ?= 300
+PYTEST_ARGS ?=
+# Debian packages the tests and tools need (mariadb-server: mariadbd for the test harness;
+# python3-venv: `python3 -m venv` on Debian).
+APT_PACKAGES := zookeeper libmariadb-java sysbench mariadb-client mariadb-server python3-venv
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+MARIADB_PING := mariadb-admin --host=127.0.0.1 --port=3306 --user=root --connect-timeout=2 ping
+
+.PHONY: deps apt venv system-mariadb run test clean distclean
+
+## deps: idempotent machine set-up (apt packages, .venv, the system MariaDB on 127.0.0.1:3306)
+deps: apt venv system-mariadb
+
+apt:
+	@missing=""; \
+	for p in $(APT_PACKAGES); do \
+	  case "$$(dpkg -s "$$p" 2>/dev/null || true)" in \
+	    *"Status: install ok installed"*) ;; \
+	    *) missing="$$missing $$p" ;; \
+	  esac; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "apt: installing$$missing"; \
+	  $(SUDO) apt-get update -qq; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+venv: $(VENV)/.stamp
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstall when pyproject.toml changes (the stamp is older than it).
+$(VENV)/.stamp: pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $@
+
+system-mariadb:
+	@if ! $(MARIADB_PING) >/dev/null 2>&1; then \
+	  echo "system MariaDB not answering on 127.0.0.1:3306, starting it"; \
+	  $(SUDO) install -d -o mysql -g mysql /run/mysqld 2>/dev/null || $(SUDO) mkdir -p /run/mysqld; \
+	  $(SUDO) start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd; \
+	  for i in $$(seq 60); do $(MARIADB_PING) >/dev/null 2>&1 && break; sleep 0.5; done; \
+	  $(MARIADB_PING) >/dev/null 2>&1 || { echo "system MariaDB did not come up within 30 s" >&2; exit 1; }; \
+	fi
+
+## run: create the shard databases, then run one proxy with conf/pydble.toml in the foreground
+run: deps
+	$(VENV)/bin/pydble init-db --config $(CONFIG)
+	exec $(VENV)/bin/pydble serve --config $(CONFIG)
+
+## test: the suite without slow soak/benchmark tests (CI)
+test: deps
+	$(VENV)/bin/python -m pytest -m "not slow" -q --timeout=$(TEST_TIMEOUT) $(PYTEST_ARGS)
+
+clean:
+	rm -rf .pytest_cache .hypothesis build dist run *.egg-info
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)
