@@ -71,7 +71,7 @@ _UNSUPPORTED = {
     "CACHE": "CACHE INDEX", "BINLOG": "BINLOG", "SHUTDOWN": "SHUTDOWN", "IMPORT": "IMPORT TABLE",
     "CLONE": "CLONE", "RESTART": "RESTART", "HELP": "HELP", "SIGNAL": "SIGNAL", "RESIGNAL": "RESIGNAL",
     "GET": "GET DIAGNOSTICS", "TABLE": "the TABLE statement", "VALUES": "the VALUES statement",
-    "BACKUP": "BACKUP", "CREATE_VIEW": "VIEW",
+    "BACKUP": "BACKUP",
 }
 _LOCAL = frozenset({"sharding", "single", "default"})
 _CACHE_MAX_TOKENS = 512
@@ -166,9 +166,12 @@ class _Analysis:
     rows: list[tuple[int, int]] = field(default_factory=list)   # token index of row start and ')'
     keys: list[Any] = field(default_factory=list)               # value ref of each row's sharding key
     sub: "_Analysis | None" = None        # subqueries inside VALUES / INSERT ... SELECT
+    # mode explain: the text before the explained statement, and that statement's SQL on its node
+    explain: tuple[int, str] | None = None
 
 
 def _not_supported(msg: str) -> NotSupported:
+    """ER_NOT_SUPPORTED_YET (1235) with a sentence saying why."""
     return NotSupported(msg)
 
 
@@ -967,14 +970,15 @@ class Router:
                 raise UnknownDatabase(f"Unknown database '{schema}'")
             schema = real
         toks = tokenize(sql)
-        while toks and toks[-1][1] == ";" and toks[-1][0] == "o":
-            toks.pop()
+        if ";" in sql:
+            while toks and toks[-1][1] == ";" and toks[-1][0] == "o":
+                toks.pop()
+            for t in toks:
+                if t[1] == ";" and t[0] == "o":
+                    raise ParseError("route() takes one statement: split multi-statement text with "
+                                     "proxy.sqltok.split_statements first")
         if not toks:
             raise ProxyError("Query was empty", code=1065, sqlstate="42000")
-        for t in toks:
-            if t[1] == ";" and t[0] == "o":
-                raise ParseError("route() takes one statement: split multi-statement text with "
-                                 "proxy.sqltok.split_statements first")
         first = toks[0]
         if first[0] == "h":
             if _HINT_PREFIX_RE.match(first[1]):
@@ -1292,7 +1296,7 @@ class Router:
                         raise _not_supported(f"Not Supported of Sharding Value EXPR :{text}")
                     an.keys.append(v)
         elif p.word(k, "SET"):
-            end = p.skip_to(k + 1, p.n, ("ON",), sc)
+            end = self._odku(p, k + 1, sc)
             assigns = self._assignments(p, k + 1, end)
             key = None
             for col, (a, b) in assigns:
@@ -1308,7 +1312,7 @@ class Router:
             an.keys = [key] if key is not None else []
             k = end
         elif p.is_query(k) or p.word(k, "WITH"):
-            end = p.skip_to(k, p.n, ("ON",), None)
+            end = self._odku(p, k, None)
             q = p.query(k, end, None, {})
             sub = _Analysis(kind, True, ())
             sub.top = q
@@ -1342,6 +1346,14 @@ class Router:
         if cols is None and table.type == "sharding" and an.mode == "insert":
             an.cacheable = False  # the key's position came from metadata, which can change
         return an
+
+    def _odku(self, p: _Parser, k: int, sc: _Scope | None) -> int:
+        """Where a top-level ON DUPLICATE KEY UPDATE starts (or the end)."""
+        while True:
+            k = p.skip_to(k, p.n, ("ON",), sc)
+            if k >= p.n or p.word(k + 1, "DUPLICATE"):
+                return k
+            k += 1
 
     def _no_key(self, table: _Table) -> NotSupported:
         return _not_supported(f"bad insert sql, sharding column/joinKey:{(table.column or '').upper()} not provided")
@@ -1572,11 +1584,8 @@ class Router:
         if k < p.n and p.at(k) in ("SELECT", "WITH", "(", "INSERT", "REPLACE", "UPDATE", "DELETE", "TABLE"):
             inner = self.route(sql[p.toks[k][2]:], p.schema)
             t0 = inner.targets[0]
-            an = _Analysis("other", False, inner.tables, mode="explain", cacheable=False)
-            an.nodes = (t0.node,)
-            an.rows = [(p.toks[k][2], 0)]
-            an.keys = [t0.sql]
-            return an
+            return _Analysis("other", False, inner.tables, mode="explain", cacheable=False, nodes=(t0.node,),
+                             explain=(p.toks[k][2], t0.sql))
         table, _ = self._ddl_or_system(p, k, p.schema)
         return _Analysis("other", False, self._names_of(table), nodes=(self._one(table, p.schema),))
 
@@ -1680,8 +1689,9 @@ class Router:
         if mode == "insert_select":
             return self._plan_insert_select(an, sql, toks, schema)
         if mode == "explain":
-            prefix = sql[:an.rows[0][0]]
-            return Plan(an.kind, (Target(an.nodes[0], prefix + an.keys[0]),), an.is_write, an.tables)
+            assert an.explain is not None
+            at, inner = an.explain
+            return Plan(an.kind, (Target(an.nodes[0], sql[:at] + inner),), an.is_write, an.tables)
         phys = self._render(sql, toks, an.deletions)
         return Plan(an.kind, tuple(Target(n, phys) for n in an.nodes), an.is_write, an.tables, None, an.ddl,
                     an.if_exists)
@@ -1704,6 +1714,8 @@ class Router:
             elif t.type == "global":
                 targets = nodes if an.is_write else nodes[:1]
             elif t.type == "system":
+                if an.is_write:
+                    raise _not_supported(f"writing {t.full} is not supported by pydble")
                 targets = (self._home(schema),)
             else:
                 targets = nodes
@@ -1743,6 +1755,8 @@ class Router:
             elif t.type == "global":
                 glob.append(r)
         modified = an.modified
+        if modified is not None and any(r.table.type == "system" for r in modified):
+            raise _not_supported(f"writing {modified[0].table.full} is not supported by pydble")
         if modified is not None and any(r.table.type == "global" for r in modified):
             return self._global_write(an, modified, local, glob)
         if not local:
@@ -1759,6 +1773,11 @@ class Router:
                 union[n] = None
         if len(union) <= 1:
             node = next(iter(union)) if union else self._empty_choice(local, glob)
+            for r in local:
+                if node not in r.table.nodes:
+                    other = next(x for x in local if node in x.table.nodes)
+                    raise _not_supported(f"cross-node JOIN of {other.table.full} and {r.table.full} is not "
+                                         f"supported: {r.table.full} is not on shardingNode {node}")
             for g in glob:
                 if node not in g.table.nodes:
                     other = next((r for r in local if node in r.table.nodes), local[0])
@@ -1769,9 +1788,11 @@ class Router:
 
     def _empty_choice(self, local: list[_Ref], glob: list[_Ref]) -> str:
         """No row can match: any node that every table of the statement exists on answers correctly."""
-        cands = [n for n in local[0].table.nodes
-                 if all(n in r.table.nodes for r in local) and all(n in g.table.nodes for g in glob)]
-        return cands[0] if cands else local[0].table.nodes[0]
+        for n in local[0].table.nodes:
+            if all(n in r.table.nodes for r in local) and all(n in g.table.nodes for g in glob):
+                return n
+        names = _names(local + glob)
+        raise _not_supported(f"cross-node JOIN of {names} is not supported: no shardingNode holds all of them")
 
     def _global_write(self, an: _Analysis, modified: list[_Ref], local: list[_Ref], glob: list[_Ref]) -> tuple[str, ...]:
         if local:
@@ -1805,7 +1826,7 @@ class Router:
         shard = [r for r in local if r.table.type == "sharding"]
         for r in local:
             if r.table.type != "sharding":
-                other = shard[0]
+                other = shard[0] if shard else next(x for x in local if x.table.nodes != r.table.nodes)
                 raise _not_supported(f"cross-node {kind} of {other.table.full} and {r.table.full} is not "
                                      f"supported: {r.table.full} lives on shardingNode {r.table.nodes[0]} only")
         base = shard[0]

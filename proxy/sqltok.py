@@ -45,10 +45,8 @@ _TOKEN_RE = re.compile(rf"""
 
 # Alternatives are ordered by frequency (words, simple punctuation, numbers first); W and O are the
 # rarer spellings of words (leading digit) and operators, reported as kinds w and o.
-_KIND_OF_GROUP: tuple[str, ...] = tuple(
-    {"W": "w", "O": "o"}.get(name, name) for name, _ in
-    sorted(_TOKEN_RE.groupindex.items(), key=lambda kv: kv[1]))
-_KIND_OF_GROUP = ("",) + _KIND_OF_GROUP
+_KIND_OF_GROUP: tuple[str, ...] = ("",) + tuple(
+    {"W": "w", "O": "o"}.get(name, name) for name, _ in sorted(_TOKEN_RE.groupindex.items(), key=lambda kv: kv[1]))
 _finditer = _TOKEN_RE.finditer
 
 _FIRST_RE = re.compile(r"""
