@@ -38,7 +38,7 @@ class ProxyServer:
         self.config = config
         self.backends = Backends(config)
         self.registry = Registry(config)
-        self.router = Router(config, self.registry.tables_of)
+        self.router = Router(config, self.registry.tables_of, self._table_columns)
         self.ddl = DdlRunner(self)
         self.manager = Manager(self)
         self.sessions: set[Session] = set()
@@ -134,6 +134,12 @@ class ProxyServer:
         if t is not None:
             return t.nodes[0]
         return self.config.schemas[schema].default_node
+
+    def _table_columns(self, schema: str, table: str) -> tuple[str, ...] | None:
+        """Column order from memory, for INSERTs without a column list."""
+        meta = self.registry.get(schema, table)
+        parsed = meta.parsed if meta is not None else None
+        return parsed.column_names if parsed is not None else None
 
     async def tables_of(self, schema: str) -> list[str]:
         """What SHOW TABLES lists, from memory: configured tables plus those found on the default node."""
