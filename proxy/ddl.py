@@ -12,6 +12,7 @@ import structlog
 from meta.errors import BackendUnavailable, MetaLost, ProxyError, TableExists
 from meta.loader import load_tables
 from meta.locks import MetaLocks
+from zk.originator import ClusterDdl
 
 from .protocol.messages import ErrInfo
 from .protocol.packets import frame
@@ -59,33 +60,48 @@ class DdlRunner:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         status = session.status
-        err = await asyncio.shield(task)
-        if err is None:
-            r.ok(status(), more=more)
-        else:
+        err, warning = await asyncio.shield(task)
+        if err is not None:
             r.proxy_error(err)
+        elif warning:
+            session.warnings = [("Warning", 4006, warning)]
+            r.ok(status(), warnings=1, info=warning.encode(), more=more)
+        else:
+            r.ok(status(), more=more)
 
-    async def _locked(self, plan: Plan, sql: str, owner: str, schema: str | None) -> ProxyError | None:
-        """The DDL itself, always ending with metadata refreshed and the locks released."""
+    async def _locked(self, plan: Plan, sql: str, owner: str,
+                      schema: str | None) -> tuple[ProxyError | None, str | None]:
+        """The DDL itself (through the cluster when there is one), always ending unlocked and refreshed."""
         keys = [(s, t) for s, t in plan.tables]
         dlog = log.bind(instance=self.server.config.server.instance, tables=[f"{s}.{t}" for s, t in keys],
                         ddl=plan.ddl)
         started = time.monotonic()
         try:
             self._precheck(plan)
-            results = await self.execute(plan)
-            dlog.info("ddl executed", phase="EXECUTED", seconds=round(time.monotonic() - started, 3),
-                      failed=[x.node for x in results if x.error])
-            await self.refresh(keys)
-            return self._outcome(plan, results)
+            cluster = self.server.cluster
+            if cluster is None:
+                return await self._apply(plan, keys, dlog, started), None
+            async with ClusterDdl(cluster, keys, sql, plan.ddl or "UNKNOWN") as cd:
+                err = await self._apply(plan, keys, dlog, started)
+                await cd.complete(err is None, err.message if err is not None else "")
+                return err, cd.warning()
         except ProxyError as e:
-            return e
+            return e, None
         except Exception as e:  # noqa: BLE001 - a DDL must always answer and unlock
             dlog.exception("ddl failed")
-            return ProxyError(f"DDL failed: {e}")
+            return ProxyError(f"DDL failed: {e}"), None
         finally:
             for s, t in keys:
                 self.locks.release(s, t, owner)
+
+    async def _apply(self, plan: Plan, keys: list[tuple[str, str]], dlog: structlog.stdlib.BoundLogger,
+                     started: float) -> ProxyError | None:
+        """Run on the backends, then refresh this instance's metadata (persist before publish)."""
+        results = await self.execute(plan)
+        dlog.info("ddl executed", phase="EXECUTED", seconds=round(time.monotonic() - started, 3),
+                  failed=[x.node for x in results if x.error])
+        await self.refresh(keys)
+        return self._outcome(plan, results)
 
     def _precheck(self, plan: Plan) -> None:
         """DBLE's answers that come from memory before any backend is touched."""

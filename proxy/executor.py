@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 log = structlog.get_logger("pydble.executor")
 
 
+WARNING_COLUMNS = (ColumnDef("Level", C.T_VAR_STRING, 45, 28), ColumnDef("Code", C.T_LONG, 63, 4, 0xA1),
+                   ColumnDef("Message", C.T_VAR_STRING, 45, 2048))
+
+
 def _com_query(sql: str) -> bytes:
     return frame(0, b"\x03" + sql.encode("utf-8", "surrogateescape"))
 
@@ -296,11 +300,12 @@ class Executor:
 
     async def show_warnings(self, sql: str) -> ResultSet:
         """SHOW WARNINGS of the last node used, when that connection is still ours; else none."""
+        if self.session.warnings:
+            return ResultSet(list(WARNING_COLUMNS), [[lv.encode(), str(code).encode(), msg.encode()]
+                                                     for lv, code, msg in self.session.warnings])
         conn = self.pinned.get(self.last_node or "")
         if conn is not None and not conn.broken:
             sc = await conn.query(sql, self.server.backends.timeout_s)
             if sc.results:
                 return sc.results[0]
-        cols = [ColumnDef("Level", C.T_VAR_STRING, 45, 28), ColumnDef("Code", C.T_LONG, 63, 4, 0xA1),
-                ColumnDef("Message", C.T_VAR_STRING, 45, 2048)]
-        return ResultSet(cols, [])
+        return ResultSet(list(WARNING_COLUMNS), [])

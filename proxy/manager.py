@@ -98,13 +98,13 @@ class Manager:
         if isinstance(cmd, CheckFullMetadata):
             return await self.check_full(cmd)
         if isinstance(cmd, ShowDdl):
-            return self.show_ddl()
+            return await self.show_ddl()
         if isinstance(cmd, KillDdlLock):
             await self.server.kill_ddl_lock(cmd.schema, cmd.table)
             return "release ddl lock success"
         if isinstance(cmd, ShowCluster):
             return text_result(["NAME", "ADDRESS", "META_VERSION", "SESSION_STATE"],
-                               [list(row) for row in self.server.cluster_rows()])
+                               [list(row) for row in await self.server.cluster_rows()])
         if isinstance(cmd, ShowBackend):
             rows = []
             for name, pool in self.server.backends.pools.items():
@@ -189,8 +189,8 @@ class Manager:
             return {">=": t >= want, "<=": t <= want, "=": t == want, ">": t > want, "<": t < want}[op]
         return True
 
-    def show_ddl(self) -> ResultSet:
-        """DDLs in flight (this instance's locks; the cluster layer adds its peers')."""
-        rows = [[lk.schema, lk.table, lk.sql, lk.instance, lk.phase, format_check_time(lk.since)]
-                for lk in self.server.ddl_in_flight()]
+    async def show_ddl(self) -> ResultSet:
+        """DDLs in flight in the whole cluster."""
+        rows = [[schema, table, sql, instance, phase, format_check_time(since)]
+                for schema, table, sql, instance, phase, since in await self.server.ddl_in_flight()]
         return text_result(["schema", "table", "sql", "instance", "phase", "since"], rows)

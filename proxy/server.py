@@ -12,8 +12,8 @@ import structlog
 from meta.config import Config, UserConfig
 from meta.errors import BackendUnavailable, ProxyError
 from meta.loader import load_all
-from meta.locks import MetaLock
 from meta.registry import Registry
+from zk.cluster import Cluster
 
 from .backend import open_connection
 from .ddl import DdlRunner
@@ -41,6 +41,9 @@ class ProxyServer:
         self.router = Router(config, self.registry.tables_of, self._table_columns)
         self.ddl = DdlRunner(self)
         self.manager = Manager(self)
+        self.cluster: Cluster | None = None
+        if config.cluster is not None:
+            self.cluster = Cluster(config, self.registry, self.ddl.locks, self.load_metadata, self.ddl.refresh)
         self.sessions: set[Session] = set()
         self.user_counts: dict[str, int] = {}
         self.version = config.server.version or DEFAULT_VERSION
@@ -56,7 +59,10 @@ class ProxyServer:
         """Learn the backend version, load every table's metadata, then open both ports."""
         if self.config.server.version is None:
             self.version = await self._backend_version()
-        await self.load_metadata()
+        if self.cluster is not None:
+            await self.cluster.start()  # loads metadata under syncMeta.lock
+        else:
+            await self.load_metadata()
         loop = asyncio.get_running_loop()
         srv = self.config.server
         self._servers.append(await loop.create_server(lambda: ClientProtocol(self), srv.bind, srv.port,
@@ -90,6 +96,8 @@ class ProxyServer:
             srv.close()
         for s in list(self.sessions):
             s.client.close()
+        if self.cluster is not None:
+            await self.cluster.stop()
         self.backends.close()
 
     # -- sessions -------------------------------------------------------------------------------
@@ -150,18 +158,28 @@ class ProxyServer:
         """DDL goes through the per-table lock and ends with the metadata refreshed."""
         await self.ddl.run(session, plan, sql, r, more)
 
-    def ddl_in_flight(self) -> list[MetaLock]:
-        """DDLs running now (on this instance; the cluster layer adds its peers')."""
-        return self.ddl.locks.all()
+    async def ddl_in_flight(self) -> list[tuple[str, str, str, str, str, float]]:
+        """DDLs running now in the whole cluster: (schema, table, sql, instance, phase, since)."""
+        rows = {(lk.schema, lk.table): (lk.schema, lk.table, lk.sql, lk.instance, lk.phase, lk.since)
+                for lk in self.ddl.locks.all()}
+        if self.cluster is not None:
+            for row in await self.cluster.ddl_rows():
+                rows[(row[0], row[1])] = row
+        return sorted(rows.values(), key=lambda r: r[5])
 
     async def kill_ddl_lock(self, schema: str, table: str) -> None:
-        """Operator release of a table's DDL lock."""
-        if not self.ddl.locks.release(schema, table):
+        """Operator release of a table's DDL lock, here and in the cluster."""
+        released = self.ddl.locks.release(schema, table)
+        if self.cluster is not None:
+            await self.cluster.release_table(schema, table)
+        elif not released:
             raise ProxyError(f"there is no ddl lock on {schema}.{table}", 1105, "HY000")
         self.log.warning("ddl lock released by operator", table=f"{schema}.{table}")
 
-    def cluster_rows(self) -> list[tuple[object, ...]]:
-        """`show @@cluster`: in single-instance mode, just this instance."""
+    async def cluster_rows(self) -> list[tuple[object, ...]]:
+        """`show @@cluster`: every online instance (just this one without a cluster)."""
+        if self.cluster is not None:
+            return list(await self.cluster.instance_rows())
         srv = self.config.server
         return [(srv.instance, f"{srv.bind}:{srv.port}", self.registry.version, "standalone")]
 

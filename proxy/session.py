@@ -148,6 +148,7 @@ class Session:
         self.explicit_txn = False
         self.vars: dict[str, str] = {}
         self.last_insert_id = 0
+        self.warnings: list[tuple[str, int, str]] = []  # pydble's own warnings for SHOW WARNINGS
         self.peer = "?"
         self.log = log.bind(session=self.conn_id)
         self.executor = Executor(self)
@@ -362,6 +363,8 @@ class Session:
     async def statement(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
         """Run one statement; True if its answer was relayed straight to the client."""
         kw = first_keyword(sql)
+        if kw != "SHOW":
+            self.warnings = []
         if kw == "SELECT":
             rs = local.local_select(sql, self.local_values())
             if rs is not None:

@@ -1,0 +1,145 @@
+"""kazoo from asyncio: every call is bounded, and kazoo's threads hand results back to the loop."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError, NotEmptyError
+from kazoo.protocol.states import KazooState, ZnodeStat
+from kazoo.retry import KazooRetry
+
+OP_TIMEOUT_S = 5.0
+
+
+class ZkTimeout(Exception):
+    """A ZooKeeper call did not complete within its bound."""
+
+
+class Zk:
+    """A kazoo client with awaitable, bounded operations and loop-side state callbacks."""
+
+    def __init__(self, hosts: str, session_timeout_s: float, loop: asyncio.AbstractEventLoop,
+                 auth: tuple[str, str] | None = None) -> None:
+        self.loop = loop
+        self.client = KazooClient(hosts=hosts, timeout=session_timeout_s,
+                                  connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=1.0),
+                                  auth_data=[auth] if auth else None)
+        self.state = KazooState.LOST
+        self._state_callbacks: list[Callable[[str], None]] = []
+        self.client.add_listener(self._on_state)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def start(self, timeout: float) -> None:
+        """Connect (bounded); raises ZkTimeout if ZooKeeper cannot be reached in time."""
+        try:
+            await asyncio.to_thread(self.client.start, timeout)
+        except Exception as e:  # kazoo raises its own timeout type
+            await asyncio.to_thread(self.client.stop)
+            raise ZkTimeout(f"cannot connect to ZooKeeper {self.client.hosts}: {e}") from None
+        self.state = self.client.state
+
+    async def stop(self) -> None:
+        """Close the session (its ephemeral nodes go at once) and stop kazoo's threads."""
+        def _stop() -> None:
+            try:
+                self.client.stop()
+            finally:
+                self.client.close()
+        await asyncio.to_thread(_stop)
+
+    @property
+    def session_id(self) -> int | None:
+        """The current session id (ephemeral owner of our nodes)."""
+        sid = self.client.client_id
+        return sid[0] if sid else None
+
+    def on_state(self, fn: Callable[[str], None]) -> None:
+        """Call fn(state) on the loop whenever the connection state changes."""
+        self._state_callbacks.append(fn)
+
+    def _on_state(self, state: str) -> None:  # kazoo thread
+        self.loop.call_soon_threadsafe(self._deliver_state, state)
+
+    def _deliver_state(self, state: str) -> None:
+        self.state = state
+        for fn in list(self._state_callbacks):
+            fn(state)
+
+    @property
+    def connected(self) -> bool:
+        return self.state == KazooState.CONNECTED and self.client.connected
+
+    # -- operations -----------------------------------------------------------------------------
+    async def _await(self, async_result: Any, timeout: float = OP_TIMEOUT_S) -> Any:
+        fut: asyncio.Future = self.loop.create_future()
+
+        def settle() -> None:
+            if fut.done():
+                return
+            try:
+                fut.set_result(async_result.get_nowait())
+            except Exception as e:  # noqa: BLE001 - handed to the awaiting coroutine
+                fut.set_exception(e)
+
+        async_result.rawlink(lambda _r: self.loop.call_soon_threadsafe(settle))
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            raise ZkTimeout("ZooKeeper did not answer in time") from None
+
+    async def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False,
+                     makepath: bool = True) -> str:
+        return await self._await(self.client.create_async(path, value, ephemeral=ephemeral, makepath=makepath))
+
+    async def get(self, path: str, watch: Callable | None = None) -> tuple[bytes, ZnodeStat]:
+        return await self._await(self.client.get_async(path, watch=self._wrap(watch)))
+
+    async def get_or_none(self, path: str, watch: Callable | None = None) -> tuple[bytes, ZnodeStat] | None:
+        """get, or None when the node does not exist."""
+        try:
+            return await self.get(path, watch)
+        except NoNodeError:
+            return None
+
+    async def set(self, path: str, value: bytes, version: int = -1) -> ZnodeStat:
+        return await self._await(self.client.set_async(path, value, version))
+
+    async def exists(self, path: str, watch: Callable | None = None) -> ZnodeStat | None:
+        return await self._await(self.client.exists_async(path, watch=self._wrap(watch)))
+
+    async def children(self, path: str, watch: Callable | None = None) -> list[str]:
+        """Children of a node ([] when it does not exist)."""
+        try:
+            return await self._await(self.client.get_children_async(path, watch=self._wrap(watch)))
+        except NoNodeError:
+            return []
+
+    async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> bool:
+        """Delete a node (and its children); False if it was not there."""
+        try:
+            if recursive:
+                for child in await self.children(path):
+                    await self.delete(f"{path}/{child}", recursive=True)
+            await self._await(self.client.delete_async(path, version))
+            return True
+        except NoNodeError:
+            return False
+        except NotEmptyError:
+            return await self.delete(path, version, recursive=True) if recursive else False
+
+    async def ensure_path(self, path: str) -> None:
+        await self._await(self.client.ensure_path_async(path))
+
+    async def commit(self, build: Callable[[Any], None]) -> list[Any]:
+        """Run a multi-op transaction; build(tx) adds the operations."""
+        tx = self.client.transaction()
+        build(tx)
+        return await self._await(tx.commit_async())
+
+    def _wrap(self, watch: Callable | None) -> Callable | None:
+        """Watches fire in kazoo's thread; run them on the loop instead."""
+        if watch is None:
+            return None
+        return lambda event: self.loop.call_soon_threadsafe(watch, event)

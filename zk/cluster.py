@@ -1,0 +1,381 @@
+"""Membership of one instance in the cluster: join, fencing, re-join after a lost session.
+
+An instance is *ready* for DDL only while its ZooKeeper session is connected and it has joined with
+that session: taken syncMeta.lock, let in-flight DDL finish (or reconciled orphans), loaded
+metadata, registered online/{instance} and started its listeners. Reads and DML never wait for
+any of this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+import structlog
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.protocol.states import KazooState
+
+from meta.config import Config
+from meta.errors import DdlInProgress
+from meta.locks import MetaLocks
+from meta.registry import MetaChange, Registry
+
+from .aio import Zk, ZkTimeout
+from .paths import Paths, parse_table_node
+from .records import Ack, BadRecord, DdlLockInfo, DdlRecord, OnlineInfo
+
+log = structlog.get_logger("pydble.cluster")
+
+ZK_ERRORS = (KazooException, ZkTimeout)
+SAFETY_POLL_S = 2.0   # level-triggered loops re-read state at least this often, watches or not
+
+
+@dataclass(frozen=True)
+class AckOutcome:
+    """What a wait for acknowledgements found."""
+
+    laggards: tuple[str, ...] = ()            # online instances that did not ack in time
+    refusals: tuple[tuple[str, str], ...] = ()  # (instance, message) that acked ok=false
+
+
+class Waker:
+    """An asyncio event that ZooKeeper watches set; loops wait on it with a bound."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def __call__(self, _event: object = None) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float) -> None:
+        """Wait for a watch to fire, at most timeout seconds; then re-arm."""
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        self._event.clear()
+
+
+class Cluster:
+    """This instance's view of and role in the cluster."""
+
+    def __init__(self, config: Config, registry: Registry, locks: MetaLocks,
+                 load_all: Callable[[], Awaitable[None]],
+                 refresh: Callable[[list[tuple[str, str]]], Awaitable[None]]) -> None:
+        assert config.cluster is not None
+        self.config = config
+        self.cc = config.cluster
+        self.instance = config.server.instance
+        self.paths = Paths(self.cc.root, self.cc.cluster_id)
+        self.registry = registry
+        self.locks = locks
+        self.load_all = load_all
+        self.refresh = refresh
+        self.zk: Zk | None = None
+        self.ready = False
+        self.session_state = "NOT_CONNECTED"
+        self.started_at = time.time()
+        self.active_ddls: set[str] = set()          # record paths this instance is originating now
+        self._tasks: set[asyncio.Task] = set()
+        self._join_task: asyncio.Task | None = None
+        self._stopping = False
+        self._meta_dirty = asyncio.Event()
+        self.log = log.bind(instance=self.instance)
+        from .listener import DdlListener
+        from .recovery import Recovery
+        self.listener = DdlListener(self)
+        self.recovery = Recovery(self)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Connect and join; if ZooKeeper is down, load metadata alone and join once it is back."""
+        loop = asyncio.get_running_loop()
+        self.zk = Zk(self.cc.zk, self.cc.session_timeout_s, loop)
+        self.zk.on_state(self._on_state)
+        self.registry.add_listener(self._on_meta_change)
+        try:
+            await self.zk.start(timeout=self.cc.session_timeout_s)
+        except ZkTimeout as e:
+            self.log.error("zookeeper unreachable at start; serving without DDL until it is back", error=str(e))
+            await self.load_all()
+            self._spawn(self._connect_later())
+            return
+        self.session_state = "CONNECTED"
+        await self.join(initial=True)
+        self._spawn(self._publish_meta_version())
+
+    async def _connect_later(self) -> None:
+        """Keep trying to reach ZooKeeper (kazoo retries inside start); join when it answers."""
+        assert self.zk is not None
+        while not self._stopping:
+            try:
+                await self.zk.start(timeout=self.cc.session_timeout_s)
+            except ZkTimeout:
+                await asyncio.sleep(1.0)
+                continue
+            self.session_state = "CONNECTED"
+            await self.join(initial=False)
+            self._spawn(self._publish_meta_version())
+            return
+
+    async def stop(self) -> None:
+        """Leave the cluster: stop loops, close the session (ephemeral nodes vanish at once)."""
+        self._stopping = True
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.zk is not None:
+            try:
+                await asyncio.wait_for(self.zk.stop(), 10)
+            except (asyncio.TimeoutError, *ZK_ERRORS):
+                pass
+
+    def _spawn(self, coro: Awaitable) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # -- connection state and fencing -----------------------------------------------------------
+    def _on_state(self, state: str) -> None:
+        prev = self.session_state
+        self.session_state = state
+        if state == KazooState.LOST:
+            if self.ready:
+                self.log.warning("zookeeper session lost: DDL refused until this instance re-joins")
+            self.ready = False
+        elif state == KazooState.SUSPENDED:
+            self.log.warning("zookeeper connection suspended: DDL refused until it is back")
+        elif state == KazooState.CONNECTED and prev != KazooState.CONNECTED:
+            if not self.ready and not self._stopping and (self._join_task is None or self._join_task.done()):
+                self.log.info("zookeeper connected again with a new session: re-joining")
+                self._join_task = self._spawn(self._rejoin())
+            else:
+                self.log.info("zookeeper connection back, same session")
+
+    async def _rejoin(self) -> None:
+        """After a lost session: join again (bounded retries), reloading metadata from the backends."""
+        while not self._stopping and not self.ready:
+            try:
+                await self.join(initial=False)
+            except Exception as e:  # noqa: BLE001 - retried; the instance keeps serving meanwhile
+                self.log.warning("re-join failed, retrying", error=str(e))
+                await asyncio.sleep(1.0)
+
+    def check_ddl_allowed(self) -> None:
+        """Refuse DDL unless the session is connected and this instance has joined with it."""
+        zk = self.zk
+        if zk is None or not zk.connected:
+            raise DdlInProgress(f"ZooKeeper is unreachable (session {self.session_state}): this instance "
+                                f"refuses DDL until it is back in the cluster")
+        if not self.ready:
+            raise DdlInProgress("this instance is re-joining the cluster after losing its ZooKeeper session; "
+                                "DDL is refused until it has reloaded metadata, please retry")
+
+    # -- join -----------------------------------------------------------------------------------
+    async def join(self, initial: bool) -> None:
+        """syncMeta.lock → drain or reconcile in-flight DDL → load metadata → online → listeners."""
+        zk = self.zk
+        assert zk is not None
+        jlog = self.log.bind(phase="join")
+        await self._remove_own_stale_nodes()
+        await self._take_sync_meta_lock()
+        try:
+            await self.recovery.drain_in_flight(jlog)
+            await self.load_all()
+            await self._register_online()
+            self.listener.start()
+            self.recovery.start()
+        finally:
+            try:
+                await zk.delete(self.paths.sync_meta_lock)
+            except ZK_ERRORS:
+                pass
+        self.ready = True
+        jlog.info("joined the cluster", initial=initial, session=hex(zk.session_id or 0))
+
+    async def _remove_own_stale_nodes(self) -> None:
+        """A restart before the old session expired: its online node and DDL locks are ours to clear."""
+        zk = self.zk
+        assert zk is not None
+        sid = zk.session_id
+        got = await zk.get_or_none(self.paths.online_instance(self.instance))
+        if got is not None and got[1].ephemeralOwner != sid:
+            self.log.warning("removing online node of this instance's previous session")
+            await zk.delete(self.paths.online_instance(self.instance))
+        for name in await zk.children(self.paths.ddl_locks):
+            path = f"{self.paths.ddl_locks}/{name}"
+            got = await zk.get_or_none(path)
+            if got is None:
+                continue
+            try:
+                info = DdlLockInfo.decode(got[0])
+            except BadRecord:
+                continue
+            if info.instance == self.instance and got[1].ephemeralOwner != sid:
+                self.log.warning("removing ddl lock of this instance's previous session", table=name)
+                await zk.delete(path)
+        got = await zk.get_or_none(self.paths.sync_meta_lock)
+        if got is not None and got[0].decode(errors="replace") == self.instance and got[1].ephemeralOwner != sid:
+            await zk.delete(self.paths.sync_meta_lock)
+
+    async def _take_sync_meta_lock(self) -> None:
+        """Hold syncMeta.lock while loading; wait (bounded) while another instance holds it."""
+        zk = self.zk
+        assert zk is not None
+        deadline = time.monotonic() + max(60.0, 6 * self.cc.session_timeout_s)
+        wake = Waker()
+        while True:
+            try:
+                await zk.create(self.paths.sync_meta_lock, self.instance.encode(), ephemeral=True)
+                return
+            except NodeExistsError:
+                pass
+            if time.monotonic() > deadline:
+                raise DdlInProgress("syncMeta.lock stayed held by another instance; join postponed")
+            if await zk.exists(self.paths.sync_meta_lock, watch=wake) is not None:
+                await wake.wait(SAFETY_POLL_S)
+
+    async def _register_online(self) -> None:
+        zk = self.zk
+        assert zk is not None
+        srv = self.config.server
+        info = OnlineInfo(srv.bind, srv.port, srv.manager_port, self.started_at, self.registry.version, os.getpid())
+        path = self.paths.online_instance(self.instance)
+        try:
+            await zk.create(path, info.encode(), ephemeral=True)
+        except NodeExistsError:
+            got = await zk.get_or_none(path)
+            if got is not None and got[1].ephemeralOwner == zk.session_id:
+                await zk.set(path, info.encode())
+                return
+            raise DdlInProgress(f"another live instance is registered as '{self.instance}'; "
+                                f"instance names must be unique") from None
+
+    def _on_meta_change(self, _change: MetaChange) -> None:
+        self._meta_dirty.set()
+
+    async def _publish_meta_version(self) -> None:
+        """Keep online/{instance}'s meta_version current (coalescing bursts of changes)."""
+        while not self._stopping:
+            await self._meta_dirty.wait()
+            self._meta_dirty.clear()
+            await asyncio.sleep(0.2)
+            if not self.ready or self.zk is None:
+                continue
+            srv = self.config.server
+            info = OnlineInfo(srv.bind, srv.port, srv.manager_port, self.started_at, self.registry.version,
+                              os.getpid())
+            try:
+                await self.zk.set(self.paths.online_instance(self.instance), info.encode())
+            except (NoNodeError, *ZK_ERRORS):
+                pass
+
+    # -- shared reads -----------------------------------------------------------------------------
+    async def online(self, watch: Callable | None = None) -> set[str]:
+        """Names of the instances online now."""
+        assert self.zk is not None
+        return set(await self.zk.children(self.paths.online, watch=watch))
+
+    async def wait_acks(self, keys: list[tuple[str, str]], status: str, expected: set[str],
+                        timeout: float) -> AckOutcome:
+        """Wait until every expected instance still online has acked status on every record (bounded)."""
+        zk = self.zk
+        assert zk is not None
+        deadline = time.monotonic() + timeout
+        wake = Waker()
+        while True:
+            online = await self.online(watch=wake)
+            waiting = expected & online
+            pending: set[str] = set()
+            refusals: list[tuple[str, str]] = []
+            for schema, table in keys:
+                acked: set[str] = set()
+                for inst in await zk.children(self.paths.ddl_acks(schema, table), watch=wake):
+                    if inst not in waiting:
+                        continue
+                    got = await zk.get_or_none(self.paths.ddl_ack(schema, table, inst), watch=wake)
+                    if got is None:
+                        continue
+                    try:
+                        ack = Ack.decode(got[0])
+                    except BadRecord:
+                        continue
+                    if ack.status == status:
+                        acked.add(inst)
+                        if not ack.ok:
+                            refusals.append((inst, ack.message))
+                pending |= waiting - acked
+            if not pending:
+                return AckOutcome((), tuple(refusals))
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return AckOutcome(tuple(sorted(pending)), tuple(refusals))
+            await wake.wait(min(remaining, SAFETY_POLL_S))
+
+    async def ack(self, schema: str, table: str, status: str, ok: bool = True, message: str = "") -> None:
+        """Write (or update) this instance's ack of a record's status."""
+        zk = self.zk
+        assert zk is not None
+        path = self.paths.ddl_ack(schema, table, self.instance)
+        data = Ack(status, ok, message, self.registry.version).encode()
+        try:
+            await zk.create(path, data, ephemeral=True, makepath=False)
+        except NodeExistsError:
+            await zk.set(path, data)
+
+    async def ddl_rows(self) -> list[tuple[str, str, str, str, str, float]]:
+        """Every DDL in flight in the cluster: (schema, table, sql, instance, phase, since)."""
+        zk = self.zk
+        if zk is None or not zk.connected:
+            return []
+        rows = []
+        for name in await zk.children(self.paths.ddl_locks):
+            parts = parse_table_node(name)
+            got = await zk.get_or_none(f"{self.paths.ddl_locks}/{name}")
+            if parts is None or got is None:
+                continue
+            try:
+                info = DdlLockInfo.decode(got[0])
+            except BadRecord:
+                continue
+            phase = "LOCKED"
+            rec = await zk.get_or_none(self.paths.ddl_record(*parts))
+            if rec is not None:
+                try:
+                    phase = DdlRecord.decode(rec[0]).status
+                except BadRecord:
+                    phase = "UNKNOWN"
+            rows.append((parts[0], parts[1], info.sql, info.instance, phase, info.since))
+        return rows
+
+    async def instance_rows(self) -> list[tuple[str, str, int, str]]:
+        """`show @@cluster`: name, address, meta version, session state of each online instance."""
+        zk = self.zk
+        if zk is None or not zk.connected:
+            srv = self.config.server
+            return [(self.instance, f"{srv.bind}:{srv.port}", self.registry.version, self.session_state)]
+        rows = []
+        for name in sorted(await zk.children(self.paths.online)):
+            got = await zk.get_or_none(self.paths.online_instance(name))
+            if got is None:
+                continue
+            try:
+                info = OnlineInfo.decode(got[0])
+            except BadRecord:
+                continue
+            state = self.session_state if name == self.instance else "ONLINE"
+            version = self.registry.version if name == self.instance else info.meta_version
+            rows.append((name, f"{info.host}:{info.port}", version, state))
+        return rows
+
+    async def release_table(self, schema: str, table: str) -> None:
+        """Operator release (kill @@ddl_lock): the cluster lock and record of a table."""
+        zk = self.zk
+        if zk is None or not zk.connected:
+            raise DdlInProgress("ZooKeeper is unreachable: cannot release the cluster lock")
+        await zk.delete(self.paths.ddl_record(schema, table), recursive=True)
+        await zk.delete(self.paths.ddl_lock(schema, table))

@@ -1,0 +1,148 @@
+"""The subscriber side of cluster DDL: lock on INIT, refresh on SUCCESS/FAILED, always ack.
+
+It is level-triggered: every pass reads the whole ddl/ folder and acts on what changed since the
+last pass, so a missed or coalesced watch event (or a pause under SIGSTOP) cannot lose a step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import structlog
+from kazoo.exceptions import NoNodeError
+
+from meta.errors import DdlInProgress
+
+from .cluster import SAFETY_POLL_S, ZK_ERRORS, Waker
+from .paths import parse_table_node
+from .records import FAILED, INIT, SUCCESS, BadRecord, DdlRecord
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
+
+log = structlog.get_logger("pydble.cluster.listener")
+
+LOCAL_LOCK_WAIT_S = 3.0   # how long INIT waits for a local DDL on the same table to give up
+
+
+class DdlListener:
+    """Follows other instances' DDL records and keeps this instance in step."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.handled: dict[tuple[str, int], str] = {}   # (record path, czxid) -> last status handled
+        self._task: asyncio.Task | None = None
+        self.wake = Waker()
+
+    def start(self) -> None:
+        """Start (or restart after a re-join) the follow loop."""
+        if self._task is None or self._task.done():
+            self._task = self.cluster._spawn(self._loop())
+        self.wake()
+
+    async def _loop(self) -> None:
+        c = self.cluster
+        while not c._stopping:
+            try:
+                if c.ready or c.zk is not None and c.zk.connected:
+                    await self.pass_once()
+            except ZK_ERRORS as e:
+                log.debug("ddl listener pass failed, will retry", error=str(e))
+            except Exception:  # noqa: BLE001 - the loop must survive anything
+                log.exception("ddl listener pass crashed, will retry")
+            await self.wake.wait(SAFETY_POLL_S)
+
+    async def pass_once(self) -> None:
+        """Read every record and handle what is new."""
+        c = self.cluster
+        zk = c.zk
+        assert zk is not None
+        seen: set[tuple[str, int]] = set()
+        for name in await zk.children(c.paths.ddl, watch=self.wake):
+            parts = parse_table_node(name)
+            if parts is None:
+                continue
+            path = c.paths.ddl_record(*parts)
+            got = await zk.get_or_none(path, watch=self.wake)
+            if got is None:
+                continue
+            data, stat = got
+            try:
+                rec = DdlRecord.decode(data)
+            except BadRecord as e:
+                log.warning("unreadable ddl record", path=path, error=str(e))
+                continue
+            key = (path, stat.czxid)
+            seen.add(key)
+            if rec.instance == c.instance and not rec.reconciled_by:
+                continue  # our own DDL: the originator handles it
+            last = self.handled.get(key)
+            if rec.status == last:
+                continue
+            await self.handle(rec, last)
+            self.handled[key] = rec.status
+        for key in [k for k in self.handled if k not in seen]:
+            last = self.handled.pop(key)
+            await self._record_gone(key[0], last)
+
+    async def handle(self, rec: DdlRecord, last: str | None) -> None:
+        """One step of someone else's DDL."""
+        c = self.cluster
+        schema, table = rec.schema, rec.table
+        rlog = log.bind(instance=c.instance, table=f"{schema}.{table}", originator=rec.instance, phase=rec.status)
+        owner = f"instance:{rec.instance}"
+        if rec.status == INIT:
+            ok, message = await self._lock(schema, table, rec.sql, owner, rec.instance)
+            rlog.info("ddl INIT: table locked" if ok else "ddl INIT: could not lock", message=message or None)
+            await self._ack(schema, table, INIT, ok, message)
+            return
+        if rec.status in (SUCCESS, FAILED):
+            message = ""
+            try:
+                await c.refresh([(schema, table)])
+            except Exception as e:  # noqa: BLE001 - reported in the ack
+                message = f"refresh failed: {e}"
+                rlog.warning("refresh after ddl failed", error=str(e))
+            c.locks.release(schema, table, owner)
+            if rec.reconciled_by:
+                c.locks.release_owned_by(f"instance:{rec.instance}")
+            rlog.info("ddl finished here: metadata refreshed, table unlocked", reconciled_by=rec.reconciled_by or None)
+            await self._ack(schema, table, rec.status, not message, message)
+
+    async def _lock(self, schema: str, table: str, sql: str, owner: str, instance: str) -> tuple[bool, str]:
+        """Take the local lock for a peer's DDL, waiting briefly for a local DDL that is about to fail."""
+        locks = self.cluster.locks
+        held = locks.get(schema, table)
+        if held is not None and held.owner == owner:
+            return True, ""
+        deadline = asyncio.get_running_loop().time() + LOCAL_LOCK_WAIT_S
+        while True:
+            try:
+                lk = locks.acquire(schema, table, sql, owner, instance)
+                lk.phase = INIT
+                return True, ""
+            except DdlInProgress as e:
+                if asyncio.get_running_loop().time() > deadline:
+                    return False, f"{self.cluster.instance}: {e.message}"
+            await asyncio.sleep(0.05)
+
+    async def _ack(self, schema: str, table: str, status: str, ok: bool, message: str) -> None:
+        try:
+            await self.cluster.ack(schema, table, status, ok, message)
+        except NoNodeError:
+            pass  # the record is already gone: nothing to acknowledge
+
+    async def _record_gone(self, path: str, last: str) -> None:
+        """A record vanished: if we never saw its outcome (paused, lagging), catch up now."""
+        c = self.cluster
+        parts = parse_table_node(path.rsplit("/", 1)[-1])
+        if parts is None:
+            return
+        lk = c.locks.get(*parts)
+        if lk is not None and lk.owner.startswith("instance:"):
+            c.locks.release(*parts, lk.owner)
+        if last not in (SUCCESS, FAILED):
+            log.info("ddl record gone before its outcome reached us: refreshing", instance=c.instance,
+                     table=f"{parts[0]}.{parts[1]}")
+            await c.refresh([parts])

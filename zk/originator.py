@@ -1,0 +1,207 @@
+"""The originator side of cluster DDL (DESIGN.md §6), as an async context manager.
+
+    async with ClusterDdl(cluster, keys, sql, ddl_type) as cd:   # ddl_lock, INIT, INIT acks
+        ...run the DDL on the backends, refresh own metadata...
+        await cd.complete(success, message)                      # SUCCESS/FAILED, acks again
+    # record deleted, ddl_lock released
+
+Every status change is a transaction that also checks our ddl_lock is still there, so an
+instance that lost its session (and so its lock) can never write a decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import TYPE_CHECKING
+
+import structlog
+from kazoo.exceptions import NodeExistsError
+
+from meta.errors import DdlInProgress, ProxyError
+
+from .cluster import ZK_ERRORS
+from .records import FAILED, INIT, SUCCESS, Ack, DdlLockInfo, DdlRecord
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
+
+log = structlog.get_logger("pydble.cluster.ddl")
+
+PAUSE_ENV = "PYDBLE_TEST_PAUSE"
+PAUSE_PHASES = ("before_init", "after_init_acks", "after_execute", "after_success", "during_final_acks")
+PAUSE_MAX_S = 600.0
+
+
+class LostDecision(ProxyError):
+    """The DDL ran but this instance could not record the outcome (session or lock lost)."""
+
+    code, sqlstate = 4006, "HY000"
+
+
+async def test_pause(phase: str) -> None:
+    """Test-only: stop at a named phase (PYDBLE_TEST_PAUSE) so a test can kill -9 this process there."""
+    if os.environ.get(PAUSE_ENV) == phase:
+        log.warning("paused for test", phase=phase, pid=os.getpid())
+        await asyncio.sleep(PAUSE_MAX_S)
+
+
+class ClusterDdl:
+    """One DDL's life in ZooKeeper, seen from the instance that runs it."""
+
+    def __init__(self, cluster: Cluster, keys: list[tuple[str, str]], sql: str, ddl_type: str) -> None:
+        self.cluster = cluster
+        self.keys = keys
+        self.sql = sql
+        self.ddl_type = ddl_type
+        self.locked: list[tuple[str, str]] = []
+        self.records: dict[tuple[str, str], tuple[DdlRecord, int]] = {}
+        self.laggards: set[str] = set()
+        self.status = "LOCKING"
+        self.log = log.bind(instance=cluster.instance, tables=[f"{s}.{t}" for s, t in keys])
+
+    async def __aenter__(self) -> ClusterDdl:
+        try:
+            await self._begin()
+        except BaseException:
+            await self._cleanup()
+            raise
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        await self._cleanup()
+
+    async def _begin(self) -> None:
+        c = self.cluster
+        c.check_ddl_allowed()
+        zk = c.zk
+        assert zk is not None
+        try:
+            if await zk.exists(c.paths.sync_meta_lock) is not None:
+                raise DdlInProgress("Found another instance initializing metadata. Please try later")
+            for schema, table in self.keys:
+                try:
+                    await zk.create(c.paths.ddl_lock(schema, table),
+                                    DdlLockInfo(c.instance, self.sql).encode(), ephemeral=True)
+                except NodeExistsError:
+                    raise DdlInProgress(f"Found another instance doing ddl, due to table[{schema}.{table}]'s "
+                                        f"ddlLock is exists") from None
+                self.locked.append((schema, table))
+            await test_pause("before_init")
+            c.check_ddl_allowed()
+            expected = await c.online() - {c.instance}
+            for schema, table in self.keys:
+                rec = DdlRecord(c.instance, schema, table, self.ddl_type, self.sql, INIT)
+                path = c.paths.ddl_record(schema, table)
+                lock_path = c.paths.ddl_lock(schema, table)
+                ack = Ack(INIT, True, "", c.registry.version).encode()
+
+                def build(tx, path=path, rec=rec, lock_path=lock_path, ack=ack, schema=schema, table=table):
+                    tx.check(lock_path, 0)
+                    tx.create(path, rec.encode())
+                    tx.create(c.paths.ddl_acks(schema, table), b"")
+                    tx.create(c.paths.ddl_ack(schema, table, c.instance), ack, ephemeral=True)
+
+                self._check_tx(await zk.commit(build), f"write the INIT record of {schema}.{table}")
+                self.records[(schema, table)] = (rec, 0)
+                c.active_ddls.add(path)
+            self.status = INIT
+            outcome = await c.wait_acks(self.keys, INIT, expected, c.cc.ack_timeout_s)
+        except ProxyError:
+            raise
+        except ZK_ERRORS as e:
+            raise DdlInProgress(f"ZooKeeper is unreachable ({e.__class__.__name__}): DDL is refused") from None
+        self.laggards |= set(outcome.laggards)
+        if outcome.refusals:
+            msg = "; ".join(f"{i}: {m}" for i, m in outcome.refusals)
+            await self._decide(FAILED, f"refused by {msg}")
+            raise DdlInProgress(f"DDL refused by another instance: {msg}")
+        if outcome.laggards:
+            self.log.warning("instances did not ack INIT in time; going on without them",
+                             laggards=list(outcome.laggards))
+        self.log.info("ddl INIT acknowledged", phase=INIT)
+        await test_pause("after_init_acks")
+
+    def _check_tx(self, results: list, what: str) -> None:
+        for r in results:
+            if isinstance(r, Exception):
+                raise LostDecision(f"could not {what}: {r.__class__.__name__} (this instance lost its "
+                                   f"ZooKeeper session or DDL lock)")
+
+    async def _decide(self, status: str, message: str) -> None:
+        """Conditionally write SUCCESS/FAILED: only while our lock and the record's version are ours."""
+        c = self.cluster
+        zk = c.zk
+        assert zk is not None
+        if not zk.connected:
+            raise LostDecision(f"ZooKeeper is unreachable: the outcome ({status}) of this DDL could not be "
+                               f"published; another instance will reconcile it from the backends")
+        for key, (rec, version) in list(self.records.items()):
+            new = rec.with_status(status, message)
+            path = c.paths.ddl_record(*key)
+            lock_path = c.paths.ddl_lock(*key)
+
+            def build(tx, path=path, new=new, version=version, lock_path=lock_path):
+                tx.check(lock_path, 0)
+                tx.set_data(path, new.encode(), version)
+
+            self._check_tx(await zk.commit(build), f"publish {status} for {key[0]}.{key[1]}")
+            self.records[key] = (new, version + 1)
+            await c.ack(key[0], key[1], status)
+        self.status = status
+
+    async def complete(self, success: bool, message: str = "") -> None:
+        """Publish the outcome and wait (bounded) until every online instance has applied it."""
+        c = self.cluster
+        await test_pause("after_execute")
+        status = SUCCESS if success else FAILED
+        try:
+            await self._decide(status, message)
+            await test_pause("after_success")
+            expected = await c.online() - {c.instance}
+            outcome = await c.wait_acks(self.keys, status, expected, c.cc.ack_timeout_s)
+        except ZK_ERRORS as e:
+            raise LostDecision(f"ZooKeeper failed while publishing the outcome ({e.__class__.__name__}); "
+                               f"another instance will reconcile it from the backends") from None
+        self.laggards |= set(outcome.laggards)
+        if outcome.laggards:
+            self.log.warning("instances did not ack the outcome in time", laggards=list(outcome.laggards),
+                             phase=status)
+        await test_pause("during_final_acks")
+
+    async def _cleanup(self) -> None:
+        """Delete our records and locks (only if still ours); never raises."""
+        c = self.cluster
+        zk = c.zk
+        if zk is None:
+            return
+        for key in list(self.records):
+            path = c.paths.ddl_record(*key)
+            try:
+                lock = await zk.exists(c.paths.ddl_lock(*key))
+                if lock is not None and lock.ephemeralOwner == zk.session_id:
+                    if self.status == INIT:
+                        await self._decide(FAILED, "the originator gave up before running the DDL")
+                    await zk.delete(path, recursive=True)
+            except (ProxyError, *ZK_ERRORS) as e:
+                self.log.warning("could not clean up ddl record; reconciliation will", error=str(e))
+            c.active_ddls.discard(path)
+        for key in self.locked:
+            try:
+                lock = await zk.exists(c.paths.ddl_lock(*key))
+                if lock is not None and lock.ephemeralOwner == zk.session_id:
+                    await zk.delete(c.paths.ddl_lock(*key))
+            except ZK_ERRORS:
+                pass
+        self.locked = []
+        self.records = {}
+
+    def warning(self) -> str | None:
+        """The note for the client when some instance lagged."""
+        if not self.laggards:
+            return None
+        return (f"instance(s) {', '.join(sorted(self.laggards))} did not acknowledge within "
+                f"{self.cluster.cc.ack_timeout_s:g}s; they will catch up when they recover")
+
+
+__all__ = ["ClusterDdl", "LostDecision", "PAUSE_PHASES"]

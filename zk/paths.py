@@ -1,0 +1,74 @@
+"""Where everything lives in ZooKeeper (DESIGN.md §6), built in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Paths:
+    """The znode paths of one cluster: /{root}/{cluster_id}/..."""
+
+    root: str
+    cluster_id: str
+
+    @property
+    def base(self) -> str:
+        return f"{self.root.rstrip('/')}/{self.cluster_id}"
+
+    @property
+    def online(self) -> str:
+        return f"{self.base}/online"
+
+    def online_instance(self, instance: str) -> str:
+        return f"{self.online}/{instance}"
+
+    @property
+    def lock(self) -> str:
+        return f"{self.base}/lock"
+
+    @property
+    def sync_meta_lock(self) -> str:
+        return f"{self.lock}/syncMeta.lock"
+
+    @property
+    def reconcile_lock(self) -> str:
+        """Held by the survivor elected to reconcile orphaned DDL records."""
+        return f"{self.lock}/reconcile.lock"
+
+    @property
+    def ddl_locks(self) -> str:
+        return f"{self.lock}/ddl_lock"
+
+    def ddl_lock(self, schema: str, table: str) -> str:
+        return f"{self.ddl_locks}/{table_node(schema, table)}"
+
+    @property
+    def ddl(self) -> str:
+        return f"{self.base}/ddl"
+
+    def ddl_record(self, schema: str, table: str) -> str:
+        return f"{self.ddl}/{table_node(schema, table)}"
+
+    def ddl_acks(self, schema: str, table: str) -> str:
+        return f"{self.ddl_record(schema, table)}/instance"
+
+    def ddl_ack(self, schema: str, table: str, instance: str) -> str:
+        return f"{self.ddl_acks(schema, table)}/{instance}"
+
+    @property
+    def history(self) -> str:
+        return f"{self.base}/ddl_history"
+
+
+def table_node(schema: str, table: str) -> str:
+    """The znode name of a table: schema.table (table lower-cased, as the config matches it)."""
+    return f"{schema}.{table.lower()}"
+
+
+def parse_table_node(name: str) -> tuple[str, str] | None:
+    """schema.table back to its parts (None for anything else)."""
+    schema, dot, table = name.partition(".")
+    if not dot or not schema or not table:
+        return None
+    return schema, table

@@ -1,0 +1,134 @@
+"""The JSON records pydble keeps in ZooKeeper, versioned so a newer instance can read an older one."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+
+API_VERSION = 1
+
+INIT, SUCCESS, FAILED = "INIT", "SUCCESS", "FAILED"
+STATUSES = (INIT, SUCCESS, FAILED)
+
+
+class BadRecord(ValueError):
+    """A znode whose data pydble cannot read."""
+
+
+def _load(data: bytes | None) -> dict:
+    try:
+        obj = json.loads((data or b"").decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BadRecord(f"not JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise BadRecord("not a JSON object")
+    return obj
+
+
+def _dump(obj: object) -> bytes:
+    return json.dumps(asdict(obj), separators=(",", ":"), sort_keys=True).encode()  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class OnlineInfo:
+    """online/{instance}: how to reach an instance and what it knows."""
+
+    host: str
+    port: int
+    manager_port: int
+    started_at: float
+    meta_version: int = 0
+    pid: int = 0
+
+    def encode(self) -> bytes:
+        return _dump(self)
+
+    @classmethod
+    def decode(cls, data: bytes | None) -> OnlineInfo:
+        o = _load(data)
+        try:
+            return cls(str(o["host"]), int(o["port"]), int(o["manager_port"]), float(o["started_at"]),
+                       int(o.get("meta_version", 0)), int(o.get("pid", 0)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise BadRecord(f"bad online record: {e}") from None
+
+
+@dataclass(frozen=True)
+class DdlLockInfo:
+    """lock/ddl_lock/{schema}.{table}: who is doing DDL on a table."""
+
+    instance: str
+    sql: str
+    since: float = field(default_factory=time.time)
+
+    def encode(self) -> bytes:
+        return _dump(self)
+
+    @classmethod
+    def decode(cls, data: bytes | None) -> DdlLockInfo:
+        o = _load(data)
+        try:
+            return cls(str(o["instance"]), str(o.get("sql", "")), float(o.get("since", 0)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise BadRecord(f"bad ddl lock: {e}") from None
+
+
+@dataclass(frozen=True)
+class DdlRecord:
+    """ddl/{schema}.{table}: one DDL in flight and its decision."""
+
+    instance: str
+    schema: str
+    table: str
+    type: str
+    sql: str
+    status: str = INIT
+    created_at: float = field(default_factory=time.time)
+    api_version: int = API_VERSION
+    message: str = ""
+    reconciled_by: str = ""
+
+    def encode(self) -> bytes:
+        return _dump(self)
+
+    def with_status(self, status: str, message: str = "", reconciled_by: str = "") -> DdlRecord:
+        """The same record with a decision."""
+        return DdlRecord(self.instance, self.schema, self.table, self.type, self.sql, status, self.created_at,
+                         self.api_version, message, reconciled_by or self.reconciled_by)
+
+    @classmethod
+    def decode(cls, data: bytes | None) -> DdlRecord:
+        o = _load(data)
+        try:
+            status = str(o["status"])
+            if status not in STATUSES:
+                raise ValueError(f"unknown status {status}")
+            return cls(str(o["instance"]), str(o["schema"]), str(o["table"]), str(o.get("type", "UNKNOWN")),
+                       str(o.get("sql", "")), status, float(o.get("created_at", 0)),
+                       int(o.get("api_version", API_VERSION)), str(o.get("message", "")),
+                       str(o.get("reconciled_by", "")))
+        except (KeyError, TypeError, ValueError) as e:
+            raise BadRecord(f"bad ddl record: {e}") from None
+
+
+@dataclass(frozen=True)
+class Ack:
+    """ddl/{schema}.{table}/instance/{instance}: an instance has handled a record's status."""
+
+    status: str
+    ok: bool = True
+    message: str = ""
+    meta_version: int = 0
+
+    def encode(self) -> bytes:
+        return _dump(self)
+
+    @classmethod
+    def decode(cls, data: bytes | None) -> Ack:
+        o = _load(data)
+        try:
+            return cls(str(o["status"]), bool(o.get("ok", True)), str(o.get("message", "")),
+                       int(o.get("meta_version", 0)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise BadRecord(f"bad ack: {e}") from None

@@ -1,0 +1,185 @@
+"""When an instance dies: release its locks here, and let one elected survivor reconcile its DDL.
+
+Reconciling an orphaned ddl record means reading the table's real structure from every node,
+publishing a FAILED decision marked `reconciled_by` (subscribers refresh from the backends on it),
+waiting for the acks, and deleting the record — no operator needed (DBLE asks for one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+import structlog
+from kazoo.exceptions import BadVersionError, NodeExistsError
+
+from .cluster import SAFETY_POLL_S, ZK_ERRORS, Waker
+from .paths import parse_table_node
+from .records import FAILED, BadRecord, DdlLockInfo, DdlRecord
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
+
+log = structlog.get_logger("pydble.cluster.recovery")
+
+
+class Recovery:
+    """Watches online/ for departures and cleans up after them."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.known_online: set[str] | None = None
+        self._task: asyncio.Task | None = None
+        self.wake = Waker()
+
+    def start(self) -> None:
+        """Start (or restart after a re-join) the watch loop."""
+        if self._task is None or self._task.done():
+            self._task = self.cluster._spawn(self._loop())
+        self.wake()
+
+    async def _loop(self) -> None:
+        c = self.cluster
+        while not c._stopping:
+            try:
+                if c.zk is not None and c.zk.connected:
+                    await self.pass_once()
+            except ZK_ERRORS as e:
+                log.debug("recovery pass failed, will retry", error=str(e))
+            except Exception:  # noqa: BLE001 - the loop must survive anything
+                log.exception("recovery pass crashed, will retry")
+            await self.wake.wait(SAFETY_POLL_S)
+
+    async def pass_once(self) -> None:
+        """Release locks of departed instances; reconcile orphaned records if elected."""
+        c = self.cluster
+        online = await c.online(watch=self.wake)
+        if self.known_online is not None:
+            for gone in sorted(self.known_online - online):
+                released = c.locks.release_owned_by(f"instance:{gone}")
+                log.warning("instance went offline", instance=c.instance, gone=gone,
+                            released=[f"{lk.schema}.{lk.table}" for lk in released])
+        self.known_online = online
+        if c.ready:
+            orphans = await self.orphans(online)
+            if orphans:
+                await self.reconcile_elected(orphans)
+
+    async def orphans(self, online: set[str]) -> list[tuple[str, str]]:
+        """Records whose originator is not online (and that this instance is not running itself)."""
+        c = self.cluster
+        zk = c.zk
+        assert zk is not None
+        out = []
+        for name in await zk.children(c.paths.ddl, watch=self.wake):
+            parts = parse_table_node(name)
+            if parts is None:
+                continue
+            path = c.paths.ddl_record(*parts)
+            got = await zk.get_or_none(path)
+            if got is None:
+                continue
+            try:
+                rec = DdlRecord.decode(got[0])
+            except BadRecord:
+                out.append(parts)  # unreadable: nobody can finish it, reconcile from the backends
+                continue
+            if path in c.active_ddls:
+                continue
+            if rec.instance not in online or (rec.instance == c.instance and not rec.reconciled_by):
+                out.append(parts)
+        return out
+
+    async def reconcile_elected(self, orphans: list[tuple[str, str]]) -> None:
+        """Only the survivor holding reconcile.lock reconciles; the others let it."""
+        c = self.cluster
+        zk = c.zk
+        assert zk is not None
+        try:
+            await zk.create(c.paths.reconcile_lock, c.instance.encode(), ephemeral=True)
+        except NodeExistsError:
+            return
+        try:
+            for schema, table in orphans:
+                await self.reconcile(schema, table)
+        finally:
+            await zk.delete(c.paths.reconcile_lock)
+
+    async def reconcile(self, schema: str, table: str) -> None:
+        """Bring one orphaned DDL to an end from the backends' real state."""
+        c = self.cluster
+        zk = c.zk
+        assert zk is not None
+        path = c.paths.ddl_record(schema, table)
+        got = await zk.get_or_none(path)
+        if got is None:
+            return
+        data, stat = got
+        try:
+            rec = DdlRecord.decode(data)
+        except BadRecord:
+            rec = DdlRecord("?", schema, table, "UNKNOWN", "", FAILED)
+        rlog = log.bind(instance=c.instance, table=f"{schema}.{table}", originator=rec.instance, phase="RECONCILE")
+        lock = await zk.get_or_none(c.paths.ddl_lock(schema, table))
+        if lock is not None:
+            try:
+                holder = DdlLockInfo.decode(lock[0]).instance
+            except BadRecord:
+                holder = "?"
+            if holder in await c.online() and holder != c.instance:
+                return  # a live instance still holds the table: not an orphan after all
+        started = time.monotonic()
+        await c.refresh([(schema, table)])
+        meta = c.registry.record(schema, table)
+        verdict = meta.verdict().describe() if meta is not None else "no such table on any node"
+        decision = rec.with_status(FAILED, f"originator {rec.instance} went away during {rec.status}; "
+                                           f"reconciled from the backends: {verdict}", c.instance)
+        try:
+            await zk.set(path, decision.encode(), version=stat.version)
+        except BadVersionError:
+            rlog.info("record changed while reconciling; leaving it to the next pass")
+            return
+        online = await c.online()
+        outcome = await c.wait_acks([(schema, table)], FAILED, online - {c.instance, rec.instance},
+                                    c.cc.ack_timeout_s)
+        await zk.delete(path, recursive=True)
+        if lock is not None:
+            await zk.delete(c.paths.ddl_lock(schema, table), lock[1].version)
+        c.locks.release_owned_by(f"instance:{rec.instance}")
+        rlog.warning("orphaned ddl reconciled", was=rec.status, sql=rec.sql, verdict=verdict,
+                     laggards=list(outcome.laggards) or None, seconds=round(time.monotonic() - started, 3))
+
+    async def drain_in_flight(self, jlog: structlog.stdlib.BoundLogger) -> None:
+        """At join (holding syncMeta.lock): wait for live originators' DDL, reconcile the orphans."""
+        c = self.cluster
+        zk = c.zk
+        assert zk is not None
+        deadline = time.monotonic() + 2 * c.cc.ack_timeout_s + c.cc.session_timeout_s
+        wake = Waker()
+        while True:
+            online = await c.online(watch=wake)
+            live = []
+            for name in await zk.children(c.paths.ddl, watch=wake):
+                parts = parse_table_node(name)
+                if parts is None:
+                    continue
+                got = await zk.get_or_none(c.paths.ddl_record(*parts), watch=wake)
+                if got is None:
+                    continue
+                try:
+                    rec = DdlRecord.decode(got[0])
+                except BadRecord:
+                    rec = None
+                if rec is not None and rec.instance in online and rec.instance != c.instance:
+                    live.append(name)
+                else:
+                    await self.reconcile(*parts)
+            if not live:
+                return
+            if time.monotonic() > deadline:
+                jlog.warning("ddl still in flight at join; continuing, its outcome will reach our listener",
+                             records=live)
+                return
+            jlog.info("waiting for ddl in flight", records=live)
+            await wake.wait(SAFETY_POLL_S)
