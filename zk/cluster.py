@@ -81,6 +81,7 @@ class Cluster:
         self.active_ddls: set[str] = set()          # record paths this instance is originating now
         self._tasks: set[asyncio.Task] = set()
         self._join_task: asyncio.Task | None = None
+        self._lost = False   # the session expired since we last joined: re-join when connected again
         self._stopping = False
         self._meta_dirty = asyncio.Event()
         self.log = log.bind(instance=self.instance)
@@ -147,10 +148,12 @@ class Cluster:
             if self.ready:
                 self.log.warning("zookeeper session lost: DDL refused until this instance re-joins")
             self.ready = False
+            self._lost = True
         elif state == KazooState.SUSPENDED:
             self.log.warning("zookeeper connection suspended: DDL refused until it is back")
         elif state == KazooState.CONNECTED and prev != KazooState.CONNECTED:
-            if not self.ready and not self._stopping and (self._join_task is None or self._join_task.done()):
+            if self._lost and not self._stopping and (self._join_task is None or self._join_task.done()):
+                self._lost = False
                 self.log.info("zookeeper connected again with a new session: re-joining")
                 self._join_task = self._spawn(self._rejoin())
             else:
@@ -181,6 +184,8 @@ class Cluster:
         zk = self.zk
         assert zk is not None
         jlog = self.log.bind(phase="join")
+        for path in (self.paths.online, self.paths.ddl_locks, self.paths.ddl):
+            await zk.ensure_path(path)
         await self._remove_own_stale_nodes()
         await self._take_sync_meta_lock()
         try:

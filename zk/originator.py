@@ -123,10 +123,10 @@ class ClusterDdl:
         await test_pause("after_init_acks")
 
     def _check_tx(self, results: list, what: str) -> None:
-        for r in results:
-            if isinstance(r, Exception):
-                raise LostDecision(f"could not {what}: {r.__class__.__name__} (this instance lost its "
-                                   f"ZooKeeper session or DDL lock)")
+        failed = [r for r in results if isinstance(r, Exception) and r.__class__.__name__ != "RolledBackError"]
+        if failed or any(isinstance(r, Exception) for r in results):
+            why = failed[0].__class__.__name__ if failed else "RolledBackError"
+            raise LostDecision(f"could not {what}: {why} (this instance lost its ZooKeeper session or DDL lock)")
 
     async def _decide(self, status: str, message: str) -> None:
         """Conditionally write SUCCESS/FAILED: only while our lock and the record's version are ours."""
