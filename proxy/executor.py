@@ -9,7 +9,7 @@ import structlog
 
 from meta.errors import BackendUnavailable, NoSuchTable, NotSupported, ProxyError, ReadOnly
 
-from .backend import BackendConnection
+from .backend import BackendConnection, Sink
 from .ddl import require_meta
 from .protocol import constants as C
 from .protocol.messages import ColumnDef, ResultSet
@@ -41,6 +41,7 @@ class Executor:
         self.pinned: dict[str, BackendConnection] = {}
         self.streaming: set[BackendConnection] = set()
         self.last_node: str | None = None
+        self.relay_sink: Sink | None = None  # set by a prepared EXECUTE: relayed rows go through it
 
     # -- transaction state ----------------------------------------------------------------------
     def in_trans(self) -> bool:
@@ -188,7 +189,7 @@ class Executor:
                     conn.pause_reading()
                 try:
                     sc = await conn.run(packet, self.server.backends.timeout_s, kind=kind,
-                                        sink=self.session.client)
+                                        sink=self.relay_sink or self.session.client)
                 except BackendUnavailable:
                     if conn.relayed_any:
                         self.session.client.close()  # half an answer was sent; the client must not trust it

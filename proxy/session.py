@@ -14,6 +14,7 @@ from meta.errors import (AccessDenied, BackendError, DbAccessDenied, NoDatabaseS
 
 from . import local
 from .executor import Executor
+from .prepared import COMMANDS as STMT_COMMANDS, PreparedStatements
 from .protocol import constants as C
 from .protocol.handshake import (build_auth_switch, build_greeting, parse_handshake_response, parse_stored_password,
                                  verify_native_password)
@@ -152,6 +153,7 @@ class Session:
         self.peer = "?"
         self.log = log.bind(session=self.conn_id)
         self.executor = Executor(self)
+        self.prepared = PreparedStatements(self)
         self.task: asyncio.Task | None = asyncio.get_running_loop().create_task(self.run())
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -305,6 +307,7 @@ class Session:
                     return True
             elif cmd == C.COM_RESET_CONNECTION:
                 await self.executor.rollback_all()
+                self.prepared.close_all()
                 self.vars = {}
                 self.autocommit = True
                 self.explicit_txn = False
@@ -321,11 +324,9 @@ class Session:
                 r.raw(frame(1, eof_packet(0, self.status())))
             elif cmd == C.COM_STATISTICS:
                 r.raw(frame(1, f"Uptime: {self.server.uptime():.0f}  Threads: {len(self.server.sessions)}".encode()))
-            elif cmd in (C.COM_STMT_PREPARE,):
-                raise ProxyError("This command is not supported in the prepared statement protocol yet",
-                                 1295, "HY000")
-            elif cmd in (C.COM_STMT_CLOSE,):
-                return True  # no answer expected
+            elif cmd in STMT_COMMANDS:
+                await self.prepared.dispatch(payload)  # answers (or not) itself
+                return True
             else:
                 raise UnknownCommand(f"Unknown command {cmd:#04x}")
         except ProxyError as e:

@@ -1,0 +1,364 @@
+"""Server-side prepared statements, emulated the DBLE way, so drivers that prepare (sysbench) work.
+
+PREPARE counts the `?` placeholders with the tokenizer and learns accurate column definitions by
+preparing the statement once on one backend node of its table (cached per statement text and
+metadata version). EXECUTE decodes the binary parameters (types remembered from the first execute),
+writes them into the text as escaped SQL literals, and runs that text like a COM_QUERY, so the
+bound sharding key routes as a literal would. The text-protocol answer is converted to binary rows
+by column type: a single-node answer packet by packet while it streams, a merged one after the merge.
+"""
+
+from __future__ import annotations
+
+import struct
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import structlog
+
+from meta.errors import BackendError, ProxyError
+
+from .merge import merged_columns
+from .protocol import constants as C
+from .protocol.binary import (LAST_STATEMENT_ID, LONG_DATA, BinaryResultConverter, ParamType, parse_execute,
+                              parse_prepare_response, parse_send_long_data, placeholder_positions, prepare_ok,
+                              sql_literal, substitute)
+from .protocol.messages import ColumnDef, eof_packet, parse_column_def
+from .protocol.packets import ProtocolError, frame
+from .reply import Reply
+from .sqltok import first_keyword, tokenize
+
+if TYPE_CHECKING:
+    from .router import Plan
+    from .server import ProxyServer
+    from .session import ClientProtocol, Session
+
+log = structlog.get_logger("pydble.prepared")
+
+COMMANDS = frozenset({C.COM_STMT_PREPARE, C.COM_STMT_EXECUTE, C.COM_STMT_SEND_LONG_DATA, C.COM_STMT_CLOSE,
+                      C.COM_STMT_RESET, C.COM_STMT_FETCH})
+MAX_STATEMENTS = 16382        # MySQL's default max_prepared_stmt_count, here per session
+CACHE_SIZE = 2048             # statement shapes kept per proxy instance
+# Statements whose columns (or validity) only a backend can tell; the rest run in the session itself.
+_BACKEND_KEYWORDS = frozenset({"SELECT", "WITH", "INSERT", "REPLACE", "UPDATE", "DELETE", "VALUES", "TABLE"})
+_PARAM_DEF = ColumnDef("?", C.T_VAR_STRING, C.CHARSET_BINARY, 0, C.BINARY_FLAG, 0).encode()
+
+
+def _err_unknown(stmt_id: int, where: str) -> ProxyError:
+    return ProxyError(f"Unknown prepared statement handler ({stmt_id}) given to {where}", 1243, "HY000")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What PREPARE learned of one statement text: placeholders and the definitions clients see."""
+
+    sql: str
+    positions: tuple[tuple[int, int], ...]
+    param_defs: tuple[bytes, ...]
+    column_defs: tuple[bytes, ...]
+    version: int
+
+
+class ShapeCache:
+    """A bounded LRU of statement shapes per (schema, text), for all sessions of one instance."""
+
+    def __init__(self, size: int = CACHE_SIZE) -> None:
+        self.size = size
+        self._d: OrderedDict[tuple[str | None, str], Shape] = OrderedDict()
+
+    def get(self, schema: str | None, sql: str, version: int) -> Shape | None:
+        """The cached shape, unless the metadata changed since it was learned."""
+        key = (schema, sql)
+        s = self._d.get(key)
+        if s is None:
+            return None
+        if s.version != version:
+            del self._d[key]
+            return None
+        self._d.move_to_end(key)
+        return s
+
+    def put(self, schema: str | None, shape: Shape) -> None:
+        """Remember a shape, dropping the least recently used beyond the bound."""
+        self._d[(schema, shape.sql)] = shape
+        self._d.move_to_end((schema, shape.sql))
+        while len(self._d) > self.size:
+            self._d.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+_caches: weakref.WeakKeyDictionary[ProxyServer, ShapeCache] = weakref.WeakKeyDictionary()
+
+
+def cache_of(server: ProxyServer) -> ShapeCache:
+    """The shape cache of a proxy instance."""
+    c = _caches.get(server)
+    if c is None:
+        c = _caches[server] = ShapeCache()
+    return c
+
+
+@dataclass
+class Statement:
+    """One prepared statement of a session."""
+
+    id: int
+    shape: Shape
+    types: tuple[ParamType, ...] | None = None
+    long_data: dict[int, bytearray] = field(default_factory=dict)
+
+    @property
+    def params(self) -> int:
+        return len(self.shape.positions)
+
+
+class _Collector:
+    """A sink that keeps what a backend sends (a PREPARE answer is small)."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.parts.append(bytes(data))
+
+
+class _BinarySink:
+    """The relay sink of an EXECUTE: text packets in from the backend, binary packets out to the client."""
+
+    def __init__(self, client: ClientProtocol, deprecate_eof: bool) -> None:
+        self.client = client
+        self.conv = BinaryResultConverter(deprecate_eof)
+        self.failed = False
+
+    def write(self, data: bytes) -> None:
+        if self.failed:
+            return
+        try:
+            out = self.conv.feed(data)
+        except (ProtocolError, ValueError, struct.error) as e:
+            # Half an answer may be out already; the client must not trust the rest.
+            self.failed = True
+            log.error("cannot convert a row to the binary protocol", error=str(e))
+            self.client.close()
+            return
+        if out:
+            self.client.write(out)
+
+
+class PreparedStatements:
+    """The prepared statements of one session and the COM_STMT_* commands on them."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.stmts: dict[int, Statement] = {}
+        self._next_id = 1
+        self._last_id = 0
+
+    # -- entry point ----------------------------------------------------------------------------
+    async def dispatch(self, payload: bytes) -> None:
+        """Answer one COM_STMT_* command (CLOSE and SEND_LONG_DATA are never answered)."""
+        cmd = payload[0]
+        s = self.session
+        try:
+            if cmd == C.COM_STMT_PREPARE:
+                s.client.write(await self.prepare(payload[1:].decode("utf-8", "surrogateescape")))
+            elif cmd == C.COM_STMT_EXECUTE:
+                await self.execute(payload)
+            elif cmd == C.COM_STMT_SEND_LONG_DATA:
+                self.send_long_data(payload)
+            elif cmd == C.COM_STMT_CLOSE:
+                self.close(payload)
+            elif cmd == C.COM_STMT_RESET:
+                self.reset(payload)
+                r = Reply(s.deprecate_eof)
+                r.ok(s.status())
+                s.client.write(r.bytes())
+            else:  # COM_STMT_FETCH: results are always sent whole, so no cursor is ever open
+                stmt_id = int.from_bytes(payload[1:5], "little")
+                raise ProxyError(f"The statement ({stmt_id}) has no open cursor.", 1421, "HY000")
+        except ProxyError as e:
+            if cmd in (C.COM_STMT_CLOSE, C.COM_STMT_SEND_LONG_DATA):
+                s.log.info("statement command failed", command=cmd, error=e.message)
+                return
+            r = Reply(s.deprecate_eof)
+            r.proxy_error(e)
+            s.client.write(r.bytes())
+
+    def close_all(self) -> None:
+        """COM_RESET_CONNECTION: every statement of the session is gone."""
+        self.stmts.clear()
+
+    # -- PREPARE --------------------------------------------------------------------------------
+    async def prepare(self, sql: str) -> bytes:
+        """COM_STMT_PREPARE: register the statement; return the framed PREPARE_OK answer."""
+        s = self.session
+        if len(self.stmts) >= MAX_STATEMENTS:
+            raise ProxyError(f"Can't create more than max_prepared_stmt_count statements (current value: "
+                             f"{MAX_STATEMENTS})", 1461, "42000")
+        cache = cache_of(s.server)
+        version = s.server.registry.version
+        shape = cache.get(s.schema, sql, version)
+        if shape is None:
+            shape = await self._learn(sql, version)
+            cache.put(s.schema, shape)
+        stmt_id = self._next_id
+        self._next_id = self._next_id % 0xFFFFFFFE + 1
+        self.stmts[stmt_id] = Statement(stmt_id, shape)
+        self._last_id = stmt_id
+        return self._prepare_answer(stmt_id, shape)
+
+    def _prepare_answer(self, stmt_id: int, shape: Shape) -> bytes:
+        status = self.session.status()
+        out = [frame(1, prepare_ok(stmt_id, len(shape.column_defs), len(shape.param_defs)))]
+        seq = 2
+        for defs in (shape.param_defs, shape.column_defs):
+            if not defs:
+                continue
+            for d in defs:
+                out.append(frame(seq, d))
+                seq += 1
+            if not self.session.deprecate_eof:
+                out.append(frame(seq, eof_packet(0, status)))
+                seq += 1
+        return b"".join(out)
+
+    async def _learn(self, sql: str, version: int) -> Shape:
+        """Count placeholders and ask one backend node for the column definitions."""
+        toks = tokenize(sql)
+        positions = placeholder_positions(toks)
+        param_defs = (_PARAM_DEF,) * len(positions)
+        if first_keyword(sql) not in _BACKEND_KEYWORDS:
+            return Shape(sql, positions, param_defs, (), version)  # BEGIN, SET, SHOW...: the session answers
+        plan = self._route_for_prepare(sql, positions)
+        if plan is None or plan.kind == "ddl" or not plan.targets:
+            return Shape(sql, positions, param_defs, (), version)
+        target = plan.targets[0]
+        backend_params, columns = await self._prepare_on(target.node, target.sql)
+        if len(backend_params) == len(positions):
+            param_defs = backend_params
+        if plan.merge is not None and columns:
+            columns = tuple(c.encode() for c in merged_columns(plan.merge, [parse_column_def(c) for c in columns]))
+        return Shape(sql, positions, param_defs, columns, version)
+
+    def _route_for_prepare(self, sql: str, positions: tuple[tuple[int, int], ...]) -> Plan | None:
+        """A plan for the statement with its placeholders unbound: as is, or with NULL or 1 standing in."""
+        router = self.session.server.router
+        schema = self.session.schema
+        candidates = [sql]
+        if positions:
+            candidates += [substitute(sql, positions, [f"{v}/*?*/"] * len(positions)) for v in ("NULL", "1")]
+        err: ProxyError | None = None
+        for cand in candidates:
+            try:
+                return router.route(cand, schema)
+            except ProxyError as e:
+                err = err or e
+        if err is not None and err.code in (1046, 1049, 1064, 1146):
+            raise err  # no database, unknown database, syntax, unknown table: the client must hear it now
+        log.debug("prepare: no route with unbound parameters, columns come with the results", sql=sql[:200])
+        return None
+
+    async def _prepare_on(self, node: str, sql: str) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
+        """PREPARE sql on one node (a pooled connection) and close it there; (param defs, column defs)."""
+        s = self.session
+        backends = s.server.backends
+        conn = await backends.acquire(node, s.format_flags)
+        try:
+            sink = _Collector()
+            sc = await conn.run(frame(0, bytes((C.COM_STMT_PREPARE,)) + sql.encode("utf-8", "surrogateescape")),
+                                backends.timeout_s, kind="prepare", sink=sink)
+            if sc.error is not None:
+                if sc.error.code == 1295:  # the backend cannot prepare it; the text will still run
+                    return (), ()
+                raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
+            ok = parse_prepare_response(b"".join(sink.parts), bool(conn.flags & C.DEPRECATE_EOF))
+            if conn.transport is not None and not conn.broken:  # COM_STMT_CLOSE has no answer
+                conn.transport.write(frame(0, bytes((C.COM_STMT_CLOSE,)) + struct.pack("<I", ok.stmt_id)))
+            return ok.param_defs, ok.column_defs
+        finally:
+            backends.release(node, conn)
+
+    # -- EXECUTE --------------------------------------------------------------------------------
+    def _get(self, stmt_id: int, where: str) -> Statement:
+        if stmt_id == LAST_STATEMENT_ID:
+            stmt_id = self._last_id
+        stmt = self.stmts.get(stmt_id)
+        if stmt is None:
+            raise _err_unknown(stmt_id, where)
+        return stmt
+
+    def bind(self, stmt: Statement, payload: bytes) -> str:
+        """The statement text with this execute's parameters written in as literals."""
+        try:
+            req = parse_execute(payload, stmt.params, stmt.types, frozenset(stmt.long_data))
+        except ProtocolError as e:
+            raise ProxyError(f"Incorrect arguments to mysqld_stmt_execute ({e})", 1210, "HY000") from None
+        if req.types is not None:
+            stmt.types = req.types
+        if not stmt.params:
+            return stmt.shape.sql
+        backslashes = "NO_BACKSLASH_ESCAPES" not in self.session.vars.get("sql_mode", "").upper()
+        literals = []
+        try:
+            for i, v in enumerate(req.values):
+                if v is LONG_DATA:
+                    v = bytes(stmt.long_data[i])
+                literals.append(sql_literal(v, backslashes))
+        except (ValueError, TypeError) as e:
+            raise ProxyError(f"Incorrect arguments to mysqld_stmt_execute ({e})", 1210, "HY000") from None
+        return substitute(stmt.shape.sql, stmt.shape.positions, literals)
+
+    async def execute(self, payload: bytes) -> None:
+        """COM_STMT_EXECUTE: run the bound text and answer with binary rows."""
+        s = self.session
+        stmt = self._get(int.from_bytes(payload[1:5], "little") if len(payload) >= 5 else 0,
+                         "mysqld_stmt_execute")
+        sql = self.bind(stmt, payload)
+        stmt.long_data.clear()  # long data is consumed by the execute, as MySQL does
+        r = Reply(s.deprecate_eof)
+        sink = _BinarySink(s.client, s.deprecate_eof)
+        ex = s.executor
+        ex.relay_sink = sink
+        try:
+            relayed = await s.statement(sql, r, more=False, may_relay=True)
+        except ProxyError as e:
+            r.proxy_error(e)
+            relayed = False
+        finally:
+            ex.relay_sink = None
+        if not relayed:
+            s.client.write(BinaryResultConverter(s.deprecate_eof).feed(r.bytes()))
+
+    # -- the others -----------------------------------------------------------------------------
+    def send_long_data(self, payload: bytes) -> None:
+        """COM_STMT_SEND_LONG_DATA: append a chunk to one parameter (bounded by max_allowed_packet)."""
+        try:
+            stmt_id, param, data = parse_send_long_data(payload)
+        except ProtocolError:
+            return
+        stmt = self._get(stmt_id, "mysqld_stmt_send_long_data")
+        if param >= stmt.params:
+            return
+        buf = stmt.long_data.setdefault(param, bytearray())
+        if len(buf) + len(data) > self.session.server.max_packet:
+            raise ProxyError("Parameter of prepared statement which is set through mysql_send_long_data() "
+                             "is longer than 'max_allowed_packet' bytes", 1153, "08S01")
+        buf += data
+
+    def close(self, payload: bytes) -> None:
+        """COM_STMT_CLOSE: forget the statement (an unknown id is ignored, as MySQL does)."""
+        if len(payload) >= 5:
+            self.stmts.pop(int.from_bytes(payload[1:5], "little"), None)
+
+    def reset(self, payload: bytes) -> None:
+        """COM_STMT_RESET: drop the long data sent so far."""
+        stmt = self._get(int.from_bytes(payload[1:5], "little") if len(payload) >= 5 else 0,
+                         "mysqld_stmt_reset")
+        stmt.long_data.clear()
+
+
+__all__ = ["COMMANDS", "PreparedStatements", "Shape", "ShapeCache", "Statement", "cache_of"]
