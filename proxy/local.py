@@ -9,6 +9,7 @@ from meta.errors import NotSupported, ParseError
 
 from .protocol.constants import T_LONGLONG, T_VAR_STRING
 from .protocol.messages import ColumnDef, ResultSet
+from .sqltok import tokenize
 
 _WS = r"(?:\s|/\*(?!!).*?\*/)*"
 
@@ -166,6 +167,44 @@ def local_select(sql: str, values: dict[str, object]) -> ResultSet | None:
             cols.append(ColumnDef(name, T_VAR_STRING, 45, 256))
         row.append(None if v is None else str(v).encode())
     return ResultSet(cols, [row])
+
+
+# -- DATABASE() inside routed statements -----------------------------------------------------------
+_DB_CALL = re.compile(r"(?:database|schema)\s*\(", re.I)
+_ITEM_END = frozenset({",", ";", "FROM", "LIMIT", "ORDER", "WHERE", "GROUP", "HAVING", "UNION", "INTO", "FOR"})
+
+
+def substitute_database(sql: str, schema: str | None) -> str:
+    """Replace DATABASE()/SCHEMA() with the logical schema name: a backend would answer 'db3'."""
+    if _DB_CALL.search(sql) is None:
+        return sql
+    toks = tokenize(sql)
+    lit = "NULL" if schema is None else "'" + schema.replace("\\", "\\\\").replace("'", "''") + "'"
+    out: list[str] = []
+    last = 0
+    depth = 0
+    n = len(toks)
+    for i, (kind, text, start, end) in enumerate(toks):
+        if kind == "o" and text == "(":
+            depth += 1
+        elif kind == "o" and text == ")":
+            depth -= 1
+        if (kind == "w" and text.upper() in ("DATABASE", "SCHEMA") and i + 2 < n
+                and toks[i + 1][1] == "(" and toks[i + 2][1] == ")" and (i == 0 or toks[i - 1][1] != ".")):
+            call_end = toks[i + 2][3]
+            rep = lit
+            prev = toks[i - 1][1].upper() if i else ""
+            nxt = toks[i + 3][1].upper() if i + 3 < n else ""
+            if depth == 0 and prev in ("SELECT", ",", "DISTINCT") and (nxt == "" or nxt in _ITEM_END):
+                name = sql[start:call_end].replace("`", "``")
+                rep = f"{lit} AS `{name}`"   # the column keeps the name MySQL would give it
+            out.append(sql[last:start])
+            out.append(rep)
+            last = call_end
+    if not out:
+        return sql
+    out.append(sql[last:])
+    return "".join(out)
 
 
 # -- SHOW DATABASES / SHOW [FULL] TABLES --------------------------------------------------------------

@@ -371,6 +371,7 @@ class Session:
             if rs is not None:
                 r.resultset(rs, self.status(), more)
                 return False
+            sql = local.substitute_database(sql, self.schema)
         elif kw == "SET":
             await self.do_set(sql)
             r.ok(self.status(), more=more)
