@@ -1,0 +1,117 @@
+"""Helpers for cluster tests: three instances on one ZooKeeper root, and ways to look inside."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+import pymysql
+from harness import cluster_section
+
+SESSION_TIMEOUT_S = 3
+ACK_TIMEOUT_S = 6
+TABLE = "sharding_4_t1"   # a 4-node sharding table of the example config
+
+
+class Cluster:
+    """Three proxies sharing one ZooKeeper root; helpers to drive and inspect them."""
+
+    def __init__(self, make: Callable[..., Any], zookeeper: Any, root: str, backends: list[Any],
+                 session_timeout_s: float = SESSION_TIMEOUT_S, ack_timeout_s: float = ACK_TIMEOUT_S) -> None:
+        self.make = make
+        self.zookeeper = zookeeper
+        self.root = root
+        self.backends = backends
+        self.section = cluster_section(zookeeper, root=root, session_timeout_s=session_timeout_s,
+                                       ack_timeout_s=ack_timeout_s)
+        self.proxies: list[Any] = []
+
+    def start(self, n: int = 3, env: dict[int, dict[str, str]] | None = None) -> list[Any]:
+        """Start n instances dble-1..dble-n (env per index, 0-based)."""
+        for i in range(n):
+            self.proxies.append(self.make(instance=f"dble-{i + 1}", cluster=self.section,
+                                          env=(env or {}).get(i)))
+        return self.proxies
+
+    def zk(self) -> Any:
+        """A kazoo client (caller stops it)."""
+        return self.zookeeper.client()
+
+    def base(self) -> str:
+        return f"{self.root}/cluster-1"
+
+    def zk_children(self, path: str) -> list[str]:
+        c = self.zk()
+        try:
+            return sorted(c.get_children(f"{self.base()}/{path}")) if c.exists(f"{self.base()}/{path}") else []
+        finally:
+            c.stop()
+            c.close()
+
+
+def full_meta(proxy: Any, table: str = TABLE, schema: str = "schema1") -> tuple[Any, ...]:
+    """The `check full @@metadata` row of one table on one instance."""
+    conn = proxy.manager()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"check full @@metadata where schema='{schema}' and table='{table}'")
+            rows = cur.fetchall()
+    finally:
+        conn.close()
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def backend_structure(backends: list[Any], table: str = TABLE) -> set[str]:
+    """The CREATE TABLE texts of a 4-node table as the backends really have them (AUTO_INCREMENT aside)."""
+    texts = set()
+    for server in backends:
+        for db in ("db1", "db2"):
+            rows = server.query(f"SHOW CREATE TABLE `{table}`", database=db)
+            texts.add(rows[0][1])
+    return texts
+
+
+def reset_table(backends: list[Any], table: str = TABLE) -> None:
+    """Start every test from a known physical state: the table on all 4 nodes, no extra columns."""
+    for server in backends:
+        for db in ("db1", "db2"):
+            server.query(f"DROP TABLE IF EXISTS `{table}`", database=db)
+            server.query(f"CREATE TABLE `{table}` (id INT PRIMARY KEY, v INT)", database=db)
+
+
+def run_async(proxy: Any, sql: str) -> tuple[threading.Thread, dict[str, Any]]:
+    """Run a statement in a thread; the dict gets 'ok' or 'error' when it returns."""
+    out: dict[str, Any] = {}
+
+    def go() -> None:
+        try:
+            conn = proxy.connect(read_timeout=60)
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(sql)
+                out["ok"] = True
+            finally:
+                conn.close()
+        except pymysql.MySQLError as e:
+            out["error"] = e.args
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t, out
+
+
+def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
+    """Poll cond until truthy (bounded); fail the test naming what did not happen."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = cond()
+        except Exception as e:  # noqa: BLE001 - retried until the deadline
+            last = e
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")

@@ -1,0 +1,139 @@
+"""Cluster DDL with three real instances and a real ZooKeeper: agreement, exclusion, ops views."""
+
+from __future__ import annotations
+
+import time
+
+import pymysql
+import pytest
+from clusterkit import ACK_TIMEOUT_S, TABLE, backend_structure, full_meta, run_async, wait_for
+
+
+def _lock_table_on_backend(backends, table: str = TABLE):
+    """Hold a metadata lock on one node so an ALTER through the proxy blocks there."""
+    conn = backends[0].connect("db1")
+    conn.autocommit(False)
+    cur = conn.cursor()
+    cur.execute(f"SELECT * FROM `{table}` LIMIT 1")  # an open transaction holds the MDL
+    return conn
+
+
+def test_ok_means_every_instance_serves_the_new_structure(cluster):
+    p1, p2, p3 = cluster.start()
+    p1.query(f"ALTER TABLE {TABLE} ADD COLUMN c_new INT DEFAULT 7")
+    # right after OK, with no wait: DML using the new column and the metadata on the others
+    for p in (p2, p3):
+        p.query(f"INSERT INTO {TABLE} (id, v, c_new) VALUES ({10 + int(p.instance[-1])}, 1, 3)")
+        row = full_meta(p)
+        assert "`c_new`" in row[3]
+        assert row[4:] == ("1", "1"), row
+    assert all("`c_new`" in t for t in backend_structure(cluster.backends))
+
+
+def test_create_on_one_instance_then_insert_on_the_others(cluster, backends):
+    for server in backends:
+        for db in ("db1", "db2"):
+            server.query(f"DROP TABLE IF EXISTS `{TABLE}`", database=db)
+    p1, p2, p3 = cluster.start()
+    p1.query(f"CREATE TABLE {TABLE} (id INT PRIMARY KEY, name VARCHAR(20))")
+    p2.query(f"INSERT INTO {TABLE} VALUES (1, 'a'), (2, 'b')")
+    p3.query(f"INSERT INTO {TABLE} VALUES (3, 'c'), (4, 'd')")
+    assert full_meta(p3)[4:] == ("1", "1")
+    assert sorted(p2.query(f"SELECT id FROM {TABLE} ORDER BY id")) == [(1,), (2,), (3,), (4,)]
+
+
+def test_second_ddl_on_the_same_table_from_another_instance_fails_at_once(cluster, backends):
+    p1, p2, p3 = cluster.start()
+    blocker = _lock_table_on_backend(backends)
+    try:
+        t, out = run_async(p1, f"ALTER TABLE {TABLE} ADD COLUMN slow INT")
+        wait_for(lambda: _show_ddl(p2), 10, "the DDL to show up cluster-wide")
+        rows = _show_ddl(p3)
+        assert rows and rows[0][0] == "schema1" and rows[0][1] == TABLE and rows[0][3] == "dble-1", rows
+        started = time.monotonic()
+        with pytest.raises(pymysql.MySQLError) as e:
+            p2.query(f"ALTER TABLE {TABLE} ADD COLUMN other INT")
+        assert time.monotonic() - started < 2
+        assert e.value.args[0] == 4006
+        assert "is doing DDL" in e.value.args[1] or "ddlLock is exists" in e.value.args[1]
+        # DML is not blocked by the cluster DDL lock on another instance
+        p3.query(f"SELECT COUNT(*) FROM {TABLE} WHERE id = 2")
+    finally:
+        blocker.rollback()
+        blocker.close()
+    t.join(30)
+    assert out.get("ok"), out
+    assert not cluster.zk_children("ddl") and not cluster.zk_children("lock/ddl_lock")
+
+
+def _show_ddl(proxy):
+    conn = proxy.manager()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("show @@ddl")
+            return cur.fetchall()
+    finally:
+        conn.close()
+
+
+def test_ddls_on_different_tables_run_in_parallel(cluster, backends):
+    p1, p2, _ = cluster.start()
+    blocker = _lock_table_on_backend(backends)
+    try:
+        t, out = run_async(p1, f"ALTER TABLE {TABLE} ADD COLUMN slow INT")
+        wait_for(lambda: _show_ddl(p2), 10, "the first DDL in flight")
+        started = time.monotonic()
+        p2.query("CREATE TABLE IF NOT EXISTS sharding_2_t1 (id INT PRIMARY KEY)")
+        p2.query("ALTER TABLE sharding_2_t1 ADD COLUMN x INT")
+        assert time.monotonic() - started < ACK_TIMEOUT_S
+    finally:
+        blocker.rollback()
+        blocker.close()
+        p2.query("DROP TABLE IF EXISTS sharding_2_t1")
+    t.join(30)
+    assert out.get("ok"), out
+
+
+def test_show_cluster_lists_every_online_instance(cluster):
+    p1, p2, p3 = cluster.start()
+    conn = p2.manager()
+    with conn.cursor() as cur:
+        cur.execute("show @@cluster")
+        rows = cur.fetchall()
+    conn.close()
+    assert [r[0] for r in rows] == ["dble-1", "dble-2", "dble-3"]
+    assert all(r[1].startswith("127.0.0.1:") for r in rows)
+
+
+def test_restart_before_the_old_session_expires_rejoins(cluster):
+    p1, p2, _ = cluster.start()
+    p1.kill()
+    p1.start()  # same name, old ephemeral nodes still there until the session times out
+    p1.query(f"ALTER TABLE {TABLE} ADD COLUMN after_restart INT")
+    assert "`after_restart`" in full_meta(p2)[3]
+    assert "NodeExists" not in p1.log_text()
+
+
+def test_ddl_is_refused_while_an_instance_loads_metadata(cluster):
+    p1, _, _ = cluster.start()
+    zk = cluster.zk()
+    try:
+        zk.create(f"{cluster.base()}/lock/syncMeta.lock", b"someone", ephemeral=True)
+        with pytest.raises(pymysql.MySQLError) as e:
+            p1.query(f"ALTER TABLE {TABLE} ADD COLUMN nope INT")
+        assert e.value.args[0] == 4006
+        assert "Found another instance initializing metadata. Please try later" in e.value.args[1]
+    finally:
+        zk.stop()
+        zk.close()
+    p1.query(f"ALTER TABLE {TABLE} ADD COLUMN yes INT")
+
+
+def test_a_ddl_that_fails_on_the_backends_is_failed_everywhere(cluster):
+    p1, p2, _ = cluster.start()
+    with pytest.raises(pymysql.MySQLError) as e:
+        p1.query(f"ALTER TABLE {TABLE} DROP COLUMN no_such_column")
+    assert e.value.args[0] == 1091
+    assert full_meta(p2)[4:] == ("1", "1")
+    assert not cluster.zk_children("ddl")
+    p2.query(f"ALTER TABLE {TABLE} ADD COLUMN fine INT")
