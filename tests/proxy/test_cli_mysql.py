@@ -1,0 +1,152 @@
+"""The `mysql` command-line client against the proxy, as a user runs it (batch, script, interactive)."""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import subprocess
+import time
+
+import pytest
+
+pytestmark = pytest.mark.skipif(shutil.which("mysql") is None, reason="the mysql client is not installed")
+
+
+def _mysql(proxy, *args: str, stdin: str | None = None, port: int | None = None, user: str = "test",
+           password: str = "111111", timeout: float = 30) -> subprocess.CompletedProcess:
+    argv = ["mysql", "--no-defaults", "-h127.0.0.1", f"-P{port or proxy.port}", f"-u{user}", f"-p{password}",
+            *args]
+    return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout)
+
+
+def test_batch_query_with_e(proxy) -> None:
+    proxy.query("DROP TABLE IF EXISTS cli_e")
+    proxy.query("CREATE TABLE cli_e (id INT PRIMARY KEY, name VARCHAR(20))")
+    res = _mysql(proxy, "schema1", "-e",
+                 "INSERT INTO cli_e VALUES (1,'one'),(2,'two'); SELECT id, name FROM cli_e ORDER BY id; "
+                 "SELECT DATABASE(); SELECT @@version_comment")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[:3] == ["id\tname", "1\tone", "2\ttwo"]
+    assert lines[3:5] == ["DATABASE()", "schema1"]
+    assert lines[5] == "@@version_comment" and "pydble" in lines[6]
+
+
+def test_sharded_insert_and_merged_read_from_the_cli(proxy) -> None:
+    proxy.query("DROP TABLE IF EXISTS sharding_4_t1")
+    proxy.query("CREATE TABLE sharding_4_t1 (id INT PRIMARY KEY, name VARCHAR(20))")
+    res = _mysql(proxy, "schema1", "-N", "-e",
+                 "INSERT INTO sharding_4_t1 VALUES (1,'a'),(2,'b'),(3,'c'),(4,'d'),(5,'e');"
+                 "SELECT COUNT(*), MAX(id) FROM sharding_4_t1;"
+                 "SELECT name FROM sharding_4_t1 WHERE id = 3;"
+                 "/*!pydble:shardingNode=dn2*/ SELECT id FROM sharding_4_t1 ORDER BY id")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["5\t5", "c", "1", "5"]
+
+
+def test_wrong_password_and_ungranted_schema(proxy) -> None:
+    res = _mysql(proxy, "schema1", "-e", "SELECT 1", password="nope")
+    assert res.returncode == 1
+    assert "ERROR 1045 (28000)" in res.stderr
+    res = _mysql(proxy, "mysql", "-e", "SELECT 1")
+    assert res.returncode == 1
+    assert "ERROR 1044 (42000)" in res.stderr and "'mysql'" in res.stderr
+
+
+def test_an_error_stops_the_batch(proxy) -> None:
+    res = _mysql(proxy, "schema1", "-N", "-e", "SELECT 1; SELECT * FROM cli_missing_table; SELECT 2")
+    assert res.returncode == 1
+    assert res.stdout.splitlines() == ["1"]
+    assert "ERROR 1146 (42S02)" in res.stderr
+
+
+def test_script_on_stdin_with_use_and_show_tables(proxy) -> None:
+    script = "\n".join([
+        "SELECT DATABASE();",
+        "use schema2",
+        "SELECT DATABASE();",
+        "SHOW TABLES;",
+        "USE schema1;",
+        "SHOW FULL TABLES LIKE 'sharding%';",
+        "\\s",
+    ]) + "\n"
+    res = _mysql(proxy, "schema1", stdin=script)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "DATABASE()\nschema1\nDATABASE()\nschema2\nTables_in_schema2\nsing\n" in out
+    assert "Tables_in_schema1 (sharding%)\tTable_type\nsharding_2_t1\tBASE TABLE\nsharding_4_t1\tBASE TABLE" in out
+    assert "Current database:\tschema1" in out
+    assert "Uptime:" in out  # \s asks COM_STATISTICS
+
+
+def test_use_of_an_ungranted_schema_keeps_the_session(proxy) -> None:
+    res = _mysql(proxy, "schema1", "--force", "-N", stdin="use mysql\nSELECT DATABASE();\n")
+    assert "ERROR 1044" in res.stderr
+    assert res.stdout.splitlines() == ["schema1"]
+
+
+def test_interactive_session_with_tab_completion(proxy) -> None:
+    """A real terminal: the CLI reads every table's columns (COM_FIELD_LIST) and tab-completes them."""
+    proxy.query("DROP TABLE IF EXISTS cli_tab")
+    proxy.query("CREATE TABLE cli_tab (cli_col_unique_name INT, other_col INT)")
+    proxy.query("INSERT INTO cli_tab VALUES (41, 1)")
+    import pty
+
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.execvp("mysql", ["mysql", "--no-defaults", "-h127.0.0.1", f"-P{proxy.port}", "-utest", "-p111111",
+                                "--auto-rehash", "schema1"])
+        finally:
+            os._exit(127)
+    out = b""
+
+    def read_until(token: bytes, timeout: float = 15) -> bytes:
+        nonlocal out
+        deadline = time.monotonic() + timeout
+        while token not in out:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no {token!r} in terminal output: {out[-2000:]!r}")
+            r, _, _ = select.select([fd], [], [], min(left, 0.2))
+            if r:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+        return out
+
+    try:
+        read_until(b"[schema1]> ")
+        os.write(fd, b"SELECT cli_col_un\t")
+        read_until(b"ique_name")           # completed from the column list the proxy sent
+        os.write(fd, b" + 1 AS v FROM cli_tab;\n")
+        read_until(b"42")
+        os.write(fd, b"use schema2\n")
+        read_until(b"[schema2]> ")
+        os.write(fd, b"show tables;\n")
+        read_until(b"sing")
+        os.write(fd, b"quit\n")
+        read_until(b"Bye")
+    finally:
+        os.close(fd)
+        for _ in range(50):
+            done, _status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+
+
+def test_manager_port_from_the_cli(proxy) -> None:
+    res = _mysql(proxy, "-e", "show @@help", port=proxy.manager_port, user="root")
+    assert res.returncode == 0, res.stderr
+    assert "reload @@metadata" in res.stdout
+    res = _mysql(proxy, "-e", "show @@help", port=proxy.manager_port, user="test")
+    assert res.returncode == 1 and "ERROR 1045" in res.stderr
