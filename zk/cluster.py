@@ -156,7 +156,7 @@ class Cluster:
                 self._lost = False
                 self.log.info("zookeeper connected again with a new session: re-joining")
                 self._join_task = self._spawn(self._rejoin())
-            else:
+            elif prev == KazooState.SUSPENDED:
                 self.log.info("zookeeper connection back, same session")
 
     async def _rejoin(self) -> None:

@@ -30,7 +30,7 @@ log = structlog.get_logger("pydble.cluster.ddl")
 
 PAUSE_ENV = "PYDBLE_TEST_PAUSE"
 PAUSE_PHASES = ("before_init", "after_init_acks", "after_execute", "after_success", "during_final_acks")
-PAUSE_MAX_S = 600.0
+PAUSE_SECONDS_ENV = "PYDBLE_TEST_PAUSE_S"   # how long the pause lasts (default 600 s)
 
 
 class LostDecision(ProxyError):
@@ -42,8 +42,10 @@ class LostDecision(ProxyError):
 async def test_pause(phase: str) -> None:
     """Test-only: stop at a named phase (PYDBLE_TEST_PAUSE) so a test can kill -9 this process there."""
     if os.environ.get(PAUSE_ENV) == phase:
-        log.warning("paused for test", phase=phase, pid=os.getpid())
-        await asyncio.sleep(PAUSE_MAX_S)
+        seconds = float(os.environ.get(PAUSE_SECONDS_ENV, "600"))
+        log.warning("paused for test", phase=phase, pid=os.getpid(), seconds=seconds)
+        await asyncio.sleep(seconds)
+        log.warning("pause over", phase=phase)
 
 
 class ClusterDdl:
