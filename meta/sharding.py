@@ -22,7 +22,7 @@ from meta.errors import NotSupported
 
 _MASK64 = (1 << 64) - 1
 _SIGN64 = 1 << 63
-_LONG_RE = re.compile(r"[+-]?[0-9]+\Z")
+_LONG_RE = re.compile(r"[+-]?[0-9]{1,20}\Z")   # past 20 digits no MySQL integer column can match
 
 
 class BadShardingValue(NotSupported):
@@ -57,11 +57,14 @@ def to_long(value: Any) -> int:
             return int(value)
     elif isinstance(value, bytes):
         # A hex/bit literal (x'..', 0x..) in a numeric context is an unsigned big-endian number.
-        return int.from_bytes(value, "big")
+        if len(value) <= 8:
+            return int.from_bytes(value, "big")
     elif isinstance(value, (Decimal, float)):
         try:
-            integral = value.is_integer() if isinstance(value, float) else value == value.to_integral_value()
-            if integral:
+            if isinstance(value, float):
+                if value.is_integer() and abs(value) < 2.0 ** 64:
+                    return int(value)
+            elif value.is_finite() and value.adjusted() < 20 and value == value.to_integral_value():
                 return int(value)
         except (InvalidOperation, ValueError, OverflowError):
             pass

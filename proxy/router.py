@@ -187,7 +187,7 @@ def _value(ref: Any, toks: list[Token]) -> Any:
     kind = ref[0]
     if kind == "n":
         text = toks[ref[1]][1]
-        if text.isdigit():
+        if text.isdigit() and len(text) <= 20:
             v: Any = int(text)
         else:
             try:
@@ -987,18 +987,22 @@ class Router:
                 m = _VERSION_COMMENT_RE.match(first[1])
                 if m and m.group(1).strip():
                     return self.route(m.group(1).strip(), schema)
-        if len(toks) <= _CACHE_MAX_TOKENS:
-            key = (schema, "\x00".join([_SHAPE.get(t[0]) or t[1] for t in toks]))
-            an = self._cache.get(key)
-            if an is None:
+        try:
+            if len(toks) <= _CACHE_MAX_TOKENS:
+                key = (schema, "\x00".join([_SHAPE.get(t[0]) or t[1] for t in toks]))
+                an = self._cache.get(key)
+                if an is None:
+                    an = self._analyze(sql, toks, schema)
+                    if an.cacheable:
+                        if len(self._cache) >= self.cache_size:
+                            self._cache.clear()
+                        self._cache[key] = an
+            else:
                 an = self._analyze(sql, toks, schema)
-                if an.cacheable:
-                    if len(self._cache) >= self.cache_size:
-                        self._cache.clear()
-                    self._cache[key] = an
-        else:
-            an = self._analyze(sql, toks, schema)
-        return self._plan(an, sql, toks, schema)
+            return self._plan(an, sql, toks, schema)
+        except RecursionError:
+            raise ParseError("You have an error in your SQL syntax: the statement nests parentheses or "
+                             "subqueries too deeply to route") from None
 
     # -- tables ------------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ Kinds (one letter, compared by identity-cheap string equality):
   x  hex/bit literal: x'0A', 0x0A, b'01', 0b01   p  ? placeholder
   v  @user_var / @@system.var                    h  /*! ... */ executable comment or pydble/dble hint
   o  operator or punctuation                     e  an unterminated string, identifier or comment
+                                                    (it takes the rest of the text)
 
 Plain comments (`-- `, `#`, `/* */`) and whitespace produce no token; since every token keeps its
 offsets, callers rewrite the original text precisely and comments survive in what they forward.
@@ -22,24 +23,26 @@ Token = tuple[str, str, int, int]
 KIND, TEXT, START, END = 0, 1, 2, 3
 LITERALS = frozenset("snx")
 
-_STR1 = r"'(?:[^'\\]|\\[\s\S]|'')*'"
-_STR2 = r'"(?:[^"\\]|\\[\s\S]|"")*"'
-_QID = r"`(?:[^`]|``)*`"
+# Possessive loops lex like MySQL (a doubled quote is always an escaped quote) and never backtrack,
+# so hostile input costs linear time: this runs before anything else on every query.
+_STR1 = r"'(?:[^'\\]|\\[\s\S]|'')*+'"
+_STR2 = r'"(?:[^"\\]|\\[\s\S]|"")*+"'
+_QID = r"`(?:[^`]|``)*+`"
 
 _TOKEN_RE = re.compile(rf"""
     \s*(?:
        (?P<w>(?![xXbB]')[^\W\d][\w$]*)
       |(?P<o>[(),;=*+])
-      |(?P<n>(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?(?![\w$]))
+      |(?P<n>(?>[0-9]+(?:\.[0-9]*+)?|\.[0-9]++)(?>[eE][-+]?[0-9]++)?(?![\w$]))
       |(?P<s>{_STR1}|{_STR2})
       |(?P<q>{_QID})
       |(?P<c>--(?=\s|$)[^\n]*|\#[^\n]*|/\*(?!!)[\s\S]*?\*/)
       |(?P<h>/\*![\s\S]*?\*/)
-      |(?P<x>[xX]'[0-9a-fA-F]*'|[bB]'[01]*'|0x[0-9a-fA-F]+(?![\w$])|0b[01]+(?![\w$]))
+      |(?P<x>[xX]'[0-9a-fA-F]*+'|[bB]'[01]*+'|0x[0-9a-fA-F]++(?![\w$])|0b[01]++(?![\w$]))
       |(?P<W>[\w$]+)
       |(?P<v>@@?(?:[\w$.]+|{_QID}|{_STR1}|{_STR2})?)
       |(?P<p>\?)
-      |(?P<e>/\*|['"`])
+      |(?P<e>(?:/\*|['"`])[\s\S]*)
       |(?P<O><=>|<=|>=|<>|!=|:=|<<|>>|&&|\|\||->>|->|[^\s\w$'"`])
     )""", re.X)
 
@@ -50,8 +53,8 @@ _KIND_OF_GROUP: tuple[str, ...] = ("",) + tuple(
 _finditer = _TOKEN_RE.finditer
 
 _FIRST_RE = re.compile(r"""
-    (?:\s+|--(?=\s|$)[^\n]*|\#[^\n]*|/\*(?!!)[\s\S]*?\*/|/\*!\s*(?:pydble|dble)\s*:[\s\S]*?\*/|\()*
-    (?:/\*![0-9]*)?\s*([A-Za-z_]+)""", re.X | re.I)
+    (?:\s+|--(?=\s|$)[^\n]*|\#[^\n]*|/\*(?!!)[\s\S]*?\*/|/\*!\s*(?:pydble|dble)\s*:[\s\S]*?\*/|\()*+
+    (?:/\*![0-9]*+)?\s*+([A-Za-z_]+)""", re.X | re.I)
 
 
 def tokenize(sql: str) -> list[Token]:

@@ -78,13 +78,15 @@ def test_hash_non_power_of_two_total(value: int, expected: int) -> None:
 
 @pytest.mark.parametrize("value,expected", [
     (None, 0), ("17", 1), ("+5", 1), ("-5", 3), (Decimal("8.0"), 0), (Decimal("-2"), 2), (True, 1),
-    (b"\x05", 1), (b"\x01\x00", 0), (2 ** 70 + 3, 3), (7.0, 3),
+    (b"\x05", 1), (b"\x01\x00", 0), (2 ** 70 + 3, 3), (7.0, 3), ("18446744073709551615", 3),
+    (Decimal("1E+3"), 0), (b"\xff" * 8, 3),
 ])
 def test_hash_value_forms(value: object, expected: int) -> None:
     assert hash_fn((4,), (1,)).partition(value) == expected
 
 
-@pytest.mark.parametrize("value", ["abc", " 5", "5.5", "", Decimal("8.5"), Decimal("NaN"), 1.5, float("inf")])
+@pytest.mark.parametrize("value", ["abc", " 5", "5.5", "", Decimal("8.5"), Decimal("NaN"), 1.5, float("inf"),
+                                   "1" * 5000, Decimal("1e999999999"), Decimal("1e20"), b"\xff" * 9, 1e300])
 def test_hash_rejects_non_integer_values_with_dble_message(value: object) -> None:
     with pytest.raises(BadShardingValue) as err:
         hash_fn((4,), (1,)).partition(value)

@@ -342,6 +342,8 @@ ERRORS = [
     ("INSERT INTO sharding_4_t1 (id, name) VALUES ('x1', 'a')", "schema1", NotSupported, 1235,
      "Please eliminate any quote and non number within it"),
     ("INSERT INTO sharding_4_t1 (id, name) VALUES (1)", "schema1", ProxyError, 1136, "Column count doesn't match"),
+    ("INSERT INTO sharding_4_t1 (id) VALUES (1e999999999)", "schema1", NotSupported, 1235,
+     "Please eliminate any quote and non number within it"),
     ("INSERT INTO range_t (id) VALUES (5000)", "schema1", NotSupported, 1235,
      "can't find any valid shardingNode in table[range_t] -> column[ID] -> value[5000]"),
     ("INSERT INTO sharding_4_t1 (id, k) VALUES (1, 2) ON DUPLICATE KEY UPDATE id = 3", "schema1", NotSupported, 1235,
@@ -598,6 +600,26 @@ def test_cache_is_bounded() -> None:
     for i in range(40):
         r.route(f"SELECT c{i} FROM sbtest1 WHERE id = 1", "schema1")
     assert len(r._cache) <= 8
+
+
+@pytest.mark.parametrize("sql,expected", [
+    ("SELECT * FROM sharding_4_t1 WHERE id = " + "1" * 5000, ALL4),          # past Python's int(str) limit
+    ("SELECT * FROM sharding_4_t1 WHERE id = 1e999999999", ALL4),            # no billion-digit integers
+    ("SELECT * FROM sharding_4_t1 WHERE id = 0x" + "ff" * 100, ALL4),
+    ("SELECT * FROM sharding_4_t1 WHERE id = 18446744073709551615", ["dn4"]),  # BIGINT UNSIGNED max
+    ("SELECT * FROM sharding_4_t1 WHERE id BETWEEN 1 AND 1e999999", ALL4),
+])
+def test_huge_literals_are_cheap_and_safe(router: Router, sql: str, expected: list[str]) -> None:
+    assert nodes(router.route(sql, "schema1")) == expected
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT * FROM sharding_4_t1 WHERE " + "(" * 600 + "id = 1" + ")" * 600,
+    "SELECT * FROM sharding_4_t1 WHERE id IN " + "(SELECT " * 600 + "1" + ")" * 600,
+])
+def test_absurd_nesting_is_a_syntax_error_not_a_crash(router: Router, sql: str) -> None:
+    with pytest.raises(ParseError, match="too deeply"):
+        router.route(sql, "schema1")
 
 
 def test_version_comment_statement_is_routed_by_its_content(router: Router) -> None:

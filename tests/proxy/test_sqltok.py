@@ -115,3 +115,30 @@ def test_point_select_is_fast() -> None:
     sql = "SELECT c FROM sbtest1 WHERE id=5"
     per_call = min(timeit.repeat(lambda: tokenize(sql), number=2000, repeat=5)) / 2000
     assert per_call < 50e-6  # typically ~4 us; generous for loaded CI machines
+
+
+HOSTILE = {
+    "quotes": "'" * 20001, "quote-a": "'a" * 10000, "open-comments": "/*" * 10000, "backticks": "`" * 20001,
+    "dq-backslash": '"\\' * 10000, "open-hints": "/*!" * 7000, "var-quote": "@'" * 10000, "x-quote": "x'" * 10000,
+    "digits-then-letter": "1" * 20000 + "x", "exponents": "1e" * 10000, "blanks-then-bang": " " * 20000 + "!",
+    "parens": "(" * 20000, "dots": "." * 20000, "hex-then-letter": "0x" + "f" * 20000 + "g",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_input_costs_linear_time(name: str) -> None:
+    """The session runs these on every query in one event loop: no backtracking blow-ups allowed."""
+    sql = HOSTILE[name]
+    start = timeit.default_timer()
+    tokenize(sql)
+    split_statements(sql)
+    first_keyword(sql)
+    assert timeit.default_timer() - start < 1.0
+
+
+def test_doubled_quotes_lex_like_mysql() -> None:
+    assert kinds("'a'''") == [("s", "'a'''")]
+    assert kinds("'a'' 'b'") == [("s", "'a'' '"), ("w", "b"), ("e", "'")]   # '' is always an escaped quote
+    assert kinds("'a''") == [("e", "'a''")]
+    assert kinds("'a' 'b'") == [("s", "'a'"), ("s", "'b'")]
+    assert kinds("select 'x") == [("w", "select"), ("e", "'x")]
