@@ -260,8 +260,11 @@ class Executor:
                 raise NotSupported("a scattered statement returned results of different shapes")
             r.resultset(merge_results(plan.merge, sets), status, more)
             return
-        affected = sum(sc.ok.affected_rows for sc in scanners if sc.ok is not None)
-        warnings = sum(sc.ok.warnings for sc in scanners if sc.ok is not None)
+        oks = [sc.ok for sc in scanners if sc.ok is not None]
+        if oks and plan.is_write and self._global_only(plan):
+            oks = oks[:1]  # every node holds the same copy: the client wrote one logical table
+        affected = sum(ok.affected_rows for ok in oks)
+        warnings = sum(ok.warnings for ok in oks)
         last_id = max((sc.ok.last_insert_id for sc in scanners if sc.ok is not None), default=0)
         if last_id:
             self.session.last_insert_id = last_id
@@ -271,6 +274,15 @@ class Executor:
             r.resultset(first, status, more)
             return
         r.ok(status, affected, last_id, warnings, more=more)
+
+    def _global_only(self, plan: Plan) -> bool:
+        """True when every table a write touches is a global table (one copy per node)."""
+        cfg = self.server.config
+        for schema, table in plan.tables:
+            t = cfg.table(schema, table)
+            if t is None or t.type != "global":
+                return False
+        return bool(plan.tables)
 
     async def run_everywhere(self, targets: list[tuple[str, str]]) -> list[ResponseScanner]:
         """Run SQL on the given nodes outside any transaction (DDL); answers are collected."""

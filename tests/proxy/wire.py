@@ -320,6 +320,9 @@ def extended_config(backends: Sequence[Any], *, port: int | None = None, manager
                       "column": "id"}
     tables["h4_u"] = {"type": "sharding", "nodes": ["dn1", "dn2", "dn3", "dn4"], "function": "hash-four",
                       "column": "id"}
+    for name in ("m4_a", "m4_b"):   # the merge tests' own pair, co-sharded
+        tables[name] = {"type": "sharding", "nodes": ["dn1", "dn2", "dn3", "dn4"], "function": "hash-four",
+                        "column": "id"}
     tables["h2_t"] = {"type": "sharding", "nodes": ["dn1", "dn2"], "function": "hash-two", "column": "id"}
     for name, extra in (groups or {}).items():
         cfg["db_groups"][name].update(extra)
@@ -357,9 +360,17 @@ def java_string_hash(s: str) -> int:
     return h - (1 << 64) if h >> 63 else h
 
 
-def stringhash_node(value: str, nodes: Sequence[str] = ("dn1", "dn2", "dn3", "dn4"), length: int = 256) -> str:
-    """The node DBLE's StringHash with partition_count=[n], partition_length=[length] picks."""
-    slot = java_string_hash(value) % (len(nodes) * length)   # Java: (h % total), shifted up if negative
+def stringhash_node(value: str, nodes: Sequence[str] = ("dn1", "dn2", "dn3", "dn4"), length: int = 256,
+                    hash_slice: tuple[int, int] = (0, -1)) -> str:
+    """The node DBLE's StringHash with partition_count=[n], partition_length=[length] picks.
+
+    DBLE reads the slice "start:end" with a negative start as len+start and an end <= 0 as len+end,
+    so "0:-1" hashes every character but the last.
+    """
+    start, end = hash_slice
+    start = start if start >= 0 else len(value) + start
+    end = end if end > 0 else len(value) + end
+    slot = java_string_hash(value[start:end]) % (len(nodes) * length)   # Java: h % total, shifted up if < 0
     return nodes[slot // length]
 
 
