@@ -41,8 +41,9 @@ COMMANDS = frozenset({C.COM_STMT_PREPARE, C.COM_STMT_EXECUTE, C.COM_STMT_SEND_LO
                       C.COM_STMT_RESET, C.COM_STMT_FETCH})
 MAX_STATEMENTS = 16382        # MySQL's default max_prepared_stmt_count, here per session
 CACHE_SIZE = 2048             # statement shapes kept per proxy instance
-# Statements whose columns (or validity) only a backend can tell; the rest run in the session itself.
-_BACKEND_KEYWORDS = frozenset({"SELECT", "WITH", "INSERT", "REPLACE", "UPDATE", "DELETE", "VALUES", "TABLE"})
+# Statements the session answers itself: PREPARE needs no backend for them (sysbench prepares BEGIN).
+_SESSION_KEYWORDS = frozenset({"BEGIN", "START", "COMMIT", "ROLLBACK", "SET", "USE", "SAVEPOINT", "RELEASE",
+                               "SHOW", ""})
 _PARAM_DEF = ColumnDef("?", C.T_VAR_STRING, C.CHARSET_BINARY, 0, C.BINARY_FLAG, 0).encode()
 
 
@@ -231,7 +232,7 @@ class PreparedStatements:
         toks = tokenize(sql)
         positions = placeholder_positions(toks)
         param_defs = (_PARAM_DEF,) * len(positions)
-        if first_keyword(sql) not in _BACKEND_KEYWORDS:
+        if first_keyword(sql) in _SESSION_KEYWORDS:
             return Shape(sql, positions, param_defs, (), version)  # BEGIN, SET, SHOW...: the session answers
         plan = self._route_for_prepare(sql, positions)
         if plan is None or plan.kind == "ddl" or not plan.targets:

@@ -1,0 +1,280 @@
+"""Server-side prepared statements through the proxy, checked against MariaDB's own answers.
+
+A raw client (tests/proxy/ps_wire.py) sends COM_STMT_* the way libmariadb does; PREPARE answers
+and binary rows through the proxy must equal, byte for byte, what the backend node sends for the
+same statement, and bound sharding keys must land rows on the node the function names.
+"""
+
+from __future__ import annotations
+
+import copy
+import struct
+from typing import Any, Iterator
+
+import pytest
+
+from harness import ProxyProcess, free_port, proxy_config
+from ps_wire import (T_BLOB, T_LONG, T_STRING, PsClient, column_type, p_datetime, p_double, p_float, p_long,
+                     p_longlong, p_null, p_str, p_time)
+
+NODES = ("dn1", "dn2", "dn3", "dn4")
+# dn1 = backend1.db1, dn2 = backend2.db1, dn3 = backend1.db2, dn4 = backend2.db2 (harness config)
+NODE_DB = {"dn1": (0, "db1"), "dn2": (1, "db1"), "dn3": (0, "db2"), "dn4": (1, "db2")}
+TYPES_DDL = """CREATE TABLE ps_types (
+  id INT NOT NULL PRIMARY KEY, ti TINYINT, si SMALLINT UNSIGNED, mi MEDIUMINT, bi BIGINT UNSIGNED,
+  f FLOAT, d DOUBLE, dec1 DECIMAL(12,3), ch CHAR(5), vc VARCHAR(40), vb VARBINARY(20), tx TEXT,
+  dt DATE, dtm DATETIME(6), ts TIMESTAMP NULL, tm TIME(3), yr YEAR, bt BIT(5), en ENUM('a','b'), js JSON
+)"""
+TYPES_ROWS = [
+    "(1, -128, 65535, -8388608, 18446744073709551615, 1.5, -2.25e100, -123456789.125, 'ab', 'héllo', x'00ff', "
+    "'text', '2024-02-29', '2024-01-02 03:04:05.123456', '2024-01-02 03:04:05', '-838:59:59.000', 2024, b'10101', "
+    "'b', '{\"k\": [1, 2]}')",
+    "(2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+    "NULL, NULL)",
+    "(3, 0, 0, 0, 0, 0, 0, 0, '', '', '', '', '1000-01-01', '2024-01-02 00:00:00', NULL, '00:00:00', 1901, b'0', "
+    "'a', '[]')",
+    "(6, 127, 1, 1, 1, 3.4e38, 1e-300, 0.001, 'x', 'it''s', x'5c', 'a\\\\b', '9999-12-31', '9999-12-31 23:59:59', "
+    "'2038-01-19 03:14:07', '12:34:56.789', 2155, b'11111', 'a', 'null')",
+]
+
+
+def node_of(i: int) -> str:
+    """hash-four over dn1..dn4: value mod 4."""
+    return NODES[i % 4]
+
+
+@pytest.fixture(scope="module")
+def ps_proxy(backends: list[Any]) -> Iterator[ProxyProcess]:
+    """A proxy of our own whose config has the sharding tables these tests create."""
+    cfg = copy.deepcopy(proxy_config(backends, free_port(), free_port(), instance="pydble-ps"))
+    tables = cfg["schemas"]["schema1"]["tables"]
+    for name in ("ps_t", "ps_types", "ps_tx", "ps_ddl"):
+        tables[name] = {"type": "sharding", "nodes": list(NODES), "function": "hash-four", "column": "id"}
+    p = ProxyProcess(cfg, name="proxy-ps", release_ports=True)
+    try:
+        p.start()
+        conn = p.connect()
+        with conn.cursor() as cur:
+            for t in ("ps_t", "ps_types", "ps_tx", "ps_ddl"):
+                cur.execute(f"DROP TABLE IF EXISTS {t}")
+            cur.execute("CREATE TABLE ps_t (id BIGINT PRIMARY KEY, name VARCHAR(100), vb VARBINARY(100), "
+                        "dtm DATETIME(6), tm TIME(6), f FLOAT, d DOUBLE, n INT)")
+            cur.execute(TYPES_DDL)
+            cur.execute("INSERT INTO ps_types VALUES " + ",".join(TYPES_ROWS))
+            cur.execute("CREATE TABLE ps_tx (id INT PRIMARY KEY, v INT)")
+            cur.execute("CREATE TABLE ps_ddl (id INT PRIMARY KEY, a INT)")
+        conn.close()
+        yield p
+    finally:
+        p.cleanup()
+
+
+def direct(backends: list[Any], node: str, **kw: Any) -> PsClient:
+    """A raw client straight to the backend database of a node."""
+    idx, db = NODE_DB[node]
+    return PsClient(backends[idx].port, user="root", password="", database=db, **kw)
+
+
+def on_node(backends: list[Any], node: str, sql: str) -> list[tuple[Any, ...]]:
+    idx, db = NODE_DB[node]
+    return backends[idx].query(sql, db)
+
+
+@pytest.mark.parametrize("deprecate_eof", [False, True])
+def test_prepare_answer_matches_mariadb(ps_proxy: ProxyProcess, backends: list[Any], deprecate_eof: bool) -> None:
+    sql = "SELECT id, f, dec1, vc, dtm FROM ps_types WHERE id = ? AND vc <> ?"
+    with PsClient(ps_proxy.port, deprecate_eof=deprecate_eof) as c, \
+            direct(backends, "dn1", deprecate_eof=deprecate_eof) as d:
+        got, want = c.prepare(sql), d.prepare(sql)
+        assert (got.params, got.columns) == (want.params, want.columns) == (2, 5)
+        assert got.column_defs == want.column_defs
+        assert got.param_defs == want.param_defs
+
+
+@pytest.mark.parametrize("deprecate_eof", [False, True])
+def test_binary_rows_equal_mariadb_for_every_type(ps_proxy: ProxyProcess, backends: list[Any],
+                                                  deprecate_eof: bool) -> None:
+    sql = "SELECT * FROM ps_types WHERE id = ?"
+    with PsClient(ps_proxy.port, deprecate_eof=deprecate_eof) as c:
+        st = c.prepare(sql)
+        for i in (1, 2, 3, 6):
+            got = c.execute(st.stmt_id, [p_long(i)], send_types=(i == 1))
+            with direct(backends, node_of(i), deprecate_eof=deprecate_eof) as d:
+                dst = d.prepare(sql)
+                want = d.execute(dst.stmt_id, [p_long(i)])
+            assert got.kind == want.kind == "rows", (got.err_message, want.err_message)
+            assert got.column_defs == want.column_defs
+            assert got.rows == want.rows, f"row id={i}"
+            assert got.seqs == want.seqs
+
+
+def test_scattered_result_is_converted_after_the_merge(ps_proxy: ProxyProcess, backends: list[Any]) -> None:
+    sql = "SELECT * FROM ps_types WHERE id BETWEEN ? AND ? ORDER BY id DESC"
+    with PsClient(ps_proxy.port) as c:
+        st = c.prepare(sql)
+        assert st.columns == 20
+        got = c.execute(st.stmt_id, [p_long(0), p_long(100)])
+    want = []
+    for i in (6, 3, 2, 1):
+        with direct(backends, node_of(i)) as d:
+            want += d.execute(d.prepare("SELECT * FROM ps_types WHERE id = ?").stmt_id, [p_long(i)]).rows
+    assert got.kind == "rows"
+    assert got.rows == want
+
+
+def test_aggregates_over_nodes(ps_proxy: ProxyProcess) -> None:
+    with PsClient(ps_proxy.port) as c:
+        st = c.prepare("SELECT COUNT(*), SUM(mi), MAX(id) FROM ps_types WHERE id BETWEEN ? AND ?")
+        assert st.columns == 3
+        a = c.execute(st.stmt_id, [p_long(1), p_long(6)])
+    assert a.kind == "rows" and len(a.rows) == 1
+    row = a.rows[0]
+    # bitmap: 3 columns, none NULL; COUNT is a LONGLONG, SUM a DECIMAL (text), MAX(id) an INT
+    assert row[:2] == b"\x00\x00"
+    assert struct.unpack_from("<q", row, 2)[0] == 4
+    n = row[10]
+    assert row[11:11 + n] == b"-8388607"
+    assert struct.unpack_from("<i", row, 11 + n)[0] == 6
+
+
+def test_bound_sharding_key_routes_each_row_to_its_node(ps_proxy: ProxyProcess, backends: list[Any]) -> None:
+    with PsClient(ps_proxy.port) as c:
+        c.query("DELETE FROM ps_t WHERE id BETWEEN 100 AND 199")
+        st = c.prepare("INSERT INTO ps_t (id, name) VALUES (?, ?)")
+        assert (st.params, st.columns) == (2, 0)
+        for k, i in enumerate(range(100, 120)):
+            a = c.execute(st.stmt_id, [p_longlong(i), p_str(f"n{i}")], send_types=(k == 0))
+            assert a.kind == "ok" and a.affected == 1, a.err_message
+        sel = c.prepare("SELECT name FROM ps_t WHERE id = ?")
+        a = c.execute(sel.stmt_id, [p_longlong(107)])
+        assert a.rows == [b"\x00\x00\x04n107"]
+    for node in NODES:
+        ids = [r[0] for r in on_node(backends, node, "SELECT id FROM ps_t WHERE id BETWEEN 100 AND 199 ORDER BY id")]
+        assert ids == [i for i in range(100, 120) if node_of(i) == node]
+
+
+def test_values_round_trip_as_literals(ps_proxy: ProxyProcess, backends: list[Any]) -> None:
+    tricky = "it's a \\ \"quote\"\n\x00 ü 😀 -- not a comment /* nor this */ ?"
+    blob = bytes(range(256))[:100]
+    with PsClient(ps_proxy.port) as c:
+        c.query("DELETE FROM ps_t WHERE id BETWEEN 200 AND 299")
+        st = c.prepare("INSERT INTO ps_t (id, name, vb, dtm, tm, f, d, n) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+        a = c.execute(st.stmt_id, [p_long(201), p_str(tricky), p_str(blob, T_BLOB),
+                                   p_datetime(2024, 1, 2, 3, 4, 5, 6), p_time(True, 1, 2, 3, 4, 500),
+                                   p_float(0.1), p_double(-1e-300), p_null(T_LONG)])
+        assert a.kind == "ok", a.err_message
+        a = c.execute(st.stmt_id, [p_long(202), p_null(), p_null(), p_null(), p_null(), p_null(), p_null(),
+                                   p_long(-7)])
+        assert a.kind == "ok", a.err_message
+    conn = ps_proxy.connect()
+    with conn.cursor() as cur:
+        cur.execute("SELECT id, name, vb, CAST(dtm AS CHAR), CAST(tm AS CHAR), f, d, n FROM ps_t "
+                    "WHERE id IN (201, 202) ORDER BY id")
+        rows = cur.fetchall()
+    conn.close()
+    assert rows[0][1] == tricky
+    assert rows[0][2] == blob
+    assert rows[0][3:5] == ("2024-01-02 03:04:05.000006", "-26:03:04.000500")
+    assert abs(rows[0][5] - 0.1) < 1e-6 and rows[0][6] == -1e-300 and rows[0][7] is None
+    assert rows[1][1:] == (None, None, None, None, None, None, -7)
+    assert on_node(backends, node_of(201), "SELECT name FROM ps_t WHERE id = 201") == [(tricky,)]
+
+
+def test_string_sharding_key_and_placeholders_in_text(ps_proxy: ProxyProcess) -> None:
+    with PsClient(ps_proxy.port) as c:
+        st = c.prepare("SELECT '?' AS q, name FROM ps_t WHERE id = ? /* ? */")
+        assert st.params == 1 and st.columns == 2
+        a = c.execute(st.stmt_id, [p_str("107")])  # a string key routes like the number
+        assert a.kind == "rows" and a.rows == [b"\x00\x00\x01?\x04n107"]
+
+
+def test_long_data_then_reset(ps_proxy: ProxyProcess) -> None:
+    with PsClient(ps_proxy.port) as c:
+        c.query("DELETE FROM ps_t WHERE id IN (301, 302)")
+        st = c.prepare("INSERT INTO ps_t (id, name) VALUES (?, ?)")
+        c.send_long_data(st.stmt_id, 1, b"long ")
+        c.send_long_data(st.stmt_id, 1, b"data")
+        a = c.execute(st.stmt_id, [p_long(301), (T_STRING, False, b"")])  # no value: it came as long data
+        assert a.kind == "ok", a.err_message
+        c.send_long_data(st.stmt_id, 1, b"dropped")
+        assert c.reset(st.stmt_id).kind == "ok"
+        a = c.execute(st.stmt_id, [p_long(302), p_str("short")])
+        assert a.kind == "ok", a.err_message
+        sel = c.prepare("SELECT name FROM ps_t WHERE id = ?")
+        assert c.execute(sel.stmt_id, [p_long(301)]).rows == [b"\x00\x00\x09long data"]
+        assert c.execute(sel.stmt_id, [p_long(302)], send_types=False).rows == [b"\x00\x00\x05short"]
+
+
+def test_close_unknown_and_fetch(ps_proxy: ProxyProcess) -> None:
+    with PsClient(ps_proxy.port) as c:
+        st = c.prepare("SELECT 1")
+        assert st.columns == 1 and st.params == 0
+        a = c.execute(st.stmt_id)
+        assert a.kind == "rows" and int.from_bytes(a.rows[0][2:], "little") == 1
+        c.close_stmt(st.stmt_id)
+        a = c.execute(st.stmt_id)
+        assert (a.kind, a.err_code) == ("err", 1243)
+        st = c.prepare("SELECT 2")
+        c.send(0, b"\x1c" + struct.pack("<II", st.stmt_id, 1))
+        a = c.answer()
+        assert (a.kind, a.err_code) == ("err", 1421)
+        assert c.query("SELECT 3").kind == "rows"  # the session goes on
+
+
+def test_prepare_errors_come_from_the_right_place(ps_proxy: ProxyProcess) -> None:
+    with PsClient(ps_proxy.port) as c:
+        a = c.prepare("SELECT * FROM ps_t WHERE nope = ?")
+        assert a.kind == "err" and a.err_code == 1054, a.err_message
+        a = c.prepare("SELEC * FROM ps_t")
+        assert a.kind == "err" and a.err_code == 1064
+        a = c.prepare("SELECT * FROM no_such_table WHERE id = ?")
+        assert a.kind == "err" and a.err_code == 1146
+        st = c.prepare("INSERT INTO ps_t (id, name) VALUES (?, ?)")
+        c.execute(st.stmt_id, [p_long(401), p_str("x")])
+        a = c.execute(st.stmt_id, [p_long(401), p_str("x")], send_types=False)
+        assert (a.kind, a.err_code) == ("err", 1062)
+        a = c.execute(st.stmt_id, [p_long(402)])  # too few values for the bound types
+        assert (a.kind, a.err_code) == ("err", 1210)
+        assert c.query("DELETE FROM ps_t WHERE id IN (401, 402)").kind == "ok"
+
+
+@pytest.mark.parametrize("deprecate_eof", [False, True])
+def test_prepared_begin_commit_and_status_flags(ps_proxy: ProxyProcess, backends: list[Any],
+                                                deprecate_eof: bool) -> None:
+    with PsClient(ps_proxy.port, deprecate_eof=deprecate_eof) as c:
+        c.query("DELETE FROM ps_tx")
+        begin, commit = c.prepare("BEGIN"), c.prepare("COMMIT")
+        ins = c.prepare("INSERT INTO ps_tx (id, v) VALUES (?, ?)")
+        sel = c.prepare("SELECT v FROM ps_tx WHERE id = ?")
+        a = c.execute(begin.stmt_id)
+        assert a.kind == "ok" and a.status & 1 and a.status & 2
+        for i in range(4):
+            a = c.execute(ins.stmt_id, [p_long(i), p_long(i * 10)], send_types=(i == 0))
+            assert a.kind == "ok" and a.status & 1
+        a = c.execute(sel.stmt_id, [p_long(3)])
+        assert a.rows == [b"\x00\x00\x1e\x00\x00\x00"] and a.status & 1
+        assert sum(len(on_node(backends, n, "SELECT * FROM ps_tx")) for n in NODES) == 0  # not yet committed
+        a = c.execute(commit.stmt_id)
+        assert a.kind == "ok" and not a.status & 1 and a.status & 2
+    assert sum(len(on_node(backends, n, "SELECT * FROM ps_tx")) for n in NODES) == 4
+
+
+def test_shapes_are_learned_again_after_ddl(ps_proxy: ProxyProcess) -> None:
+    with PsClient(ps_proxy.port) as c:
+        assert c.prepare("SELECT * FROM ps_ddl WHERE id = ?").columns == 2
+        assert c.query("ALTER TABLE ps_ddl ADD COLUMN b VARCHAR(10)").kind == "ok"
+        st = c.prepare("SELECT * FROM ps_ddl WHERE id = ?")
+        assert st.columns == 3
+        assert [column_type(d)[0] for d in st.column_defs] == ["id", "a", "b"]
+
+
+def test_many_statements_and_reset_connection(ps_proxy: ProxyProcess) -> None:
+    with PsClient(ps_proxy.port) as c:
+        ids = [c.prepare(f"SELECT {i}").stmt_id for i in range(50)]
+        assert len(set(ids)) == 50
+        a = c.execute(ids[49])
+        assert a.kind == "rows" and int.from_bytes(a.rows[0][2:], "little") == 49
+        c.send(0, b"\x1f")  # COM_RESET_CONNECTION forgets every statement
+        assert c.answer().kind == "ok"
+        a = c.execute(ids[0])
+        assert (a.kind, a.err_code) == ("err", 1243)
