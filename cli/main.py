@@ -88,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("init-db", help="create the shardingNodes' databases on the backends")
     i.add_argument("--config", required=True)
     i.set_defaults(func=cmd_init_db)
+    from cli import cluster_ops, ddl_ops  # noqa: PLC0415 - operator tools: ZooKeeper, no server
+    ddl_ops.add_parser(sub)
+    cluster_ops.add_parser(sub)
     return p
 
 
