@@ -163,7 +163,7 @@ class _Analysis:
     single: _Ref | None = None            # the hot path: exactly one table, nothing else
     # mode insert
     target: _Table | None = None
-    rows: list[tuple[int, int]] = field(default_factory=list)   # token index of row start and ')'
+    rows: list[tuple[int, int, int]] = field(default_factory=list)   # token index of row start, '(' and ')'
     keys: list[Any] = field(default_factory=list)               # value ref of each row's sharding key
     sub: "_Analysis | None" = None        # subqueries inside VALUES / INSERT ... SELECT
     # mode explain: the text before the explained statement, and that statement's SQL on its node
@@ -1284,8 +1284,8 @@ class Router:
         if p.at(k) in ("VALUES", "VALUE"):
             k = self._rows(p, k + 1, an, sc)
             key_idx = self._key_index(table, cols, an) if table.type == "sharding" else -1
-            for row_start, row_end in an.rows:
-                values = self._split_commas(p, row_start + 1, row_end)
+            for _, row_open, row_end in an.rows:
+                values = self._split_commas(p, row_open + 1, row_end)
                 if cols is not None and len(values) != len(cols):
                     raise ProxyError(f"Column count doesn't match value count at row {len(an.keys) + 1}",
                                      code=1136, sqlstate="21S01")
@@ -1312,7 +1312,7 @@ class Router:
                     key = v
             if table.type == "sharding" and key is None:
                 raise self._no_key(table)
-            an.rows = [(k, k)]
+            an.rows = [(k, k, k)]
             an.keys = [key] if key is not None else []
             k = end
         elif p.is_query(k) or p.word(k, "WITH"):
@@ -1384,7 +1384,7 @@ class Router:
                 raise p.syntax(k)
             c = p.close[k]
             p.subqueries(k + 1, c, sc)
-            an.rows.append((start if start == k else k, c))
+            an.rows.append((start, k, c))
             k = c + 1
             if p.at(k) == "," and p.toks[k][0] == "o":
                 k += 1
@@ -1933,8 +1933,8 @@ class Router:
             return Plan(an.kind, (Target(next(iter(groups)), phys),), True, an.tables)
         first_row, last_row = an.rows[0], an.rows[-1]
         prefix = self._render(sql, toks, an.deletions, 0, toks[first_row[0]][2])
-        tail = self._render(sql, toks, an.deletions, toks[last_row[1]][3])
-        rows = [self._render(sql, toks, an.deletions, toks[a][2], toks[b][3]) for a, b in an.rows]
+        tail = self._render(sql, toks, an.deletions, toks[last_row[2]][3])
+        rows = [self._render(sql, toks, an.deletions, toks[a][2], toks[c][3]) for a, _, c in an.rows]
         targets = tuple(Target(node, prefix + ", ".join(rows[i] for i in idx) + tail)
                         for node, idx in groups.items())
         return Plan(an.kind, targets, True, an.tables)

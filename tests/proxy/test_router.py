@@ -435,6 +435,14 @@ def test_insert_rows_keep_their_order_per_node_and_qualifiers_are_stripped(route
     )
 
 
+def test_insert_row_constructors_are_kept_whole(router: Router) -> None:
+    plan = router.route("INSERT INTO sharding_4_t1 (id, k) VALUES ROW(1, 1), ROW(2, 2), ROW(5, 5)", "schema1")
+    assert plan.targets == (
+        Target("dn2", "INSERT INTO sharding_4_t1 (id, k) VALUES ROW(1, 1), ROW(5, 5)"),
+        Target("dn3", "INSERT INTO sharding_4_t1 (id, k) VALUES ROW(2, 2)"),
+    )
+
+
 def test_single_node_insert_is_forwarded_untouched(router: Router) -> None:
     sql = "INSERT INTO sharding_4_t1(id,name) VALUES(5,'x'),(9,'y')"
     assert router.route(sql, "schema1").targets == (Target("dn2", sql),)
@@ -834,19 +842,27 @@ def _oracle_run(seed: int, stats: dict[str, int]) -> None:
             got = sorted([row for t in plan.targets for row in o.nodes[t.node].execute(t.sql).fetchall()], key=repr)
             assert got == expected, f"wrong answer for {sql!r} on {nodes(plan)}"
             stats["multi" if len(plan.targets) > 1 else "single"] += 1
-    # a write on the same data: every copy of every table must end as the oracle's
+    # writes on the same data: every copy of every table must end as the oracle's
     logical = rng.choice(gen.pool)
     name = ORACLE_TABLES[logical]
     where = gen.cond([name], 0).replace(f"{name}.", f"{logical}.")
-    sql = rng.choice([f"UPDATE {logical} SET k = k + 10 WHERE {where}", f"DELETE FROM {logical} WHERE {where}"])
-    try:
-        o.truth.execute(sql.replace("schema2.sing", "sing"))
-    except sqlite3.Error:
-        return
+    rows = ", ".join(f"({gen.lit()}, {rng.randint(0, 3)}, {rng.randint(0, 3)}, {gen.lit()})"
+                     for _ in range(rng.randint(1, 6)))
+    for sql in (f"INSERT INTO {logical} (id, x, k, code) VALUES {rows}",
+                rng.choice([f"UPDATE {logical} SET k = k + 10 WHERE {where}", f"DELETE FROM {logical} WHERE {where}"])):
+        _oracle_write(o, router, sql, stats)
+
+
+def _oracle_write(o: _Oracle, router: Router, sql: str, stats: dict[str, int]) -> None:
+    import sqlite3
     try:
         plan = router.route(sql, "schema1")
     except NotSupported:
         stats["refused"] += 1
+        return
+    try:
+        o.truth.execute(sql.replace("schema2.sing", "sing"))
+    except sqlite3.Error:
         return
     for t in plan.targets:
         o.nodes[t.node].execute(t.sql)
