@@ -33,6 +33,7 @@ DEFAULT_BATCH_SIZE = 500
 PER_GROUP_PARALLEL = 16       # connections a load opens at once on one db_group
 MAX_LOGGED_NAMES = 20
 FILTERED_LISTING_MAX = 500   # up to this many wanted tables, list only those
+ASSEMBLE_CHUNK = 256         # records built between yields to the event loop (queries keep flowing)
 
 _default_backend = AiomysqlBackend()
 
@@ -222,6 +223,7 @@ class _Loader:
         self.group_sems = {g: asyncio.Semaphore(PER_GROUP_PARALLEL) for g in config.db_groups}
         self.group_down: dict[str, str] = {}
         self.now = time.time()
+        self.assembly: list[asyncio.Task[None]] = []
         self.tree = LoadTree(plan.units, on_schema=self._schema_done)
 
     async def run(self) -> LoadResult:
@@ -236,6 +238,8 @@ class _Loader:
             log.error("metadata load countdown did not finish; forcing it",
                       pending=sorted(n for n, c in self.tree.nodes.items() if not c.fired))
             self.tree.force_all()
+        if self.assembly:
+            await asyncio.gather(*self.assembly)
         seconds = time.perf_counter() - t0
         outcomes = {w.node: self._outcome(w) for w in self.plan.work.values()}
         result = LoadResult(self.plan.scope, self.tables, outcomes, self.unlisted_defaults,
@@ -396,20 +400,40 @@ class _Loader:
     # --- assembly, run by the countdown tree when a schema's last node completes ---
 
     def _schema_done(self, schema: str) -> None:
-        plan = self.plan
-        per_key: dict[Key, tuple[str, tuple[str, ...]]] = {
-            k: v for k, v in plan.keys.items() if k[0] == schema}
-        dnode = plan.default_schemas.get(schema)
-        if dnode is not None:
-            dw = plan.work[dnode]
-            for low, ks in dw.wants.items():
-                for k in ks:
-                    if k[0] == schema and k not in per_key:
-                        if dw.sql.get(low) is None and low not in dw.unknown:
-                            continue  # not on the default node: no such table
-                        per_key[k] = (KIND_DEFAULT, (dnode,))
-        for key, (kind, nodes) in per_key.items():
+        """The schema's last countdown fired: build its records in a task that yields now and then."""
+        self.assembly.append(asyncio.get_running_loop().create_task(
+            self._assemble(schema), name=f"meta-assemble-{schema}"))
+
+    async def _assemble(self, schema: str) -> None:
+        """Turn a completed schema's answers into records, a chunk at a time, so one event-loop
+        step never holds thousands of tables (queries are served between chunks)."""
+        done = 0
+        for key, kind, nodes in self._schema_keys(schema):
             self.tables[key] = self._record(key, kind, nodes)
+            done += 1
+            if done % ASSEMBLE_CHUNK == 0:
+                await asyncio.sleep(0)
+
+    def _schema_keys(self, schema: str) -> Iterable[tuple[Key, str, tuple[str, ...]]]:
+        """Every table of the schema this load answers for: configured ones, then default-node ones."""
+        plan = self.plan
+        configured: set[Key] = set()
+        for k, (kind, nodes) in plan.keys.items():
+            if k[0] == schema:
+                configured.add(k)
+                yield k, kind, nodes
+        dnode = plan.default_schemas.get(schema)
+        if dnode is None:
+            return
+        dw = plan.work[dnode]
+        nodes1 = (dnode,)
+        for low, ks in dw.wants.items():
+            for k in ks:
+                if k[0] == schema and k not in configured:
+                    if dw.sql.get(low) is None and low not in dw.unknown:
+                        continue  # not on the default node: no such table
+                    configured.add(k)
+                    yield k, KIND_DEFAULT, nodes1
 
     def _record(self, key: Key, kind: str, nodes: tuple[str, ...]) -> TableMeta:
         low = key[1]

@@ -80,9 +80,9 @@ class DdlRunner:
             self._precheck(plan)
             cluster = self.server.cluster
             if cluster is None:
-                return await self._apply(plan, keys, dlog, started), None
+                return await self._apply(plan, keys, dlog, started, owner), None
             async with ClusterDdl(cluster, keys, sql, plan.ddl or "UNKNOWN") as cd:
-                err = await self._apply(plan, keys, dlog, started)
+                err = await self._apply(plan, keys, dlog, started, owner)
                 await cd.complete(err is None, err.message if err is not None else "")
                 return err, cd.warning()
         except ProxyError as e:
@@ -95,13 +95,22 @@ class DdlRunner:
                 self.locks.release(s, t, owner)
 
     async def _apply(self, plan: Plan, keys: list[tuple[str, str]], dlog: structlog.stdlib.BoundLogger,
-                     started: float) -> ProxyError | None:
+                     started: float, owner: str = "") -> ProxyError | None:
         """Run on the backends, then refresh this instance's metadata (persist before publish)."""
+        self._phase(keys, owner, "EXECUTING")
         results = await self.execute(plan)
         dlog.info("ddl executed", phase="EXECUTED", seconds=round(time.monotonic() - started, 3),
                   failed=[x.node for x in results if x.error])
+        self._phase(keys, owner, "REFRESHING")
         await self.refresh(keys)
         return self._outcome(plan, results)
+
+    def _phase(self, keys: list[tuple[str, str]], owner: str, phase: str) -> None:
+        """Show where a DDL is (`show @@ddl`'s phase column)."""
+        for s, t in keys:
+            lk = self.locks.get(s, t)
+            if lk is not None and lk.owner == owner:
+                lk.phase = phase
 
     def _precheck(self, plan: Plan) -> None:
         """DBLE's answers that come from memory before any backend is touched."""
@@ -139,22 +148,22 @@ class DdlRunner:
         if not keys:
             return
         result = await load_tables(self.server.config, keys)
-        self.server.registry.apply(result)
+        self.server.registry.apply(result, loaded=False)
 
     def _outcome(self, plan: Plan, results: list[NodeResult]) -> ProxyError | None:
         failed = [x for x in results if x.error is not None]
         if not failed:
             return None
-        if plan.ddl == "CREATE_TABLE" and all(x.error.code == ER_TABLE_EXISTS for x in failed) \
-                and len(failed) == len(results):
-            schema, table = plan.tables[0]
-            return TableExists(f"Table '{schema}.{table}' or table meta already exists")
         first = failed[0]
         db = self.server.config.sharding_nodes[first.node].database
         tables = ",".join(f"{db}.{t}" for _, t in plan.tables)
         ok_nodes = [x.node for x in results if x.error is None]
         note = f" (shardingNode[{first.node}], physical table {tables}"
         note += f"; succeeded on {','.join(ok_nodes)})" if ok_nodes else ")"
+        if plan.ddl == "CREATE_TABLE" and all(x.error.code == ER_TABLE_EXISTS for x in failed):
+            # the table exists physically (on some or all nodes) while memory had no metadata
+            schema, table = plan.tables[0]
+            return TableExists(f"Table '{schema}.{table}' or table meta already exists" + note)
         return ProxyError(first.error.message + note, first.error.code, first.error.sqlstate)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING
 
@@ -31,10 +32,16 @@ log = structlog.get_logger("pydble.manager")
 FULL_TIME = "%Y-%m-%d %H:%M:%S"
 
 
-def text_result(names: list[str], rows: list[list[object]]) -> ResultSet:
-    """A result of string columns (numbers rendered as text, None as NULL)."""
-    cols = [ColumnDef(n, C.T_VAR_STRING, C.CHARSET_UTF8MB4_GENERAL_CI, 1024) for n in names]
+def text_result(names: list[str], rows: list[list[object]], int_columns: frozenset[int] = frozenset()) -> ResultSet:
+    """A result of string columns (None as NULL); columns listed in int_columns are typed BIGINT."""
+    cols = [ColumnDef(n, C.T_LONGLONG, C.CHARSET_BINARY, 21, C.BINARY_FLAG) if i in int_columns
+            else ColumnDef(n, C.T_VAR_STRING, C.CHARSET_UTF8MB4_GENERAL_CI, 1024) for i, n in enumerate(names)]
     return ResultSet(cols, [[None if v is None else str(v).encode() for v in row] for row in rows])
+
+
+CHECK_FULL_COLUMNS = ["schema", "table", "reload_time", "table_structure", "consistent_in_sharding_nodes",
+                      "consistent_in_memory"]
+ROWS_PER_STEP = 1000  # rows built between yields, so a check of 40,000 tables does not stall queries
 
 
 def _full_time(ts: float | None) -> str | None:
@@ -149,20 +156,29 @@ class Manager:
         keys, schema = self._keys(cmd.filter)
         fresh = await load_tables(self.server.config, keys, schema)
         snap = self.server.registry.snapshot
+        cfg = self.server.config
+        if keys is not None and cmd.filter.table is not None:
+            s, t = keys[0]
+            if cfg.table(s, t) is None and (s, t) not in snap.tables and (s, t) not in fresh.tables:
+                raise ProxyError(f"The table [{s}.{t}] doesn't exist", 1146, "42S02")
         wanted = set(fresh.tables)
         if keys is not None:
             wanted |= set(keys)
         else:
             wanted |= {k for k in snap.tables if schema is None or k[0] == schema}
+            for sname, sc in cfg.schemas.items():  # configured tables never loaded show as 'null'
+                if schema is None or sname == schema:
+                    wanted.update((sname, t) for t in sc.tables)
         rows: list[list[object]] = []
-        for key in sorted(wanted):
+        for i, key in enumerate(sorted(wanted)):
             mem: TableMeta | None = snap.tables.get(key)
             new = fresh.tables.get(key)
             row = self._row(key, mem, new)
             if self._keep(cmd, row, mem):
                 rows.append(row)
-        return text_result(["schema", "table", "reload_time", "table_structure", "consistent_in_sharding_nodes",
-                            "consistent_in_memory"], rows)
+            if i % ROWS_PER_STEP == ROWS_PER_STEP - 1:
+                await asyncio.sleep(0)
+        return text_result(CHECK_FULL_COLUMNS, rows, frozenset({4, 5}))
 
     @staticmethod
     def _row(key: tuple[str, str], mem: TableMeta | None, new: TableMeta | None) -> list[object]:

@@ -106,7 +106,7 @@ _WHERE_TABLE_IN = re.compile(r"^table\s+in\s*\((?P<list>.*)\)$", re.I | re.S)
 _LIST_ITEM = re.compile(rf"^\s*{_name('x')}\s*$")
 _WHERE_CONSISTENT = re.compile(r"^(?P<col>consistent_in_sharding_nodes|consistent_in_data_nodes|consistent_in_memory)"
                                r"\s*=\s*'?(?P<v>[01])'?$", re.I)
-_WHERE_RELOAD_TIME = re.compile(r"^reload_time\s*(?P<op>>=|<=|=|>|<)\s*'(?P<t>[^']+)'$", re.I)
+_WHERE_RELOAD_TIME = re.compile(r"^reload_time\s*(?P<op>>=|<=|=|>|<)\s*(?P<q>['\"])(?P<t>[^'\"]+)(?P=q)$", re.I)
 _WHERE_RELOAD_NULL = re.compile(r"^reload_time\s+is\s+null$", re.I)
 _TIME = re.compile(r"^(\d{4})[-/](\d{1,2})[-/](\d{1,2})(?:[ T](\d{1,2}):(\d{1,2})(?::(\d{1,2}))?)?$")
 
