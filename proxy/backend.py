@@ -25,6 +25,11 @@ BACKEND_CAPS = (C.LONG_PASSWORD | C.LONG_FLAG | C.PROTOCOL_41 | C.TRANSACTIONS |
                 | C.PLUGIN_AUTH_LENENC_CLIENT_DATA | C.IGNORE_SPACE)
 
 
+# Errors after which InnoDB has rolled back the whole transaction (deadlock, lock wait with
+# innodb_rollback_on_timeout is per statement, so only deadlocks count here).
+_TXN_ROLLED_BACK = frozenset({1213})
+
+
 class Sink(Protocol):
     """Where relayed bytes go: the client's transport (or anything with write)."""
 
@@ -190,7 +195,11 @@ class BackendConnection(asyncio.Protocol):
             raise
         finally:
             timer.cancel()
-        self.in_trans = bool(scanner.status & C.STATUS_IN_TRANS)
+        if scanner.error is None or scanner.status:
+            self.in_trans = bool(scanner.status & C.STATUS_IN_TRANS)
+        elif scanner.error.code in _TXN_ROLLED_BACK:
+            self.in_trans = False
+        # else: an ERR carries no status; the transaction (if any) goes on, as MariaDB keeps it
         if scanner.error is None:
             self.autocommit = bool(scanner.status & C.STATUS_AUTOCOMMIT) or scanner.status == 0 and self.autocommit
         return scanner

@@ -41,6 +41,7 @@ class Executor:
         self.pinned: dict[str, BackendConnection] = {}
         self.streaming: set[BackendConnection] = set()
         self.last_node: str | None = None
+        self.savepoints: list[str] = []   # of the open transaction, oldest first (lower-cased names)
         self.relay_sink: Sink | None = None  # set by a prepared EXECUTE: relayed rows go through it
 
     # -- transaction state ----------------------------------------------------------------------
@@ -52,8 +53,11 @@ class Executor:
         s = self.session
         return s.explicit_txn or not s.autocommit
 
-    async def _sync(self, conn: BackendConnection) -> None:
-        """Make a backend connection's session state match the client session's, in one round trip."""
+    async def _sync(self, conn: BackendConnection, joining: bool = False) -> None:
+        """Make a backend connection's session state match the client session's, in one round trip.
+
+        A connection joining an open transaction also gets the transaction's savepoints, so a later
+        ROLLBACK TO undoes on it everything done since it joined."""
         s = self.session
         stmts: list[str] = []
         if conn.vars != s.vars:
@@ -64,6 +68,9 @@ class Executor:
             stmts.append(f"SET autocommit={1 if s.autocommit else 0}")
         if s.explicit_txn and not conn.in_trans:
             stmts.append("START TRANSACTION")
+            joining = True
+        if joining and self.savepoints:
+            stmts.extend(f"SAVEPOINT `{name}`" for name in self.savepoints)
         if stmts:
             await conn.query(";".join(stmts), self.server.backends.timeout_s)
             conn.vars = dict(s.vars)
@@ -72,27 +79,32 @@ class Executor:
     async def _get(self, node: str) -> BackendConnection:
         """The connection this session uses for a node: its pinned one, or a pooled one made ready."""
         conn = self.pinned.get(node)
+        s = self.session
         if conn is not None and not conn.broken:
-            if conn.vars != self.session.vars or conn.autocommit != self.session.autocommit:
+            if conn.vars != s.vars or conn.autocommit != s.autocommit or (s.explicit_txn and not conn.in_trans):
                 await self._sync(conn)
             return conn
         if conn is not None:
             del self.pinned[node]
             raise BackendUnavailable(f"shardingNode[{node}] connection was lost in the middle of a transaction")
-        conn = await self.server.backends.acquire(node, self.session.format_flags)
+        conn = await self.server.backends.acquire(node, s.format_flags)
+        pinning = self._pinning()
         try:
-            await self._sync(conn)
+            await self._sync(conn, joining=pinning)
         except BaseException:
             self.server.backends.release(node, conn)
             raise
-        if self._pinning():
+        if pinning:
             self.pinned[node] = conn
         return conn
 
     def _done_with(self, node: str, conn: BackendConnection) -> None:
-        """After a statement: unpinned connections go back; pinned ones leave once their transaction ended."""
+        """After a statement: unpinned connections go back; pinned ones stay until COMMIT or ROLLBACK.
+
+        With autocommit=0 a read alone opens a transaction (its snapshot) without MariaDB flagging
+        IN_TRANS, so the connection stays with the session until the transaction really ends."""
         if self.pinned.get(node) is conn:
-            if conn.broken or (not conn.in_trans and not self.session.explicit_txn):
+            if conn.broken or not self._pinning():
                 del self.pinned[node]
                 self.server.backends.release(node, conn)
         else:
@@ -100,11 +112,12 @@ class Executor:
 
     async def _end_all(self, sql: str) -> None:
         pinned, self.pinned = self.pinned, {}
+        self.savepoints = []
         errors: list[BaseException] = []
 
         async def one(node: str, conn: BackendConnection) -> None:
             try:
-                if not conn.broken and conn.in_trans:
+                if not conn.broken:  # also ends a read-only snapshot MariaDB does not flag as IN_TRANS
                     await conn.query(sql, self.server.backends.timeout_s)
             except BaseException as e:  # noqa: BLE001 - reported below
                 errors.append(e)
@@ -128,6 +141,7 @@ class Executor:
     def abort_all(self) -> None:
         """The client is gone: close pinned connections so their transactions roll back."""
         pinned, self.pinned = self.pinned, {}
+        self.savepoints = []
         for node, conn in pinned.items():
             conn.close()
             self.server.backends.release(node, conn)
@@ -299,6 +313,32 @@ class Executor:
                     return False
         r.ok(self.session.status(), more=more)
         return False
+
+    async def savepoint(self, op: str, name: str, r: Reply, more: bool) -> None:
+        """SAVEPOINT / ROLLBACK TO / RELEASE on every node of the transaction, tracking the names.
+
+        Nodes that join later get the savepoints at join time (see _sync), so ROLLBACK TO works on
+        them too; outside a transaction a SAVEPOINT is a no-op, as on MySQL with autocommit."""
+        key = name.lower()
+        if op == "SAVEPOINT":
+            if not self._pinning():
+                r.ok(self.session.status(), more=more)
+                return
+            sql = f"SAVEPOINT `{key}`"
+        else:
+            if key not in self.savepoints:
+                raise ProxyError(f"SAVEPOINT {name} does not exist", 1305, "42000")
+            sql = f"ROLLBACK TO SAVEPOINT `{key}`" if op == "ROLLBACK" else f"RELEASE SAVEPOINT `{key}`"
+        await self.run_on_pinned(sql, r, more)
+        if r.out and r.out[-1][4:5] == b"\xff":
+            return
+        i = self.savepoints.index(key) if key in self.savepoints else len(self.savepoints)
+        if op == "SAVEPOINT":
+            self.savepoints = [n for n in self.savepoints if n != key] + [key]
+        elif op == "ROLLBACK":
+            del self.savepoints[i + 1:]   # later savepoints are gone, this one stays
+        else:
+            del self.savepoints[i:]       # InnoDB frees this one and every later one
 
     async def field_list(self, payload: bytes, r: Reply) -> bool:
         """COM_FIELD_LIST (the CLI's tab completion): asked of one node holding the table."""

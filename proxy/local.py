@@ -169,6 +169,24 @@ def local_select(sql: str, values: dict[str, object]) -> ResultSet | None:
     return ResultSet(cols, [row])
 
 
+# -- savepoints ------------------------------------------------------------------------------------
+_SP_NAME = r"(`(?:[^`]|``)+`|[\w$]+)"
+_SAVEPOINT = re.compile(rf"^\s*(?:SAVEPOINT\s+{_SP_NAME}|ROLLBACK\s+(?:WORK\s+)?TO\s+(?:SAVEPOINT\s+)?{_SP_NAME}"
+                        rf"|RELEASE\s+SAVEPOINT\s+{_SP_NAME})\s*;?\s*$", re.I | re.S)
+
+
+def parse_savepoint(sql: str) -> tuple[str, str] | None:
+    """('SAVEPOINT' | 'ROLLBACK' | 'RELEASE', name) for the savepoint statements, else None."""
+    m = _SAVEPOINT.match(sql)
+    if not m:
+        return None
+    op = ("SAVEPOINT", "ROLLBACK", "RELEASE")[next(i for i in range(3) if m.group(i + 1) is not None)]
+    name = next(g for g in m.groups() if g is not None)
+    if name[0] == "`":
+        name = name[1:-1].replace("``", "`")
+    return op, name
+
+
 # -- DATABASE() inside routed statements -----------------------------------------------------------
 _DB_CALL = re.compile(r"(?:database|schema)\s*\(", re.I)
 _ITEM_END = frozenset({",", ";", "FROM", "LIMIT", "ORDER", "WHERE", "GROUP", "HAVING", "UNION", "INTO", "FOR"})

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from meta.errors import (AccessDenied, BackendError, DbAccessDenied, NoDatabaseSelected, NotSupported, ProxyError,
-                         UnknownCommand)
+from meta.errors import (AccessDenied, BackendError, DbAccessDenied, NoDatabaseSelected, NotSupported, ParseError,
+                         ProxyError, UnknownCommand)
 
 from . import local
 from .executor import Executor
@@ -390,7 +390,7 @@ class Session:
             return False
         elif kw in ("COMMIT", "ROLLBACK"):
             if kw == "ROLLBACK" and " TO " in f" {sql.upper()} ":
-                return await self.executor.run_on_pinned(sql, r, more)
+                return await self.savepoint(sql, r, more)
             if kw == "COMMIT":
                 await self.executor.commit_all()
             else:
@@ -399,7 +399,7 @@ class Session:
             r.ok(self.status(), more=more)
             return False
         elif kw in ("SAVEPOINT", "RELEASE"):
-            return await self.executor.run_on_pinned(sql, r, more)
+            return await self.savepoint(sql, r, more)
         elif kw == "SHOW":
             rs = await self.show(sql)
             if rs is not None:
@@ -410,6 +410,14 @@ class Session:
         elif kw == "":
             raise ProxyError("Query was empty", 1065, "42000")
         return await self.executor.execute(sql, r, more, may_relay)
+
+    async def savepoint(self, sql: str, r: Reply, more: bool) -> bool:
+        """SAVEPOINT, ROLLBACK TO, RELEASE SAVEPOINT over every node of the transaction."""
+        sp = local.parse_savepoint(sql)
+        if sp is None:
+            raise ParseError(f"You have an error in your SQL syntax near '{sql[:40]}'")
+        await self.executor.savepoint(sp[0], sp[1], r, more)
+        return False
 
     async def do_set(self, sql: str) -> None:
         """Apply a SET: autocommit here, everything else recorded and checked on a backend."""
@@ -428,7 +436,7 @@ class Session:
                 self.vars = old_vars
                 raise
         if new_autocommit != self.autocommit:
-            if new_autocommit and (self.explicit_txn or self.executor.in_trans()):
+            if new_autocommit and (self.explicit_txn or self.executor.pinned):
                 await self.executor.commit_all()
                 self.explicit_txn = False
             self.autocommit = new_autocommit
