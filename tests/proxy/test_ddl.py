@@ -1,0 +1,243 @@
+"""DDL through the client port on every kind of table, checked on every backend node, and DBLE's answers.
+
+Every statement goes through a real pydble process; what it did is read straight from the MariaDB
+backends, and what the proxy believes is read from its manager port (`check full @@metadata`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pymysql
+import pytest
+
+from ddl_env import ALL4, NODES, MetaProxyEnv, env_fixture
+
+T_DEF = "(id INT NOT NULL, v VARCHAR(10), PRIMARY KEY (id))"
+
+KINDS = [
+    pytest.param("schema1", "shard_a", ALL4, id="sharding"),
+    pytest.param("schema1", "glob_a", ALL4, id="global"),
+    pytest.param("schema2", "sing_a", ("dn2",), id="single"),
+    pytest.param("schema1", "dflt_a", ("dn5",), id="default-node"),
+]
+
+
+@pytest.fixture(scope="module")
+def env(backends: Any) -> Iterator[MetaProxyEnv]:
+    yield from env_fixture(backends, tag="ddl")
+
+
+def _on_nodes(env: MetaProxyEnv, table: str, nodes: tuple[str, ...]) -> dict[str, str | None]:
+    """The table's CREATE text on every node; nodes outside `nodes` must not have it."""
+    for n in NODES:
+        if n not in nodes:
+            assert env.show_create(n, table) is None, f"{table} leaked onto {n}"
+    return {n: env.show_create(n, table) for n in nodes}
+
+
+def _same_everywhere(env: MetaProxyEnv, table: str, nodes: tuple[str, ...]) -> str:
+    texts = _on_nodes(env, table, nodes)
+    assert all(t is not None for t in texts.values()), texts
+    assert len({t.split(" AUTO_INCREMENT=")[0] for t in texts.values()}) == 1, texts
+    return next(iter(texts.values()))
+
+
+@pytest.mark.parametrize("schema, table, nodes", KINDS)
+def test_ddl_lifecycle_runs_on_every_node_and_refreshes_before_answering(
+        env: MetaProxyEnv, schema: str, table: str, nodes: tuple[str, ...]) -> None:
+    env.drop_everywhere(table)
+    env.reload(f"schema='{schema}' and table='{table}'")
+    c = env.client(schema)
+    try:
+        cur = c.cursor()
+        # CREATE TABLE
+        cur.execute(f"CREATE TABLE {table} {T_DEF}")
+        text = _same_everywhere(env, table, nodes)
+        row = env.row(schema, table)            # right after the OK: memory already has it
+        assert row["table_structure"] == text
+        assert (row["consistent_in_sharding_nodes"], row["consistent_in_memory"]) == (1, 1)
+        assert table in [r[0] for r in env.tables_through_proxy(schema)]
+        # CREATE again: DBLE's message, from memory; IF NOT EXISTS is fine
+        with pytest.raises(pymysql.MySQLError) as ei:
+            cur.execute(f"CREATE TABLE {table} {T_DEF}")
+        assert ei.value.args[0] == 1050
+        assert f"Table '{schema}.{table}' or table meta already exists" in ei.value.args[1]
+        cur.execute(f"CREATE TABLE IF NOT EXISTS {table} {T_DEF}")
+        cur.execute(f"INSERT INTO {table} (id, v) VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e')")
+        # ALTER TABLE: columns, indexes, defaults in one statement
+        cur.execute(f"ALTER TABLE {table} ADD COLUMN w INT NOT NULL DEFAULT 7, MODIFY v VARCHAR(20), "
+                    f"ADD INDEX k_w (w)")
+        cur.execute(f"ALTER TABLE {table} ALTER COLUMN v SET DEFAULT 'zz'")
+        text = _same_everywhere(env, table, nodes)
+        assert "`w` int(11) NOT NULL DEFAULT 7" in text and "`v` varchar(20) DEFAULT 'zz'" in text
+        assert "KEY `k_w` (`w`)" in text
+        row = env.row(schema, table)
+        assert row["table_structure"] == text and row["consistent_in_memory"] == 1
+        cur.execute(f"INSERT INTO {table} (id) VALUES (6)")
+        cur.execute(f"SELECT v, w FROM {table} WHERE id = 6")
+        assert cur.fetchall() == (("zz", 7),)
+        cur.execute(f"ALTER TABLE {table} DROP INDEX k_w, DROP COLUMN w, ALTER COLUMN v DROP DEFAULT")
+        text = _same_everywhere(env, table, nodes)
+        assert "`w`" not in text and "k_w" not in text
+        assert env.row(schema, table)["table_structure"] == text
+        # CREATE INDEX / DROP INDEX
+        cur.execute(f"CREATE INDEX ix_v ON {table} (v)")
+        for n in nodes:
+            assert "ix_v" in env.indexes_on(n, table)
+        assert "KEY `ix_v` (`v`)" in env.row(schema, table)["table_structure"]
+        cur.execute(f"CREATE UNIQUE INDEX ux_v ON {table} (v, id)")
+        cur.execute(f"DROP INDEX ix_v ON {table}")
+        for n in nodes:
+            assert env.indexes_on(n, table) == {"PRIMARY", "ux_v"}
+        structure = env.row(schema, table)["table_structure"]
+        assert "ix_v" not in structure and "UNIQUE KEY `ux_v`" in structure
+        # TRUNCATE
+        cur.execute(f"SELECT COUNT(*) FROM {table}")
+        assert cur.fetchone()[0] == 6
+        cur.execute(f"TRUNCATE TABLE {table}")
+        for n in nodes:
+            assert env.rows_on(n, f"SELECT COUNT(*) FROM `{table}`")[0][0] == 0
+        assert env.row(schema, table)["consistent_in_sharding_nodes"] == 1
+        # DROP TABLE [IF EXISTS]
+        cur.execute(f"DROP TABLE {table}")
+        assert all(t is None for t in _on_nodes(env, table, nodes).values())
+        cur.execute(f"DROP TABLE IF EXISTS {table}")
+        with pytest.raises(pymysql.MySQLError) as ei:
+            cur.execute(f"SELECT * FROM {table}")
+        if table.startswith("dflt"):           # unconfigured: gone from memory, the backend says so
+            assert ei.value.args[0] == 1146
+            assert table not in [r[0] for r in env.tables_through_proxy(schema)]
+            assert (schema, table) not in env.check_full(f"schema='{schema}'")
+        else:                                    # configured: DBLE's "meta is lost"
+            assert ei.value.args[0] == 3009
+            assert f"Table meta '{schema}.{table}' is lost,PLEASE reload @@metadata" in ei.value.args[1]
+            assert env.row(schema, table)["table_structure"] == "null"
+    finally:
+        c.close()
+
+
+def test_drop_table_if_exists_and_create_if_not_exists_on_partial_tables(env: MetaProxyEnv) -> None:
+    """IF [NOT] EXISTS completes a table missing on some nodes; the refresh sees every node."""
+    env.drop_everywhere("shard_b")
+    env.run("dn3", f"CREATE TABLE shard_b {T_DEF}")
+    env.reload("schema='schema1' and table='shard_b'")
+    assert env.row("schema1", "shard_b")["consistent_in_sharding_nodes"] == 0
+    env.sql(f"CREATE TABLE IF NOT EXISTS shard_b {T_DEF}")
+    _same_everywhere(env, "shard_b", ALL4)
+    row = env.row("schema1", "shard_b")
+    assert (row["consistent_in_sharding_nodes"], row["consistent_in_memory"]) == (1, 1)
+    env.run("dn1", "DROP TABLE shard_b")
+    env.sql("DROP TABLE IF EXISTS shard_b")
+    assert all(env.show_create(n, "shard_b") is None for n in ALL4)
+
+
+def test_create_of_table_existing_physically_without_meta_is_1050(env: MetaProxyEnv) -> None:
+    """Created behind the proxy's back (no metadata yet): DBLE's 1050, and memory catches up."""
+    env.drop_everywhere("shard_c")
+    env.reload("schema='schema1' and table='shard_c'")
+    env.run_on(ALL4, f"CREATE TABLE shard_c {T_DEF}")
+    code, msg = env.error_of("SELECT * FROM shard_c")
+    assert code == 3009                          # configured, exists physically, no metadata
+    code, msg = env.error_of(f"CREATE TABLE shard_c {T_DEF}")
+    assert code == 1050 and "Table 'schema1.shard_c' or table meta already exists" in msg
+    assert env.row("schema1", "shard_c")["consistent_in_sharding_nodes"] == 1
+    assert env.sql("SELECT COUNT(*) FROM shard_c") == [(0,)]
+    # on some nodes only: the others get it, the answer is still 1050 naming where it existed
+    env.drop_everywhere("shard_c")
+    env.reload("schema='schema1' and table='shard_c'")
+    env.run("dn4", f"CREATE TABLE shard_c {T_DEF}")
+    code, msg = env.error_of(f"CREATE TABLE shard_c {T_DEF}")
+    assert code == 1050 and "Table 'schema1.shard_c' or table meta already exists" in msg
+    assert "dn4" in msg
+    _same_everywhere(env, "shard_c", ALL4)
+    assert env.row("schema1", "shard_c")["consistent_in_sharding_nodes"] == 1
+
+
+def test_configured_table_never_created_is_3009(env: MetaProxyEnv) -> None:
+    for sql in ("SELECT * FROM never_created", "INSERT INTO never_created VALUES (1)",
+                "UPDATE never_created SET a = 1", "DELETE FROM never_created"):
+        code, msg = env.error_of(sql)
+        assert code == 3009, sql
+        assert msg.startswith("Table meta 'schema1.never_created' is lost,PLEASE reload @@metadata")
+    row = env.row("schema1", "never_created")
+    assert [row[k] for k in ("reload_time", "table_structure", "consistent_in_sharding_nodes",
+                             "consistent_in_memory")] == ["null", "null", 0, 0]
+
+
+def test_configured_table_dropped_behind_the_proxy_is_3009_after_reload(env: MetaProxyEnv) -> None:
+    env.drop_everywhere("glob_b")
+    env.sql(f"CREATE TABLE glob_b {T_DEF}")
+    env.sql("INSERT INTO glob_b VALUES (1, 'x')")
+    env.run_on(["dn1", "dn2"], "DROP TABLE glob_b")
+    env.reload()
+    code, msg = env.error_of("SELECT * FROM glob_b")
+    assert code == 3009 and "Table meta 'schema1.glob_b' is lost,PLEASE reload @@metadata" in msg
+    assert "glob_b" in [r[0] for r in env.tables_through_proxy()]   # still configured
+    env.sql(f"CREATE TABLE glob_b {T_DEF}")                          # and CREATE brings it back
+    assert env.sql("SELECT COUNT(*) FROM glob_b") == [(0,)]
+
+
+def test_unconfigured_table_in_schema_without_default_node_is_1146(env: MetaProxyEnv) -> None:
+    for sql, db in ((f"CREATE TABLE nope {T_DEF}", "schema2"), (f"CREATE TABLE schema2.nope {T_DEF}", "schema1"),
+                    ("DROP TABLE nope", "schema2"), ("ALTER TABLE nope ADD COLUMN x INT", "schema2"),
+                    ("SELECT * FROM nope", "schema2")):
+        code, msg = env.error_of(sql, db)
+        assert code == 1146 and "Table 'schema2.nope' doesn't exist in the config of sharding" in msg, sql
+    assert all(env.show_create(n, "nope") is None for n in NODES)
+
+
+def test_ddl_failing_on_some_nodes_names_the_physical_table_and_memory_shows_the_truth(
+        env: MetaProxyEnv) -> None:
+    env.drop_everywhere("shard_d")
+    env.sql(f"CREATE TABLE shard_d {T_DEF}")
+    env.run("dn3", "ALTER TABLE shard_d ADD COLUMN c VARCHAR(5)")   # dn3 will refuse the next ALTER
+    code, msg = env.error_of("ALTER TABLE shard_d ADD COLUMN c INT")
+    assert code == 1060 and "Duplicate column name 'c'" in msg
+    assert "shardingNode[dn3]" in msg and f"{env.database_of('dn3')}.shard_d" in msg
+    # no rollback: the nodes that succeeded keep the column; dn3 keeps its own
+    for n in ("dn1", "dn2", "dn4"):
+        assert "`c` int(11) DEFAULT NULL" in env.show_create(n, "shard_d")
+    assert "`c` varchar(5) DEFAULT NULL" in env.show_create("dn3", "shard_d")
+    row = env.row("schema1", "shard_d")
+    assert row["consistent_in_sharding_nodes"] == 0
+    assert "`c` int(11)" in row["table_structure"]                 # refreshed: the majority's text
+    assert ("schema1", "shard_d") in env.check_full("consistent_in_sharding_nodes=0")
+    # repaired by hand on dn3, a reload makes it consistent again
+    env.run("dn3", "ALTER TABLE shard_d MODIFY c INT")
+    env.reload("table in ('schema1.shard_d')")
+    row = env.row("schema1", "shard_d")
+    assert (row["consistent_in_sharding_nodes"], row["consistent_in_memory"]) == (1, 1)
+    # a failure on every node: the backend's error, nothing changed anywhere
+    code, msg = env.error_of("ALTER TABLE shard_d DROP COLUMN not_there")
+    assert code == 1091 and "shardingNode[dn" in msg and "succeeded" not in msg
+    env.sql("DROP TABLE shard_d")
+
+
+def test_show_tables_answers_from_memory(env: MetaProxyEnv) -> None:
+    env.drop_everywhere("behind_back")
+    env.reload("schema='schema1'")
+    env.run("dn5", f"CREATE TABLE behind_back {T_DEF}")
+    names = [r[0] for r in env.tables_through_proxy()]
+    assert "behind_back" not in names                      # the proxy did not ask the backend
+    assert {"test", "sharding_2_t1", "sharding_4_t1", "shard_a", "never_created"} <= set(names)
+    env.reload("schema='schema1' and table='behind_back'")
+    full = env.tables_through_proxy(full=True)
+    assert ("behind_back", "BASE TABLE") in full
+    env.run("dn5", "DROP TABLE behind_back")
+    assert "behind_back" in [r[0] for r in env.tables_through_proxy()]   # still in memory
+    env.reload("schema=schema1")
+    assert "behind_back" not in [r[0] for r in env.tables_through_proxy()]
+    assert [r[0] for r in env.tables_through_proxy("schema2")] == ["sing", "sing_a"]
+
+
+def test_hinted_ddl_and_multi_table_drop_refresh_metadata(env: MetaProxyEnv) -> None:
+    env.drop_everywhere("dflt_h1")
+    env.drop_everywhere("dflt_h2")
+    env.sql(f"/*!pydble:shardingNode=dn5*/ CREATE TABLE dflt_h1 {T_DEF}")
+    env.sql(f"CREATE TABLE dflt_h2 {T_DEF}")
+    assert env.row("schema1", "dflt_h1")["consistent_in_sharding_nodes"] == 1
+    env.sql("DROP TABLE dflt_h1, dflt_h2")
+    assert env.show_create("dn5", "dflt_h1") is None and env.show_create("dn5", "dflt_h2") is None
+    names = [r[0] for r in env.tables_through_proxy()]
+    assert "dflt_h1" not in names and "dflt_h2" not in names
