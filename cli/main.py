@@ -91,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     from cli import cluster_ops, ddl_ops  # noqa: PLC0415 - operator tools: ZooKeeper, no server
     ddl_ops.add_parser(sub)
     cluster_ops.add_parser(sub)
+    from jobs.pipeline import add_arguments as pipeline_arguments, run_cli  # noqa: PLC0415 - imports no Spark
+    pl = sub.add_parser("pipeline", help="Spark pipeline: load a sharding table through the proxy, verify")
+    pipeline_arguments(pl)
+    pl.set_defaults(func=run_cli)
     return p
 
 
