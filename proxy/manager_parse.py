@@ -104,6 +104,8 @@ _WHERE_SCHEMA_TABLE = re.compile(
     rf"^schema\s*=\s*{_name('s')}(?:\s+and\s+table\s*=\s*{_name('t')})?$", re.I)
 _WHERE_TABLE_IN = re.compile(r"^table\s+in\s*\((?P<list>.*)\)$", re.I | re.S)
 _LIST_ITEM = re.compile(rf"^\s*{_name('x')}\s*$")
+# unquoted or backticked parts: schema1.t, `schema1`.`t`
+_LIST_DOTTED = re.compile(r"^\s*(?:`(?P<sb>[^`]+)`|(?P<su>[\w$]+))\s*\.\s*(?:`(?P<tb>[^`]+)`|(?P<tu>[\w$]+))\s*$")
 _WHERE_CONSISTENT = re.compile(r"^(?P<col>consistent_in_sharding_nodes|consistent_in_data_nodes|consistent_in_memory)"
                                r"\s*=\s*'?(?P<v>[01])'?$", re.I)
 _WHERE_RELOAD_TIME = re.compile(r"^reload_time\s*(?P<op>>=|<=|=|>|<)\s*(?P<q>['\"])(?P<t>[^'\"]+)(?P=q)$", re.I)
@@ -128,6 +130,10 @@ def _table_filter(where: str | None, cmd: str) -> TableFilter:
     if m:
         items = []
         for raw in m.group("list").split(","):
+            dm = _LIST_DOTTED.match(raw)
+            if dm:
+                items.append((dm.group("sb") or dm.group("su"), dm.group("tb") or dm.group("tu")))
+                continue
             im = _LIST_ITEM.match(raw)
             name = _get(im, "x") if im else None
             if not name or name.count(".") != 1 or not all(name.split(".")):
