@@ -28,6 +28,7 @@ class Zk:
                                   auth_data=[auth] if auth else None)
         self.state = KazooState.LOST
         self._state_callbacks: list[Callable[[str], None]] = []
+        self._wrapped: dict[Callable, Callable] = {}
         self.client.add_listener(self._on_state)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -139,7 +140,13 @@ class Zk:
         return await self._await(tx.commit_async())
 
     def _wrap(self, watch: Callable | None) -> Callable | None:
-        """Watches fire in kazoo's thread; run them on the loop instead."""
+        """Watches fire in kazoo's thread; run them on the loop instead (one wrapper per callable,
+        so re-arming a watch does not pile up callbacks in kazoo's watcher sets)."""
         if watch is None:
             return None
-        return lambda event: self.loop.call_soon_threadsafe(watch, event)
+        wrapped = self._wrapped.get(watch)
+        if wrapped is None:
+            def wrapped(event: Any, watch: Callable = watch) -> None:
+                self.loop.call_soon_threadsafe(watch, event)
+            self._wrapped[watch] = wrapped
+        return wrapped

@@ -25,12 +25,13 @@ from meta.registry import MetaChange, Registry
 
 from .aio import Zk, ZkTimeout
 from .paths import Paths, parse_table_node
-from .records import Ack, BadRecord, DdlLockInfo, DdlRecord, OnlineInfo
+from .records import Ack, BadRecord, DdlLockInfo, DdlRecord, HistoryEntry, OnlineInfo
 
 log = structlog.get_logger("pydble.cluster")
 
 ZK_ERRORS = (KazooException, ZkTimeout)
 SAFETY_POLL_S = 2.0   # level-triggered loops re-read state at least this often, watches or not
+HISTORY_MAX = 1000    # finished DDLs kept in ddl_history for instances that must catch up
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ class Cluster:
         self._tasks: set[asyncio.Task] = set()
         self._join_task: asyncio.Task | None = None
         self._lost = False   # the session expired since we last joined: re-join when connected again
+        self._watchdog_task: asyncio.Task | None = None
         self._stopping = False
         self._meta_dirty = asyncio.Event()
         self.log = log.bind(instance=self.instance)
@@ -101,6 +103,7 @@ class Cluster:
             await self.zk.start(timeout=self.cc.session_timeout_s)
         except ZkTimeout as e:
             self.log.error("zookeeper unreachable at start; serving without DDL until it is back", error=str(e))
+            self.session_state = "NOT_CONNECTED"
             await self.load_all()
             self._spawn(self._connect_later())
             return
@@ -109,18 +112,46 @@ class Cluster:
         self._spawn(self._publish_meta_version())
 
     async def _connect_later(self) -> None:
-        """Keep trying to reach ZooKeeper (kazoo retries inside start); join when it answers."""
-        assert self.zk is not None
+        """Keep trying to reach ZooKeeper with fresh clients; join when it answers."""
         while not self._stopping:
-            try:
-                await self.zk.start(timeout=self.cc.session_timeout_s)
-            except ZkTimeout:
-                await asyncio.sleep(1.0)
+            if await self._fresh_client():
+                await self._rejoin()
+                self._spawn(self._publish_meta_version())
+                return
+            await asyncio.sleep(1.0)
+
+    async def _fresh_client(self) -> bool:
+        """Replace the kazoo client with a new one (new session); True once it is connected."""
+        old = self.zk
+        zk = Zk(self.cc.zk, self.cc.session_timeout_s, asyncio.get_running_loop())
+        zk.on_state(self._on_state)
+        self.zk = zk
+        if old is not None:
+            self._spawn(self._close_quietly(old))
+        try:
+            await zk.start(timeout=self.cc.session_timeout_s)
+        except ZkTimeout:
+            return False
+        self.session_state = "CONNECTED"
+        return True
+
+    @staticmethod
+    async def _close_quietly(zk: Zk) -> None:
+        try:
+            await asyncio.wait_for(zk.stop(), 10)
+        except (asyncio.TimeoutError, *ZK_ERRORS):
+            pass
+
+    async def _watchdog(self) -> None:
+        """After a lost session, kazoo should reconnect by itself; if it has not (bounded), start over."""
+        grace = max(5.0, 2 * self.cc.session_timeout_s)
+        while not self._stopping and not self.ready:
+            await asyncio.sleep(grace)
+            if self._stopping or self.ready or (self.zk is not None and self.zk.connected):
                 continue
-            self.session_state = "CONNECTED"
-            await self.join(initial=False)
-            self._spawn(self._publish_meta_version())
-            return
+            self.log.warning("zookeeper client did not reconnect; starting a new one", waited_s=grace)
+            if await self._fresh_client():
+                await self._rejoin()
 
     async def stop(self) -> None:
         """Leave the cluster: stop loops, close the session (ephemeral nodes vanish at once)."""
@@ -149,6 +180,8 @@ class Cluster:
                 self.log.warning("zookeeper session lost: DDL refused until this instance re-joins")
             self.ready = False
             self._lost = True
+            if self._watchdog_task is None or self._watchdog_task.done():
+                self._watchdog_task = self._spawn(self._watchdog())
         elif state == KazooState.SUSPENDED:
             self.log.warning("zookeeper connection suspended: DDL refused until it is back")
         elif state == KazooState.CONNECTED and prev != KazooState.CONNECTED:
@@ -160,8 +193,8 @@ class Cluster:
                 self.log.info("zookeeper connection back, same session")
 
     async def _rejoin(self) -> None:
-        """After a lost session: join again (bounded retries), reloading metadata from the backends."""
-        while not self._stopping and not self.ready:
+        """After a lost session: join again (retried), reloading metadata from the backends."""
+        while not self._stopping and not self.ready and self.zk is not None and self.zk.connected:
             try:
                 await self.join(initial=False)
             except Exception as e:  # noqa: BLE001 - retried; the instance keeps serving meanwhile
@@ -331,6 +364,16 @@ class Cluster:
             await zk.create(path, data, ephemeral=True, makepath=False)
         except NodeExistsError:
             await zk.set(path, data)
+
+    async def append_history(self, entry: HistoryEntry) -> None:
+        """Record a finished DDL (bounded: the oldest entries beyond HISTORY_MAX are pruned)."""
+        zk = self.zk
+        assert zk is not None
+        await zk._await(zk.client.create_async(f"{self.paths.history}/h-", entry.encode(), sequence=True,
+                                               makepath=True))
+        names = sorted(await zk.children(self.paths.history))
+        for name in names[:max(0, len(names) - HISTORY_MAX)]:
+            await zk.delete(f"{self.paths.history}/{name}")
 
     async def ddl_rows(self) -> list[tuple[str, str, str, str, str, float]]:
         """Every DDL in flight in the cluster: (schema, table, sql, instance, phase, since)."""

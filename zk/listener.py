@@ -16,7 +16,7 @@ from meta.errors import DdlInProgress
 
 from .cluster import SAFETY_POLL_S, ZK_ERRORS, Waker
 from .paths import parse_table_node
-from .records import FAILED, INIT, SUCCESS, BadRecord, DdlRecord
+from .records import FAILED, INIT, SUCCESS, BadRecord, DdlRecord, HistoryEntry
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -32,11 +32,14 @@ class DdlListener:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.handled: dict[tuple[str, int], str] = {}   # (record path, czxid) -> last status handled
+        self.finished: dict[int, None] = {}             # czxids of records whose outcome we applied
+        self.history_seen: str | None = None            # newest ddl_history entry looked at
         self._task: asyncio.Task | None = None
         self.wake = Waker()
 
     def start(self) -> None:
         """Start (or restart after a re-join) the follow loop."""
+        self.history_seen = None  # a join has just reloaded everything
         if self._task is None or self._task.done():
             self._task = self.cluster._spawn(self._loop())
         self.wake()
@@ -82,9 +85,48 @@ class DdlListener:
                 continue
             await self.handle(rec, last)
             self.handled[key] = rec.status
+            if rec.status in (SUCCESS, FAILED):
+                self._finished(stat.czxid)
         for key in [k for k in self.handled if k not in seen]:
             last = self.handled.pop(key)
             await self._record_gone(key[0], last)
+            self._finished(key[1])
+        await self._catch_up()
+
+    def _finished(self, czxid: int) -> None:
+        self.finished[czxid] = None
+        while len(self.finished) > 10_000:
+            del self.finished[next(iter(self.finished))]
+
+    async def _catch_up(self) -> None:
+        """Refresh tables whose DDL finished while we were deaf (paused, lagging): ddl_history tells."""
+        c = self.cluster
+        zk = c.zk
+        assert zk is not None
+        names = sorted(await zk.children(c.paths.history, watch=self.wake))
+        if self.history_seen is None:
+            self.history_seen = names[-1] if names else ""
+            return
+        for name in names:
+            if name <= self.history_seen:
+                continue
+            got = await zk.get_or_none(f"{c.paths.history}/{name}")
+            self.history_seen = name
+            if got is None:
+                continue
+            try:
+                entry = HistoryEntry.decode(got[0])
+            except BadRecord:
+                continue
+            if entry.instance == c.instance or entry.record_czxid in self.finished:
+                continue
+            log.info("catching up on a ddl finished while this instance lagged", instance=c.instance,
+                     table=f"{entry.schema}.{entry.table}", originator=entry.instance)
+            self._finished(entry.record_czxid)
+            lk = c.locks.get(entry.schema, entry.table)
+            if lk is not None and lk.owner == f"instance:{entry.instance}":
+                c.locks.release(entry.schema, entry.table, lk.owner)
+            await c.refresh([(entry.schema, entry.table)])
 
     async def handle(self, rec: DdlRecord, last: str | None) -> None:
         """One step of someone else's DDL."""

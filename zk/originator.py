@@ -21,7 +21,7 @@ from kazoo.exceptions import NodeExistsError
 from meta.errors import DdlInProgress, ProxyError
 
 from .cluster import ZK_ERRORS
-from .records import FAILED, INIT, SUCCESS, Ack, DdlLockInfo, DdlRecord
+from .records import FAILED, INIT, SUCCESS, Ack, DdlLockInfo, DdlRecord, HistoryEntry
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -59,6 +59,7 @@ class ClusterDdl:
         self.locked: list[tuple[str, str]] = []
         self.records: dict[tuple[str, str], tuple[DdlRecord, int]] = {}
         self.laggards: set[str] = set()
+        self.czxids: dict[tuple[str, str], int] = {}
         self.status = "LOCKING"
         self.log = log.bind(instance=cluster.instance, tables=[f"{s}.{t}" for s, t in keys])
 
@@ -106,6 +107,8 @@ class ClusterDdl:
 
                 self._check_tx(await zk.commit(build), f"write the INIT record of {schema}.{table}")
                 self.records[(schema, table)] = (rec, 0)
+                stat = await zk.exists(path)
+                self.czxids[(schema, table)] = stat.czxid if stat is not None else 0
                 c.active_ddls.add(path)
             self.status = INIT
             outcome = await c.wait_acks(self.keys, INIT, expected, c.cc.ack_timeout_s)
@@ -170,6 +173,12 @@ class ClusterDdl:
             self.log.warning("instances did not ack the outcome in time", laggards=list(outcome.laggards),
                              phase=status)
         await test_pause("during_final_acks")
+        try:
+            for (schema, table), czxid in self.czxids.items():
+                await c.append_history(HistoryEntry(schema, table, c.instance, self.sql, status, czxid,
+                                                    message=message))
+        except ZK_ERRORS as e:
+            self.log.warning("could not append ddl history", error=str(e))
 
     async def _cleanup(self) -> None:
         """Delete our records and locks (only if still ours); never raises."""

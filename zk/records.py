@@ -132,3 +132,30 @@ class Ack:
                        int(o.get("meta_version", 0)))
         except (KeyError, TypeError, ValueError) as e:
             raise BadRecord(f"bad ack: {e}") from None
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """ddl_history/h-N: a finished DDL, so an instance that missed it can still catch up."""
+
+    schema: str
+    table: str
+    instance: str
+    sql: str
+    status: str
+    record_czxid: int
+    finished_at: float = field(default_factory=time.time)
+    message: str = ""
+
+    def encode(self) -> bytes:
+        return _dump(self)
+
+    @classmethod
+    def decode(cls, data: bytes | None) -> HistoryEntry:
+        o = _load(data)
+        try:
+            return cls(str(o["schema"]), str(o["table"]), str(o.get("instance", "")), str(o.get("sql", "")),
+                       str(o.get("status", "")), int(o.get("record_czxid", 0)), float(o.get("finished_at", 0)),
+                       str(o.get("message", "")))
+        except (KeyError, TypeError, ValueError) as e:
+            raise BadRecord(f"bad history entry: {e}") from None

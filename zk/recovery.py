@@ -16,7 +16,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError
 
 from .cluster import SAFETY_POLL_S, ZK_ERRORS, Waker
 from .paths import parse_table_node
-from .records import FAILED, BadRecord, DdlLockInfo, DdlRecord
+from .records import FAILED, BadRecord, DdlLockInfo, DdlRecord, HistoryEntry
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -143,6 +143,11 @@ class Recovery:
         online = await c.online()
         outcome = await c.wait_acks([(schema, table)], FAILED, online - {c.instance, rec.instance},
                                     c.cc.ack_timeout_s)
+        try:
+            await c.append_history(HistoryEntry(schema, table, rec.instance, rec.sql, FAILED, stat.czxid,
+                                                message=decision.message))
+        except ZK_ERRORS as e:
+            rlog.warning("could not append ddl history", error=str(e))
         await zk.delete(path, recursive=True)
         if lock is not None:
             await zk.delete(c.paths.ddl_lock(schema, table), lock[1].version)

@@ -60,7 +60,8 @@ def full_meta(proxy: Any, table: str = TABLE, schema: str = "schema1") -> tuple[
     finally:
         conn.close()
     assert len(rows) == 1, rows
-    return rows[0]
+    row = rows[0]
+    return (*row[:4], int(row[4]), int(row[5]))  # the two flags as numbers, whatever their column type
 
 
 def backend_structure(backends: list[Any], table: str = TABLE) -> set[str]:

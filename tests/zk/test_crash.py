@@ -38,7 +38,7 @@ def test_originator_killed_at_phase(cluster, phase):
     assert len(truth) == 1, f"backends disagree after {phase}: {truth}"
     for p in (p2, p3):
         row = full_meta(p)
-        assert row[4:] == ("1", "1"), (p.instance, row)
+        assert row[4:] == (1, 1), (p.instance, row)
         assert f"`after_{phase}`" in row[3]
         assert (f"`c_{phase}`" in row[3]) == (f"`c_{phase}`" in next(iter(truth)))
 
@@ -46,7 +46,7 @@ def test_originator_killed_at_phase(cluster, phase):
     p1.extra_env = {}
     p1.start()
     row = full_meta(p1)
-    assert row[4:] == ("1", "1") and f"`after_{phase}`" in row[3]
+    assert row[4:] == (1, 1) and f"`after_{phase}`" in row[3]
     p1.query(f"ALTER TABLE {TABLE} DROP COLUMN after_{phase}")
     assert f"`after_{phase}`" not in full_meta(p3)[3]
     t.join(1)
