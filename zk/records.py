@@ -128,6 +128,8 @@ class Ack:
     def decode(cls, data: bytes | None) -> Ack:
         o = _load(data)
         try:
+            if o["status"] not in STATUSES:
+                raise ValueError(f"unknown status {o['status']}")
             return cls(str(o["status"]), bool(o.get("ok", True)), str(o.get("message", "")),
                        int(o.get("meta_version", 0)))
         except (KeyError, TypeError, ValueError) as e:
