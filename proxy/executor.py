@@ -32,6 +32,13 @@ def _com_query(sql: str) -> bytes:
     return frame(0, b"\x03" + sql.encode("utf-8", "surrogateescape"))
 
 
+def _on_node(node: str, e: BackendUnavailable) -> BackendUnavailable:
+    """The same failure, saying which shardingNode it hit (unless it already does)."""
+    if "shardingNode[" in e.message:
+        return e
+    return BackendUnavailable(f"shardingNode[{node}]: {e.message}", e.code, e.sqlstate)
+
+
 class Executor:
     """Owns the backend connections a session holds and runs its statements on them."""
 
@@ -42,6 +49,8 @@ class Executor:
         self.streaming: set[BackendConnection] = set()
         self.last_node: str | None = None
         self.savepoints: list[str] = []   # of the open transaction, oldest first (lower-cased names)
+        self.broken_txn: str | None = None  # why the open transaction can only be rolled back now
+        self._committing = False
         self.relay_sink: Sink | None = None  # set by a prepared EXECUTE: relayed rows go through it
 
     # -- transaction state ----------------------------------------------------------------------
@@ -80,13 +89,17 @@ class Executor:
         """The connection this session uses for a node: its pinned one, or a pooled one made ready."""
         conn = self.pinned.get(node)
         s = self.session
+        if self.broken_txn is not None and self._pinning():
+            raise BackendUnavailable(f"{self.broken_txn}; the transaction must be rolled back")
         if conn is not None and not conn.broken:
             if conn.vars != s.vars or conn.autocommit != s.autocommit or (s.explicit_txn and not conn.in_trans):
                 await self._sync(conn)
             return conn
         if conn is not None:
             del self.pinned[node]
-            raise BackendUnavailable(f"shardingNode[{node}] connection was lost in the middle of a transaction")
+            self.server.backends.release(node, conn)
+            self.broken_txn = f"shardingNode[{node}] connection was lost in the middle of a transaction"
+            raise BackendUnavailable(self.broken_txn)
         conn = await self.server.backends.acquire(node, s.format_flags)
         pinning = self._pinning()
         try:
@@ -107,17 +120,26 @@ class Executor:
             if conn.broken or not self._pinning():
                 del self.pinned[node]
                 self.server.backends.release(node, conn)
+                if conn.broken and self._pinning():
+                    self.broken_txn = f"shardingNode[{node}] connection was lost in the middle of a transaction"
         else:
             self.server.backends.release(node, conn)
 
     async def _end_all(self, sql: str) -> None:
         pinned, self.pinned = self.pinned, {}
         self.savepoints = []
+        broken, self.broken_txn = self.broken_txn, None
+        if broken is not None and sql == "COMMIT":
+            sql = "ROLLBACK"  # part of the transaction is gone: committing the rest would tear it
         errors: list[BaseException] = []
 
         async def one(node: str, conn: BackendConnection) -> None:
             try:
-                if not conn.broken:  # also ends a read-only snapshot MariaDB does not flag as IN_TRANS
+                if conn.broken:
+                    if sql == "COMMIT":
+                        errors.append(BackendUnavailable(f"shardingNode[{node}] connection was lost before COMMIT; "
+                                                         "its part of the transaction was rolled back"))
+                else:  # also ends a read-only snapshot MariaDB does not flag as IN_TRANS
                     await conn.query(sql, self.server.backends.timeout_s)
             except BaseException as e:  # noqa: BLE001 - reported below
                 errors.append(e)
@@ -125,6 +147,8 @@ class Executor:
                 self.server.backends.release(node, conn)
 
         await asyncio.gather(*(one(n, c) for n, c in pinned.items()))
+        if broken is not None and self._committing:
+            raise BackendUnavailable(f"COMMIT failed, the transaction was rolled back: {broken}")
         for e in errors:
             if isinstance(e, ProxyError):
                 raise e
@@ -132,7 +156,11 @@ class Executor:
 
     async def commit_all(self) -> None:
         """COMMIT on every node this transaction touched (each node commits on its own)."""
-        await self._end_all("COMMIT")
+        self._committing = True
+        try:
+            await self._end_all("COMMIT")
+        finally:
+            self._committing = False
 
     async def rollback_all(self) -> None:
         """ROLLBACK on every node this transaction touched."""
@@ -142,6 +170,7 @@ class Executor:
         """The client is gone: close pinned connections so their transactions roll back."""
         pinned, self.pinned = self.pinned, {}
         self.savepoints = []
+        self.broken_txn = None
         for node, conn in pinned.items():
             conn.close()
             self.server.backends.release(node, conn)
@@ -204,14 +233,17 @@ class Executor:
                 try:
                     sc = await conn.run(packet, self.server.backends.timeout_s, kind=kind,
                                         sink=self.relay_sink or self.session.client)
-                except BackendUnavailable:
+                except BackendUnavailable as e:
                     if conn.relayed_any:
                         self.session.client.close()  # half an answer was sent; the client must not trust it
-                    raise
+                    raise _on_node(node, e) from None
                 finally:
                     self.streaming.discard(conn)
             else:
-                sc = await conn.run(packet, self.server.backends.timeout_s, kind=kind, collect=True)
+                try:
+                    sc = await conn.run(packet, self.server.backends.timeout_s, kind=kind, collect=True)
+                except BackendUnavailable as e:
+                    raise _on_node(node, e) from None
         finally:
             self._done_with(node, conn)
         self._note_ok(sc)
@@ -253,7 +285,9 @@ class Executor:
               for c, (_, sql) in zip(conns, targets)), return_exceptions=True)
         for (node, _), c in zip(targets, conns):
             self._done_with(node, c)
-        for res in results:
+        for (node, _), res in zip(targets, results):
+            if isinstance(res, BackendUnavailable):
+                raise _on_node(node, res)
             if isinstance(res, BaseException):
                 raise res
         self.last_node = targets[-1][0]

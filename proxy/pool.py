@@ -132,7 +132,8 @@ class Backends:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.timeout_s = config.server.backend_timeout_s
-        self.pools = {name: GroupPool(g, acquire_timeout_s=max(g.connect_timeout_s, 10.0))
+        # a session waits for a free connection at most twice the connect bound (10 s by default)
+        self.pools = {name: GroupPool(g, acquire_timeout_s=2 * g.connect_timeout_s)
                       for name, g in config.db_groups.items()}
 
     def pool_of(self, node: str) -> GroupPool:
