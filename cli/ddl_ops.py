@@ -191,7 +191,7 @@ def ddl_release(ops: ZkOps, target: Target, out: Output, args: argparse.Namespac
                        f"refusing to release {name}: its DDL ({t.phase}) belongs to online instance(s) "
                        f"{', '.join(live)}; wait for it, or pass --force (the owner will then fail to "
                        f"record the DDL's outcome)", EXIT_REFUSED)
-    outcome = ops.delete_table(t)
+    outcome = ops.delete_table(t, "pydble ddl release" + (" --force" if live else ""))
     result.update(record_deleted=outcome.record_deleted, lock_deleted=outcome.lock_deleted, notes=outcome.notes)
     if outcome.changed:
         return _finish(out, result, "changed", f"{name} changed while releasing it: " + "; ".join(outcome.notes),
@@ -330,7 +330,7 @@ def ddl_gc(ops: ZkOps, target: Target, out: Output, args: argparse.Namespace) ->
         elif args.dry_run:
             row.update(action="would delete", reason=reason)
         else:
-            outcome = ops.delete_table(t)
+            outcome = ops.delete_table(t, f"pydble ddl gc: {reason}")
             if outcome.changed:
                 refused = True
                 row.update(action="kept", reason="; ".join(outcome.notes))

@@ -18,7 +18,7 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
 
 from .paths import Paths, parse_table_node, table_node
-from .records import Ack, BadRecord, DdlLockInfo, DdlRecord, OnlineInfo
+from .records import FAILED, Ack, BadRecord, DdlLockInfo, DdlRecord, HistoryEntry, OnlineInfo
 
 log = structlog.get_logger("pydble.zk.ops")
 
@@ -253,14 +253,21 @@ class ZkOps:
         except NoNodeError:
             return []
 
-    def commit(self, ops: list[tuple[str, str, int]]) -> list[Any]:
-        """A multi-op of ("delete", path, version) / ("check", path, version); returns per-op results."""
+    def ensure_path(self, path: str) -> None:
+        """Create a persistent path (and its parents) if missing."""
+        self._wait(self._zk().ensure_path_async(path), f"ensure {path}")
+
+    def commit(self, ops: list[tuple[str, str, Any]]) -> list[Any]:
+        """A multi-op of ("delete", path, version), ("check", path, version) and
+        ("append", path_prefix, data) (a persistent sequential node); returns per-op results."""
         tx = self._zk().transaction()
-        for kind, path, version in ops:
+        for kind, path, arg in ops:
             if kind == "delete":
-                tx.delete(path, version)
+                tx.delete(path, arg)
             elif kind == "check":
-                tx.check(path, version)
+                tx.check(path, arg)
+            elif kind == "append":
+                tx.create(path, arg, sequence=True)
             else:
                 raise ValueError(f"unknown op {kind}")
         return self._wait(tx.commit_async(), "a transaction")
@@ -339,10 +346,16 @@ class ZkOps:
         return out
 
     # -- deletes --------------------------------------------------------------------------------
-    def delete_table(self, seen: TableDdl) -> DeleteOutcome:
-        """Delete the record (with its acks) and the lock exactly as seen, atomically; never a changed one."""
+    def delete_table(self, seen: TableDdl, why: str = "") -> DeleteOutcome:
+        """Delete the record (with its acks) and the lock exactly as seen, atomically; never a changed one.
+
+        A deleted record also gets a ddl_history entry in the same transaction, as recovery writes
+        one, so an instance that never saw the record (paused, lagging) still refreshes the table.
+        """
         schema, table = seen.schema, seen.table
         out = DeleteOutcome()
+        if seen.record is not None:
+            self.ensure_path(self.paths.history)
         for attempt in range(DELETE_ATTEMPTS):
             now = self.table(schema, table)
             ops: list[tuple[str, str, int]] = []
@@ -356,6 +369,7 @@ class ZkOps:
                 if self.get(self.paths.ddl_acks(schema, table)) is not None:
                     ops.append(("delete", self.paths.ddl_acks(schema, table), -1))
                 ops.append(("delete", self.paths.ddl_record(schema, table), now.record.stat.version))
+                ops.append(("append", f"{self.paths.history}/h-", self._history(now, why).encode()))
             if lock_ok and now.lock is not None:
                 ops.append(("delete", self.paths.ddl_lock(schema, table), now.lock.stat.version))
             if not ops:
@@ -372,6 +386,15 @@ class ZkOps:
             out.notes.clear()
         out.notes.append(f"{seen.name} kept changing; nothing deleted after {DELETE_ATTEMPTS} attempts")
         return out
+
+    @staticmethod
+    def _history(t: TableDdl, why: str) -> HistoryEntry:
+        """The ddl_history entry of a record removed by an operator (refresh from the backends)."""
+        assert t.record is not None
+        rec = t.record.record
+        return HistoryEntry(t.schema, t.table, rec.instance if rec is not None else "?",
+                            rec.sql if rec is not None else "", FAILED, t.record.stat.czxid,
+                            message=f"removed by an operator: {why}" if why else "removed by an operator")
 
     @staticmethod
     def _same(seen: RecordView | LockView | None, now: RecordView | LockView | None, what: str,

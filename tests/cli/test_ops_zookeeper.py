@@ -13,7 +13,7 @@ from harness import free_port, proxy_config, to_toml
 
 from zk.ops import ZkOps
 from zk.paths import Paths
-from zk.records import FAILED, INIT, SUCCESS
+from zk.records import FAILED, INIT, SUCCESS, HistoryEntry
 
 ALTER = "ALTER TABLE t1 ADD COLUMN c1 INT"
 SECRET = "s3cret-pw-do-not-print"
@@ -119,11 +119,17 @@ def test_release_refuses_an_online_owner_unless_forced(seed, zookeeper, zk_root)
 def test_release_of_an_offline_owner_deletes_record_acks_and_lock(seed, zookeeper, zk_root):
     _stale_and_live(seed)
     seed.lock("schema1", "t1", "dble-9", ALTER)
+    czxid = seed.client.exists(seed.paths.ddl_record("schema1", "t1")).czxid
     r = run_cli("ddl", "release", "schema1.t1", *zk_args(zookeeper, zk_root))
     assert r.rc == 0, r
     assert "released schema1.t1: record and lock deleted (was INIT, owner dble-9)" in r.out
     assert not seed.exists(seed.paths.ddl_record("schema1", "t1"))
     assert not seed.exists(seed.paths.ddl_lock("schema1", "t1"))
+    # like recovery, a removed record leaves a ddl_history entry: lagging instances refresh from it
+    (name,) = seed.client.get_children(seed.paths.history)
+    entry = HistoryEntry.decode(seed.client.get(f"{seed.paths.history}/{name}")[0])
+    assert (entry.schema, entry.table, entry.instance, entry.record_czxid) == ("schema1", "t1", "dble-9", czxid)
+    assert "pydble ddl release" in entry.message
 
 
 def test_release_refuses_while_a_reconciling_instance_is_online(seed, zookeeper, zk_root):
