@@ -38,6 +38,7 @@ class ClusterConfig:
     cluster_id: str = "cluster-1"
     session_timeout_s: float = 10.0
     ack_timeout_s: float = 30.0
+    auth: str | None = field(default=None, repr=False)   # "user:password": digest ACLs on every znode
 
 
 @dataclass(frozen=True)
@@ -221,7 +222,7 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
 def _parse_cluster(s: dict[str, Any]) -> ClusterConfig:
     p = "cluster"
     _typed(s, p, dict, "a table")
-    _take(s, p, {"zk", "root", "cluster_id", "session_timeout_s", "ack_timeout_s"})
+    _take(s, p, {"zk", "root", "cluster_id", "session_timeout_s", "ack_timeout_s", "auth"})
     root = _get(s, p, "root", str, "a string", "/dble")
     if not root.startswith("/") or root.endswith("/") and root != "/":
         raise ConfigError("cluster.root", "must start with '/' and not end with '/'")
@@ -231,7 +232,10 @@ def _parse_cluster(s: dict[str, Any]) -> ClusterConfig:
         cluster_id=_get(s, p, "cluster_id", str, "a string", "cluster-1"),
         session_timeout_s=float(_get(s, p, "session_timeout_s", (int, float), "a number", 10)),
         ack_timeout_s=float(_get(s, p, "ack_timeout_s", (int, float), "a number", 30)),
+        auth=_get(s, p, "auth", str, "a string 'user:password'", None),
     )
+    if cfg.auth is not None and (":" not in cfg.auth or cfg.auth.startswith(":")):
+        raise ConfigError("cluster.auth", "must be 'user:password' (the ZooKeeper digest identity)")
     if cfg.session_timeout_s <= 0 or cfg.ack_timeout_s <= 0:
         raise ConfigError("cluster.session_timeout_s", "timeouts must be positive")
     return cfg

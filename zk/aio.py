@@ -9,6 +9,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, NotEmptyError
 from kazoo.protocol.states import KazooState, ZnodeStat
 from kazoo.retry import KazooRetry
+from kazoo.security import make_digest_acl
 
 OP_TIMEOUT_S = 5.0
 
@@ -17,15 +18,27 @@ class ZkTimeout(Exception):
     """A ZooKeeper call did not complete within its bound."""
 
 
+def make_client(hosts: str, session_timeout_s: float, auth: str | None = None) -> KazooClient:
+    """A kazoo client that retries connecting forever; with auth ("user:password") every node it
+    creates is readable and writable by that digest identity only."""
+    auth_data = None
+    default_acl = None
+    if auth:
+        user, _, password = auth.partition(":")
+        auth_data = [("digest", auth)]
+        default_acl = [make_digest_acl(user, password, all=True)]
+    return KazooClient(hosts=hosts, timeout=session_timeout_s,
+                       connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=1.0),
+                       auth_data=auth_data, default_acl=default_acl)
+
+
 class Zk:
     """A kazoo client with awaitable, bounded operations and loop-side state callbacks."""
 
     def __init__(self, hosts: str, session_timeout_s: float, loop: asyncio.AbstractEventLoop,
-                 auth: tuple[str, str] | None = None) -> None:
+                 auth: str | None = None) -> None:
         self.loop = loop
-        self.client = KazooClient(hosts=hosts, timeout=session_timeout_s,
-                                  connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=1.0),
-                                  auth_data=[auth] if auth else None)
+        self.client = make_client(hosts, session_timeout_s, auth)
         self.state = KazooState.LOST
         self._state_callbacks: list[Callable[[str], None]] = []
         self._wrapped: dict[Callable, Callable] = {}

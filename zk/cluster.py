@@ -96,7 +96,7 @@ class Cluster:
     async def start(self) -> None:
         """Connect and join; if ZooKeeper is down, load metadata alone and join once it is back."""
         loop = asyncio.get_running_loop()
-        self.zk = Zk(self.cc.zk, self.cc.session_timeout_s, loop)
+        self.zk = Zk(self.cc.zk, self.cc.session_timeout_s, loop, self.cc.auth)
         self.zk.on_state(self._on_state)
         self.registry.add_listener(self._on_meta_change)
         try:
@@ -123,7 +123,7 @@ class Cluster:
     async def _fresh_client(self) -> bool:
         """Replace the kazoo client with a new one (new session); True once it is connected."""
         old = self.zk
-        zk = Zk(self.cc.zk, self.cc.session_timeout_s, asyncio.get_running_loop())
+        zk = Zk(self.cc.zk, self.cc.session_timeout_s, asyncio.get_running_loop(), self.cc.auth)
         zk.on_state(self._on_state)
         self.zk = zk
         if old is not None:
