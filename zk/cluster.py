@@ -60,6 +60,40 @@ class Waker:
         self._event.clear()
 
 
+class PassLoop:
+    """A level-triggered follower: pass_once() runs whenever a watch fires, and at least every
+    SAFETY_POLL_S, so a missed or coalesced event (or a SIGSTOP) can never lose a step."""
+
+    name = "loop"
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.wake = Waker()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        """Start the loop (or just wake it if it runs); called at every join."""
+        if self._task is None or self._task.done():
+            self._task = self.cluster._spawn(self._loop())
+        self.wake()
+
+    async def _loop(self) -> None:
+        c = self.cluster
+        while not c._stopping:
+            try:
+                if c.zk is not None and c.zk.connected:
+                    await self.pass_once()
+            except ZK_ERRORS as e:
+                log.debug(f"{self.name} pass failed, will retry", instance=c.instance, error=str(e))
+            except Exception:  # noqa: BLE001 - the loop must survive anything
+                log.exception(f"{self.name} pass crashed, will retry", instance=c.instance)
+            await self.wake.wait(SAFETY_POLL_S)
+
+    async def pass_once(self) -> None:
+        """Read the state and act on what changed."""
+        raise NotImplementedError
+
+
 class Cluster:
     """This instance's view of and role in the cluster."""
 

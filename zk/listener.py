@@ -14,7 +14,7 @@ from kazoo.exceptions import NoNodeError
 
 from meta.errors import DdlInProgress
 
-from .cluster import SAFETY_POLL_S, ZK_ERRORS, Waker
+from .cluster import PassLoop
 from .paths import parse_table_node
 from .records import FAILED, INIT, SUCCESS, BadRecord, DdlRecord, HistoryEntry
 
@@ -26,35 +26,21 @@ log = structlog.get_logger("pydble.cluster.listener")
 LOCAL_LOCK_WAIT_S = 3.0   # how long INIT waits for a local DDL on the same table to give up
 
 
-class DdlListener:
+class DdlListener(PassLoop):
     """Follows other instances' DDL records and keeps this instance in step."""
 
+    name = "ddl listener"
+
     def __init__(self, cluster: Cluster) -> None:
-        self.cluster = cluster
+        super().__init__(cluster)
         self.handled: dict[tuple[str, int], str] = {}   # (record path, czxid) -> last status handled
         self.finished: dict[int, None] = {}             # czxids of records whose outcome we applied
         self.history_seen: str | None = None            # newest ddl_history entry looked at
-        self._task: asyncio.Task | None = None
-        self.wake = Waker()
 
     def start(self) -> None:
         """Start (or restart after a re-join) the follow loop."""
         self.history_seen = None  # a join has just reloaded everything
-        if self._task is None or self._task.done():
-            self._task = self.cluster._spawn(self._loop())
-        self.wake()
-
-    async def _loop(self) -> None:
-        c = self.cluster
-        while not c._stopping:
-            try:
-                if c.ready or c.zk is not None and c.zk.connected:
-                    await self.pass_once()
-            except ZK_ERRORS as e:
-                log.debug("ddl listener pass failed, will retry", error=str(e))
-            except Exception:  # noqa: BLE001 - the loop must survive anything
-                log.exception("ddl listener pass crashed, will retry")
-            await self.wake.wait(SAFETY_POLL_S)
+        super().start()
 
     async def pass_once(self) -> None:
         """Read every record and handle what is new."""

@@ -7,14 +7,13 @@ waiting for the acks, and deleting the record — no operator needed (DBLE asks 
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import TYPE_CHECKING
 
 import structlog
 from kazoo.exceptions import BadVersionError, NodeExistsError
 
-from .cluster import SAFETY_POLL_S, ZK_ERRORS, Waker
+from .cluster import SAFETY_POLL_S, ZK_ERRORS, PassLoop, Waker
 from .paths import parse_table_node
 from .records import FAILED, BadRecord, DdlLockInfo, DdlRecord, HistoryEntry
 
@@ -24,32 +23,14 @@ if TYPE_CHECKING:
 log = structlog.get_logger("pydble.cluster.recovery")
 
 
-class Recovery:
+class Recovery(PassLoop):
     """Watches online/ for departures and cleans up after them."""
 
+    name = "recovery"
+
     def __init__(self, cluster: Cluster) -> None:
-        self.cluster = cluster
+        super().__init__(cluster)
         self.known_online: set[str] | None = None
-        self._task: asyncio.Task | None = None
-        self.wake = Waker()
-
-    def start(self) -> None:
-        """Start (or restart after a re-join) the watch loop."""
-        if self._task is None or self._task.done():
-            self._task = self.cluster._spawn(self._loop())
-        self.wake()
-
-    async def _loop(self) -> None:
-        c = self.cluster
-        while not c._stopping:
-            try:
-                if c.zk is not None and c.zk.connected:
-                    await self.pass_once()
-            except ZK_ERRORS as e:
-                log.debug("recovery pass failed, will retry", error=str(e))
-            except Exception:  # noqa: BLE001 - the loop must survive anything
-                log.exception("recovery pass crashed, will retry")
-            await self.wake.wait(SAFETY_POLL_S)
 
     async def pass_once(self) -> None:
         """Release locks of departed instances; reconcile orphaned records if elected."""
