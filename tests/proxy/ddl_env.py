@@ -94,6 +94,11 @@ class MetaProxyEnv:
         """Drop a table on the backends directly (test set-up), then tell the proxy."""
         self.run_on(nodes, f"DROP TABLE IF EXISTS `{table}`")
 
+    def reset(self, table: str, schema: str = "schema1") -> None:
+        """Drop a table on every backend directly and make the proxy forget it."""
+        self.drop_everywhere(table)
+        self.reload(f"schema='{schema}' and table='{table}'")
+
     # -- the proxy ----------------------------------------------------------------------------
     def client(self, database: str | None = "schema1", **kw: Any) -> Any:
         return self.proxy.connect(database=database, **kw)
@@ -196,8 +201,10 @@ class Background:
 
 
 def start_env(servers: Sequence[MariaDBServer], *, tag: str = "ddl", tables: dict[str, Any] | None = None,
-              server_extra: dict[str, Any] | None = None) -> MetaProxyEnv:
-    """Private databases on both servers and a proxy over them (DESIGN.md §2 plus extra tables)."""
+              server_extra: dict[str, Any] | None = None,
+              mutate: Callable[[dict[str, Any]], None] | None = None, start: bool = True) -> MetaProxyEnv:
+    """Private databases on both servers and a proxy over them (DESIGN.md §2 plus extra tables);
+    `mutate` may change the config dict (more db_groups, nodes, tables) before the proxy starts."""
     name = f"{tag}{os.getpid()}_{next(_seq)}"
     dbs = {d: f"{name}_{d}" for d in ("db1", "db2", "db3")}
     for s in servers[:2]:
@@ -209,9 +216,12 @@ def start_env(servers: Sequence[MariaDBServer], *, tag: str = "ddl", tables: dic
     cfg["server"].update(server_extra or {})
     for schema, extra in (tables if tables is not None else extra_tables()).items():
         cfg["schemas"][schema]["tables"].update(extra)
+    if mutate is not None:
+        mutate(cfg)
     proxy = ProxyProcess(cfg, name=f"proxy-{tag}", release_ports=True)
     try:
-        proxy.start()
+        if start:
+            proxy.start()
     except BaseException:
         proxy.cleanup()
         drop_databases(servers, dbs)
@@ -227,11 +237,15 @@ def drop_databases(servers: Sequence[MariaDBServer], dbs: dict[str, str]) -> Non
             pass
 
 
-def env_fixture(servers: Sequence[MariaDBServer], **kw: Any) -> Iterator[MetaProxyEnv]:
-    """Body of a module-scoped fixture: start, yield, always clean up."""
+def env_fixture(servers: Sequence[MariaDBServer], *, keep_databases: bool = False,
+                **kw: Any) -> Iterator[MetaProxyEnv]:
+    """Body of a module-scoped fixture: start, yield, always stop the proxy. The private databases
+    are dropped too unless keep_databases (thousands of tables take seconds to drop, and the
+    session's backends and their data directories go away at the end anyway)."""
     env = start_env(servers, **kw)
     try:
         yield env
     finally:
         env.proxy.cleanup()
-        drop_databases(servers, env.dbs)
+        if not keep_databases:
+            drop_databases(servers, env.dbs)
