@@ -113,6 +113,10 @@ class ProxyServer:
     def track(self, session: Session) -> None:
         self.sessions.add(session)
 
+    def client_sessions(self) -> int:
+        """Open client-port sessions (the manager port does not count against max_connections)."""
+        return sum(1 for s in self.sessions if type(s) is Session)
+
     def untrack(self, session: Session) -> None:
         if session in self.sessions:
             self.sessions.discard(session)

@@ -18,7 +18,7 @@ from .prepared import COMMANDS as STMT_COMMANDS, PreparedStatements
 from .protocol import constants as C
 from .protocol.handshake import (build_auth_switch, build_greeting, parse_handshake_response, parse_stored_password,
                                  verify_native_password)
-from .protocol.messages import ResultSet, eof_packet
+from .protocol.messages import ResultSet, eof_packet, err_packet
 from .protocol.packets import PacketFramer, PacketTooBig, ProtocolError, frame
 from .reply import Reply
 from .sqltok import first_keyword, split_statements
@@ -54,6 +54,13 @@ class ClientProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        limit = self.server.config.server.max_connections
+        if self.session_cls is Session and self.server.client_sessions() >= limit:
+            # like MySQL: an ERR instead of the greeting, then close; everyone else keeps going
+            transport.write(frame(0, err_packet(1040, "08004", f"Too many connections (max_connections={limit})")))
+            transport.close()
+            self.closed = True
+            return
         self.session = self.session_cls(self.server, self)
         self.server.track(self.session)
 
