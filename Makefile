@@ -10,8 +10,10 @@ CONFIG      ?= conf/pydble.toml
 TEST_TIMEOUT ?= 300
 PYTEST_ARGS ?=
 # Debian packages the tests and tools need (mariadb-server: mariadbd for the test harness;
-# python3-venv: `python3 -m venv` on Debian).
-APT_PACKAGES := zookeeper libmariadb-java sysbench mariadb-client mariadb-server python3-venv
+# python3-venv: `python3 -m venv` on Debian; libmariadb-dev + pkg-config: building mysqlclient;
+# default-jdk-headless: javac for the plain-JDBC compatibility test, java for Spark).
+APT_PACKAGES := zookeeper libmariadb-java sysbench mariadb-client mariadb-server python3-venv \
+                libmariadb-dev pkg-config default-jdk-headless
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 MARIADB_PING := mariadb-admin --host=127.0.0.1 --port=3306 --user=root --connect-timeout=2 ping
 
@@ -41,7 +43,7 @@ $(VENV)/bin/python:
 
 # Reinstall when pyproject.toml changes (the stamp is older than it).
 $(VENV)/.stamp: pyproject.toml | $(VENV)/bin/python
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[test,spark]'
 	touch $@
 
 system-mariadb:
