@@ -1,0 +1,487 @@
+"""Cluster DDL latency: ALTER TABLE ADD/DROP COLUMN through pydble vs the same DDL straight on the nodes.
+
+Starts its own ZooKeeper, two MariaDB servers and three pydble instances in one cluster (the test
+harness classes), creates the 4-node sharding table `schema1.sharding_4_t1`, then runs N rounds of
+ADD COLUMN + DROP COLUMN through instance 1, and the same two statements directly on the four
+shardingNodes in parallel (PyMySQL, one thread and one connection per node), alternating which goes
+first. A fourth instance without a cluster gives the proxy's own DDL path (execute + refresh) so the
+cluster's share can be told apart. Prints p50/p95 and the p50 ratio (target <= 1.5).
+
+    .venv/bin/python bench/ddl_latency.py [--runs 50] [--rows 1000] [--json FILE]
+
+Profiling: --profile splits a cluster DDL into phases from the instances' JSON logs; --trace (with
+--logs DIR) also logs every ZooKeeper call and watch wait; --experiment runs the instances with a
+monkeypatched prototype of the zk/ fixes the profile suggests (see apply_experiment), to measure them
+without touching zk/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+for p in (REPO_ROOT, REPO_ROOT / "tests"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+import pymysql  # noqa: E402
+from harness import (MariaDBServer, ProxyProcess, ZooKeeperServer, cluster_section, free_port,  # noqa: E402
+                     proxy_config, start_all)
+
+TABLE = "sharding_4_t1"
+NODES = {"dn1": (0, "db1"), "dn2": (1, "db1"), "dn3": (0, "db2"), "dn4": (1, "db2")}
+TARGET_RATIO = 1.5
+WARMUP = 3
+
+
+def out(text: str = "") -> None:
+    """The benchmark's report goes to stdout."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def pct(values: list[float], q: float) -> float:
+    """Nearest-rank percentile, in milliseconds."""
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q / 100 * len(s) + 0.5) - 1))] * 1000
+
+
+class Direct:
+    """The baseline: a DDL on the four nodes at once, one thread and one connection per node."""
+
+    def __init__(self, backends: list[MariaDBServer]) -> None:
+        self.conns = {n: backends[s].connect(db) for n, (s, db) in NODES.items()}
+        for c in self.conns.values():
+            c.autocommit(True)
+        self.pool = ThreadPoolExecutor(len(self.conns))
+
+    def run(self, sql: str) -> float:
+        """Seconds until every node has answered."""
+        def one(conn: Any) -> None:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+
+        started = time.perf_counter()
+        for f in [self.pool.submit(one, c) for c in self.conns.values()]:
+            f.result()
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        self.pool.shutdown()
+        for c in self.conns.values():
+            c.close()
+
+
+class Through:
+    """DDL through one pydble instance's client port, on one connection."""
+
+    def __init__(self, proxy: ProxyProcess) -> None:
+        self.proxy = proxy
+        self.conn = proxy.connect()
+        self.warnings = 0
+        self.windows: list[tuple[float, float]] = []   # wall-clock send/answer of each DDL, for --profile
+
+    def run(self, sql: str) -> float:
+        wall = time.time()
+        started = time.perf_counter()
+        with self.conn.cursor() as cur:
+            cur.execute(sql)
+            elapsed = time.perf_counter() - started
+            if cur.warning_count:   # a laggard instance did not ack in time
+                self.warnings += 1
+        self.windows.append((wall, wall + elapsed))
+        return elapsed
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def rounds(runs: int, paths: dict[str, Callable[[str], float]], cols: dict[str, str]) -> dict[str, dict[str, list[float]]]:
+    """ADD then DROP on every path, the path order rotating each round; warm-up rounds not kept."""
+    times: dict[str, dict[str, list[float]]] = {p: {"add": [], "drop": []} for p in paths}
+    names = list(paths)
+    for i in range(-WARMUP, runs):
+        order = names[i % len(names):] + names[:i % len(names)]
+        for p in order:
+            col = cols[p]
+            a = paths[p](f"ALTER TABLE {TABLE} ADD COLUMN {col} INT")
+            d = paths[p](f"ALTER TABLE {TABLE} DROP COLUMN {col}")
+            if i >= 0:
+                times[p]["add"].append(a)
+                times[p]["drop"].append(d)
+    return times
+
+
+def report(times: dict[str, dict[str, list[float]]], runs: int, rows: int) -> dict[str, Any]:
+    """Print p50/p95 per path and statement, and the ratios to the direct baseline."""
+    summary: dict[str, Any] = {"runs": runs, "rows": rows, "paths": {}}
+    out(f"ALTER TABLE {TABLE} ADD/DROP COLUMN, 4 shardingNodes on 2 MariaDB servers, {runs} runs, {rows} rows")
+    out()
+    out(f"{'path':<22}{'stmt':<6}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}{'mean ms':>9}")
+    for p, by in times.items():
+        summary["paths"][p] = {}
+        for stmt in ("add", "drop", "both"):
+            vals = by["add"] + by["drop"] if stmt == "both" else by[stmt]
+            row = {"p50_ms": round(pct(vals, 50), 2), "p95_ms": round(pct(vals, 95), 2),
+                   "max_ms": round(max(vals) * 1000, 2), "mean_ms": round(statistics.mean(vals) * 1000, 2)}
+            summary["paths"][p][stmt] = row
+            out(f"{p:<22}{stmt:<6}{row['p50_ms']:>9.1f}{row['p95_ms']:>9.1f}{row['max_ms']:>9.1f}"
+                f"{row['mean_ms']:>9.1f}")
+    out()
+    base = summary["paths"]["direct"]
+    for p in times:
+        if p == "direct":
+            continue
+        r = {stmt: round(summary["paths"][p][stmt]["p50_ms"] / base[stmt]["p50_ms"], 2) for stmt in ("add", "drop", "both")}
+        r95 = round(summary["paths"][p]["both"]["p95_ms"] / base["both"]["p95_ms"], 2)
+        summary.setdefault("ratios", {})[p] = {"p50": r, "p95_both": r95}
+        verdict = "" if p != "cluster (3 instances)" else (
+            "  (target <= 1.5: met)" if r["both"] <= TARGET_RATIO else "  (target <= 1.5: NOT met)")
+        out(f"p50 ratio {p} / direct: add {r['add']:.2f}, drop {r['drop']:.2f}, both {r['both']:.2f}; "
+            f"p95 ratio {r95:.2f}{verdict}")
+    return summary
+
+
+# -- --profile: where the time of a cluster DDL goes, from the instances' JSON logs ----------------
+
+EVENTS = {"ddl INIT: table locked": "sub_locked", "ddl finished here: metadata refreshed, table unlocked": "sub_done",
+          "ddl INIT acknowledged": "init_acked", "ddl executed": "executed", "metadata published": "published"}
+
+
+def _events(proxy: ProxyProcess) -> list[tuple[float, str]]:
+    """(epoch seconds, event key) of the log lines the profile uses."""
+    from datetime import datetime
+
+    evs = []
+    for line in proxy.log_text().splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            o = json.loads(line)
+        except ValueError:
+            continue
+        key = EVENTS.get(o.get("event", ""))
+        if key and "timestamp" in o:
+            evs.append((datetime.fromisoformat(o["timestamp"].replace("Z", "+00:00")).timestamp(), key))
+    return sorted(evs)
+
+
+def _in(evs: list[tuple[float, str]], key: str, lo: float, hi: float) -> list[float]:
+    return [t for t, k in evs if k == key and lo <= t <= hi]
+
+
+def profile(through: Through, others: list[ProxyProcess], single: Through | None) -> dict[str, Any]:
+    """Median duration of each phase of a cluster DDL (and of a single-instance one), in ms."""
+    orig = _events(through.proxy)
+    subs = [_events(p) for p in others]
+    phases: dict[str, list[float]] = {}
+
+    def add(name: str, seconds: float) -> None:
+        phases.setdefault(name, []).append(seconds * 1000)
+
+    for lo, hi in through.windows[2 * WARMUP:]:
+        init = _in(orig, "init_acked", lo, hi)
+        exe = _in(orig, "executed", lo, hi)
+        pub = [t for t in _in(orig, "published", lo, hi) if exe and t >= exe[0]]
+        locked = [max(ts) for ts in (_in(e, "sub_locked", lo, hi) for e in subs) if ts]
+        done = [max(ts) for ts in (_in(e, "sub_done", lo, hi) for e in subs) if ts]
+        if not (init and exe and pub and len(locked) == len(subs) and len(done) == len(subs)):
+            continue
+        add("1 send -> last subscriber locked (lock, INIT write, watch, local lock)", max(locked) - lo)
+        add("2 last subscriber locked -> originator sees INIT acks", init[0] - max(locked))
+        add("3 run the DDL on the 4 nodes", exe[0] - init[0])
+        add("4 originator refreshes its metadata", pub[0] - exe[0])
+        add("5 SUCCESS written -> last subscriber refreshed", max(done) - pub[0])
+        add("6 last subscriber refreshed -> client has OK (acks, history, cleanup)", hi - max(done))
+        add("total", hi - lo)
+    result = {name: round(statistics.median(v), 1) for name, v in sorted(phases.items())}
+    if single is not None:
+        evs = _events(single.proxy)
+        sp: dict[str, list[float]] = {}
+        for lo, hi in single.windows[2 * WARMUP:]:
+            exe = _in(evs, "executed", lo, hi)
+            pub = [t for t in _in(evs, "published", lo, hi) if exe and t >= exe[0]]
+            if exe and pub:
+                sp.setdefault("single: send -> executed on the nodes", []).append((exe[0] - lo) * 1000)
+                sp.setdefault("single: refresh", []).append((pub[0] - exe[0]) * 1000)
+                sp.setdefault("single: published -> client has OK", []).append((hi - pub[0]) * 1000)
+        result.update({k: round(statistics.median(v), 1) for k, v in sp.items()})
+    out()
+    out(f"where the time goes (median ms over {len(phases.get('total', []))} cluster DDLs):")
+    for k, v in result.items():
+        out(f"  {k:<75}{v:>7.1f}")
+    return result
+
+
+# -- --trace: instances that log every ZooKeeper call and every watch wait ------------------------
+
+def apply_experiment() -> None:
+    """Prototype (bench only, monkeypatched into the instances) of the fixes this profile suggests for
+    zk/: fewer sequential ZooKeeper round trips on the originator's critical path. Semantics kept:
+    cleanup only touches a table whose ddl_lock this session owns."""
+    from kazoo.exceptions import NodeExistsError, NoNodeError
+
+    from zk import cluster as zc
+    from zk import originator as zo
+    from zk.records import FAILED, INIT, Ack
+
+    async def ack(self: Any, schema: str, table: str, status: str, ok: bool = True, message: str = "") -> None:
+        # an instance that acked INIT updates its ack: set first, create only when it is absent
+        zk = self.zk
+        path = self.paths.ddl_ack(schema, table, self.instance)
+        data = Ack(status, ok, message, self.registry.version).encode()
+        if status != INIT:
+            try:
+                await zk.set(path, data)
+                return
+            except NoNodeError:
+                pass
+        try:
+            await zk.create(path, data, ephemeral=True, makepath=False)
+        except NodeExistsError:
+            await zk.set(path, data)
+
+    async def append_history(self: Any, entry: Any) -> None:
+        # queued: written by the cleanup transaction below
+        self.__dict__.setdefault("_pending_history", []).append(entry)
+
+    original_cleanup = zo.ClusterDdl._cleanup
+
+    async def _cleanup(self: Any) -> None:
+        # per table: one exists (ownership), one children, one transaction deleting acks, ack folder,
+        # record and lock and appending the history entry; the original code on any surprise
+        c = self.cluster
+        zk = c.zk
+        if zk is None:
+            return
+        pending = c.__dict__.pop("_pending_history", [])
+        if not c.__dict__.get("_history_ready"):
+            await zk.ensure_path(c.paths.history)
+            c.__dict__["_history_ready"] = True
+        done: set[tuple[str, str]] = set()
+        for key in list(self.records):
+            rec_path, lock_path = c.paths.ddl_record(*key), c.paths.ddl_lock(*key)
+            try:
+                lock = await zk.exists(lock_path)
+                if lock is None or lock.ephemeralOwner != zk.session_id:
+                    continue
+                if self.status == INIT:
+                    await self._decide(FAILED, "the originator gave up before running the DDL")
+                acks = await zk.children(c.paths.ddl_acks(*key))
+                entries = [h for h in pending if (h.schema, h.table) == key]
+
+                def build(tx: Any, key: Any = key, acks: list[str] = acks, entries: list[Any] = entries,
+                          rec_path: str = rec_path, lock_path: str = lock_path, version: int = lock.version) -> None:
+                    for h in entries:
+                        tx.create(f"{c.paths.history}/h-", h.encode(), sequence=True)
+                    for a in acks:
+                        tx.delete(c.paths.ddl_ack(key[0], key[1], a))
+                    tx.delete(c.paths.ddl_acks(*key))
+                    tx.delete(rec_path)
+                    tx.delete(lock_path, version)
+
+                results = await zk.commit(build)
+                if not any(isinstance(r, Exception) for r in results):
+                    done.add(key)
+                    c.active_ddls.discard(rec_path)
+            except Exception:  # noqa: BLE001 - fall back to the original path below
+                pass
+        for key in done:
+            self.records.pop(key, None)
+        self.locked = [k for k in self.locked if k not in done]
+        await original_cleanup(self)
+
+    zc.Cluster.ack = ack
+    zc.Cluster.append_history = append_history
+    zo.ClusterDdl._cleanup = _cleanup
+
+    # fewer wake-ups: the recovery loop does not watch ddl/ (orphans appear when online/ changes, and
+    # its 2 s safety pass catches anything else), and no loop watches ddl_history/ (only a laggard
+    # needs it, and a laggard missed the live records anyway: the safety pass reads it)
+    from zk import aio
+    from zk import recovery as zr
+
+    original_init = zr.Recovery.__init__
+
+    def init(self: Any, cluster: Any) -> None:
+        original_init(self, cluster)
+        self.wake.recovery_loop = True
+
+    original_children = aio.Zk.children
+
+    async def children(self: Any, path: str, watch: Any = None) -> list[str]:
+        if watch is not None and (path.endswith("/ddl_history")
+                                  or (path.endswith("/ddl") and getattr(watch, "recovery_loop", False))):
+            watch = None
+        return await original_children(self, path, watch)
+
+    zr.Recovery.__init__ = init
+    aio.Zk.children = children
+
+
+def serve_instrumented(argv: list[str]) -> int:
+    """`pydble serve`, optionally with the prototype fixes, a GIL switch interval, and every zk.aio.Zk
+    call and Waker wait timed into the log (bench only)."""
+    import functools
+
+    import structlog
+
+    from cli.main import main as cli_main
+    from zk import aio, cluster
+
+    if argv[:1] == ["--experiment"]:
+        apply_experiment()
+        argv = argv[1:]
+    if argv[:1] == ["--switch-interval"]:
+        sys.setswitchinterval(float(argv[1]))   # GIL hand-over between the loop and kazoo's thread
+        argv = argv[2:]
+    if argv[:1] != ["--trace"]:
+        return cli_main(argv)
+    argv = argv[1:]
+
+    tlog = structlog.get_logger("bench.trace")
+
+    def timed(name: str, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        async def wrapper(self: Any, *a: Any, **kw: Any) -> Any:
+            t0 = time.time()
+            try:
+                return await fn(self, *a, **kw)
+            finally:
+                path = a[0] if a and isinstance(a[0], str) else ""
+                tlog.info("trace", op=name, path=path.rsplit("/", 2)[-2:] if path else "", t0=t0,
+                          ms=round((time.time() - t0) * 1000, 2), watch=bool(kw.get("watch") or a[1:2] and callable(a[1])))
+        return wrapper
+
+    for name in ("create", "get", "set", "exists", "children", "commit", "ensure_path"):
+        setattr(aio.Zk, name, timed(name, getattr(aio.Zk, name)))
+    orig_delete = aio.Zk.delete
+
+    async def delete(self: Any, path: str, version: int = -1, *, recursive: bool = False) -> bool:
+        t0 = time.time()
+        try:
+            return await orig_delete(self, path, version, recursive=recursive)
+        finally:
+            tlog.info("trace", op="delete" + ("_r" if recursive else ""), path=path.rsplit("/", 2)[-2:], t0=t0,
+                      ms=round((time.time() - t0) * 1000, 2))
+    aio.Zk.delete = delete
+    orig_wait = cluster.Waker.wait
+
+    async def wait(self: Any, timeout: float) -> None:
+        t0 = time.time()
+        await orig_wait(self, timeout)
+        tlog.info("trace", op="waker.wait", t0=t0, ms=round((time.time() - t0) * 1000, 2), timeout=timeout)
+    cluster.Waker.wait = wait
+    return cli_main(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--rows", type=int, default=1000, help="rows in the table (spread over the 4 nodes)")
+    ap.add_argument("--instances", type=int, default=3)
+    ap.add_argument("--no-single", action="store_true", help="skip the single-instance proxy path")
+    ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    ap.add_argument("--logs", metavar="DIR", help="copy the proxies' logs here (for profiling)")
+    ap.add_argument("--profile", action="store_true", help="break a cluster DDL down into phases (JSON logs)")
+    ap.add_argument("--trace", action="store_true", help="with --profile: log every ZooKeeper call and watch "
+                                                         "wait in the instances (slower; use with --logs)")
+    ap.add_argument("--switch-interval", type=float, default=None, metavar="SECONDS",
+                    help="sys.setswitchinterval in the instances (GIL hand-over to kazoo's thread)")
+    ap.add_argument("--experiment", action="store_true", help="run the instances with the bench's prototype of "
+                                                              "the suggested zk/ fixes (apply_experiment)")
+    args = ap.parse_args(argv)
+
+    serve_argv = None
+    if args.trace or args.experiment or args.switch_interval:
+        serve_argv = [sys.executable, str(Path(__file__).resolve()), "--serve-instrumented"]
+        serve_argv += ["--experiment"] if args.experiment else []
+        serve_argv += ["--switch-interval", str(args.switch_interval)] if args.switch_interval else []
+        serve_argv += ["--trace"] if args.trace else []
+        serve_argv += ["serve", "--config", "{config}"] + (["--log-json"] if args.profile else [])
+    elif args.profile:
+        serve_argv = [sys.executable, "-m", "cli", "serve", "--config", "{config}", "--log-json"]
+    zk = ZooKeeperServer("bench-zk")
+    backends = [MariaDBServer("bench-b1"), MariaDBServer("bench-b2")]
+    proxies: list[ProxyProcess] = []
+    closers: list[Callable[[], None]] = []
+    try:
+        zk.start()
+        start_all(backends)
+        for b in backends:
+            b.create_databases("db1", "db2", "db3")
+        section = cluster_section(zk, root=f"/bench-{uuid.uuid4().hex[:8]}", session_timeout_s=10, ack_timeout_s=30)
+        for i in range(args.instances):
+            p = ProxyProcess(proxy_config(backends, free_port(), free_port(), instance=f"dble-{i + 1}",
+                                          cluster=section), release_ports=True, argv=serve_argv)
+            proxies.append(p)
+            p.start(60)
+        single = None
+        if not args.no_single:
+            single = ProxyProcess(proxy_config(backends, free_port(), free_port(), instance="single"),
+                                  name="single", release_ports=True, argv=serve_argv)
+            proxies.append(single)
+            single.start(60)
+
+        p1 = proxies[0]
+        p1.query(f"CREATE TABLE {TABLE} (id INT PRIMARY KEY, v INT, name VARCHAR(32))")
+        conn = p1.connect()
+        with conn.cursor() as cur:
+            for start in range(0, args.rows, 500):
+                values = ",".join(f"({i},{i * 7},'row-{i}')" for i in range(start, min(args.rows, start + 500)))
+                cur.execute(f"INSERT INTO {TABLE} VALUES {values}")
+        conn.close()
+
+        direct = Direct(backends)
+        closers.append(direct.close)
+        through = Through(p1)
+        closers.append(through.close)
+        paths: dict[str, Callable[[str], float]] = {"direct": direct.run, "cluster (3 instances)": through.run}
+        cols = {"direct": "c_direct", "cluster (3 instances)": "c_cluster"}
+        if args.instances != 3:
+            paths[f"cluster ({args.instances} instances)"] = paths.pop("cluster (3 instances)")
+            cols[f"cluster ({args.instances} instances)"] = cols.pop("cluster (3 instances)")
+        s = None
+        if single is not None:
+            s = Through(single)
+            closers.append(s.close)
+            paths["single instance"] = s.run
+            cols["single instance"] = "c_single"
+        times = rounds(args.runs, paths, cols)
+        summary = report(times, args.runs, args.rows)
+        if args.profile:
+            summary["profile_ms"] = profile(through, proxies[1:args.instances], s)
+        summary["date"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+        summary["warnings"] = through.warnings
+        if args.json:
+            Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
+        return 0
+    finally:
+        if args.logs:
+            Path(args.logs).mkdir(parents=True, exist_ok=True)
+            for p in proxies:
+                (Path(args.logs) / f"{p.name}.log").write_text(p.log_text())
+        for c in closers:
+            try:
+                c()
+            except pymysql.MySQLError:
+                pass
+        for p in reversed(proxies):
+            p.cleanup()
+        for b in backends:
+            b.cleanup()
+        zk.cleanup()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--serve-instrumented"]:
+        raise SystemExit(serve_instrumented(sys.argv[2:]))
+    raise SystemExit(main())
