@@ -181,7 +181,7 @@ def _decode_datetime(b: bytes, date_only: bool) -> _dt.date | _dt.datetime | str
         if date_only:
             return _dt.date(y, mo, d)
         return _dt.datetime(y, mo, d, h, mi, s, us)
-    except ValueError:  # zero dates and other values Python cannot hold go as text
+    except (ValueError, OverflowError):  # zero dates and other values Python cannot hold go as text
         text = f"{y:04d}-{mo:02d}-{d:02d}"
         if not date_only:
             text += f" {h:02d}:{mi:02d}:{s:02d}" + (f".{us:06d}" if us else "")
@@ -195,7 +195,10 @@ def _decode_time(b: bytes) -> _dt.timedelta:
         return _dt.timedelta(0)
     neg, days, h, mi, s = struct.unpack_from("<BIBBB", b)
     us = int.from_bytes(b[8:12], "little") if len(b) == 12 else 0
-    td = _dt.timedelta(days=days, hours=h, minutes=mi, seconds=s, microseconds=us)
+    try:
+        td = _dt.timedelta(days=days, hours=h, minutes=mi, seconds=s, microseconds=us)
+    except OverflowError:  # a day count beyond what timedelta holds (the wire allows 2**32 - 1)
+        raise ProtocolError("bad TIME parameter") from None
     return -td if neg else td
 
 
