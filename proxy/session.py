@@ -384,7 +384,8 @@ class Session:
             r.ok(self.status(), more=more)
             return False
         elif kw == "USE":
-            name = sql.strip().rstrip(";").split(None, 1)[1].strip().strip("`") if len(sql.split()) > 1 else ""
+            parts = sql.strip().rstrip(";").split(None, 1)  # "USE ;" has no name: refused, not a crash
+            name = parts[1].strip().strip("`") if len(parts) > 1 else ""
             self.use_schema(name)
             r.ok(self.status(), more=more)
             return False
