@@ -136,11 +136,16 @@ class Registry:
                     tables.pop(key, None)
             else:
                 tables = {k: v for k, v in old.tables.items() if k[0] != scope.schema}
-            upserted: list[Key] = []
+            upserted: list[Key] = list(result.tables)
             old_tables = old.tables
+            stamp = object.__setattr__
+            unknown = Consistency.UNKNOWN
             for key, meta in result.tables.items():
-                tables[key] = self._carry(old_tables.get(key), meta, version)
-            upserted.extend(result.tables)
+                if meta.version == 0 and (meta.structure is not None or meta.consistency is not unknown):
+                    stamp(meta, "version", version)   # fresh and unpublished: see _carry
+                    tables[key] = meta
+                else:
+                    tables[key] = self._carry(old_tables.get(key), meta, version)
             # a default node that could not be listed: keep its tables, marked unknown
             if result.unlisted_defaults:
                 for key, prev in old_tables.items():
