@@ -1,0 +1,332 @@
+"""Metadata load speed and memory: `reload @@metadata` through pydble vs the same fetch done directly.
+
+Creates N tables (default 10,000) on each of 4 shardingNodes over two MariaDB servers (DESIGN.md §2:
+dn1 s1/db1, dn2 s2/db1, dn3 s1/db2, dn4 s2/db2), configured as N sharding tables over dn1..dn4, so the
+proxy holds 4 x N table-node entries. Then, in rounds that alternate which goes first, it times:
+
+- reload:  `reload @@metadata` on the manager port of a real pydble process (start-up load excluded);
+- raw:     the same batched fetch straight from the nodes with PyMySQL, one thread and one connection
+           per node: `SHOW FULL TABLES WHERE Table_type='BASE TABLE'`, then `SHOW CREATE TABLE`
+           statements joined into multi-statement queries of --batch statements;
+- single:  one `SHOW CREATE TABLE` query per table, one thread per node (once: it is slow).
+
+Prints the medians, the ratios reload/raw (target <= 1.5) and single/reload, and the proxy's RSS from
+/proc/<pid>/status (target <= 300 MB at 40,000 entries).
+
+    .venv/bin/python bench/metaload.py [--tables 10000] [--rounds 3] [--batch 500] [--engine MEMORY]
+    .venv/bin/python bench/metaload.py --backend 127.0.0.1:3306 --backend 127.0.0.1:3307
+
+Without --backend it starts two private MariaDB servers with the test harness (temporary data
+directories, free ports) and removes them at the end; with --backend it uses databases named
+`metaload_db1`/`metaload_db2` on those servers (root, empty password unless --password) and drops
+them at the end unless --keep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+for p in (REPO_ROOT, REPO_ROOT / "tests"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+import pymysql  # noqa: E402
+from pymysql.constants import CLIENT  # noqa: E402
+
+from harness import MariaDBServer, ProxyProcess, free_port, start_all  # noqa: E402
+
+NODES = {"dn1": (0, "db1"), "dn2": (1, "db1"), "dn3": (0, "db2"), "dn4": (1, "db2")}
+TARGET_RATIO = 1.5
+TARGET_RSS_MB = 300
+LIST_SQL = "SHOW FULL TABLES WHERE Table_type='BASE TABLE'"
+CREATE_CHUNK = 250
+# A table shaped like an application's: a dozen columns of the usual types, three secondary keys.
+TABLE_DDL = (
+    "CREATE TABLE `{name}` (`id` BIGINT NOT NULL AUTO_INCREMENT, `tenant_id` INT NOT NULL, "
+    "`code` VARCHAR(32) NOT NULL, `name` VARCHAR(128) DEFAULT NULL, `status` TINYINT NOT NULL DEFAULT 0, "
+    "`amount` DECIMAL(12,2) DEFAULT NULL, `ratio` DOUBLE DEFAULT NULL, `note` VARCHAR(255) DEFAULT '', "
+    "`payload` VARBINARY(512) DEFAULT NULL, `created_at` DATETIME NOT NULL, `updated_at` TIMESTAMP NULL "
+    "DEFAULT NULL, `col_{name}` INT DEFAULT NULL, PRIMARY KEY (`id`), UNIQUE KEY `uk_code` (`tenant_id`,`code`), "
+    "KEY `k_status` (`status`,`created_at`), KEY `k_name` (`name`)) ENGINE={engine} DEFAULT CHARSET=utf8mb4")
+
+
+def out(text: str = "") -> None:
+    """The benchmark's report goes to stdout."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+class Backend:
+    """A MariaDB server to use: host, port, credentials."""
+
+    def __init__(self, host: str, port: int, user: str = "root", password: str = "") -> None:
+        self.host, self.port, self.user, self.password = host, port, user, password
+
+    def connect(self, database: str | None = None, **kw: Any) -> Any:
+        params: dict[str, Any] = dict(host=self.host, port=self.port, user=self.user, password=self.password,
+                                      database=database, autocommit=True, charset="utf8mb4", connect_timeout=10,
+                                      read_timeout=3600, write_timeout=3600)
+        params.update(kw)
+        return pymysql.connect(**params)
+
+
+def in_threads(fns: Sequence[Callable[[], Any]]) -> float:
+    """Run the functions in parallel threads; wall seconds; re-raise the first error."""
+    errors: list[BaseException] = []
+
+    def wrap(fn: Callable[[], Any]) -> None:
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            errors.append(e)
+
+    threads = [threading.Thread(target=wrap, args=(fn,)) for fn in fns]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return time.perf_counter() - t0
+
+
+class Bench:
+    """The tables, the proxy and the three ways of fetching the same metadata."""
+
+    def __init__(self, backends: list[Backend], dbs: dict[str, str], tables: int, batch: int,
+                 engine: str) -> None:
+        self.backends = backends
+        self.dbs = dbs                  # "db1" -> real database name
+        self.names = [f"t{i:05d}" for i in range(tables)]
+        self.batch = batch
+        self.engine = engine
+        self.proxy: ProxyProcess | None = None
+
+    def node(self, n: str) -> tuple[Backend, str]:
+        idx, logical = NODES[n]
+        return self.backends[idx], self.dbs[logical]
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def create_tables(self) -> float:
+        """CREATE the tables on every node (one thread per node, multi-statement batches)."""
+        for b in self.backends:
+            with b.connect() as c, c.cursor() as cur:
+                for db in self.dbs.values():
+                    cur.execute(f"CREATE DATABASE IF NOT EXISTS `{db}`")
+
+        def make(n: str) -> None:
+            b, db = self.node(n)
+            with b.connect(db, client_flag=CLIENT.MULTI_STATEMENTS) as c, c.cursor() as cur:
+                cur.execute(LIST_SQL)
+                have = {r[0] for r in cur.fetchall()}
+                todo = [t for t in self.names if t not in have]
+                for i in range(0, len(todo), CREATE_CHUNK):
+                    cur.execute(";".join(TABLE_DDL.format(name=t, engine=self.engine)
+                                         for t in todo[i:i + CREATE_CHUNK]))
+                    while cur.nextset():
+                        pass
+        return in_threads([lambda n=n: make(n) for n in NODES])
+
+    def config(self, port: int, manager_port: int) -> dict[str, Any]:
+        """pydble's config: the four nodes and N sharding tables over them."""
+        b1, b2 = self.backends
+        node_list = list(NODES)
+        return {
+            "server": {"instance": "metaload", "bind": "127.0.0.1", "port": port, "manager_port": manager_port,
+                       "backend_timeout_s": 600},
+            "users": [{"name": "test", "password": "111111", "schemas": ["bench"]}],
+            "manager_users": [{"name": "root", "password": "111111"}],
+            "db_groups": {
+                "ha_group1": {"host": b1.host, "port": b1.port, "user": b1.user, "password": b1.password},
+                "ha_group2": {"host": b2.host, "port": b2.port, "user": b2.user, "password": b2.password},
+            },
+            "sharding_nodes": {n: {"db_group": f"ha_group{idx + 1}", "database": self.dbs[logical]}
+                               for n, (idx, logical) in NODES.items()},
+            "functions": {"hash-four": {"type": "hash", "partition_count": [4], "partition_length": [1]}},
+            "schemas": {"bench": {"tables": {t: {"type": "sharding", "nodes": node_list, "function": "hash-four",
+                                                 "column": "id"} for t in self.names}}},
+        }
+
+    def start_proxy(self) -> float:
+        """Start pydble (its start-up load included); seconds until it greets."""
+        self.proxy = ProxyProcess(self.config(free_port(), free_port()), name="metaload-proxy", release_ports=True)
+        t0 = time.perf_counter()
+        self.proxy.start(timeout=1800)
+        return time.perf_counter() - t0
+
+    # -- the three fetches ----------------------------------------------------------------------
+    def raw_batched(self) -> float:
+        """The baseline: listing plus batched multi-statement SHOW CREATE TABLE, one thread per node."""
+        def fetch(n: str) -> None:
+            b, db = self.node(n)
+            with b.connect(db, client_flag=CLIENT.MULTI_STATEMENTS) as c, c.cursor() as cur:
+                cur.execute(LIST_SQL)
+                names = [r[0] for r in cur.fetchall()]
+                got = 0
+                for i in range(0, len(names), self.batch):
+                    cur.execute(";".join(f"SHOW CREATE TABLE `{t}`" for t in names[i:i + self.batch]))
+                    while True:
+                        got += len(cur.fetchall())
+                        if not cur.nextset():
+                            break
+                assert got == len(names) >= len(self.names), (n, got)
+        return in_threads([lambda n=n: fetch(n) for n in NODES])
+
+    def one_per_table(self) -> float:
+        """One SHOW CREATE TABLE round trip per table, one thread per node."""
+        def fetch(n: str) -> None:
+            b, db = self.node(n)
+            with b.connect(db) as c, c.cursor() as cur:
+                cur.execute(LIST_SQL)
+                for (t, _) in cur.fetchall():
+                    cur.execute(f"SHOW CREATE TABLE `{t}`")
+                    cur.fetchall()
+        return in_threads([lambda n=n: fetch(n) for n in NODES])
+
+    def reload(self) -> float:
+        """`reload @@metadata` on the manager port; seconds until its OK."""
+        assert self.proxy is not None
+        conn = self.proxy.manager(read_timeout=3600)
+        try:
+            with conn.cursor() as cur:
+                t0 = time.perf_counter()
+                cur.execute("reload @@metadata")
+                return time.perf_counter() - t0
+        finally:
+            conn.close()
+
+    def check(self) -> tuple[int, int]:
+        """(tables with metadata, tables consistent on their 4 nodes), from `check full @@metadata`."""
+        assert self.proxy is not None
+        conn = self.proxy.manager(read_timeout=3600)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("check full @@metadata where schema='bench'")
+                rows = cur.fetchall()
+        finally:
+            conn.close()
+        return sum(1 for r in rows if r[3] != "null"), sum(1 for r in rows if int(r[4]) == 1)
+
+    def proxy_memory_mb(self) -> tuple[float, float]:
+        """(VmRSS, VmHWM) of the proxy process in MB."""
+        assert self.proxy is not None and self.proxy.pid is not None
+        status = Path(f"/proc/{self.proxy.pid}/status").read_text()
+        kb = {k: int(v.split()[0]) for k, v in re.findall(r"^(VmRSS|VmHWM):\s+(.*)$", status, re.M)}
+        return kb["VmRSS"] / 1024, kb["VmHWM"] / 1024
+
+    def startup_load_seconds(self) -> str:
+        """What the proxy logged for its start-up load."""
+        assert self.proxy is not None
+        for line in self.proxy.log_text().splitlines():
+            if "metadata loaded" in line and "scope=all" in line:
+                m = re.search(r"seconds=([\d.]+)", line)
+                if m:
+                    return m.group(1)
+        return "?"
+
+
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tables", type=int, default=10_000, help="tables per shardingNode (default 10000)")
+    ap.add_argument("--rounds", type=int, default=3, help="timed rounds of reload and raw fetch (default 3)")
+    ap.add_argument("--batch", type=int, default=500, help="SHOW CREATE TABLE statements per query (default 500)")
+    ap.add_argument("--engine", default="MEMORY",
+                    help="storage engine of the tables (default MEMORY: the fastest to create; the server then "
+                         "answers fastest too, which is the hardest case for the proxy's ratio)")
+    ap.add_argument("--backend", action="append", default=[], metavar="HOST:PORT",
+                    help="use these two servers instead of starting private ones (give it twice)")
+    ap.add_argument("--user", default="root")
+    ap.add_argument("--password", default="")
+    ap.add_argument("--keep", action="store_true", help="with --backend: keep the databases afterwards")
+    ap.add_argument("--no-single", action="store_true", help="skip the one-query-per-table baseline")
+    args = ap.parse_args(argv)
+
+    started: list[MariaDBServer] = []
+    if args.backend:
+        if len(args.backend) != 2:
+            ap.error("--backend must be given exactly twice")
+        backends = []
+        for hp in args.backend:
+            host, _, port = hp.rpartition(":")
+            backends.append(Backend(host or "127.0.0.1", int(port), args.user, args.password))
+        dbs = {"db1": "metaload_db1", "db2": "metaload_db2"}
+    else:
+        started = [MariaDBServer("metaload1", extra_args=("--table-open-cache=4000",)),
+                   MariaDBServer("metaload2", extra_args=("--table-open-cache=4000",))]
+        start_all(started)
+        backends = [Backend(s.host, s.port) for s in started]
+        dbs = {"db1": "db1", "db2": "db2"}
+    bench = Bench(backends, dbs, args.tables, args.batch, args.engine)
+    entries = args.tables * len(NODES)
+    try:
+        out(f"metaload: {args.tables} tables x {len(NODES)} shardingNodes = {entries} table-node entries, "
+            f"engine {args.engine}, batch {args.batch}, {args.rounds} rounds; load average {load_average()}")
+        out(f"  creating tables ... {bench.create_tables():.1f}s")
+        out(f"  starting pydble (includes its start-up load) ... {bench.start_proxy():.1f}s "
+            f"(start-up load {bench.startup_load_seconds()}s)")
+        with_meta, consistent = bench.check()
+        if with_meta != args.tables or consistent != args.tables:
+            out(f"  WARNING: check full shows {with_meta} tables with metadata, {consistent} consistent")
+        bench.raw_batched()                                   # warm both paths once
+        bench.reload()
+        raws, reloads = [], []
+        for r in range(args.rounds):
+            order = [("raw", bench.raw_batched), ("reload", bench.reload)]
+            if r % 2:
+                order.reverse()
+            for name, fn in order:
+                s = fn()
+                (raws if name == "raw" else reloads).append(s)
+                out(f"  round {r + 1}: {name:6s} {s:7.2f}s")
+        rss, hwm = bench.proxy_memory_mb()
+        single = None if args.no_single else bench.one_per_table()
+        raw_m, reload_m = statistics.median(raws), statistics.median(reloads)
+        ratio = reload_m / raw_m
+        out("")
+        out(f"raw batched PyMySQL fetch   median {raw_m:7.2f}s   ({', '.join(f'{x:.2f}' for x in raws)})")
+        out(f"reload @@metadata (pydble)  median {reload_m:7.2f}s   ({', '.join(f'{x:.2f}' for x in reloads)})")
+        if single is not None:
+            out(f"one query per table         once   {single:7.2f}s")
+        out(f"ratio reload / raw batched: {ratio:.2f}  (target <= {TARGET_RATIO}) "
+            f"{'OK' if ratio <= TARGET_RATIO else 'NOT MET'}")
+        if single is not None:
+            out(f"ratio one-per-table / reload: {single / reload_m:.2f}  "
+                f"(reload / one-per-table: {reload_m / single:.2f})")
+        out(f"proxy RSS {rss:.0f} MB, peak {hwm:.0f} MB at {entries} table-node entries  "
+            f"(target <= {TARGET_RSS_MB} MB) {'OK' if hwm <= TARGET_RSS_MB else 'NOT MET'}")
+        out(f"load average at the end: {load_average()}")
+        return 0
+    finally:
+        if bench.proxy is not None:
+            bench.proxy.cleanup()
+        if started:
+            for s in started:
+                s.cleanup()
+        elif not args.keep:
+            for b in backends:
+                try:
+                    with b.connect() as c, c.cursor() as cur:
+                        for db in dbs.values():
+                            cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+                except pymysql.MySQLError as e:
+                    out(f"  (could not drop the databases on {b.host}:{b.port}: {e})")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
