@@ -119,15 +119,20 @@ class Registry:
         self._listeners.append(fn)
         return lambda: self._listeners.remove(fn) if fn in self._listeners else None
 
-    def apply(self, result: LoadResult, *, loaded: bool = True) -> int:
+    def apply(self, result: LoadResult, *, loaded: bool = True, base_version: int | None = None) -> int:
         """Publish a load: its scope's old entries are replaced by the fresh ones.
 
         `loaded=False` (a DDL's refresh) leaves `check @@metadata`'s last load time alone.
+        `base_version` is the registry version when the load started: entries published since then
+        (a DDL's refresh that finished during a long reload) are newer than the load and are kept.
         """
         scope = result.scope
         with self._write:
             old = self._snap
             version = old.version + 1
+            newer: dict[Key, TableMeta] = {}
+            if base_version is not None and old.version > base_version:
+                newer = {k: m for k, m in old.tables.items() if m.version > base_version and scope.covers(k)}
             if scope.kind == "all":
                 tables: dict[Key, TableMeta] = {}
             elif scope.kind == "tables":
@@ -155,6 +160,9 @@ class Registry:
                         tables[key] = replace(prev, consistency=Consistency.UNKNOWN, version=version,
                                               unknown=MappingProxyType({prev.nodes[0]: reason}))
                         upserted.append(key)
+            if newer:
+                tables.update(newer)
+                log.info("kept metadata published during the load", tables=len(newer), base_version=base_version)
             changed: list[Key] | None = None
             if scope.kind == "tables":
                 dropped = tuple(k for k in scope.tables if k in old_tables and k not in tables)

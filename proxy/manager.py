@@ -145,8 +145,9 @@ class Manager:
                 if (keys is None or (lk.schema, lk.table) in keys) and (schema is None or lk.schema == schema)]
         if busy:
             raise DdlInProgress("There is other session is doing DDL\n" + "\n".join(lk.sql for lk in busy))
+        base = self.server.registry.version
         result = await load_tables(self.server.config, keys, schema)
-        self.server.registry.apply(result)
+        self.server.registry.apply(result, base_version=base)  # a DDL refresh meanwhile is newer: kept
         log.info("metadata reloaded", instance=self.server.config.server.instance, scope=result.scope.describe(),
                  tables=len(result.tables), seconds=round(result.seconds, 3), failed_nodes=result.failed_nodes)
         return result

@@ -224,3 +224,23 @@ def test_memory_of_40000_table_node_entries() -> None:
     used = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
     assert used < 40 * 2**20, f"{used / 2**20:.1f} MiB"
+
+
+def test_reload_keeps_what_a_ddl_published_while_it_was_loading() -> None:
+    """A long reload read `test` before a DDL changed it; the DDL's refresh, published meanwhile, wins."""
+    reg = Registry(CONFIG)
+    reg.apply(full_result())
+    base = reg.version                                            # the reload starts here
+    changed = {"dn1": ddl("test", "\n  `w` int(11),"), "dn2": ddl("test", "\n  `w` int(11),")}
+    refreshed = LoadResult(LoadScope("tables", tables=frozenset({("schema1", "test")})),
+                           {("schema1", "test"): meta("schema1", "test", ("dn1", "dn2"), changed)},
+                           {}, {}, time.time(), 0.01)
+    reg.apply(refreshed, loaded=False)                            # the DDL's refresh
+    stale = full_result()                                         # what the reload read before the DDL
+    reg.apply(stale, base_version=base)
+    assert "`w`" in reg.get("schema1", "test").structure
+    assert reg.get("schema2", "sing").version == reg.version      # the rest is the reload's
+    # without a DDL in between, a reload replaces everything as usual
+    base = reg.version
+    reg.apply(full_result(), base_version=base)
+    assert "`w`" not in reg.get("schema1", "test").structure
