@@ -60,12 +60,16 @@ class BackendConnection(asyncio.Protocol):
         self._sink: Sink | None = None
         self._done: asyncio.Future | None = None
         self._closed = asyncio.get_running_loop().create_future()
+        self._rx = False          # bytes arrived since the timer last looked
+        self._paused = False      # reading paused because the client is slow
+        self._timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        self._rx = True
         scanner = self._scanner
         if scanner is None:
             if self._framer is not None:
@@ -114,11 +118,13 @@ class BackendConnection(asyncio.Protocol):
     def pause_reading(self) -> None:
         """Stop reading from the backend (backpressure from a slow client)."""
         if self.transport is not None and not self.broken:
+            self._paused = True
             self.transport.pause_reading()
 
     def resume_reading(self) -> None:
         """Read again once the client has drained."""
         if self.transport is not None and not self.broken:
+            self._paused = False
             self.transport.resume_reading()
 
     # -- connection phase ---------------------------------------------------------------------
@@ -187,14 +193,19 @@ class BackendConnection(asyncio.Protocol):
                   collect: bool = False) -> ResponseScanner:
         """Send a command and wait (bounded) for its whole response."""
         fut = self.start(packet, kind=kind, sink=sink, collect=collect)
-        timer = asyncio.get_running_loop().call_later(timeout, self._time_out, fut, timeout)
+        self._rx = False
+        self._timer = asyncio.get_running_loop().call_later(timeout, self._time_out, fut, timeout)
         try:
             scanner = await fut
         except BaseException:
             self.close()
             raise
         finally:
-            timer.cancel()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self._paused:  # the last write to a slow client may pause us after the answer ended
+                self.resume_reading()
         if scanner.error is None or scanner.status:
             self.in_trans = bool(scanner.status & C.STATUS_IN_TRANS)
         elif scanner.error.code in _TXN_ROLLED_BACK:
@@ -205,8 +216,15 @@ class BackendConnection(asyncio.Protocol):
         return scanner
 
     def _time_out(self, fut: asyncio.Future, timeout: float) -> None:
-        if not fut.done():
-            fut.set_exception(BackendUnavailable(f"dbGroup[{self.group.name}] did not answer within {timeout:g}s"))
+        """The bound is on backend silence: a long answer still flowing, or held back by a slow
+        client, is not cut off; a backend that sends nothing for a whole period is."""
+        if fut.done():
+            return
+        if self._rx or self._paused:
+            self._rx = False
+            self._timer = asyncio.get_running_loop().call_later(timeout, self._time_out, fut, timeout)
+            return
+        fut.set_exception(BackendUnavailable(f"dbGroup[{self.group.name}] did not answer within {timeout:g}s"))
 
     async def query(self, sql: str, timeout: float, *, collect: bool = True) -> ResponseScanner:
         """Run SQL for pydble itself; raise BackendError if it fails."""

@@ -147,8 +147,10 @@ _ITEM = re.compile(r"^(?P<expr>[@\w.]+(?:\(\s*\))?)(?:\s+(?:AS\s+)?(?P<alias>`[^
 
 def local_select(sql: str, values: dict[str, object]) -> ResultSet | None:
     """Answer `SELECT DATABASE()`, `SELECT @@version_comment LIMIT 1` and friends, or None to route it."""
+    if len(sql) > 1024 or " from " in sql.lower():
+        return None  # probes are short and table-less; a 17 MB literal must not meet the regex below
     m = _LOCAL_SELECT.match(sql)
-    if not m or " from " in sql.lower():
+    if not m:
         return None
     cols: list[ColumnDef] = []
     row: list[bytes | None] = []
@@ -194,7 +196,8 @@ _ITEM_END = frozenset({",", ";", "FROM", "LIMIT", "ORDER", "WHERE", "GROUP", "HA
 
 def substitute_database(sql: str, schema: str | None) -> str:
     """Replace DATABASE()/SCHEMA() with the logical schema name: a backend would answer 'db3'."""
-    if _DB_CALL.search(sql) is None:
+    low = sql.lower()
+    if ("database" not in low and "schema" not in low) or _DB_CALL.search(sql) is None:
         return sql
     toks = tokenize(sql)
     lit = "NULL" if schema is None else "'" + schema.replace("\\", "\\\\").replace("'", "''") + "'"

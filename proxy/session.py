@@ -21,7 +21,7 @@ from .protocol.handshake import (build_auth_switch, build_greeting, parse_handsh
 from .protocol.messages import ResultSet, eof_packet, err_packet
 from .protocol.packets import PacketFramer, PacketTooBig, ProtocolError, frame
 from .reply import Reply
-from .sqltok import first_keyword, split_statements
+from .sqltok import first_keyword, split_statements, tokenize
 
 if TYPE_CHECKING:
     from .server import ProxyServer
@@ -415,7 +415,7 @@ class Session:
                 return False
         elif kw in ("LOCK", "UNLOCK", "LOAD", "HANDLER", "KILL", "XA", "FLUSH", "GRANT", "REVOKE"):
             raise NotSupported(f"{kw} is not supported through the proxy")
-        elif kw == "":
+        elif kw == "" and not tokenize(sql):
             raise ProxyError("Query was empty", 1065, "42000")
         return await self.executor.execute(sql, r, more, may_relay)
 

@@ -9,14 +9,20 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Iterator
 
 import pymysql
 import pytest
 
 from harness import free_port, proxy_config
 
-from wire import extended_config
+from wire import drop_after
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_our_tables(proxy) -> Iterator[None]:
+    """Leave the shared backends without this module's tables."""
+    yield from drop_after(proxy, 'bf_plain')
 
 
 def _config(backends, **server: Any) -> dict[str, Any]:

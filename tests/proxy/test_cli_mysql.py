@@ -7,10 +7,19 @@ import select
 import shutil
 import subprocess
 import time
+from typing import Iterator
 
 import pytest
 
+from wire import drop_after
+
 pytestmark = pytest.mark.skipif(shutil.which("mysql") is None, reason="the mysql client is not installed")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_our_tables(proxy) -> Iterator[None]:
+    """Leave the shared backends without this module's tables."""
+    yield from drop_after(proxy, 'sharding_4_t1', 'cli_e', 'cli_tab')
 
 
 def _mysql(proxy, *args: str, stdin: str | None = None, port: int | None = None, user: str = "test",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Iterator
 
 import aiomysql
 import pymysql
@@ -10,7 +11,13 @@ import pytest
 from pymysql.constants import CLIENT, SERVER_STATUS
 
 from wire import (BASE_CAPS, CLIENT_DEPRECATE_EOF, CLIENT_MULTI_STATEMENTS, SERVER_STATUS_AUTOCOMMIT,
-                  SERVER_STATUS_IN_TRANS, RawClient)
+                  SERVER_STATUS_IN_TRANS, RawClient, drop_after)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_our_tables(proxy) -> Iterator[None]:
+    """Leave the shared backends without this module's tables."""
+    yield from drop_after(proxy, 'sharding_4_t1', 'cp_fields', 'cp_multi', 'cp_names', 'cp_stop', 'cp_txn')
 
 
 def _err(excinfo: pytest.ExceptionInfo) -> tuple[int, str]:
@@ -154,6 +161,7 @@ def test_com_ping_and_init_db(proxy) -> None:
 
 
 @pytest.mark.parametrize("deprecate_eof", [False, True])
+
 def test_com_field_list_answers_column_definitions(proxy, deprecate_eof) -> None:
     _sharding_4(proxy, [])
     proxy.query("DROP TABLE IF EXISTS cp_fields")

@@ -250,6 +250,24 @@ def test_queries_flow_without_stall_across_a_reload_of_thousands_of_tables(crowd
     assert len(env.tables_through_proxy("schema1")) >= MANY // 2
 
 
+def test_ddl_finishing_during_a_reload_is_not_undone_by_it(crowded: MetaProxyEnv) -> None:
+    """The reload read shard_a before the DDL changed it; the DDL's refresh, published while the
+    reload was still reading thousands of tables, must survive the reload's publish."""
+    env = crowded
+    for n in range(3):
+        reload = Background(env.reload)
+        time.sleep(0.05 * n)
+        env.sql(f"ALTER TABLE shard_a ADD COLUMN race{n} INT")
+        reload.join()
+        assert reload.error is None or "doing DDL" in str(reload.error), reload.error
+        row = env.row("schema1", "shard_a")
+        assert f"`race{n}` int(11)" in row["table_structure"], n
+        assert (row["consistent_in_sharding_nodes"], row["consistent_in_memory"]) == (1, 1)
+        env.sql(f"INSERT INTO shard_a (id, v, race{n}) VALUES ({10 + n}, 'r', {n})")
+    for n in range(3):
+        env.sql(f"ALTER TABLE shard_a DROP COLUMN race{n}")
+
+
 # -- consistency rules --------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import pymysql
 import pytest
 
-from wire import NODES, extended_config, hash_node, node_rows, start_proxy, stringhash_node
+from wire import NODES, drop_after, extended_config, hash_node, node_rows, start_proxy, stringhash_node
 
 FOUR = ("dn1", "dn2", "dn3", "dn4")
 
@@ -25,6 +25,12 @@ def rproxy(backends) -> Iterator[Any]:
         yield p
     finally:
         p.cleanup()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_our_tables(rproxy) -> Iterator[None]:
+    """Leave the shared backends without this module's tables."""
+    yield from drop_after(rproxy, 'sharding_2_t1', 'h4_t', 'h4_u', 'h2_t', 'str_t', 'glob_t', 'rt_plain', 'rt_auto', 'm4_a', 'm4_b', 'm_all')
 
 
 @pytest.fixture

@@ -14,12 +14,19 @@ import pymysql
 import pytest
 from pymysql.constants import SERVER_STATUS
 
-from wire import hash_node, node_rows
+from wire import drop_after, hash_node, node_rows
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_our_tables(proxy) -> Iterator[None]:
+    """Leave the shared backends without this module's tables."""
+    yield from drop_after(proxy, 'sharding_4_t1', 'tx_other')
 
 FOUR = ("dn1", "dn2", "dn3", "dn4")
 
 
 @pytest.fixture
+
 def table(proxy) -> Iterator[str]:
     """sharding_4_t1 recreated empty: (id INT PRIMARY KEY, name VARCHAR(20))."""
     proxy.query("DROP TABLE IF EXISTS sharding_4_t1")

@@ -116,19 +116,35 @@ class RawClient:
 
     def __init__(self, port: int, timeout: float = 10.0) -> None:
         self.sock = socket.create_connection((HOST, port), timeout=timeout)
-        self.buf = b""
+        self._buf = b""
+        self._pos = 0            # read offset into _buf (no copying per packet)
         self.greeting: Greeting | None = None
+
+    @property
+    def buf(self) -> bytes:
+        """Bytes received and not yet consumed."""
+        return self._buf[self._pos:]
+
+    @buf.setter
+    def buf(self, value: bytes) -> None:
+        self._buf, self._pos = value, 0
 
     # -- bytes --------------------------------------------------------------------------------
     def recv_exact(self, n: int) -> bytes:
         """Exactly n bytes, or EOFError if the server closed first."""
-        while len(self.buf) < n:
-            chunk = self.sock.recv(max(65536, n - len(self.buf)))
-            if not chunk:
-                raise EOFError(f"server closed the connection ({len(self.buf)} of {n} bytes)")
-            self.buf += chunk
-        out, self.buf = self.buf[:n], self.buf[n:]
-        return out
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos < n:
+            parts = [buf[pos:]]
+            have = len(parts[0])
+            while have < n:
+                chunk = self.sock.recv(max(65536, n - have))
+                if not chunk:
+                    raise EOFError(f"server closed the connection ({have} of {n} bytes)")
+                parts.append(chunk)
+                have += len(chunk)
+            buf, pos = b"".join(parts), 0
+        self._buf, self._pos = buf, pos + n
+        return buf[pos:pos + n]
 
     def read_packet(self) -> Packet:
         """One logical packet (16 MB continuations joined)."""
@@ -168,7 +184,7 @@ class RawClient:
                 chunk = self.sock.recv(65536)
                 if not chunk:
                     return True
-                self.buf += chunk
+                self.buf = self.buf + chunk
         except (ConnectionResetError, BrokenPipeError):
             return True
         except socket.timeout:
@@ -377,3 +393,16 @@ def stringhash_node(value: str, nodes: Sequence[str] = ("dn1", "dn2", "dn3", "dn
 def hash_node(value: int, nodes: Sequence[str]) -> str:
     """The node DBLE's Hash with partition_length=[1] picks: value mod the node count."""
     return nodes[value % len(nodes)]
+
+
+def drop_after(p: Any, *tables: str, database: str = "schema1") -> Any:
+    """A module fixture body: after the module, drop the tables it made on the shared backends.
+
+    Other test modules share the physical tables of the configured names (sharding_4_t1...) and
+    create them with IF NOT EXISTS in their own shape; leaving ours behind would break them."""
+    yield
+    for t in tables:
+        try:
+            p.query(f"DROP TABLE IF EXISTS {t}", database=database)
+        except Exception:  # noqa: BLE001 - best effort; a dead proxy is reported by its own test
+            pass
