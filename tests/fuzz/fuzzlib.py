@@ -45,7 +45,9 @@ def profile_name() -> str:
     return "ci"
 
 
-LONG = profile_name() == "long"
+def is_long() -> bool:
+    """True under the long profile (asked at collection time, after pytest loaded any --hypothesis-profile)."""
+    return profile_name() == "long"
 
 # Cases run per test are recorded here so the long run can report its total.
 CASES: dict[str, int] = {}
@@ -53,12 +55,13 @@ CASES: dict[str, int] = {}
 
 def fuzz(ci: int, long: int) -> Callable[[F], F]:
     """Hypothesis settings for one fuzz test: `ci` examples normally, `long` under the long profile."""
-    n = long if LONG else ci
-    base = settings.get_profile("long" if LONG else "ci")
+    long_run = is_long()
+    n = long if long_run else ci
+    base = settings.get_profile("long" if long_run else "ci")
 
     def deco(fn: F) -> F:
         out = settings(base, max_examples=n)(fn)
-        if LONG:
+        if long_run:
             out = pytest.mark.slow(out)
         return out  # type: ignore[return-value]
     return deco

@@ -126,7 +126,7 @@ def mutate_payloads(draw: st.DrawFn, payloads: list[bytes]) -> list[bytes]:
 
 # -- packet framing --------------------------------------------------------------------------------------
 
-@fuzz(ci=300, long=15_000)
+@fuzz(ci=300, long=7_500)
 @given(data=st.binary(max_size=400), cuts=st.lists(st.integers(0, 400), max_size=5),
        max_payload=st.sampled_from([0, 1, 16, 300, 64 << 20]))
 def test_framer_takes_any_bytes_in_any_chunks(data: bytes, cuts: list[int], max_payload: int) -> None:
@@ -145,7 +145,7 @@ def test_framer_takes_any_bytes_in_any_chunks(data: bytes, cuts: list[int], max_
     assert got + f.buffered == len(data)
 
 
-@fuzz(ci=150, long=5_000)
+@fuzz(ci=150, long=2_500)
 @given(payloads=st.lists(st.tuples(st.integers(0, 255), st.binary(max_size=300)), max_size=6),
        cuts=st.lists(st.integers(0, 2000), max_size=6))
 def test_framer_round_trips_what_frame_writes(payloads: list[tuple[int, bytes]], cuts: list[int]) -> None:
@@ -160,7 +160,7 @@ def test_framer_round_trips_what_frame_writes(payloads: list[tuple[int, bytes]],
     assert out == payloads and f.buffered == 0
 
 
-@fuzz(ci=150, long=5_000)
+@fuzz(ci=150, long=2_500)
 @given(buf=st.binary(max_size=30), pos=st.integers(0, 35))
 def test_lenenc_and_nul_readers(buf: bytes, pos: int) -> None:
     """The primitive readers fail with ProtocolError only, and never read past the buffer."""
@@ -182,7 +182,7 @@ def test_lenenc_int_round_trip(n: int, tail: bytes) -> None:
 
 # -- connection phase ------------------------------------------------------------------------------------
 
-@fuzz(ci=300, long=12_000)
+@fuzz(ci=300, long=6_000)
 @given(payload=st.one_of(st.binary(max_size=200), handshake_responses()))
 def test_parse_handshake_response(payload: bytes) -> None:
     """A client's first packet: ProtocolError or a decoded response with a str user, never a crash."""
@@ -203,7 +203,7 @@ def test_handshake_response_round_trip(user: str, auth: bytes, db: str | None, c
     assert (r.user, r.auth_response, r.database) == (user, auth, db)
 
 
-@fuzz(ci=200, long=8_000)
+@fuzz(ci=200, long=4_000)
 @given(payload=st.one_of(
     st.binary(max_size=120),
     st.builds(lambda v, cid, salt, caps, cut: build_greeting(cid, v, salt, caps)[:cut],
@@ -218,7 +218,7 @@ def test_parse_greeting_and_auth_switch(payload: bytes) -> None:
 
 # -- OK / ERR / EOF / column definitions / text rows ------------------------------------------------------
 
-@fuzz(ci=300, long=12_000)
+@fuzz(ci=300, long=6_000)
 @given(payload=st.one_of(st.binary(max_size=80), st.builds(lambda h, b: bytes((h,)) + b,
                                                             st.sampled_from([0x00, 0xFE, 0xFF, 0xFB]),
                                                             st.binary(max_size=40))),
@@ -236,7 +236,7 @@ def test_message_decoders(payload: bytes, ncols: int) -> None:
     is_eof(payload)
 
 
-@fuzz(ci=150, long=5_000)
+@fuzz(ci=150, long=2_500)
 @given(values=row_values, col=column_defs)
 def test_rows_and_column_defs_round_trip(values: list[bytes | None], col: ColumnDef) -> None:
     """Encoders and decoders agree: text rows and column definitions read back unchanged."""
@@ -264,7 +264,7 @@ def scan_all(sc: ResponseScanner, parts: list[bytes]) -> int:
     return consumed
 
 
-@fuzz(ci=400, long=15_000)
+@fuzz(ci=400, long=7_500)
 @given(data=st.one_of(st.binary(max_size=300), framed_stream(st.binary(max_size=40))),
        cuts=st.lists(st.integers(0, 300), max_size=4), kind=st.sampled_from(KINDS), deprecate_eof=st.booleans(),
        collect=st.booleans())
@@ -276,7 +276,7 @@ def test_scanner_on_arbitrary_bytes(data: bytes, cuts: list[int], kind: str, dep
     only_protocol_errors(scan_all, sc, chunks(data, cuts))
 
 
-@fuzz(ci=300, long=12_000)
+@fuzz(ci=300, long=6_000)
 @given(data=st.data(), deprecate_eof=st.booleans(), collect=st.booleans(), kind=st.sampled_from(("query", "execute")),
        cuts=st.lists(st.integers(0, 3000), max_size=4))
 def test_scanner_on_mutated_responses(data: st.DataObject, deprecate_eof: bool, collect: bool, kind: str,
@@ -308,7 +308,7 @@ def prepare_responses(draw: st.DrawFn) -> list[bytes]:
     return draw(mutate_payloads(out))
 
 
-@fuzz(ci=200, long=8_000)
+@fuzz(ci=200, long=4_000)
 @given(payloads=st.one_of(prepare_responses(), st.lists(st.binary(max_size=30), max_size=6)),
        deprecate_eof=st.booleans())
 def test_prepare_response_decoders(payloads: list[bytes], deprecate_eof: bool) -> None:
@@ -321,7 +321,7 @@ def test_prepare_response_decoders(payloads: list[bytes], deprecate_eof: bool) -
 
 # -- the binary protocol -------------------------------------------------------------------------------
 
-@fuzz(ci=400, long=15_000)
+@fuzz(ci=400, long=7_500)
 @given(data=st.data(), nparams=st.integers(0, 4), known=st.booleans(), long_data=st.frozensets(st.integers(0, 3)))
 def test_parse_execute(data: st.DataObject, nparams: int, known: bool, long_data: frozenset[int]) -> None:
     """COM_STMT_EXECUTE from a client: ProtocolError at worst, whatever the bitmap, types and values."""
@@ -334,7 +334,7 @@ def test_parse_execute(data: st.DataObject, nparams: int, known: bool, long_data
     only_protocol_errors(parse_send_long_data, payload)
 
 
-@fuzz(ci=300, long=10_000)
+@fuzz(ci=300, long=5_000)
 @given(buf=param_bytes, pos=st.one_of(st.just(0), st.integers(0, 16)), typ=st.sampled_from(PARAM_TYPES),
        unsigned=st.booleans())
 def test_decode_param(buf: bytes, pos: int, typ: int, unsigned: bool) -> None:
@@ -343,7 +343,7 @@ def test_decode_param(buf: bytes, pos: int, typ: int, unsigned: bool) -> None:
     only_protocol_errors(decode_param, buf, pos, ParamType(typ, unsigned))
 
 
-@fuzz(ci=200, long=8_000)
+@fuzz(ci=200, long=4_000)
 @given(data=st.data(), deprecate_eof=st.booleans(), cuts=st.lists(st.integers(0, 3000), max_size=3))
 def test_binary_converter_on_mutated_backend_answers(data: st.DataObject, deprecate_eof: bool,
                                                      cuts: list[int]) -> None:

@@ -22,7 +22,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 import fuzzlib
-from fuzzlib import LONG, count, execute_payloads, handshake_responses
+from fuzzlib import count, execute_payloads, handshake_responses, is_long
 from proxy.protocol import constants as C
 
 TIMEOUT = 8.0            # a proxy that has not answered in this time is hung
@@ -37,11 +37,12 @@ CAPS = (C.LONG_PASSWORD | C.LONG_FLAG | C.PROTOCOL_41 | C.TRANSACTIONS | C.SECUR
 
 def session_settings(ci: int, long: int) -> settings:
     """Hypothesis settings for a batch against the server: no shrinking (a hang would cost TIMEOUT per step)."""
-    return settings(settings.get_profile("long" if LONG else "ci"), max_examples=long if LONG else ci,
+    long_run = is_long()
+    return settings(settings.get_profile("long" if long_run else "ci"), max_examples=long if long_run else ci,
                     phases=(Phase.explicit, Phase.generate), database=None)
 
 
-slow_if_long = pytest.mark.slow if LONG else (lambda f: f)
+slow_if_long = pytest.mark.slow if is_long() else (lambda f: f)
 
 
 # -- a raw client, written from the protocol documentation -------------------------------------------

@@ -47,7 +47,7 @@ def check_plan(plan: Plan | None) -> None:
 
 # -- the tokenizer ------------------------------------------------------------------------------------
 
-@fuzz(ci=300, long=12_000)
+@fuzz(ci=300, long=6_000)
 @given(sql=any_sql())
 def test_sqltok_never_raises_and_is_linear(sql: str) -> None:
     """tokenize/split_statements/first_keyword accept anything, quickly, and tokens point into the text."""
@@ -80,7 +80,7 @@ def test_sqltok_and_router_on_long_repetitions(unit: str, n: int) -> None:
 
 # -- the router -----------------------------------------------------------------------------------------
 
-@fuzz(ci=400, long=20_000)
+@fuzz(ci=400, long=10_000)
 @given(sql=st.one_of(st.text(max_size=200), fuzzlib.surrogate_text(), fuzzlib.token_soup()), schema=SCHEMA_ARGS)
 def test_router_on_arbitrary_text(sql: str, schema: str | None) -> None:
     """Arbitrary text and token soup: a Plan or a ProxyError, within the time bound."""
@@ -88,7 +88,7 @@ def test_router_on_arbitrary_text(sql: str, schema: str | None) -> None:
     check_plan(route(sql, schema))
 
 
-@fuzz(ci=400, long=25_000)
+@fuzz(ci=400, long=12_500)
 @given(sql=sql_statement(), schema=SCHEMA_ARGS)
 def test_router_on_generated_sql(sql: str, schema: str | None) -> None:
     """Plausible MySQL over the configured tables: a Plan on configured nodes or a ProxyError."""
@@ -96,7 +96,7 @@ def test_router_on_generated_sql(sql: str, schema: str | None) -> None:
     check_plan(route(sql, schema))
 
 
-@fuzz(ci=400, long=15_000)
+@fuzz(ci=400, long=7_500)
 @given(sql=fuzzlib.mutated(sql_statement()), schema=SCHEMA_ARGS)
 def test_router_on_mutated_sql(sql: str, schema: str | None) -> None:
     """Generated SQL with cuts, duplications and stray tokens: a Plan or a ProxyError."""
@@ -117,7 +117,7 @@ def test_router_refuses_multi_statement_text(stmts: list[str]) -> None:
 
 # -- manager commands ----------------------------------------------------------------------------------
 
-@fuzz(ci=300, long=10_000)
+@fuzz(ci=300, long=5_000)
 @given(text=st.one_of(manager_command(), st.text(max_size=80), fuzzlib.mutated(manager_command())))
 def test_parse_manager(text: str) -> None:
     """Manager-port commands, real, near-miss or random: a command record or a ProxyError (usage line)."""
@@ -153,7 +153,7 @@ def set_statements(draw: st.DrawFn) -> str:
     return head + ", ".join(draw(st.lists(item, min_size=1, max_size=3))) + draw(st.sampled_from(["", ";", " ; "]))
 
 
-@fuzz(ci=300, long=10_000)
+@fuzz(ci=300, long=5_000)
 @given(sql=st.one_of(set_statements(), st.text(max_size=60).map(lambda s: "SET " + s), st.text(max_size=60),
                      fuzzlib.mutated(set_statements())))
 def test_parse_set(sql: str) -> None:
@@ -169,7 +169,7 @@ def test_parse_set(sql: str) -> None:
     bounded(run, LIMIT_S)
 
 
-@fuzz(ci=300, long=10_000)
+@fuzz(ci=300, long=5_000)
 @given(sql=st.one_of(any_sql(), st.sampled_from(["SELECT ", "SHOW ", "SAVEPOINT ", "ROLLBACK TO ", "SHOW TABLES ",
                                                 "SHOW DATABASES LIKE '", "SELECT DATABASE("]).flatmap(
                                                     lambda p: st.text(max_size=40).map(lambda s: p + s))),
