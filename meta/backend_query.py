@@ -7,6 +7,7 @@ hand it connections from its own pools by implementing `MetaBackend` / `MetaConn
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
@@ -221,3 +222,72 @@ class AiomysqlBackend:
             conn.close()
             raise
         return AiomysqlConnection(conn, raw=self.raw)
+
+
+class _Pooled:
+    """A MetaConnection whose close() hands the connection back to its pool instead of closing it."""
+
+    __slots__ = ("inner", "raw_conn", "pool", "key")
+
+    def __init__(self, inner: AiomysqlConnection, raw_conn: aiomysql.Connection, pool: PooledMetaBackend,
+                 key: tuple) -> None:
+        self.inner, self.raw_conn, self.pool, self.key = inner, raw_conn, pool, key
+
+    async def query(self, sql: str) -> Sequence[tuple[Any, ...]]:
+        return await self.inner.query(sql)
+
+    async def query_multi(self, sql: str) -> MultiResult:
+        return await self.inner.query_multi(sql)
+
+    async def close(self) -> None:
+        self.pool.give_back(self)
+
+    def abort(self) -> None:
+        self.inner.abort()
+
+
+class PooledMetaBackend:
+    """The proxy's MetaBackend: keeps a few idle metadata connections per shardingNode, so the
+    refresh after every DDL (on every instance of a cluster) skips the connect and login."""
+
+    def __init__(self, *, idle_per_node: int = 2, max_idle_s: float = 60.0) -> None:
+        self._plain = AiomysqlBackend()
+        self.idle_per_node = idle_per_node
+        self.max_idle_s = max_idle_s
+        self._idle: dict[tuple, list[tuple[float, _Pooled]]] = {}
+
+    async def connect(self, node: ShardingNodeConfig, group: DbGroupConfig, *,
+                      timeout_s: float) -> MetaConnection:
+        """An idle connection that still answers a ping (bounded), else a new one."""
+        key = (group.host, group.port, group.user, node.database, id(asyncio.get_running_loop()))
+        now = time.monotonic()
+        idle = self._idle.get(key, [])
+        while idle:
+            since, pooled = idle.pop()
+            if now - since > self.max_idle_s:
+                pooled.abort()
+                continue
+            try:
+                async with asyncio.timeout(min(timeout_s, 2.0)):
+                    await pooled.raw_conn.ping(reconnect=False)
+                return pooled
+            except Exception:  # noqa: BLE001 - a dead idle connection is simply replaced
+                pooled.abort()
+        inner = await self._plain.connect(node, group, timeout_s=timeout_s)
+        assert isinstance(inner, AiomysqlConnection)
+        return _Pooled(inner, inner._conn, self, key)
+
+    def give_back(self, pooled: _Pooled) -> None:
+        """Keep a connection that finished cleanly (closing the extras)."""
+        idle = self._idle.setdefault(pooled.key, [])
+        if len(idle) >= self.idle_per_node or pooled.raw_conn.closed:
+            pooled.abort()
+        else:
+            idle.append((time.monotonic(), pooled))
+
+    def close(self) -> None:
+        """Close every idle connection."""
+        for idle in self._idle.values():
+            for _, pooled in idle:
+                pooled.abort()
+        self._idle.clear()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger("pydble.ddl")
 
 ER_TABLE_EXISTS = 1050
+# ALTER TABLE t RENAME [TO|AS] [s.]u (not RENAME COLUMN/INDEX/KEY): u must be refreshed (and locked) too
+_RENAME_TO = re.compile(r"\bRENAME\s+(?:TO\s+|AS\s+)?(?!(?:COLUMN|INDEX|KEY)\b)"
+                        r"((?:`(?:[^`]|``)+`|[\w$]+)(?:\s*\.\s*(?:`(?:[^`]|``)+`|[\w$]+))?)", re.I)
 
 
 @dataclass
@@ -49,7 +53,7 @@ class DdlRunner:
         owner = f"session:{session.conn_id}"
         taken: list[tuple[str, str]] = []
         try:
-            for schema, table in plan.tables:
+            for schema, table in self.keys_of(plan, sql):
                 self.locks.acquire(schema, table, sql, owner)
                 taken.append((schema, table))
         except ProxyError:
@@ -72,7 +76,7 @@ class DdlRunner:
     async def _locked(self, plan: Plan, sql: str, owner: str,
                       schema: str | None) -> tuple[ProxyError | None, str | None]:
         """The DDL itself (through the cluster when there is one), always ending unlocked and refreshed."""
-        keys = [(s, t) for s, t in plan.tables]
+        keys = self.keys_of(plan, sql)
         dlog = log.bind(instance=self.server.config.server.instance, tables=[f"{s}.{t}" for s, t in keys],
                         ddl=plan.ddl)
         started = time.monotonic()
@@ -104,6 +108,19 @@ class DdlRunner:
         self._phase(keys, owner, "REFRESHING")
         await self.refresh(keys)
         return self._outcome(plan, results)
+
+    def keys_of(self, plan: Plan, sql: str) -> list[tuple[str, str]]:
+        """The tables a DDL locks and refreshes: its own, plus the new name of an ALTER ... RENAME."""
+        keys = [(s, t) for s, t in plan.tables]
+        if plan.ddl == "ALTER_TABLE" and keys:
+            m = _RENAME_TO.search(sql)
+            if m is not None:
+                parts = [p.strip().strip("`").replace("``", "`") for p in re.split(r"\s*\.\s*", m.group(1))]
+                schema = parts[0] if len(parts) == 2 and parts[0] in self.server.config.schemas else keys[0][0]
+                new = (schema, parts[-1].lower())
+                if new not in keys:
+                    keys.append(new)
+        return keys
 
     def _phase(self, keys: list[tuple[str, str]], owner: str, phase: str) -> None:
         """Show where a DDL is (`show @@ddl`'s phase column)."""
@@ -147,7 +164,7 @@ class DdlRunner:
         """Re-read the tables' structure from their nodes and publish it (persist before publish)."""
         if not keys:
             return
-        result = await load_tables(self.server.config, keys)
+        result = await load_tables(self.server.config, keys, backend=self.server.meta_backend)
         self.server.registry.apply(result, loaded=False)
 
     def _outcome(self, plan: Plan, results: list[NodeResult]) -> ProxyError | None:

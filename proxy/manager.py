@@ -146,7 +146,7 @@ class Manager:
         if busy:
             raise DdlInProgress("There is other session is doing DDL\n" + "\n".join(lk.sql for lk in busy))
         base = self.server.registry.version
-        result = await load_tables(self.server.config, keys, schema)
+        result = await load_tables(self.server.config, keys, schema, backend=self.server.meta_backend)
         self.server.registry.apply(result, base_version=base)  # a DDL refresh meanwhile is newer: kept
         log.info("metadata reloaded", instance=self.server.config.server.instance, scope=result.scope.describe(),
                  tables=len(result.tables), seconds=round(result.seconds, 3), failed_nodes=result.failed_nodes)
@@ -155,7 +155,7 @@ class Manager:
     async def check_full(self, cmd: CheckFullMetadata) -> ResultSet:
         """Every table's memory next to a fresh fetch from its nodes."""
         keys, schema = self._keys(cmd.filter)
-        fresh = await load_tables(self.server.config, keys, schema)
+        fresh = await load_tables(self.server.config, keys, schema, backend=self.server.meta_backend)
         snap = self.server.registry.snapshot
         cfg = self.server.config
         if keys is not None and cmd.filter.table is not None:

@@ -12,6 +12,7 @@ import structlog
 
 from meta.config import Config, UserConfig
 from meta.errors import BackendUnavailable, ProxyError
+from meta.backend_query import PooledMetaBackend
 from meta.loader import load_all
 from meta.registry import Registry
 from zk.cluster import Cluster
@@ -39,6 +40,7 @@ class ProxyServer:
         self.config = config
         self.backends = Backends(config)
         self.registry = Registry(config)
+        self.meta_backend = PooledMetaBackend()
         self.router = Router(config, self.registry.tables_of, self._table_columns)
         self.ddl = DdlRunner(self)
         self.manager = Manager(self)
@@ -78,7 +80,7 @@ class ProxyServer:
 
     async def load_metadata(self) -> None:
         """Load all tables from every shardingNode; nodes that fail are logged, never fatal."""
-        result = await load_all(self.config)
+        result = await load_all(self.config, backend=self.meta_backend)
         self.registry.apply(result)
         self.log.info("metadata loaded", tables=len(result.tables), seconds=round(result.seconds, 3),
                       failed_nodes=result.failed_nodes or None)
@@ -104,6 +106,7 @@ class ProxyServer:
         if self.cluster is not None:
             await self.cluster.stop()
         self.backends.close()
+        self.meta_backend.close()
 
     # -- sessions -------------------------------------------------------------------------------
     def next_conn_id(self) -> int:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
+import weakref
 from typing import Any, Callable
 
 from kazoo.client import KazooClient
@@ -41,7 +43,7 @@ class Zk:
         self.client = make_client(hosts, session_timeout_s, auth)
         self.state = KazooState.LOST
         self._state_callbacks: list[Callable[[str], None]] = []
-        self._wrapped: dict[Callable, Callable] = {}
+        self._wrapped: weakref.WeakKeyDictionary[Callable, Callable] = weakref.WeakKeyDictionary()
         self.client.add_listener(self._on_state)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -103,9 +105,10 @@ class Zk:
         except asyncio.TimeoutError:
             raise ZkTimeout("ZooKeeper did not answer in time") from None
 
-    async def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False,
+    async def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False, sequence: bool = False,
                      makepath: bool = True) -> str:
-        return await self._await(self.client.create_async(path, value, ephemeral=ephemeral, makepath=makepath))
+        return await self._await(self.client.create_async(path, value, ephemeral=ephemeral, sequence=sequence,
+                                                          makepath=makepath))
 
     async def get(self, path: str, watch: Callable | None = None) -> tuple[bytes, ZnodeStat]:
         return await self._await(self.client.get_async(path, watch=self._wrap(watch)))
@@ -159,7 +162,12 @@ class Zk:
             return None
         wrapped = self._wrapped.get(watch)
         if wrapped is None:
-            def wrapped(event: Any, watch: Callable = watch) -> None:
-                self.loop.call_soon_threadsafe(watch, event)
+            ref = weakref.WeakMethod(watch) if inspect.ismethod(watch) else weakref.ref(watch)
+            loop = self.loop
+
+            def wrapped(event: Any) -> None:  # holds the watch weakly, so the cache entry can die
+                target = ref()
+                if target is not None:
+                    loop.call_soon_threadsafe(target, event)
             self._wrapped[watch] = wrapped
         return wrapped

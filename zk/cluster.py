@@ -25,13 +25,14 @@ from meta.registry import MetaChange, Registry
 
 from .aio import Zk, ZkTimeout
 from .paths import Paths, parse_table_node
-from .records import Ack, BadRecord, DdlLockInfo, DdlRecord, HistoryEntry, OnlineInfo
+from .records import INIT, Ack, BadRecord, DdlLockInfo, DdlRecord, HistoryEntry, OnlineInfo
 
 log = structlog.get_logger("pydble.cluster")
 
 ZK_ERRORS = (KazooException, ZkTimeout)
 SAFETY_POLL_S = 2.0   # level-triggered loops re-read state at least this often, watches or not
 HISTORY_MAX = 1000    # finished DDLs kept in ddl_history for instances that must catch up
+HISTORY_PRUNE_EVERY = 100
 
 
 @dataclass(frozen=True)
@@ -251,7 +252,7 @@ class Cluster:
         zk = self.zk
         assert zk is not None
         jlog = self.log.bind(phase="join")
-        for path in (self.paths.online, self.paths.ddl_locks, self.paths.ddl):
+        for path in (self.paths.online, self.paths.ddl_locks, self.paths.ddl, self.paths.history):
             await zk.ensure_path(path)
         await self._remove_own_stale_nodes()
         await self._take_sync_meta_lock()
@@ -359,28 +360,30 @@ class Cluster:
         assert zk is not None
         deadline = time.monotonic() + timeout
         wake = Waker()
+        acked: dict[tuple[str, str], set[str]] = {key: set() for key in keys}  # counted once, kept
+        refusals: list[tuple[str, str]] = []
         while True:
             online = await self.online(watch=wake)
             waiting = expected & online
             pending: set[str] = set()
-            refusals: list[tuple[str, str]] = []
             for schema, table in keys:
-                acked: set[str] = set()
-                for inst in await zk.children(self.paths.ddl_acks(schema, table), watch=wake):
-                    if inst not in waiting:
-                        continue
-                    got = await zk.get_or_none(self.paths.ddl_ack(schema, table, inst), watch=wake)
-                    if got is None:
-                        continue
-                    try:
-                        ack = Ack.decode(got[0])
-                    except BadRecord:
-                        continue
-                    if ack.status == status:
-                        acked.add(inst)
-                        if not ack.ok:
-                            refusals.append((inst, ack.message))
-                pending |= waiting - acked
+                done = acked[(schema, table)]
+                if waiting - done:
+                    for inst in await zk.children(self.paths.ddl_acks(schema, table), watch=wake):
+                        if inst not in waiting or inst in done:
+                            continue
+                        got = await zk.get_or_none(self.paths.ddl_ack(schema, table, inst), watch=wake)
+                        if got is None:
+                            continue
+                        try:
+                            ack = Ack.decode(got[0])
+                        except BadRecord:
+                            continue
+                        if ack.status == status:
+                            done.add(inst)
+                            if not ack.ok:
+                                refusals.append((inst, ack.message))
+                pending |= waiting - done
             if not pending:
                 return AckOutcome((), tuple(refusals))
             remaining = deadline - time.monotonic()
@@ -394,17 +397,34 @@ class Cluster:
         assert zk is not None
         path = self.paths.ddl_ack(schema, table, self.instance)
         data = Ack(status, ok, message, self.registry.version).encode()
+        if status != INIT:  # our INIT ack is usually there already: update it
+            try:
+                await zk.set(path, data)
+                return
+            except NoNodeError:
+                pass
         try:
             await zk.create(path, data, ephemeral=True, makepath=False)
         except NodeExistsError:
             await zk.set(path, data)
 
     async def append_history(self, entry: HistoryEntry) -> None:
-        """Record a finished DDL (bounded: the oldest entries beyond HISTORY_MAX are pruned)."""
+        """Record a finished DDL in ddl_history."""
         zk = self.zk
         assert zk is not None
-        await zk._await(zk.client.create_async(f"{self.paths.history}/h-", entry.encode(), sequence=True,
-                                               makepath=True))
+        path = await zk.create(f"{self.paths.history}/h-", entry.encode(), sequence=True)
+        await self.prune_history(path)
+
+    async def prune_history(self, created: str) -> None:
+        """Every HISTORY_PRUNE_EVERY entries, drop those beyond HISTORY_MAX (oldest first)."""
+        zk = self.zk
+        assert zk is not None
+        try:
+            seq = int(created.rsplit("-", 1)[-1])
+        except ValueError:
+            return
+        if seq % HISTORY_PRUNE_EVERY:
+            return
         names = sorted(await zk.children(self.paths.history))
         for name in names[:max(0, len(names) - HISTORY_MAX)]:
             await zk.delete(f"{self.paths.history}/{name}")

@@ -60,6 +60,7 @@ class ClusterDdl:
         self.records: dict[tuple[str, str], tuple[DdlRecord, int]] = {}
         self.laggards: set[str] = set()
         self.czxids: dict[tuple[str, str], int] = {}
+        self.message = ""
         self.status = "LOCKING"
         self.log = log.bind(instance=cluster.instance, tables=[f"{s}.{t}" for s, t in keys])
 
@@ -80,35 +81,31 @@ class ClusterDdl:
         zk = c.zk
         assert zk is not None
         try:
-            if await zk.exists(c.paths.sync_meta_lock) is not None:
+            sync_meta, online = await asyncio.gather(zk.exists(c.paths.sync_meta_lock), c.online())
+            if sync_meta is not None:
                 raise DdlInProgress("Found another instance initializing metadata. Please try later")
-            for schema, table in self.keys:
-                try:
-                    await zk.create(c.paths.ddl_lock(schema, table),
-                                    DdlLockInfo(c.instance, self.sql).encode(), ephemeral=True)
-                except NodeExistsError:
-                    raise DdlInProgress(f"Found another instance doing ddl, due to table[{schema}.{table}]'s "
-                                        f"ddlLock is exists") from None
-                self.locked.append((schema, table))
+            expected = online - {c.instance}
             await test_pause("before_init")
             c.check_ddl_allowed()
-            expected = await c.online() - {c.instance}
             for schema, table in self.keys:
                 rec = DdlRecord(c.instance, schema, table, self.ddl_type, self.sql, INIT)
                 path = c.paths.ddl_record(schema, table)
-                lock_path = c.paths.ddl_lock(schema, table)
+                lock = DdlLockInfo(c.instance, self.sql).encode()
                 ack = Ack(INIT, True, "", c.registry.version).encode()
 
-                def build(tx, path=path, rec=rec, lock_path=lock_path, ack=ack, schema=schema, table=table):
-                    tx.check(lock_path, 0)
+                def build(tx, path=path, rec=rec, lock=lock, ack=ack, schema=schema, table=table):
+                    tx.create(c.paths.ddl_lock(schema, table), lock, ephemeral=True)  # fails fast if held
                     tx.create(path, rec.encode())
                     tx.create(c.paths.ddl_acks(schema, table), b"")
                     tx.create(c.paths.ddl_ack(schema, table, c.instance), ack, ephemeral=True)
 
-                self._check_tx(await zk.commit(build), f"write the INIT record of {schema}.{table}")
+                results = await zk.commit(build)
+                if isinstance(results[0], NodeExistsError) or isinstance(results[1], NodeExistsError):
+                    raise DdlInProgress(f"Found another instance doing ddl, due to table[{schema}.{table}]'s "
+                                        f"ddlLock is exists")
+                self._check_tx(results, f"write the INIT record of {schema}.{table}")
+                self.locked.append((schema, table))
                 self.records[(schema, table)] = (rec, 0)
-                stat = await zk.exists(path)
-                self.czxids[(schema, table)] = stat.czxid if stat is not None else 0
                 c.active_ddls.add(path)
             self.status = INIT
             outcome = await c.wait_acks(self.keys, INIT, expected, c.cc.ack_timeout_s)
@@ -150,7 +147,9 @@ class ClusterDdl:
                 tx.check(lock_path, 0)
                 tx.set_data(path, new.encode(), version)
 
-            self._check_tx(await zk.commit(build), f"publish {status} for {key[0]}.{key[1]}")
+            results = await zk.commit(build)
+            self._check_tx(results, f"publish {status} for {key[0]}.{key[1]}")
+            self.czxids[key] = results[1].czxid
             self.records[key] = (new, version + 1)
             await c.ack(key[0], key[1], status)
         self.status = status
@@ -172,16 +171,12 @@ class ClusterDdl:
         if outcome.laggards:
             self.log.warning("instances did not ack the outcome in time", laggards=list(outcome.laggards),
                              phase=status)
+        self.message = message
         await test_pause("during_final_acks")
-        try:
-            for (schema, table), czxid in self.czxids.items():
-                await c.append_history(HistoryEntry(schema, table, c.instance, self.sql, status, czxid,
-                                                    message=message))
-        except ZK_ERRORS as e:
-            self.log.warning("could not append ddl history", error=str(e))
 
     async def _cleanup(self) -> None:
-        """Delete our records and locks (only if still ours); never raises."""
+        """Delete our records and locks (only if still ours) with the history entry, in one transaction
+        per table; never raises."""
         c = self.cluster
         zk = c.zk
         if zk is None:
@@ -193,7 +188,8 @@ class ClusterDdl:
                 if lock is not None and lock.ephemeralOwner == zk.session_id:
                     if self.status == INIT:
                         await self._decide(FAILED, "the originator gave up before running the DDL")
-                    await zk.delete(path, recursive=True)
+                    await self._remove(key, self.records[key][0].with_status(self.status, self.message))
+                    self.locked.remove(key)
             except (ProxyError, *ZK_ERRORS) as e:
                 self.log.warning("could not clean up ddl record; reconciliation will", error=str(e))
             c.active_ddls.discard(path)
@@ -206,6 +202,31 @@ class ClusterDdl:
                 pass
         self.locked = []
         self.records = {}
+
+    async def _remove(self, key: tuple[str, str], rec: DdlRecord) -> None:
+        """Record, acks, lock and a ddl_history entry, all in one transaction."""
+        c = self.cluster
+        zk = c.zk
+        assert zk is not None
+        acks = await zk.children(c.paths.ddl_acks(*key))
+        entry = HistoryEntry(key[0], key[1], c.instance, self.sql, rec.status, self.czxids.get(key, 0),
+                             message=rec.message)
+
+        def build(tx) -> None:
+            for name in acks:
+                tx.delete(c.paths.ddl_ack(key[0], key[1], name))
+            tx.delete(c.paths.ddl_acks(*key))
+            tx.delete(c.paths.ddl_record(*key))
+            tx.delete(c.paths.ddl_lock(*key))
+            tx.create(f"{c.paths.history}/h-", entry.encode(), sequence=True)
+
+        results = await zk.commit(build)
+        if any(isinstance(r, Exception) for r in results):  # an ack came or went meanwhile: slow path
+            await zk.delete(c.paths.ddl_record(*key), recursive=True)
+            await zk.delete(c.paths.ddl_lock(*key))
+            await c.append_history(entry)
+        else:
+            await c.prune_history(results[-1])
 
     def warning(self) -> str | None:
         """The note for the client when some instance lagged."""
