@@ -241,3 +241,22 @@ def test_hinted_ddl_and_multi_table_drop_refresh_metadata(env: MetaProxyEnv) -> 
     assert env.show_create("dn5", "dflt_h1") is None and env.show_create("dn5", "dflt_h2") is None
     names = [r[0] for r in env.tables_through_proxy()]
     assert "dflt_h1" not in names and "dflt_h2" not in names
+
+
+def test_renaming_a_default_node_table_moves_its_metadata(env: MetaProxyEnv) -> None:
+    for t in ("dflt_r1", "dflt_r2", "dflt_r3"):
+        env.drop_everywhere(t)
+    env.reload("schema='schema1'")
+    env.sql(f"CREATE TABLE dflt_r1 {T_DEF}")
+    env.sql("ALTER TABLE dflt_r1 RENAME TO dflt_r2")
+    names = [r[0] for r in env.tables_through_proxy()]
+    assert "dflt_r2" in names and "dflt_r1" not in names
+    assert "CREATE TABLE `dflt_r2`" in env.row("schema1", "dflt_r2")["table_structure"]
+    env.sql("ALTER TABLE dflt_r2 ADD COLUMN x INT")
+    env.sql("ALTER TABLE dflt_r2 RENAME COLUMN x TO y")                      # not a table rename
+    assert "`y` int(11)" in env.row("schema1", "dflt_r2")["table_structure"]
+    env.sql("RENAME TABLE dflt_r2 TO dflt_r3")
+    names = [r[0] for r in env.tables_through_proxy()]
+    assert "dflt_r3" in names and "dflt_r2" not in names
+    assert env.sql("SELECT COUNT(*) FROM dflt_r3") == [(0,)]
+    env.sql("DROP TABLE dflt_r3")
