@@ -30,9 +30,6 @@ ER_TABLE_EXISTS = 1050
 # ALTER TABLE t RENAME [TO|AS] [s.]u (not RENAME COLUMN/INDEX/KEY): u must be refreshed (and locked) too
 _RENAME_TO = re.compile(r"\bRENAME\s+(?:TO\s+|AS\s+)?(?!(?:COLUMN|INDEX|KEY)\b)"
                         r"((?:`(?:[^`]|``)+`|[\w$]+)(?:\s*\.\s*(?:`(?:[^`]|``)+`|[\w$]+))?)", re.I)
-# ALTER TABLE t RENAME [TO|AS] [s.]u (not RENAME COLUMN/INDEX/KEY): u must be refreshed (and locked) too
-_RENAME_TO = re.compile(r"\bRENAME\s+(?:TO\s+|AS\s+)?(?!(?:COLUMN|INDEX|KEY)\b)"
-                        r"((?:`(?:[^`]|``)+`|[\w$]+)(?:\s*\.\s*(?:`(?:[^`]|``)+`|[\w$]+))?)", re.I)
 
 
 @dataclass
@@ -111,19 +108,6 @@ class DdlRunner:
         self._phase(keys, owner, "REFRESHING")
         await self.refresh(keys)
         return self._outcome(plan, results)
-
-    def keys_of(self, plan: Plan, sql: str) -> list[tuple[str, str]]:
-        """The tables a DDL locks and refreshes: its own, plus the new name of an ALTER ... RENAME."""
-        keys = [(s, t) for s, t in plan.tables]
-        if plan.ddl == "ALTER_TABLE" and keys:
-            m = _RENAME_TO.search(sql)
-            if m is not None:
-                parts = [p.strip().strip("`").replace("``", "`") for p in re.split(r"\s*\.\s*", m.group(1))]
-                schema = parts[0] if len(parts) == 2 and parts[0] in self.server.config.schemas else keys[0][0]
-                new = (schema, parts[-1].lower())
-                if new not in keys:
-                    keys.append(new)
-        return keys
 
     def keys_of(self, plan: Plan, sql: str) -> list[tuple[str, str]]:
         """The tables a DDL locks and refreshes: its own, plus the new name of an ALTER ... RENAME."""
