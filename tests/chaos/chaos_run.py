@@ -96,6 +96,7 @@ def run_chaos(seed: int, seconds: float, workers: int = 6, emit: Callable[[str],
             divergent = checker.structure_vs_clients()
             calm = [t for t in TABLES if t not in divergent]
             checker.metadata(calm, "after settling (tables the same on every node)")
+            checker.metadata_vs_clients()
             say(f"structure checked; tables differing across nodes after failed DDLs: {sorted(divergent)}")
             checker.repair(divergent)
             checker.probe()

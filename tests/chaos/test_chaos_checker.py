@@ -1,0 +1,92 @@
+"""The chaos checker itself: its parsers, and an overlap detector that really sees overlapping DDL."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Iterator
+
+import pytest
+from chaos_check import Checker, ddl_table, extra_names
+from chaos_env import SLOW_LOG_ARGS, ChaosEnv
+from harness import MariaDBServer
+
+CREATE = """CREATE TABLE `chaos_t1` (
+  `id` bigint(20) NOT NULL,
+  `k` int(11) NOT NULL,
+  `v` int(11) NOT NULL DEFAULT 0,
+  `c12` int(11) DEFAULT NULL,
+  PRIMARY KEY (`id`),
+  KEY `ix7` (`k`),
+  UNIQUE KEY `ux9` (`k`,`v`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci"""
+
+
+def test_extra_names_are_the_workload_columns_and_indexes() -> None:
+    assert extra_names(CREATE) == {"c12", "ix7", "ux9"}
+
+
+@pytest.mark.parametrize("sql,table", [
+    ("ALTER TABLE chaos_t1 ADD COLUMN c1 INT", "chaos_t1"),
+    ("alter table `db1`.`chaos_g` drop index ix3", "chaos_g"),
+    ("CREATE INDEX ix4 ON chaos_t2 (k)", "chaos_t2"),
+    ("DROP INDEX IF EXISTS ix4 ON `chaos_t3`", "chaos_t3"),
+    ("OPTIMIZE TABLE chaos_t1", None),
+])
+def test_ddl_table(sql: str, table: str | None) -> None:
+    assert ddl_table(sql) == table
+
+
+class _NoWorkload:
+    class schema:  # noqa: N801 - stands in for SchemaModel
+        ok_ddls: list = []
+
+
+@pytest.fixture
+def logged_backend() -> Iterator[MariaDBServer]:
+    """One MariaDB with the chaos run's slow-log settings and chaos_t1 in db1."""
+    s = MariaDBServer("chaos-check", extra_args=SLOW_LOG_ARGS)
+    try:
+        s.start()
+        s.create_databases("db1")
+        s.query("CREATE TABLE chaos_t1 (id BIGINT PRIMARY KEY, k INT NOT NULL, v INT NOT NULL DEFAULT 0)",
+                database="db1")
+        yield s
+    finally:
+        s.cleanup()
+
+
+def _overlaps(server: MariaDBServer) -> list[str]:
+    env = ChaosEnv("selftest")
+    env.backends = [server]
+    checker = Checker(env, _NoWorkload(), None, lambda _m: None)
+    checker.overlaps()
+    return checker.violations
+
+
+def test_sequential_alters_do_not_overlap(logged_backend: MariaDBServer) -> None:
+    logged_backend.execute_many(["ALTER TABLE chaos_t1 ADD COLUMN c1 INT", "ALTER TABLE chaos_t1 ADD INDEX ix1 (k)",
+                                 "DROP INDEX ix1 ON chaos_t1"], database="db1")
+    assert _overlaps(logged_backend) == []
+
+
+def test_two_alters_at_once_are_seen(logged_backend: MariaDBServer) -> None:
+    """Hold the table's metadata lock, queue two ALTERs behind it, release: their intervals intersect."""
+    holder = logged_backend.connect("db1")
+    holder.begin()
+    with holder.cursor() as cur:
+        cur.execute("SELECT * FROM chaos_t1")   # an open transaction holds a shared metadata lock
+
+    def alter(sql: str) -> None:
+        logged_backend.query(sql, database="db1")
+
+    threads = [threading.Thread(target=alter, args=(f"ALTER TABLE chaos_t1 ADD COLUMN c{i} INT",)) for i in (1, 2)]
+    for t in threads:
+        t.start()
+        time.sleep(0.3)
+    holder.rollback()
+    holder.close()
+    for t in threads:
+        t.join(30)
+    found = _overlaps(logged_backend)
+    assert len(found) == 1 and "DDL overlap on backend1.db1.chaos_t1" in found[0], found
