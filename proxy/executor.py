@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from meta.errors import BackendUnavailable, NoSuchTable, NotSupported, ProxyError, ReadOnly
+from meta.errors import BackendError, BackendUnavailable, NoSuchTable, NotSupported, ProxyError, ReadOnly
 
 from .backend import BackendConnection, Sink
 from .ddl import require_meta
@@ -17,6 +17,7 @@ from .protocol.packets import frame
 from .protocol.response import ResponseScanner
 from .reply import Reply
 from .scatter_relay import relay_concat, streamable
+from .sqltok import first_keyword as first_word
 
 if TYPE_CHECKING:
     from .router import Plan
@@ -204,7 +205,11 @@ class Executor:
     # -- statements -----------------------------------------------------------------------------
     async def execute(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
         """Route and run one statement; True if the answer was relayed to the client as is."""
-        plan = self.server.router.route(sql, self.session.schema)
+        try:
+            plan = self.server.router.route(sql, self.session.schema)
+        except NotSupported:
+            await self._syntax_verdict(sql)
+            raise
         if self.session.read_only and (plan.is_write or plan.kind == "ddl"):
             raise ReadOnly(f"User '{self.session.user}' is read only")
         if plan.kind in ("select", "insert", "replace", "update", "delete") and not plan.hint:
@@ -221,6 +226,27 @@ class Executor:
             return await relay_concat(self, plan)  # rows of every node streamed, never decoded
         await self.run_multi(plan, r, more)
         return False
+
+    async def _syntax_verdict(self, sql: str) -> None:
+        """A SELECT the proxy cannot plan may simply be wrong: let a backend's EXPLAIN say so (1064).
+
+        EXPLAIN parses the whole statement without running it; only its syntax error is passed on,
+        anything else leaves the proxy's own 1235 to explain what cannot be routed."""
+        if first_word(sql) not in ("SELECT", "WITH", "("):
+            return
+        node = self.server.any_node(self.session.schema)
+        try:
+            conn = await self._get(node)
+        except ProxyError:
+            return
+        try:
+            sc = await conn.run(_com_query("EXPLAIN " + sql), self.server.backends.timeout_s, collect=True)
+        except ProxyError:
+            return
+        finally:
+            self._done_with(node, conn)
+        if sc.error is not None and sc.error.code == 1064:
+            raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
 
     async def run_single(self, node: str, packet: bytes, r: Reply, more: bool, may_relay: bool,
                          kind: str = "query") -> bool:
