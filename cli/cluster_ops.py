@@ -165,7 +165,8 @@ def run_command(args: argparse.Namespace, fn: Command) -> int:
     except UsageError as e:
         out.error(str(e))
         return EXIT_USAGE
-    ops = ZkOps(target.hosts, target.paths, connect_timeout=args.timeout, op_timeout=args.timeout)
+    auth = target.config.cluster.auth if target.config is not None and target.config.cluster else None
+    ops = ZkOps(target.hosts, target.paths, connect_timeout=args.timeout, op_timeout=args.timeout, auth=auth)
     try:
         with ops:
             return fn(ops, target, out, args)

@@ -394,3 +394,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
     add_connection_options(p)
     p.set_defaults(func=lambda a: run_command(a, ddl_gc))
+    from .history_ops import add_history_parser
+    add_history_parser(dsub)

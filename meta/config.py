@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ class ServerConfig:
     version: str | None = None
     max_connections: int = 4096
     backend_timeout_s: float = 30.0
+    data_dir: str = ""          # DDL history etc.; default: <config file's folder>/data/<instance>
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,11 @@ def load_config(path: str | Path) -> Config:
         raise ConfigError("config", f"file {path} not found") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError("config", f"not valid TOML: {e}") from None
-    return parse_config(raw)
+    cfg = parse_config(raw)
+    if not cfg.server.data_dir:
+        folder = Path(path).resolve().parent / "data" / cfg.server.instance
+        cfg = replace(cfg, server=replace(cfg.server, data_dir=str(folder)))
+    return cfg
 
 
 def _take(section: dict[str, Any], key: str, allowed: set[str]) -> None:
@@ -200,7 +205,7 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
     p = "server"
     _typed(s, p, dict, "a table")
     _take(s, p, {"instance", "bind", "port", "manager_port", "version", "max_connections",
-                 "backend_timeout_s"})
+                 "backend_timeout_s", "data_dir"})
     d = ServerConfig()
     cfg = ServerConfig(
         instance=_get(s, p, "instance", str, "a string", d.instance),
@@ -211,6 +216,7 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
         max_connections=_get(s, p, "max_connections", int, "an integer", d.max_connections),
         backend_timeout_s=float(_get(s, p, "backend_timeout_s", (int, float), "a number",
                                      d.backend_timeout_s)),
+        data_dir=_get(s, p, "data_dir", str, "a folder path", ""),
     )
     if cfg.port == cfg.manager_port:
         raise ConfigError("server.manager_port", f"duplicate port {cfg.port}: same as server.port")

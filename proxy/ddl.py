@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import structlog
 
 from meta.errors import BackendUnavailable, MetaLost, ProxyError, TableExists
+from meta.history import DdlHistoryEntry
 from meta.loader import load_tables
 from meta.locks import MetaLocks
 from zk.originator import ClusterDdl
@@ -40,6 +41,30 @@ class NodeResult:
     error: ErrInfo | None
 
 
+@dataclass
+class DdlTrace:
+    """When each phase of one DDL ended, for the history (milliseconds per phase)."""
+
+    user: str
+    started_at: float = field(default_factory=time.time)
+    t0: float = field(default_factory=time.monotonic)
+    last: float = 0.0
+    phases_ms: dict[str, float] = field(default_factory=dict)
+
+    def mark(self, phase: str) -> None:
+        """A phase just ended."""
+        now = time.monotonic()
+        self.phases_ms[phase] = round((now - (self.last or self.t0)) * 1000, 3)
+        self.last = now
+
+    def details(self, plan: Plan, meta_version: int) -> dict:
+        """What the history keeps besides the statement."""
+        phases = dict(self.phases_ms)
+        phases["total"] = round((time.monotonic() - self.t0) * 1000, 3)
+        return {"user": self.user, "nodes": [t.node for t in plan.targets], "phases_ms": phases,
+                "meta_version": meta_version, "started_at": self.started_at}
+
+
 class DdlRunner:
     """Serializes DDL per table on this instance and keeps metadata in step with the backends."""
 
@@ -60,7 +85,9 @@ class DdlRunner:
             for s, t in taken:
                 self.locks.release(s, t, owner)
             raise
-        task = asyncio.get_running_loop().create_task(self._locked(plan, sql, owner, session.schema))
+        trace = DdlTrace(session.user)
+        trace.mark("lock")
+        task = asyncio.get_running_loop().create_task(self._locked(plan, sql, owner, session.schema, trace))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         status = session.status
@@ -73,40 +100,66 @@ class DdlRunner:
         else:
             r.ok(status(), more=more)
 
-    async def _locked(self, plan: Plan, sql: str, owner: str,
-                      schema: str | None) -> tuple[ProxyError | None, str | None]:
+    async def _locked(self, plan: Plan, sql: str, owner: str, schema: str | None,
+                      trace: DdlTrace | None = None) -> tuple[ProxyError | None, str | None]:
         """The DDL itself (through the cluster when there is one), always ending unlocked and refreshed."""
         keys = self.keys_of(plan, sql)
+        trace = trace or DdlTrace("")
         dlog = log.bind(instance=self.server.config.server.instance, tables=[f"{s}.{t}" for s, t in keys],
                         ddl=plan.ddl)
         started = time.monotonic()
+        err: ProxyError | None = None
+        warning: str | None = None
+        laggards: list[str] = []
         try:
             self._precheck(plan)
             cluster = self.server.cluster
             if cluster is None:
-                return await self._apply(plan, keys, dlog, started, owner), None
+                err = await self._apply(plan, keys, dlog, started, owner, trace)
+                return err, None
             async with ClusterDdl(cluster, keys, sql, plan.ddl or "UNKNOWN") as cd:
-                err = await self._apply(plan, keys, dlog, started, owner)
+                trace.mark("cluster_init")
+                err = await self._apply(plan, keys, dlog, started, owner, trace)
                 await cd.complete(err is None, err.message if err is not None else "")
-                return err, cd.warning()
+                trace.mark("publish")
+                warning, laggards = cd.warning(), sorted(cd.laggards)
+                cd.details = trace.details(plan, self.server.registry.version)
+                return err, warning
         except ProxyError as e:
+            err = e
             return e, None
         except Exception as e:  # noqa: BLE001 - a DDL must always answer and unlock
             dlog.exception("ddl failed")
-            return ProxyError(f"DDL failed: {e}"), None
+            err = ProxyError(f"DDL failed: {e}")
+            return err, None
         finally:
             for s, t in keys:
                 self.locks.release(s, t, owner)
+            self._remember(plan, sql, keys, trace, err, laggards)
+
+    def _remember(self, plan: Plan, sql: str, keys: list[tuple[str, str]], trace: DdlTrace,
+                  err: ProxyError | None, laggards: list[str]) -> None:
+        """Append the DDL to this instance's persistent history."""
+        details = trace.details(plan, self.server.registry.version)
+        self.server.history.append(DdlHistoryEntry(
+            self.server.config.server.instance, trace.user, sql, plan.ddl or "UNKNOWN",
+            [f"{s}.{t}" for s, t in keys], details["nodes"], "OK" if err is None else "FAILED",
+            "" if err is None else f"({err.code}) {err.message}", details["phases_ms"], details["meta_version"],
+            trace.started_at, time.time(), laggards))
 
     async def _apply(self, plan: Plan, keys: list[tuple[str, str]], dlog: structlog.stdlib.BoundLogger,
-                     started: float, owner: str = "") -> ProxyError | None:
+                     started: float, owner: str = "", trace: DdlTrace | None = None) -> ProxyError | None:
         """Run on the backends, then refresh this instance's metadata (persist before publish)."""
         self._phase(keys, owner, "EXECUTING")
         results = await self.execute(plan)
+        if trace is not None:
+            trace.mark("execute")
         dlog.info("ddl executed", phase="EXECUTED", seconds=round(time.monotonic() - started, 3),
                   failed=[x.node for x in results if x.error])
         self._phase(keys, owner, "REFRESHING")
         await self.refresh(keys)
+        if trace is not None:
+            trace.mark("refresh")
         return self._outcome(plan, results)
 
     def keys_of(self, plan: Plan, sql: str) -> list[tuple[str, str]]:

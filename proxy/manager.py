@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import asyncio
 import time
 from typing import TYPE_CHECKING
@@ -16,7 +17,7 @@ from meta.registry import format_check_time
 
 from . import local
 from .manager_parse import (HELP, CheckFullMetadata, CheckMetadata, KillDdlLock, ReloadMetadata, ShowBackend,
-                            ShowCluster, ShowDdl, ShowHelp, TableFilter, parse_manager)
+                            ShowCluster, ShowDdl, ShowDdlHistory, ShowHelp, TableFilter, parse_manager)
 from .protocol import constants as C
 from .protocol.handshake import parse_stored_password, verify_native_password
 from .protocol.messages import ColumnDef, ResultSet
@@ -112,6 +113,8 @@ class Manager:
         if isinstance(cmd, ShowCluster):
             return text_result(["NAME", "ADDRESS", "META_VERSION", "SESSION_STATE"],
                                [list(row) for row in await self.server.cluster_rows()])
+        if isinstance(cmd, ShowDdlHistory):
+            return self.ddl_history()
         if isinstance(cmd, ShowBackend):
             rows = []
             for name, pool in self.server.backends.pools.items():
@@ -205,6 +208,15 @@ class Manager:
             want = cmd.reload_time or ""
             return {">=": t >= want, "<=": t <= want, "=": t == want, ">": t > want, "<": t < want}[op]
         return True
+
+    def ddl_history(self) -> ResultSet:
+        """`show @@ddl_history`: this instance's persistent DDL history, newest first."""
+        rows = [[e.id, format_check_time(e.started_at), e.instance, e.user, ",".join(e.tables), e.sql,
+                 ",".join(e.nodes), e.outcome, e.message, e.phases_ms.get("total"),
+                 json.dumps(e.phases_ms, separators=(",", ":")), e.meta_version, ",".join(e.laggards)]
+                for e in self.server.history.entries()]
+        return text_result(["id", "started", "instance", "user", "tables", "sql", "nodes", "outcome", "message",
+                            "total_ms", "phases_ms", "meta_version", "laggards"], rows)
 
     async def show_ddl(self) -> ResultSet:
         """DDLs in flight in the whole cluster."""

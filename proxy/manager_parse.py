@@ -64,12 +64,17 @@ class ShowHelp:
 
 
 @dataclass(frozen=True)
+class ShowDdlHistory:
+    pass
+
+
+@dataclass(frozen=True)
 class ShowBackend:
     pass
 
 
 Command = (ReloadMetadata | CheckMetadata | CheckFullMetadata | ShowDdl | KillDdlLock | ShowCluster | ShowHelp
-           | ShowBackend)
+           | ShowBackend | ShowDdlHistory)
 
 HELP: list[tuple[str, str]] = [
     ("reload @@metadata [where schema='?' [and table='?'] | where table in ('schema.table',...)]",
@@ -82,6 +87,7 @@ HELP: list[tuple[str, str]] = [
     ("kill @@ddl_lock where schema='?' and table='?'", "Release a table's DDL lock here and in the cluster"),
     ("show @@cluster", "Show the online instances of the cluster"),
     ("show @@backend", "Show backend connection pool use per dbGroup"),
+    ("show @@ddl_history", "Show the DDLs this instance ran (persistent, newest first)"),
     ("show @@help", "Show this help"),
 ]
 
@@ -193,7 +199,7 @@ def parse_manager(sql: str) -> Command:
         return KillDdlLock(_get(m, "s") or "", _get(m, "t") or "")
     if where is None:
         simple = {"show @@ddl": ShowDdl, "show @@cluster": ShowCluster, "show @@help": ShowHelp,
-                  "show @@backend": ShowBackend}
+                  "show @@backend": ShowBackend, "show @@ddl_history": ShowDdlHistory}
         if low in simple:
             return simple[low]()
     raise _usage(head)

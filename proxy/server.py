@@ -13,6 +13,7 @@ import structlog
 from meta.config import Config, UserConfig
 from meta.errors import BackendUnavailable, ProxyError
 from meta.backend_query import PooledMetaBackend
+from meta.history import DdlHistory
 from meta.loader import load_all
 from meta.registry import Registry
 from zk.cluster import Cluster
@@ -41,6 +42,7 @@ class ProxyServer:
         self.backends = Backends(config)
         self.registry = Registry(config)
         self.meta_backend = PooledMetaBackend()
+        self.history = DdlHistory(config.server.data_dir or None)
         self.router = Router(config, self.registry.tables_of, self._table_columns)
         self.ddl = DdlRunner(self)
         self.manager = Manager(self)

@@ -15,8 +15,8 @@ import structlog
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import ZnodeStat
-from kazoo.retry import KazooRetry
 
+from .aio import make_client
 from .paths import Paths, parse_table_node, table_node
 from .records import FAILED, Ack, BadRecord, DdlLockInfo, DdlRecord, HistoryEntry, OnlineInfo
 
@@ -181,8 +181,9 @@ class ZkOps:
     """One short ZooKeeper session for an operator command; use as a context manager."""
 
     def __init__(self, hosts: str, paths: Paths, *, connect_timeout: float = CONNECT_TIMEOUT_S,
-                 op_timeout: float = OP_TIMEOUT_S) -> None:
+                 op_timeout: float = OP_TIMEOUT_S, auth: str | None = None) -> None:
         self.hosts = hosts
+        self.auth = auth
         self.paths = paths
         self.connect_timeout = connect_timeout
         self.op_timeout = op_timeout
@@ -191,8 +192,7 @@ class ZkOps:
     # -- session ------------------------------------------------------------------------------
     def connect(self) -> None:
         """Open the session, bounded by connect_timeout."""
-        client = KazooClient(hosts=self.hosts, timeout=SESSION_TIMEOUT_S,
-                             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0))
+        client = make_client(self.hosts, SESSION_TIMEOUT_S, self.auth)
         try:
             client.start(timeout=self.connect_timeout)
         except Exception as e:  # kazoo's timeout type depends on its handler

@@ -61,6 +61,7 @@ class ClusterDdl:
         self.laggards: set[str] = set()
         self.czxids: dict[tuple[str, str], int] = {}
         self.message = ""
+        self.details: dict = {}   # user, nodes, phases_ms, meta_version, started_at for ddl_history
         self.status = "LOCKING"
         self.log = log.bind(instance=cluster.instance, tables=[f"{s}.{t}" for s, t in keys])
 
@@ -209,8 +210,11 @@ class ClusterDdl:
         zk = c.zk
         assert zk is not None
         acks = await zk.children(c.paths.ddl_acks(*key))
+        d = self.details
         entry = HistoryEntry(key[0], key[1], c.instance, self.sql, rec.status, self.czxids.get(key, 0),
-                             message=rec.message)
+                             message=rec.message, user=d.get("user", ""), nodes=tuple(d.get("nodes", ())),
+                             phases_ms=d.get("phases_ms", {}), meta_version=d.get("meta_version", 0),
+                             started_at=d.get("started_at", 0.0))
 
         def build(tx) -> None:
             for name in acks:

@@ -148,6 +148,11 @@ class HistoryEntry:
     record_czxid: int
     finished_at: float = field(default_factory=time.time)
     message: str = ""
+    user: str = ""
+    nodes: tuple[str, ...] = ()
+    phases_ms: dict = field(default_factory=dict)
+    meta_version: int = 0
+    started_at: float = 0.0
 
     def encode(self) -> bytes:
         return _dump(self)
@@ -156,8 +161,11 @@ class HistoryEntry:
     def decode(cls, data: bytes | None) -> HistoryEntry:
         o = _load(data)
         try:
+            phases = o.get("phases_ms", {})
             return cls(str(o["schema"]), str(o["table"]), str(o.get("instance", "")), str(o.get("sql", "")),
                        str(o.get("status", "")), int(o.get("record_czxid", 0)), float(o.get("finished_at", 0)),
-                       str(o.get("message", "")))
+                       str(o.get("message", "")), str(o.get("user", "")), tuple(str(n) for n in o.get("nodes", ())),
+                       {str(k): float(v) for k, v in phases.items()} if isinstance(phases, dict) else {},
+                       int(o.get("meta_version", 0)), float(o.get("started_at", 0)))
         except (KeyError, TypeError, ValueError) as e:
             raise BadRecord(f"bad history entry: {e}") from None

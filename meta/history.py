@@ -1,0 +1,109 @@
+"""DDL history (Kylin's audit log idea): every DDL this instance ran, bounded, on disk, across restarts."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger("pydble.meta.history")
+
+HISTORY_FILE = "ddl_history.jsonl"
+
+
+@dataclass
+class DdlHistoryEntry:
+    """One DDL: who ran what where, how it ended, how long each phase took."""
+
+    instance: str
+    user: str
+    sql: str
+    ddl_type: str
+    tables: list[str]
+    nodes: list[str]
+    outcome: str = "OK"                       # OK | FAILED
+    message: str = ""
+    phases_ms: dict[str, float] = field(default_factory=dict)
+    meta_version: int = 0
+    started_at: float = field(default_factory=time.time)
+    finished_at: float = 0.0
+    laggards: list[str] = field(default_factory=list)
+    id: int = 0
+
+    @classmethod
+    def from_json(cls, line: str) -> DdlHistoryEntry | None:
+        """Parse one line of the file; None for a damaged line (a crash mid-write)."""
+        try:
+            o = json.loads(line)
+            return cls(**{k: o[k] for k in cls.__dataclass_fields__ if k in o})
+        except (ValueError, TypeError, KeyError):
+            return None
+
+
+class DdlHistory:
+    """A bounded JSON-lines file plus the newest entries in memory."""
+
+    def __init__(self, directory: str | Path | None, max_entries: int = 1000) -> None:
+        self.max_entries = max_entries
+        self.path = Path(directory) / HISTORY_FILE if directory else None
+        self._entries: deque[DdlHistoryEntry] = deque(maxlen=max_entries)
+        self._lines = 0
+        self._next_id = 1
+        self._load()
+
+    def _load(self) -> None:
+        if self.path is None or not self.path.exists():
+            return
+        try:
+            lines = self.path.read_text(errors="replace").splitlines()
+        except OSError as e:
+            log.warning("cannot read ddl history", path=str(self.path), error=str(e))
+            return
+        self._lines = len(lines)
+        for line in lines:
+            entry = DdlHistoryEntry.from_json(line)
+            if entry is not None:
+                self._entries.append(entry)
+                self._next_id = max(self._next_id, entry.id + 1)
+
+    def append(self, entry: DdlHistoryEntry) -> DdlHistoryEntry:
+        """Record a finished DDL (durably: written and fsynced before this returns)."""
+        entry.id = self._next_id
+        self._next_id += 1
+        self._entries.append(entry)
+        if self.path is None:
+            return entry
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(asdict(entry), separators=(",", ":")) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            self._lines += 1
+            if self._lines > 2 * self.max_entries:
+                self._compact()
+        except OSError as e:
+            log.warning("cannot write ddl history", path=str(self.path), error=str(e))
+        return entry
+
+    def _compact(self) -> None:
+        """Rewrite the file with only the newest max_entries lines (atomically)."""
+        assert self.path is not None
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for e in self._entries:
+                f.write(json.dumps(asdict(e), separators=(",", ":")) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        self._lines = len(self._entries)
+
+    def entries(self, limit: int | None = None) -> list[DdlHistoryEntry]:
+        """Newest first."""
+        out = list(reversed(self._entries))
+        return out[:limit] if limit else out
