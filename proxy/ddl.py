@@ -119,6 +119,7 @@ class DdlRunner:
                 return err, None
             async with ClusterDdl(cluster, keys, sql, plan.ddl or "UNKNOWN") as cd:
                 trace.mark("cluster_init")
+                await cd.ensure_held()
                 err = await self._apply(plan, keys, dlog, started, owner, trace)
                 await cd.complete(err is None, err.message if err is not None else "")
                 trace.mark("publish")

@@ -125,6 +125,25 @@ class ClusterDdl:
         self.log.info("ddl INIT acknowledged", phase=INIT)
         await test_pause("after_init_acks")
 
+    async def ensure_held(self) -> None:
+        """Fencing before the backends are touched: our session is live and still owns every lock.
+
+        An originator frozen (SIGSTOP, GC, swap) past its session timeout has lost its locks and a
+        survivor may have reconciled its record; it must not run the DDL afterwards."""
+        c = self.cluster
+        zk = c.zk
+        if zk is None or not zk.connected:
+            raise LostDecision("this instance lost its ZooKeeper connection before running the DDL; "
+                               "the DDL was not run")
+        try:
+            stats = await asyncio.gather(*(zk.exists(c.paths.ddl_lock(*key)) for key in self.locked))
+        except ZK_ERRORS as e:
+            raise LostDecision(f"cannot confirm the DDL lock ({e.__class__.__name__}); the DDL was not run") from None
+        sid = zk.session_id
+        if any(st is None or st.ephemeralOwner != sid for st in stats):
+            raise LostDecision("this instance lost its ZooKeeper session and DDL lock before running the DDL; "
+                               "the DDL was not run")
+
     def _check_tx(self, results: list, what: str) -> None:
         failed = [r for r in results if isinstance(r, Exception) and r.__class__.__name__ != "RolledBackError"]
         if failed or any(isinstance(r, Exception) for r in results):

@@ -1,11 +1,9 @@
-"""Minimal reproduction of what the chaos run found: a fenced originator still runs its DDL.
+"""What the chaos run found, now fixed: an originator frozen between the INIT acks and the backends.
 
-The originator checks that it is still in the cluster before it writes INIT and before it
-publishes the outcome, but not between the INIT acknowledgements and running the DDL on the
-backends. An originator frozen there (SIGSTOP, a VM pause) past the session timeout loses its lock;
-a survivor reconciles and deletes the record, the table is free for the next DDL, and when the
-originator thaws it still runs its ALTER on the backends, under no lock, possibly alongside another
-DDL on the same table. Nobody is left to reconcile it: the other instances keep the old structure.
+An originator frozen there (SIGSTOP, a VM pause) past the session timeout loses its lock; a survivor
+reconciles and deletes the record and the table is free for the next DDL. When the originator thaws
+it must not run its ALTER: ClusterDdl.ensure_held() checks, right before the backends are touched,
+that the session is live and still owns the lock.
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ import time
 from typing import Any, Callable
 
 import pymysql
-import pytest
 from harness import cluster_section
 
 TABLE = "sharding_4_t1"   # a 4-node sharding table of the harness config
@@ -58,8 +55,6 @@ def _wait(cond: Callable[[], Any], timeout: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-@pytest.mark.xfail(strict=True, reason="zk/originator.py + proxy/ddl.py: no fencing check between the INIT "
-                                       "acks and the backend execution (see the module docstring)")
 def test_originator_that_lost_its_lock_before_executing_never_runs_the_ddl(
         zookeeper: Any, zk_root: str, fresh_proxy: Callable[..., Any], backends: list[Any]) -> None:
     _reset(backends)
