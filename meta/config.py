@@ -30,6 +30,7 @@ class ServerConfig:
     max_connections: int = 4096
     backend_timeout_s: float = 30.0
     data_dir: str = ""          # DDL history etc.; default: <config file's folder>/data/<instance>
+    metrics_port: int = 0       # Prometheus endpoint; 0: off
 
 
 @dataclass(frozen=True)
@@ -205,7 +206,7 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
     p = "server"
     _typed(s, p, dict, "a table")
     _take(s, p, {"instance", "bind", "port", "manager_port", "version", "max_connections",
-                 "backend_timeout_s", "data_dir"})
+                 "backend_timeout_s", "data_dir", "metrics_port"})
     d = ServerConfig()
     cfg = ServerConfig(
         instance=_get(s, p, "instance", str, "a string", d.instance),
@@ -217,7 +218,10 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
         backend_timeout_s=float(_get(s, p, "backend_timeout_s", (int, float), "a number",
                                      d.backend_timeout_s)),
         data_dir=_get(s, p, "data_dir", str, "a folder path", ""),
+        metrics_port=_port(s, p, "metrics_port", 0) if s.get("metrics_port") else 0,
     )
+    if cfg.metrics_port and cfg.metrics_port in (cfg.port, cfg.manager_port):
+        raise ConfigError("server.metrics_port", f"duplicate port {cfg.metrics_port}")
     if cfg.port == cfg.manager_port:
         raise ConfigError("server.manager_port", f"duplicate port {cfg.port}: same as server.port")
     if not cfg.instance or "/" in cfg.instance:

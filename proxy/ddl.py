@@ -142,6 +142,7 @@ class DdlRunner:
                   err: ProxyError | None, laggards: list[str]) -> None:
         """Append the DDL to this instance's persistent history."""
         details = trace.details(plan, self.server.registry.version)
+        self.server.metrics.ddl_done("OK" if err is None else "FAILED", details["phases_ms"])
         self.server.history.append(DdlHistoryEntry(
             self.server.config.server.instance, trace.user, sql, plan.ddl or "UNKNOWN",
             [f"{s}.{t}" for s, t in keys], details["nodes"], "OK" if err is None else "FAILED",
@@ -219,6 +220,7 @@ class DdlRunner:
         if not keys:
             return
         result = await load_tables(self.server.config, keys, backend=self.server.meta_backend)
+        self.server.metrics.meta_load_seconds.labels("tables").observe(result.seconds)
         self.server.registry.apply(result, loaded=False)
 
     def _outcome(self, plan: Plan, results: list[NodeResult]) -> ProxyError | None:

@@ -215,10 +215,12 @@ class Executor:
         if plan.kind in ("select", "insert", "replace", "update", "delete") and not plan.hint:
             require_meta(self.server, plan)
         if plan.kind == "ddl":
+            self.session.route = "ddl"
             await self.commit_all()
             self.session.explicit_txn = False
             await self.server.run_ddl(self.session, plan, sql, r, more)
             return False
+        self.session.route = "single" if len(plan.targets) == 1 else "multi"
         if len(plan.targets) == 1:
             return await self.run_single(plan.targets[0].node, _com_query(plan.targets[0].sql), r, more,
                                          may_relay)

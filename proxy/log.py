@@ -4,14 +4,27 @@ from __future__ import annotations
 
 import logging
 import sys
+from contextvars import ContextVar
 
 import structlog
+
+
+REQUEST_ID: ContextVar[str | None] = ContextVar("pydble_request_id", default=None)
+
+
+def _add_request_id(_logger: object, _name: str, event: dict) -> dict:
+    """Every log line written while a client request is served carries its id (session.request)."""
+    rid = REQUEST_ID.get()
+    if rid is not None:
+        event.setdefault("request_id", rid)
+    return event
 
 
 def configure(level: str = "info", json: bool = False) -> None:
     """Configure structlog once for the process."""
     processors: list = [
         structlog.contextvars.merge_contextvars,
+        _add_request_id,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]

@@ -151,6 +151,7 @@ class Manager:
         base = self.server.registry.version
         result = await load_tables(self.server.config, keys, schema, backend=self.server.meta_backend)
         self.server.registry.apply(result, base_version=base)  # a DDL refresh meanwhile is newer: kept
+        self.server.metrics.meta_load_seconds.labels(result.scope.kind).observe(result.seconds)
         log.info("metadata reloaded", instance=self.server.config.server.instance, scope=result.scope.describe(),
                  tables=len(result.tables), seconds=round(result.seconds, 3), failed_nodes=result.failed_nodes)
         return result

@@ -21,6 +21,7 @@ from zk.cluster import Cluster
 from .backend import open_connection
 from .ddl import DdlRunner
 from .manager import Manager, ManagerSession
+from .metrics import Metrics
 from .pool import Backends
 from .router import Router
 from .session import ClientProtocol, Session
@@ -43,6 +44,7 @@ class ProxyServer:
         self.registry = Registry(config)
         self.meta_backend = PooledMetaBackend()
         self.history = DdlHistory(config.server.data_dir or None)
+        self.metrics = Metrics(self)
         self.router = Router(config, self.registry.tables_of, self._table_columns)
         self.ddl = DdlRunner(self)
         self.manager = Manager(self)
@@ -78,12 +80,16 @@ class ProxyServer:
                                                       backlog=1024, reuse_address=True))
         self._servers.append(await loop.create_server(lambda: ClientProtocol(self, ManagerSession), srv.bind,
                                                       srv.manager_port, backlog=128, reuse_address=True))
-        self.log.info("listening", port=srv.port, manager_port=srv.manager_port, version=self.version)
+        if srv.metrics_port:
+            self.metrics.serve(srv.bind, srv.metrics_port)
+        self.log.info("listening", port=srv.port, manager_port=srv.manager_port, metrics_port=srv.metrics_port or None,
+                      version=self.version)
 
     async def load_metadata(self) -> None:
         """Load all tables from every shardingNode; nodes that fail are logged, never fatal."""
         result = await load_all(self.config, backend=self.meta_backend)
         self.registry.apply(result)
+        self.metrics.meta_load_seconds.labels("all").observe(result.seconds)
         self.log.info("metadata loaded", tables=len(result.tables), seconds=round(result.seconds, 3),
                       failed_nodes=result.failed_nodes or None)
 

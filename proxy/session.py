@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
+import time
 from typing import TYPE_CHECKING
 
 import structlog
@@ -14,6 +15,7 @@ from meta.errors import (AccessDenied, BackendError, DbAccessDenied, NoDatabaseS
 
 from . import local
 from .executor import Executor
+from .log import REQUEST_ID
 from .prepared import COMMANDS as STMT_COMMANDS, PreparedStatements
 from .protocol import constants as C
 from .protocol.handshake import (build_auth_switch, build_greeting, parse_handshake_response, parse_stored_password,
@@ -56,6 +58,7 @@ class ClientProtocol(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         limit = self.server.config.server.max_connections
         if self.session_cls is Session and self.server.client_sessions() >= limit:
+            self.server.metrics.refused.inc()
             # like MySQL: an ERR instead of the greeting, then close; everyone else keeps going
             transport.write(frame(0, err_packet(1040, "08004", f"Too many connections (max_connections={limit})")))
             transport.close()
@@ -63,6 +66,7 @@ class ClientProtocol(asyncio.Protocol):
             return
         self.session = self.session_cls(self.server, self)
         self.server.track(self.session)
+        self.server.metrics.connections.inc()
 
     def data_received(self, data: bytes) -> None:
         self.framer.feed(data)
@@ -157,6 +161,8 @@ class Session:
         self.vars: dict[str, str] = {}
         self.last_insert_id = 0
         self.warnings: list[tuple[str, int, str]] = []  # pydble's own warnings for SHOW WARNINGS
+        self.requests = 0        # COM_QUERYs so far: with conn_id, the request id in the logs
+        self.route = "local"     # how the last statement was served: local | single | multi | ddl
         self.peer = "?"
         self.log = log.bind(session=self.conn_id)
         self.executor = Executor(self)
@@ -343,6 +349,16 @@ class Session:
 
     async def query(self, sql: str, r: Reply) -> None:
         """COM_QUERY: one statement relayed as is where possible, several answered in order."""
+        self.requests += 1
+        REQUEST_ID.set(f"{self.conn_id}.{self.requests}")
+        started = time.perf_counter()
+        self.route = "local"
+        try:
+            await self._query(sql, r)
+        finally:
+            self.server.metrics.observe(self.route, started)
+
+    async def _query(self, sql: str, r: Reply) -> None:
         stmts = [sql]
         if self.capabilities & C.MULTI_STATEMENTS and ";" in sql:
             stmts = split_statements(sql) or [sql]
