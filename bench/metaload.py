@@ -5,9 +5,11 @@ dn1 s1/db1, dn2 s2/db1, dn3 s1/db2, dn4 s2/db2), configured as N sharding tables
 proxy holds 4 x N table-node entries. Then, in rounds that alternate which goes first, it times:
 
 - reload:  `reload @@metadata` on the manager port of a real pydble process (start-up load excluded);
-- raw:     the same batched fetch straight from the nodes with PyMySQL, one thread and one connection
-           per node: `SHOW FULL TABLES WHERE Table_type='BASE TABLE'`, then `SHOW CREATE TABLE`
-           statements joined into multi-statement queries of --batch statements;
+- raw:     the same batched fetch straight from the nodes with PyMySQL, one connection per node:
+           `SHOW FULL TABLES WHERE Table_type='BASE TABLE'`, then `SHOW CREATE TABLE` statements joined
+           into multi-statement queries of --batch statements; the nodes in parallel threads, and
+           (raw-seq) one after the other, which avoids the threads' GIL contention; the faster of the
+           two is the baseline;
 - single:  one `SHOW CREATE TABLE` query per table, one thread per node (once: it is slow).
 
 Prints the medians, the ratios reload/raw (target <= 1.5) and single/reload, and the proxy's RSS from
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
 import statistics
 import sys
 import threading
@@ -48,6 +51,10 @@ TARGET_RATIO = 1.5
 TARGET_RSS_MB = 300
 LIST_SQL = "SHOW FULL TABLES WHERE Table_type='BASE TABLE'"
 CREATE_CHUNK = 250
+# Private servers get a table cache that holds every table, as a server with this many tables would be
+# configured; otherwise each pass reopens (and re-reads the .frm of) every table and the benchmark
+# measures the servers' table cache, not the fetch.
+SERVER_ARGS = ("--table-open-cache=50000", "--table-definition-cache=50000", "--open-files-limit=65535")
 # A table shaped like an application's: a dozen columns of the usual types, three secondary keys.
 TABLE_DDL = (
     "CREATE TABLE `{name}` (`id` BIGINT NOT NULL AUTO_INCREMENT, `tenant_id` INT NOT NULL, "
@@ -164,8 +171,9 @@ class Bench:
         return time.perf_counter() - t0
 
     # -- the three fetches ----------------------------------------------------------------------
-    def raw_batched(self) -> float:
-        """The baseline: listing plus batched multi-statement SHOW CREATE TABLE, one thread per node."""
+    def raw_batched(self, parallel: bool = True) -> float:
+        """The baseline: listing plus batched multi-statement SHOW CREATE TABLE, one connection per
+        node; the nodes in parallel threads, or one after the other (no GIL contention)."""
         def fetch(n: str) -> None:
             b, db = self.node(n)
             with b.connect(db, client_flag=CLIENT.MULTI_STATEMENTS) as c, c.cursor() as cur:
@@ -179,6 +187,11 @@ class Bench:
                         if not cur.nextset():
                             break
                 assert got == len(names) >= len(self.names), (n, got)
+        if not parallel:
+            t0 = time.perf_counter()
+            for n in NODES:
+                fetch(n)
+            return time.perf_counter() - t0
         return in_threads([lambda n=n: fetch(n) for n in NODES])
 
     def one_per_table(self) -> float:
@@ -256,6 +269,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="with --backend: keep the databases afterwards")
     ap.add_argument("--no-single", action="store_true", help="skip the one-query-per-table baseline")
     args = ap.parse_args(argv)
+    # SIGTERM (and SIGINT, which background shells ignore) end the run through the cleanup below
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     started: list[MariaDBServer] = []
     if args.backend:
@@ -267,8 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             backends.append(Backend(host or "127.0.0.1", int(port), args.user, args.password))
         dbs = {"db1": "metaload_db1", "db2": "metaload_db2"}
     else:
-        started = [MariaDBServer("metaload1", extra_args=("--table-open-cache=4000",)),
-                   MariaDBServer("metaload2", extra_args=("--table-open-cache=4000",))]
+        started = [MariaDBServer(f"metaload{i}", extra_args=SERVER_ARGS) for i in (1, 2)]
         start_all(started)
         backends = [Backend(s.host, s.port) for s in started]
         dbs = {"db1": "db1", "db2": "db2"}
@@ -285,25 +300,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             out(f"  WARNING: check full shows {with_meta} tables with metadata, {consistent} consistent")
         bench.raw_batched()                                   # warm both paths once
         bench.reload()
-        raws, reloads = [], []
+        times: dict[str, list[float]] = {"raw": [], "raw-seq": [], "reload": []}
         for r in range(args.rounds):
-            order = [("raw", bench.raw_batched), ("reload", bench.reload)]
-            if r % 2:
-                order.reverse()
+            order = [("raw", bench.raw_batched), ("reload", bench.reload),
+                     ("raw-seq", lambda: bench.raw_batched(parallel=False))]
+            order = order[r % 3:] + order[:r % 3]
             for name, fn in order:
                 s = fn()
-                (raws if name == "raw" else reloads).append(s)
-                out(f"  round {r + 1}: {name:6s} {s:7.2f}s")
+                times[name].append(s)
+                out(f"  round {r + 1}: {name:7s} {s:7.2f}s")
+        raws, seqs, reloads = times["raw"], times["raw-seq"], times["reload"]
         rss, hwm = bench.proxy_memory_mb()
         single = None if args.no_single else bench.one_per_table()
-        raw_m, reload_m = statistics.median(raws), statistics.median(reloads)
+        par_m, seq_m, reload_m = statistics.median(raws), statistics.median(seqs), statistics.median(reloads)
+        raw_m = min(par_m, seq_m)                             # the faster baseline is the one to beat
         ratio = reload_m / raw_m
         out("")
-        out(f"raw batched PyMySQL fetch   median {raw_m:7.2f}s   ({', '.join(f'{x:.2f}' for x in raws)})")
+        out(f"raw batched PyMySQL fetch, nodes in parallel threads  median {par_m:7.2f}s   "
+            f"({', '.join(f'{x:.2f}' for x in raws)})")
+        out(f"raw batched PyMySQL fetch, nodes one after another    median {seq_m:7.2f}s   "
+            f"({', '.join(f'{x:.2f}' for x in seqs)})")
         out(f"reload @@metadata (pydble)  median {reload_m:7.2f}s   ({', '.join(f'{x:.2f}' for x in reloads)})")
         if single is not None:
             out(f"one query per table         once   {single:7.2f}s")
-        out(f"ratio reload / raw batched: {ratio:.2f}  (target <= {TARGET_RATIO}) "
+        out(f"ratio reload / faster raw batched: {ratio:.2f}  (target <= {TARGET_RATIO}) "
             f"{'OK' if ratio <= TARGET_RATIO else 'NOT MET'}")
         if single is not None:
             out(f"ratio one-per-table / reload: {single / reload_m:.2f}  "
