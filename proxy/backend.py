@@ -9,13 +9,13 @@ from typing import Protocol
 import structlog
 
 from meta.config import DbGroupConfig
-from meta.errors import BackendError, BackendUnavailable
+from meta.errors import BackendError, BackendUnavailable, ProxyError
 
 from .protocol import constants as C
 from .protocol.handshake import build_handshake_response, parse_auth_switch, parse_greeting, scramble_native_password
 from .protocol.messages import parse_err
 from .protocol.packets import PacketFramer, ProtocolError, frame
-from .protocol.response import ResponseScanner
+from .protocol.response import Budget, BudgetExceeded, ResponseScanner
 
 log = structlog.get_logger("pydble.backend")
 
@@ -87,6 +87,11 @@ class BackendConnection(asyncio.Protocol):
         except ProtocolError as e:
             self._fail(BackendUnavailable(f"dbGroup[{self.group.name}] sent a malformed response: {e}"))
             return
+        except BudgetExceeded as e:
+            self._fail(ProxyError(f"the rows this query must merge across shardingNodes exceed the merge memory "
+                                  f"budget ({e.args[0] >> 20} MB, [server] merge_memory_mb); add a LIMIT or a "
+                                  f"narrower WHERE", 1038, "HY001"))
+            return
         if end:
             if self._sink is not None:
                 self._sink.write(data if end == len(data) else data[:end])
@@ -104,6 +109,15 @@ class BackendConnection(asyncio.Protocol):
             fut, self._done = self._done, None
             if fut is not None and not fut.done():
                 fut.set_result(scanner)
+
+    def _fail(self, err: ProxyError) -> None:
+        """The response cannot go on: the waiting command gets err and the connection is dropped."""
+        fut, self._done = self._done, None
+        self._scanner = None
+        self._sink = None
+        if fut is not None and not fut.done():
+            fut.set_exception(err)
+        self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.broken = True
@@ -176,12 +190,13 @@ class BackendConnection(asyncio.Protocol):
         self.transport.write(data)
 
     def start(self, packet: bytes, *, kind: str = "query", sink: Sink | None = None,
-              collect: bool = False) -> asyncio.Future:
+              collect: bool = False, budget: Budget | None = None) -> asyncio.Future:
         """Send one framed command; the future resolves to the ResponseScanner when the answer is complete."""
         if self._scanner is not None:
             raise RuntimeError("backend connection already busy")
         fut = asyncio.get_running_loop().create_future()
-        self._scanner = ResponseScanner(bool(self.flags & C.DEPRECATE_EOF), kind=kind, collect=collect)
+        self._scanner = ResponseScanner(bool(self.flags & C.DEPRECATE_EOF), kind=kind, collect=collect,
+                                        budget=budget)
         self._sink = sink
         self.relayed_any = False
         self._done = fut
@@ -190,9 +205,9 @@ class BackendConnection(asyncio.Protocol):
         return fut
 
     async def run(self, packet: bytes, timeout: float, *, kind: str = "query", sink: Sink | None = None,
-                  collect: bool = False) -> ResponseScanner:
+                  collect: bool = False, budget: Budget | None = None) -> ResponseScanner:
         """Send a command and wait (bounded) for its whole response."""
-        fut = self.start(packet, kind=kind, sink=sink, collect=collect)
+        fut = self.start(packet, kind=kind, sink=sink, collect=collect, budget=budget)
         self._rx = False
         self._timer = asyncio.get_running_loop().call_later(timeout, self._time_out, fut, timeout)
         try:

@@ -14,7 +14,7 @@ from .ddl import require_meta
 from .protocol import constants as C
 from .protocol.messages import ColumnDef, ResultSet
 from .protocol.packets import frame
-from .protocol.response import ResponseScanner
+from .protocol.response import Budget, ResponseScanner
 from .reply import Reply
 from .scatter_relay import relay_concat, streamable
 from .sqltok import first_keyword as first_word
@@ -311,8 +311,9 @@ class Executor:
                     self._done_with(node, a)
             raise failure
         conns: list[BackendConnection] = acquired  # type: ignore[assignment]
+        budget = Budget(self.server.config.server.merge_memory_mb << 20)  # one cap for the whole query
         results = await asyncio.gather(
-            *(c.run(_com_query(sql), self.server.backends.timeout_s, collect=True)
+            *(c.run(_com_query(sql), self.server.backends.timeout_s, collect=True, budget=budget)
               for c, (_, sql) in zip(conns, targets)), return_exceptions=True)
         for (node, _), c in zip(targets, conns):
             self._done_with(node, c)

@@ -64,6 +64,8 @@ class ClientProtocol(asyncio.Protocol):
             transport.close()
             self.closed = True
             return
+        buffer = self.server.config.server.client_buffer_kb << 10
+        transport.set_write_buffer_limits(high=buffer, low=buffer // 4)  # past it: backends are paused
         self.session = self.session_cls(self.server, self)
         self.server.track(self.session)
         self.server.metrics.connections.inc()

@@ -11,6 +11,28 @@ from .constants import STATUS_MORE_RESULTS
 from .messages import ColumnDef, ErrInfo, OkInfo, ResultSet, decode_text_row, eof_status, parse_column_def, parse_err, parse_ok
 from .packets import ProtocolError, read_lenenc_int
 
+class BudgetExceeded(Exception):
+    """Collected rows went past the memory budget of the query that collects them."""
+
+
+class Budget:
+    """Bytes a query may hold while collecting rows to merge; shared by all its nodes' scanners."""
+
+    __slots__ = ("limit", "remaining")
+
+    ROW_OVERHEAD = 100  # decoded rows cost more than their bytes: Python objects per row and value
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.remaining = limit
+
+    def take(self, payload_len: int) -> None:
+        """Charge one collected packet; raise BudgetExceeded past the limit."""
+        self.remaining -= 2 * payload_len + self.ROW_OVERHEAD
+        if self.remaining < 0:
+            raise BudgetExceeded(self.limit)
+
+
 # states
 _FIRST, _COLDEFS, _COLS_EOF, _ROWS, _PREP_PARAMS, _PREP_PARAMS_EOF, _PREP_COLS, _PREP_COLS_EOF, _DONE = range(9)
 
@@ -24,9 +46,10 @@ class ResponseScanner:
     """
 
     __slots__ = ("deprecate_eof", "binary", "collect", "state", "done", "status", "error", "ok", "results",
-                 "_cols_left", "_ncols", "_cur", "_cont", "_big", "_params_left", "prepare_ok", "packets")
+                 "_cols_left", "_ncols", "_cur", "_cont", "budget", "_big", "_params_left", "prepare_ok", "packets")
 
-    def __init__(self, deprecate_eof: bool, *, kind: str = "query", collect: bool = False) -> None:
+    def __init__(self, deprecate_eof: bool, *, kind: str = "query", collect: bool = False,
+                 budget: Budget | None = None) -> None:
         self.deprecate_eof = deprecate_eof
         self.binary = kind == "execute"
         self.collect = collect
@@ -42,6 +65,7 @@ class ResponseScanner:
         self._ncols = 0
         self._cur: ResultSet | None = None
         self._cont = False
+        self.budget = budget
         self._big: list[bytes] | None = None  # chunks of a collected row over 16 MB
         self._params_left = 0
         if kind == "field_list":
@@ -172,6 +196,8 @@ class ResponseScanner:
             self._finish(0)
 
     def _row(self, p: bytes) -> None:
+        if self.budget is not None:
+            self.budget.take(len(p))
         cur = self._cur
         if cur is not None:
             if self.binary:

@@ -1,0 +1,88 @@
+"""Resource limits: a capped merge budget with a clear error, backpressure to slow clients."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pymysql
+import pytest
+from harness import free_port, proxy_config
+
+from proxy.protocol.handshake import build_handshake_response, parse_greeting, scramble_native_password
+from proxy.protocol import constants as C
+from proxy.protocol.packets import frame
+from proxy.protocol.response import ResponseScanner
+
+
+def _rss_kb(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+@pytest.fixture(scope="module")
+def limited(backends, request):
+    from harness import ProxyProcess
+    cfg = proxy_config(backends, free_port(), free_port(), instance="limits-1")
+    cfg["server"].update(merge_memory_mb=1, client_buffer_kb=64)
+    p = ProxyProcess(cfg, release_ports=True)
+    p.start()
+    request.addfinalizer(p.cleanup)
+    p.query("DROP TABLE IF EXISTS sharding_4_t1")
+    p.query("CREATE TABLE sharding_4_t1 (id INT PRIMARY KEY, pad LONGTEXT)")
+    conn = p.connect()
+    with conn.cursor() as cur:
+        for start in range(0, 1200, 100):
+            cur.execute("INSERT INTO sharding_4_t1 VALUES " + ",".join(
+                f"({i}, REPEAT('x', 2000))" for i in range(start, start + 100)))
+    conn.close()
+    return p
+
+
+def test_a_merge_past_the_budget_gets_a_clear_error_and_others_go_on(limited):
+    with pytest.raises(pymysql.MySQLError) as e:
+        limited.query("SELECT * FROM sharding_4_t1 ORDER BY pad, id")
+    assert e.value.args[0] == 1038
+    assert "merge memory budget" in e.value.args[1] and "LIMIT" in e.value.args[1]
+    assert len(limited.query("SELECT id FROM sharding_4_t1 ORDER BY pad, id LIMIT 10")) == 10
+    assert limited.query("SELECT COUNT(*) FROM sharding_4_t1") == [(1200,)]
+
+
+def _login(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    buf = b""
+    while len(buf) < 4 or len(buf) < 4 + int.from_bytes(buf[:3], "little"):
+        buf += s.recv(65536)
+    g = parse_greeting(buf[4:4 + int.from_bytes(buf[:3], "little")])
+    caps = C.PROTOCOL_41 | C.SECURE_CONNECTION | C.PLUGIN_AUTH | C.CONNECT_WITH_DB | C.LONG_PASSWORD
+    s.sendall(frame(1, build_handshake_response(caps, "test", scramble_native_password("111111", g.salt),
+                                                "schema1")))
+    ok = s.recv(65536)
+    assert ok[4] == 0, ok
+    return s
+
+
+def test_a_slow_client_pauses_the_backend_instead_of_filling_memory(limited):
+    s = _login(limited.port)
+    # one node's rows (about 600 KB) plus a single-node 20 MB result the client does not read yet
+    s.sendall(frame(0, b"\x03SELECT REPEAT('y', 1000) FROM seq_1_to_20000"))
+    time.sleep(0.5)
+    before = _rss_kb(limited.pid)
+    time.sleep(2)
+    grown = _rss_kb(limited.pid) - before
+    assert grown < 8 * 1024, f"proxy grew {grown} KB while the client did not read"
+    scanner = ResponseScanner(deprecate_eof=False)
+    buf = b""
+    got = 0
+    s.settimeout(30)
+    while not scanner.done:
+        chunk = s.recv(1 << 20)
+        assert chunk, "the proxy closed the connection mid-result"
+        got += len(chunk)
+        buf += chunk
+        buf = buf[scanner.scan(buf):]
+    s.close()
+    assert scanner.error is None and got > 20_000_000
+    assert limited.query("SELECT 1") == [(1,)]
