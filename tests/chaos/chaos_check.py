@@ -123,7 +123,8 @@ class Checker:
                     if s == PRESENT and n not in names:
                         self.fail(f"{t}: the DDL adding {n} answered OK but {node} lacks it")
                     if s == ABSENT and n in names:
-                        self.fail(f"{t}: the DDL dropping {n} answered OK but {node} still has it")
+                        self.fail(f"{t}: {node} has {n}, which the clients were told is not there (its DROP "
+                                  f"answered OK, or its ADD was refused as never run)")
             if len({frozenset(v) for v in per_node.values()}) > 1 or len(
                     {structures[t][n] for n in per_node}) > 1:
                 divergent.add(t)
@@ -213,11 +214,11 @@ class Checker:
             parts = [f"DROP {'COLUMN' if self.w.schema.kind[n] == 'col' else 'INDEX'} IF EXISTS {n}" for n in names]
             if self.ddl(i % len(INSTANCES), f"ALTER TABLE {t} " + ", ".join(parts), f"repair of {t}"):
                 for n in names:
-                    self.w.schema.settle(t, n, "drop", True)
+                    self.w.schema.settle(t, n, "drop", "ok")
                 repaired += len(names)
         for t in TABLES:  # names unknown to the clients but on no node: settled as absent
             for n in self.w.schema.unknown(t):
-                self.w.schema.settle(t, n, "drop", True)
+                self.w.schema.settle(t, n, "drop", "ok")
         self.notes["names_repaired"] = repaired
 
     def probe(self) -> None:
@@ -324,11 +325,18 @@ class Checker:
                     cur_end, cur = iv[1], iv
         if found > 10:
             self.fail(f"{found} DDL overlaps in all")
-        unseen = []
+        unseen, excused = [], 0
+        stops = [(int(r.target.split(":")[1]), r.start_wall) for r in self.faults.records if r.kind == "backend"]
         for d in self.w.schema.ok_ddls:
             for node in TABLE_NODES:
                 if norm_sql(d.sql) not in logged.get(node, set()):
-                    unseen.append(f"{d.sql!r} on {node}")
+                    bi = NODE_PLACES[node][0]
+                    # MariaDB sends OK before it writes the slow log: a shutdown right then loses the row
+                    if any(b == bi and d.start_wall - 1 <= at <= d.end_wall + 2 for b, at in stops):
+                        excused += 1
+                        continue
+                    unseen.append(f"{d.sql!r} on {node} (client saw {d.start_wall:.3f}..{d.end_wall:.3f})")
+        self.notes["ok_ddls_unlogged_at_a_backend_stop"] = excused
         if unseen:
             self.fail(f"{len(unseen)} DDLs answered OK are not in the backends' slow log (the overlap "
                       f"detector would be blind): e.g. {unseen[:5]}")

@@ -32,6 +32,8 @@ class FaultRecord:
     end: float
     wall: str
     detail: str
+    start_wall: float = 0.0
+    end_wall: float = 0.0
 
 
 @dataclass
@@ -181,7 +183,8 @@ class Faults:
         if f.target.startswith("instance:"):
             i = int(f.target.split(":")[1])
             (self.pauses if f.kind == "pause" else self.down)[i].append((f.started, end))
+        now = time.time()
+        began = now - (end - f.started)
         self.records.append(FaultRecord(f.kind, f.target, f.started, end,
-                                        time.strftime("%H:%M:%S", time.localtime(time.time() - (end - f.started))),
-                                        f.detail))
+                                        time.strftime("%H:%M:%S", time.localtime(began)), f.detail, began, now))
         self.emit(f"healed {f.kind} {f.target} after {end - f.started:.1f}s")

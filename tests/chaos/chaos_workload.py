@@ -45,6 +45,8 @@ MAX_INDEXES = 3
 CONN_ERRORS = {0, 2003, 2006, 2013, 2014, 2055}
 
 PRESENT, ABSENT, UNKNOWN = "present", "absent", "unknown"
+# 4006 answers that say the DDL never reached a backend: the clients hold the proxy to that.
+NOT_RUN = {"fenced", "init-failed", "busy", "syncmeta", "rejoining", "refused", "zk-down"}
 
 
 @dataclass
@@ -75,10 +77,11 @@ def classify(e: BaseException) -> tuple[int, str]:
     code = args[0] if args and isinstance(args[0], int) else -1
     msg = str(args[1]) if len(args) > 1 else repr(e)
     if code == 4006:
-        for needle, label in (("ddlLock is exists", "busy"), ("is doing DDL", "busy"),
-                              ("initializing metadata", "syncmeta"), ("unreachable", "zk-down"),
-                              ("re-joining", "rejoining"), ("reconcile", "lost-decision"),
-                              ("refused by another", "refused")):
+        for needle, label in (("was not run", "fenced"), ("could not write the INIT", "init-failed"),
+                              ("reconcile", "lost-decision"), ("could not publish", "lost-decision"),
+                              ("ddlLock is exists", "busy"), ("is doing DDL", "busy"),
+                              ("initializing metadata", "syncmeta"), ("re-joining", "rejoining"),
+                              ("refused by another", "refused"), ("unreachable", "zk-down")):
             if needle in msg:
                 return code, label
         return code, "other:" + msg[:60]
@@ -99,6 +102,7 @@ class SchemaModel:
         self.state: dict[str, dict[str, str]] = {t: {} for t in TABLES}   # name -> present/absent/unknown
         self.kind: dict[str, str] = {}                                      # name -> col/idx
         self.busy: set[str] = set()
+        self.before: dict[str, str] = {}                                     # state of a busy name before its DDL
         self.counter = itertools.count(1)
         self.ok_ddls: list[DdlDone] = []
 
@@ -142,16 +146,20 @@ class SchemaModel:
                 else:
                     return None
             self.busy.add(name)
+            self.before[name] = st.get(name, ABSENT)
             if action == "add":
                 st[name] = UNKNOWN  # until the answer: a crash of the client thread leaves it unknown
             return sql, name, action
 
-    def settle(self, table: str, name: str, action: str, ok: bool) -> None:
-        """Record what the client was told about one DDL."""
+    def settle(self, table: str, name: str, action: str, outcome: str) -> None:
+        """Record what the client was told about one DDL: 'ok', 'not-run' or 'unknown'."""
         with self.lock:
             self.busy.discard(name)
-            if ok:
+            before = self.before.pop(name, UNKNOWN)
+            if outcome == "ok":
                 self.state[table][name] = PRESENT if action == "add" else ABSENT
+            elif outcome == "not-run":
+                self.state[table][name] = before
             else:
                 self.state[table][name] = UNKNOWN
 
@@ -341,10 +349,11 @@ class Workload:
         sql, name, action = planned
         self.inflight_ddl[idx] = inst
         try:
-            ok, _, _, w0, w1 = self._call(idx, conns, inst, True, "ddl", sql)
+            ok, _, label, w0, w1 = self._call(idx, conns, inst, True, "ddl", sql)
         finally:
             self.inflight_ddl.pop(idx, None)
-        self.schema.settle(table, name, action, ok)
+        not_run = label.startswith("err:4006:") and label.split(":", 2)[2] in NOT_RUN
+        self.schema.settle(table, name, action, "ok" if ok else "not-run" if not_run else "unknown")
         if ok:
             with self.schema.lock:
                 self.schema.ok_ddls.append(DdlDone(table, sql, w0, w1))

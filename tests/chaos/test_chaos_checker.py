@@ -42,6 +42,10 @@ class _NoWorkload:
         ok_ddls: list = []
 
 
+class _NoFaults:
+    records: list = []
+
+
 @pytest.fixture
 def logged_backend() -> Iterator[MariaDBServer]:
     """One MariaDB with the chaos run's slow-log settings and chaos_t1 in db1."""
@@ -59,7 +63,7 @@ def logged_backend() -> Iterator[MariaDBServer]:
 def _overlaps(server: MariaDBServer) -> list[str]:
     env = ChaosEnv("selftest")
     env.backends = [server]
-    checker = Checker(env, _NoWorkload(), None, lambda _m: None)
+    checker = Checker(env, _NoWorkload(), _NoFaults(), lambda _m: None)
     checker.overlaps()
     return checker.violations
 
