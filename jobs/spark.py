@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 DRIVER = "org.mariadb.jdbc.Driver"
+PIPELINE_OFF = "usePipelineAuth=false"
 JAR_ENV = "PYDBLE_JDBC_JAR"
 _JAR_GLOBS = ("/usr/share/java/mariadb-java-client.jar", "/usr/share/java/mariadb-java-client-*.jar")
 
@@ -52,9 +53,13 @@ class Jdbc:
 
     @property
     def url(self) -> str:
-        """The JDBC URL (jdbc:mysql: so Spark uses its MySQL dialect)."""
-        q = f"?{self.options}" if self.options else ""
-        return f"jdbc:mysql://{self.host}:{self.port}/{self.database}{q}"
+        """The JDBC URL (jdbc:mysql: so Spark uses its MySQL dialect).
+
+        usePipelineAuth=false: Connector/J 2.x otherwise pipelines its post-login queries under a
+        500 ms read timeout and fails the connection when a busy server (or proxy) answers later.
+        """
+        opts = "&".join(o for o in (PIPELINE_OFF, self.options) if o)
+        return f"jdbc:mysql://{self.host}:{self.port}/{self.database}?{opts}"
 
     def properties(self, **extra: Any) -> dict[str, str]:
         """Connection properties for spark.read.jdbc / DataFrame.write.jdbc."""
