@@ -166,6 +166,7 @@ class PreparedStatements:
         s = self.session
         try:
             if cmd == C.COM_STMT_PREPARE:
+                self._last_id = 0  # a pipelined execute of "the last statement" must fail with this one
                 s.client.write(await self.prepare(payload[1:].decode("utf-8", "surrogateescape")))
             elif cmd == C.COM_STMT_EXECUTE:
                 await self.execute(payload)

@@ -278,3 +278,23 @@ def test_many_statements_and_reset_connection(ps_proxy: ProxyProcess) -> None:
         assert c.answer().kind == "ok"
         a = c.execute(ids[0])
         assert (a.kind, a.err_code) == ("err", 1243)
+
+
+def test_execute_direct_runs_the_statement_prepared_last(ps_proxy: ProxyProcess) -> None:
+    """MariaDB's execute-direct: PREPARE and EXECUTE(stmt_id=0xFFFFFFFF) pipelined in one write."""
+    with PsClient(ps_proxy.port) as c:
+        sql = b"SELECT ? + 1 AS answer"
+        c.send(0, b"\x16" + sql)
+        c.send(0, c.execute_packet(0xFFFFFFFF, [p_long(41)]))
+        _, ok = c.read()
+        assert ok[0] == 0x00
+        for _ in range(2):  # one param def + its EOF, one column def + its EOF
+            c.read()
+            c.read()
+        a = c.answer()
+        assert a.kind == "rows" and len(a.rows) == 1
+        c.send(0, b"\x16SELEC nonsense ?")
+        c.send(0, c.execute_packet(0xFFFFFFFF, [p_long(1)]))
+        assert c.read()[1][0] == 0xFF
+        a = c.answer()
+        assert (a.kind, a.err_code) == ("err", 1243)
