@@ -10,9 +10,7 @@ cluster's share can be told apart. Prints p50/p95 and the p50 ratio (target <= 1
     .venv/bin/python bench/ddl_latency.py [--runs 50] [--rows 1000] [--json FILE]
 
 Profiling: --profile splits a cluster DDL into phases from the instances' JSON logs; --trace (with
---logs DIR) also logs every ZooKeeper call and watch wait; --experiment runs the instances with a
-monkeypatched prototype of the zk/ fixes the profile suggests (see apply_experiment), to measure them
-without touching zk/.
+--logs DIR) also logs every ZooKeeper call and watch wait.
 """
 
 from __future__ import annotations
@@ -223,110 +221,6 @@ def profile(through: Through, others: list[ProxyProcess], single: Through | None
 
 # -- --trace: instances that log every ZooKeeper call and every watch wait ------------------------
 
-def apply_experiment() -> None:
-    """Prototype (bench only, monkeypatched into the instances) of the fixes this profile suggests for
-    zk/: fewer sequential ZooKeeper round trips on the originator's critical path. Semantics kept:
-    cleanup only touches a table whose ddl_lock this session owns."""
-    from kazoo.exceptions import NodeExistsError, NoNodeError
-
-    from zk import cluster as zc
-    from zk import originator as zo
-    from zk.records import FAILED, INIT, Ack
-
-    async def ack(self: Any, schema: str, table: str, status: str, ok: bool = True, message: str = "") -> None:
-        # an instance that acked INIT updates its ack: set first, create only when it is absent
-        zk = self.zk
-        path = self.paths.ddl_ack(schema, table, self.instance)
-        data = Ack(status, ok, message, self.registry.version).encode()
-        if status != INIT:
-            try:
-                await zk.set(path, data)
-                return
-            except NoNodeError:
-                pass
-        try:
-            await zk.create(path, data, ephemeral=True, makepath=False)
-        except NodeExistsError:
-            await zk.set(path, data)
-
-    async def append_history(self: Any, entry: Any) -> None:
-        # queued: written by the cleanup transaction below
-        self.__dict__.setdefault("_pending_history", []).append(entry)
-
-    original_cleanup = zo.ClusterDdl._cleanup
-
-    async def _cleanup(self: Any) -> None:
-        # per table: one exists (ownership), one children, one transaction deleting acks, ack folder,
-        # record and lock and appending the history entry; the original code on any surprise
-        c = self.cluster
-        zk = c.zk
-        if zk is None:
-            return
-        pending = c.__dict__.pop("_pending_history", [])
-        if not c.__dict__.get("_history_ready"):
-            await zk.ensure_path(c.paths.history)
-            c.__dict__["_history_ready"] = True
-        done: set[tuple[str, str]] = set()
-        for key in list(self.records):
-            rec_path, lock_path = c.paths.ddl_record(*key), c.paths.ddl_lock(*key)
-            try:
-                lock = await zk.exists(lock_path)
-                if lock is None or lock.ephemeralOwner != zk.session_id:
-                    continue
-                if self.status == INIT:
-                    await self._decide(FAILED, "the originator gave up before running the DDL")
-                acks = await zk.children(c.paths.ddl_acks(*key))
-                entries = [h for h in pending if (h.schema, h.table) == key]
-
-                def build(tx: Any, key: Any = key, acks: list[str] = acks, entries: list[Any] = entries,
-                          rec_path: str = rec_path, lock_path: str = lock_path, version: int = lock.version) -> None:
-                    for h in entries:
-                        tx.create(f"{c.paths.history}/h-", h.encode(), sequence=True)
-                    for a in acks:
-                        tx.delete(c.paths.ddl_ack(key[0], key[1], a))
-                    tx.delete(c.paths.ddl_acks(*key))
-                    tx.delete(rec_path)
-                    tx.delete(lock_path, version)
-
-                results = await zk.commit(build)
-                if not any(isinstance(r, Exception) for r in results):
-                    done.add(key)
-                    c.active_ddls.discard(rec_path)
-            except Exception:  # noqa: BLE001 - fall back to the original path below
-                pass
-        for key in done:
-            self.records.pop(key, None)
-        self.locked = [k for k in self.locked if k not in done]
-        await original_cleanup(self)
-
-    zc.Cluster.ack = ack
-    zc.Cluster.append_history = append_history
-    zo.ClusterDdl._cleanup = _cleanup
-
-    # fewer wake-ups: the recovery loop does not watch ddl/ (orphans appear when online/ changes, and
-    # its 2 s safety pass catches anything else), and no loop watches ddl_history/ (only a laggard
-    # needs it, and a laggard missed the live records anyway: the safety pass reads it)
-    from zk import aio
-    from zk import recovery as zr
-
-    original_init = zr.Recovery.__init__
-
-    def init(self: Any, cluster: Any) -> None:
-        original_init(self, cluster)
-        self.wake.recovery_loop = True
-
-    original_children = aio.Zk.children
-
-    async def children(self: Any, path: str, watch: Any = None) -> list[str]:
-        if watch is not None and (path.endswith("/ddl_history")
-                                  or (path.endswith("/ddl") and getattr(watch, "recovery_loop", False))):
-            watch = None
-        return await original_children(self, path, watch)
-
-    zr.Recovery.__init__ = init
-    aio.Zk.children = children
-
-
 def serve_instrumented(argv: list[str]) -> int:
     """`pydble serve`, optionally with the prototype fixes, a GIL switch interval, and every zk.aio.Zk
     call and Waker wait timed into the log (bench only)."""
@@ -337,9 +231,6 @@ def serve_instrumented(argv: list[str]) -> int:
     from cli.main import main as cli_main
     from zk import aio, cluster
 
-    if argv[:1] == ["--experiment"]:
-        apply_experiment()
-        argv = argv[1:]
     if argv[:1] == ["--switch-interval"]:
         sys.setswitchinterval(float(argv[1]))   # GIL hand-over between the loop and kazoo's thread
         argv = argv[2:]
@@ -396,14 +287,11 @@ def main(argv: list[str] | None = None) -> int:
                                                          "wait in the instances (slower; use with --logs)")
     ap.add_argument("--switch-interval", type=float, default=None, metavar="SECONDS",
                     help="sys.setswitchinterval in the instances (GIL hand-over to kazoo's thread)")
-    ap.add_argument("--experiment", action="store_true", help="run the instances with the bench's prototype of "
-                                                              "the suggested zk/ fixes (apply_experiment)")
     args = ap.parse_args(argv)
 
     serve_argv = None
-    if args.trace or args.experiment or args.switch_interval:
+    if args.trace or args.switch_interval:
         serve_argv = [sys.executable, str(Path(__file__).resolve()), "--serve-instrumented"]
-        serve_argv += ["--experiment"] if args.experiment else []
         serve_argv += ["--switch-interval", str(args.switch_interval)] if args.switch_interval else []
         serve_argv += ["--trace"] if args.trace else []
         serve_argv += ["serve", "--config", "{config}"] + (["--log-json"] if args.profile else [])

@@ -89,7 +89,7 @@ class DdlListener(PassLoop):
         c = self.cluster
         zk = c.zk
         assert zk is not None
-        names = sorted(await zk.children(c.paths.history, watch=self.wake))
+        names = sorted(await zk.children(c.paths.history))  # read on every pass; a watch would only add wake-ups
         if self.history_seen is None:
             self.history_seen = names[-1] if names else ""
             return

@@ -53,7 +53,8 @@ class Recovery(PassLoop):
         zk = c.zk
         assert zk is not None
         out = []
-        for name in await zk.children(c.paths.ddl, watch=self.wake):
+        # no watch on ddl/: orphans appear when online/ changes (watched), the safety pass covers the rest
+        for name in await zk.children(c.paths.ddl):
             parts = parse_table_node(name)
             if parts is None:
                 continue
