@@ -122,6 +122,17 @@ class Config:
         sc = self.schemas.get(schema)
         return sc.tables.get(name.lower()) if sc else None
 
+    def home_node(self, schema: str | None) -> str | None:
+        """Where statements that touch no table go: the schema's default node, else its first node,
+        else any node (None only when there is no shardingNode at all)."""
+        if schema is not None and schema in self.schemas:
+            if self.schemas[schema].default_node:
+                return self.schemas[schema].default_node
+            nodes = self.all_nodes_of_schema(schema)
+            if nodes:
+                return nodes[0]
+        return next(iter(self.sharding_nodes), None)
+
     def all_nodes_of_schema(self, schema: str) -> tuple[str, ...]:
         """Every shardingNode a schema's tables (and default node) live on, in config order."""
         sc = self.schemas[schema]

@@ -75,6 +75,11 @@ _UNSUPPORTED = {
 }
 _LOCAL = frozenset({"sharding", "single", "default"})
 _CACHE_MAX_TOKENS = 512
+# The point read sysbench and OLTP applications send most: plain column names, one unqualified table,
+# one `column = integer` condition, nothing after it (see Router._fast_select).
+_FAST_SELECT = re.compile(r"\s*SELECT\s+(?:\*|[A-Za-z_][\w$]*(?:\s*,\s*[A-Za-z_][\w$]*)*)\s+FROM\s+"
+                          r"(?P<t>[A-Za-z_][\w$]*)\s+WHERE\s+(?P<c>[A-Za-z_][\w$]*)\s*=\s*(?P<v>[0-9]{1,18})\s*\Z",
+                          re.I)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -953,7 +958,6 @@ class Router:
         # Tables found on each schema's default node (from metadata). Unconfigured tables route to the
         # default node whether listed or not, so the backend reports a missing one; kept for callers.
         self.default_tables = default_tables
-        self.table_columns = table_columns
         self.cache_size = cache_size
         self._cache: dict[tuple[str | None, str], _Analysis] = {}
         self._tables: dict[tuple[str, str], _Table] = {}
@@ -969,6 +973,12 @@ class Router:
             if real is None:
                 raise UnknownDatabase(f"Unknown database '{schema}'")
             schema = real
+        if schema is not None and len(sql) < 200:
+            m = _FAST_SELECT.match(sql)
+            if m is not None:
+                plan = self._fast_select(m, sql, schema)
+                if plan is not None:
+                    return plan
         toks = tokenize(sql)
         if ";" in sql:
             while toks and toks[-1][1] == ";" and toks[-1][0] == "o":
@@ -1003,6 +1013,31 @@ class Router:
         except RecursionError:
             raise ParseError("You have an error in your SQL syntax: the statement nests parentheses or "
                              "subqueries too deeply to route") from None
+
+    def _fast_select(self, m: re.Match[str], sql: str, schema: str) -> Plan | None:
+        """`SELECT cols FROM t WHERE key = <integer>`, the commonest OLTP read, planned without tokenizing.
+
+        Only the answer the full planner would give; anything unusual returns None and takes the
+        full path (which also produces the errors)."""
+        try:
+            t = self._resolve([m.group("t")], schema)
+        except ProxyError:
+            return None
+        if t.type == "sharding":
+            if t.fn is None or t.column is None or m.group("c").lower() != t.column.lower():
+                return None
+            try:
+                idx = t.fn.partition(int(m.group("v")))
+            except (ProxyError, ValueError):
+                return None
+            if not 0 <= idx < len(t.nodes):
+                return None
+            node = t.nodes[idx]
+        elif t.type in ("single", "default", "global"):
+            node = t.nodes[0]
+        else:
+            return None
+        return Plan("select", (Target(node, sql),), False, ((t.schema, t.name),))
 
     # -- tables ------------------------------------------------------------------------------------
 
@@ -1042,16 +1077,10 @@ class Router:
 
     def _home(self, schema: str | None) -> str:
         """The node for statements that touch no table: default node, else the schema's first node."""
-        if schema is not None:
-            sc = self.config.schemas[schema]
-            if sc.default_node:
-                return sc.default_node
-            nodes = self.config.all_nodes_of_schema(schema)
-            if nodes:
-                return nodes[0]
-        if self._any_node is None:
+        node = self.config.home_node(schema)
+        if node is None:
             raise ProxyError("no shardingNode is configured", code=1105)
-        return self._any_node
+        return node
 
     def _strips(self, toks: list[Token]) -> list[tuple[int, int]]:
         """Token ranges of `schema.` qualifiers naming a logical schema: physical SQL drops them."""

@@ -147,14 +147,10 @@ class ProxyServer:
     # -- knowledge of tables --------------------------------------------------------------------
     def any_node(self, schema: str | None) -> str:
         """A node to run schema-less statements on: the schema's default node, else its first node."""
-        if schema is not None:
-            sc = self.config.schemas[schema]
-            if sc.default_node:
-                return sc.default_node
-            nodes = self.config.all_nodes_of_schema(schema)
-            if nodes:
-                return nodes[0]
-        return next(iter(self.config.sharding_nodes))
+        node = self.config.home_node(schema)
+        if node is None:
+            raise ProxyError("no shardingNode is configured", 1105, "HY000")
+        return node
 
     def node_of_table(self, schema: str, table: str) -> str | None:
         """One node holding a table (its first node, or the schema's default node)."""
