@@ -958,11 +958,11 @@ class Router:
         # Tables found on each schema's default node (from metadata). Unconfigured tables route to the
         # default node whether listed or not, so the backend reports a missing one; kept for callers.
         self.default_tables = default_tables
+        self.table_columns = table_columns
         self.cache_size = cache_size
         self._cache: dict[tuple[str | None, str], _Analysis] = {}
         self._tables: dict[tuple[str, str], _Table] = {}
         self._schema_names = {name.lower(): name for name in config.schemas}
-        self._any_node = next(iter(config.sharding_nodes), None)
 
     # -- public ------------------------------------------------------------------------------------
 
