@@ -235,3 +235,19 @@ def test_reload_where_forms_reload_only_those_tables(tables: MetaProxyEnv) -> No
 def test_show_ddl_columns_when_idle(env: MetaProxyEnv) -> None:
     cols, rows = env.mq("show @@ddl")
     assert cols == ["schema", "table", "sql", "instance", "phase", "since"] and rows == []
+
+
+def test_meta_version_of_the_instance_bumps_with_every_change(env: MetaProxyEnv) -> None:
+    """`show @@cluster` carries the instance's metadata version: a reload and a DDL each bump it."""
+    def version() -> int:
+        _, rows = env.mq("show @@cluster")
+        return int(rows[0][2])
+
+    v0 = version()
+    env.reload("schema='schema2'")
+    v1 = version()
+    env.drop_everywhere("dflt_v")
+    env.sql(f"CREATE TABLE dflt_v {T_DEF}")
+    v2 = version()
+    env.sql("DROP TABLE dflt_v")
+    assert v0 < v1 < v2 < version()
