@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Protocol
+from typing import Callable, Protocol
 
 import structlog
 
@@ -30,6 +30,11 @@ BACKEND_CAPS = (C.LONG_PASSWORD | C.LONG_FLAG | C.PROTOCOL_41 | C.TRANSACTIONS |
 _TXN_ROLLED_BACK = frozenset({1213})
 
 
+# Called when a command started with on_done ends: (scanner, None) or (None, the error).
+OnDone = Callable[["ResponseScanner | None", "ProxyError | None"], None]
+WATCH_STEPS = 4   # the silence watchdog looks this many times per timeout period
+
+
 class Sink(Protocol):
     """Where relayed bytes go: the client's transport (or anything with write)."""
 
@@ -46,6 +51,7 @@ class BackendConnection(asyncio.Protocol):
         self.database: str | None = None
         self.vars: dict[str, str] = {}
         self.relayed_any = False
+        self.leased = False       # handed out by the pool and not given back yet
         self.autocommit = True
         self.in_trans = False
         self.broken = False
@@ -59,10 +65,16 @@ class BackendConnection(asyncio.Protocol):
         self._scanner: ResponseScanner | None = None
         self._sink: Sink | None = None
         self._done: asyncio.Future | None = None
-        self._closed = asyncio.get_running_loop().create_future()
-        self._rx = False          # bytes arrived since the timer last looked
+        self._loop = asyncio.get_running_loop()
+        self._closed = self._loop.create_future()
+        self._on_done: OnDone | None = None
+        self._rx = False          # bytes arrived since the watchdog last looked
         self._paused = False      # reading paused because the client is slow
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | None = None   # the watchdog; one per busy stretch, not per command
+        self._timeout = 30.0
+        self._cmd_seq = 0         # commands started so far
+        self._watch_seq = 0       # the command the watchdog saw last
+        self._silent = 0.0        # seconds the current command has gone without a byte
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -106,18 +118,39 @@ class BackendConnection(asyncio.Protocol):
         if scanner.done:
             self._scanner = None
             self._sink = None
+            self._note_status(scanner)
+            if self._paused:  # the last write to a slow client may have paused us after the answer ended
+                self.resume_reading()
+            cb = self._on_done
+            if cb is not None:
+                self._on_done = None
+                cb(scanner, None)
+                return
             fut, self._done = self._done, None
             if fut is not None and not fut.done():
                 fut.set_result(scanner)
 
+    def _note_status(self, scanner: ResponseScanner) -> None:
+        """Transaction and autocommit state from the final status flags of a complete answer."""
+        if scanner.error is None or scanner.status:
+            self.in_trans = bool(scanner.status & C.STATUS_IN_TRANS)
+        elif scanner.error.code in _TXN_ROLLED_BACK:
+            self.in_trans = False
+        # else: an ERR carries no status; the transaction (if any) goes on, as MariaDB keeps it
+        if scanner.error is None:
+            self.autocommit = bool(scanner.status & C.STATUS_AUTOCOMMIT) or scanner.status == 0 and self.autocommit
+
     def _fail(self, err: ProxyError) -> None:
         """The response cannot go on: the waiting command gets err and the connection is dropped."""
         fut, self._done = self._done, None
+        cb, self._on_done = self._on_done, None
         self._scanner = None
         self._sink = None
+        self.close()
         if fut is not None and not fut.done():
             fut.set_exception(err)
-        self.close()
+        if cb is not None:
+            cb(None, err)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.broken = True
@@ -128,6 +161,11 @@ class BackendConnection(asyncio.Protocol):
         for fut in (self._done, self._packet_waiter):
             if fut is not None and not fut.done():
                 fut.set_exception(err)
+        cb, self._on_done = self._on_done, None
+        if cb is not None and self._scanner is not None:
+            self._scanner = None
+            self._sink = None
+            cb(None, err)
 
     def pause_reading(self) -> None:
         """Stop reading from the backend (backpressure from a slow client)."""
@@ -190,56 +228,76 @@ class BackendConnection(asyncio.Protocol):
         self.transport.write(data)
 
     def start(self, packet: bytes, *, kind: str = "query", sink: Sink | None = None,
-              collect: bool = False, budget: Budget | None = None) -> asyncio.Future:
-        """Send one framed command; the future resolves to the ResponseScanner when the answer is complete."""
+              collect: bool = False, budget: Budget | None = None, timeout: float | None = None,
+              on_done: OnDone | None = None) -> asyncio.Future | None:
+        """Send one framed command. Without on_done, the returned future resolves to the scanner when
+        the answer is complete; with it, on_done is called from the data callback instead (no future,
+        no task switch: the hot path). timeout arms the silence watchdog."""
         if self._scanner is not None:
             raise RuntimeError("backend connection already busy")
-        fut = asyncio.get_running_loop().create_future()
+        if on_done is None:
+            fut: asyncio.Future | None = self._loop.create_future()
+            self._done = fut
+        else:
+            fut = None
+            self._on_done = on_done
         self._scanner = ResponseScanner(bool(self.flags & C.DEPRECATE_EOF), kind=kind, collect=collect,
                                         budget=budget)
         self._sink = sink
         self.relayed_any = False
-        self._done = fut
         self.last_used = time.monotonic()
-        self._write(packet)
+        try:
+            self._write(packet)
+        except BaseException:
+            self._scanner = None
+            self._sink = None
+            self._done = None
+            self._on_done = None
+            raise
+        if timeout is not None:
+            self._watch(timeout)
         return fut
 
     async def run(self, packet: bytes, timeout: float, *, kind: str = "query", sink: Sink | None = None,
                   collect: bool = False, budget: Budget | None = None) -> ResponseScanner:
         """Send a command and wait (bounded) for its whole response."""
-        fut = self.start(packet, kind=kind, sink=sink, collect=collect, budget=budget)
-        self._rx = False
-        self._timer = asyncio.get_running_loop().call_later(timeout, self._time_out, fut, timeout)
+        fut = self.start(packet, kind=kind, sink=sink, collect=collect, budget=budget, timeout=timeout)
+        assert fut is not None
         try:
-            scanner = await fut
+            return await fut
         except BaseException:
             self.close()
             raise
-        finally:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            if self._paused:  # the last write to a slow client may pause us after the answer ended
-                self.resume_reading()
-        if scanner.error is None or scanner.status:
-            self.in_trans = bool(scanner.status & C.STATUS_IN_TRANS)
-        elif scanner.error.code in _TXN_ROLLED_BACK:
-            self.in_trans = False
-        # else: an ERR carries no status; the transaction (if any) goes on, as MariaDB keeps it
-        if scanner.error is None:
-            self.autocommit = bool(scanner.status & C.STATUS_AUTOCOMMIT) or scanner.status == 0 and self.autocommit
-        return scanner
 
-    def _time_out(self, fut: asyncio.Future, timeout: float) -> None:
-        """The bound is on backend silence: a long answer still flowing, or held back by a slow
-        client, is not cut off; a backend that sends nothing for a whole period is."""
-        if fut.done():
-            return
-        if self._rx or self._paused:
+    # -- the silence watchdog -----------------------------------------------------------------
+    def _watch(self, timeout: float) -> None:
+        """Bound the command just sent. One timer serves a run of commands (no timer per query): it
+        looks WATCH_STEPS times per period and fails a command the backend has been silent on for a
+        whole period. A long answer still flowing, or held back by a slow client, is never cut off."""
+        self._timeout = timeout
+        self._cmd_seq += 1
+        if self._timer is None:
+            self._silent = 0.0
             self._rx = False
-            self._timer = asyncio.get_running_loop().call_later(timeout, self._time_out, fut, timeout)
-            return
-        fut.set_exception(BackendUnavailable(f"dbGroup[{self.group.name}] did not answer within {timeout:g}s"))
+            self._watch_seq = self._cmd_seq
+            self._timer = self._loop.call_later(timeout / WATCH_STEPS, self._look)
+
+    def _look(self) -> None:
+        self._timer = None
+        if self._scanner is None or self.broken:
+            return  # idle: the watchdog sleeps until the next command
+        step = self._timeout / WATCH_STEPS
+        if self._rx or self._paused or self._watch_seq != self._cmd_seq:
+            self._silent = 0.0
+        else:
+            self._silent += step
+            if self._silent >= self._timeout * 0.999:
+                self._fail(BackendUnavailable(f"dbGroup[{self.group.name}] did not answer within "
+                                              f"{self._timeout:g}s"))
+                return
+        self._rx = False
+        self._watch_seq = self._cmd_seq
+        self._timer = self._loop.call_later(step, self._look)
 
     async def query(self, sql: str, timeout: float, *, collect: bool = True) -> ResponseScanner:
         """Run SQL for pydble itself; raise BackendError if it fails."""

@@ -156,6 +156,22 @@ class Executor:
                 raise e
             raise BackendUnavailable(f"{sql} failed: {e}")
 
+    def fast_conn(self, node: str) -> BackendConnection | None:
+        """A connection for node that can take a command right now with no round trip first (the
+        transaction's pinned one, or an idle pooled one already in the session's state), else None."""
+        s = self.session
+        if s.explicit_txn or not s.autocommit:
+            conn = self.pinned.get(node)
+            if (conn is None or conn.broken or self.broken_txn is not None or conn.vars != s.vars
+                    or conn.autocommit != s.autocommit or (s.explicit_txn and not conn.in_trans)):
+                return None
+            return conn
+        conn = self.server.backends.take_idle(node, s.format_flags)
+        if conn is not None and (conn.vars != s.vars or not conn.autocommit):
+            self.server.backends.release(node, conn)
+            return None
+        return conn
+
     async def commit_all(self) -> None:
         """COMMIT on every node this transaction touched (each node commits on its own)."""
         self._committing = True

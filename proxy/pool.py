@@ -27,13 +27,16 @@ class GroupPool:
         self._waiters: deque[asyncio.Future] = deque()
         self.closed = False
 
-    def _pop_idle(self, flags: int, database: str | None) -> BackendConnection | None:
+    def _pop_idle(self, flags: int, database: str | None, exact: bool = False) -> BackendConnection | None:
+        """An idle connection for (flags, database); unless exact, one of another database will do."""
         lst = self.idle.get((flags, database))
         while lst:
             conn = lst.pop()
             if not conn.broken:
                 return conn
             self.total -= 1
+        if exact:
+            return None
         for (f, _db), lst in self.idle.items():
             if f != flags:
                 continue
@@ -59,18 +62,23 @@ class GroupPool:
         """A connection with the given format flags, waiting (bounded) when max_con are in use."""
         if self.closed:
             raise BackendUnavailable(f"dbGroup[{self.group.name}] pool is closed")
-        conn = self._pop_idle(flags, database)
+        # Same database first; below max_con a new connection beats reusing one of another database,
+        # which would cost a COM_INIT_DB round trip on every switch between shardingNodes.
+        conn = self._pop_idle(flags, database, exact=self.total < self.group.max_con)
         if conn is not None:
             self.in_use += 1
+            conn.leased = True
             return conn
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.acquire_timeout_s
         while True:
-            conn = self._pop_idle(flags, database)
+            below = self.total < self.group.max_con
+            conn = self._pop_idle(flags, database, exact=below)
             if conn is not None:
                 self.in_use += 1
+                conn.leased = True
                 return conn
-            if self.total < self.group.max_con or self._drop_one_idle():
+            if below or self._drop_one_idle():
                 self.total += 1
                 try:
                     conn = await open_connection(self.group, flags, database)
@@ -79,6 +87,7 @@ class GroupPool:
                     self._wake()
                     raise
                 self.in_use += 1
+                conn.leased = True
                 return conn
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -95,7 +104,11 @@ class GroupPool:
                     self._waiters.remove(fut)
 
     def release(self, conn: BackendConnection) -> None:
-        """Give a connection back; broken or busy ones are closed instead."""
+        """Give a connection back; broken or busy ones are closed instead. Twice is once (a session
+        torn down while a command is in flight may release it from both ends)."""
+        if not conn.leased:
+            return
+        conn.leased = False
         self.in_use -= 1
         if conn.broken or conn.busy or self.closed or conn.in_trans:
             if not conn.broken:
@@ -135,6 +148,7 @@ class Backends:
         # a session waits for a free connection at most twice the connect bound (10 s by default)
         self.pools = {name: GroupPool(g, acquire_timeout_s=2 * g.connect_timeout_s)
                       for name, g in config.db_groups.items()}
+        self._nodes = {name: (self.pools[sn.db_group], sn.database) for name, sn in config.sharding_nodes.items()}
 
     def pool_of(self, node: str) -> GroupPool:
         """The pool of a shardingNode's dbGroup."""
@@ -156,6 +170,17 @@ class Backends:
             except ProxyError as e:
                 pool.release(conn)
                 raise BackendUnavailable(f"shardingNode[{node}] database {sn.database}: {e.message}") from None
+        return conn
+
+    def take_idle(self, node: str, flags: int) -> BackendConnection | None:
+        """An idle connection already on the node's database, or None: never waits, never connects."""
+        pool, database = self._nodes[node]
+        if pool.closed:
+            return None
+        conn = pool._pop_idle(flags, database, exact=True)
+        if conn is not None:
+            pool.in_use += 1
+            conn.leased = True
         return conn
 
     def release(self, node: str, conn: BackendConnection) -> None:

@@ -10,11 +10,13 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from meta.errors import (AccessDenied, BackendError, DbAccessDenied, NoDatabaseSelected, NotSupported, ParseError,
-                         ProxyError, UnknownCommand)
+from meta.errors import (AccessDenied, BackendError, BackendUnavailable, DbAccessDenied, NoDatabaseSelected,
+                         NotSupported, ParseError, ProxyError, UnknownCommand)
 
 from . import local
-from .executor import Executor
+from .backend import BackendConnection
+from .ddl import require_meta
+from .executor import Executor, _com_query, _on_node as on_node
 from .log import REQUEST_ID
 from .prepared import COMMANDS as STMT_COMMANDS, PreparedStatements
 from .protocol import constants as C
@@ -50,6 +52,8 @@ class ClientProtocol(asyncio.Protocol):
         self.framer = PacketFramer(max_payload=server.max_packet)
         self.session: Session | None = None
         self._wakeup: asyncio.Future | None = None
+        self.busy = False        # a command served by the fast path is in flight
+        self.pending: tuple[int, bytes] | None = None  # a packet the fast path took and handed back
         self.closed = False
         self.write_paused = False
         self._drain_waiters: list[asyncio.Future] = []
@@ -72,8 +76,24 @@ class ClientProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.framer.feed(data)
+        if self.busy:
+            return  # the fast command in flight looks at the rest when it ends
         w = self._wakeup
         if w is not None and not w.done():
+            s = self.session
+            if s is not None and s.ready and s.fast_command():
+                return
+            w.set_result(None)
+
+    def kick(self) -> None:
+        """A fast command ended: serve what the client sent meanwhile, fast or by waking the task."""
+        self.busy = False
+        w = self._wakeup
+        if w is None or w.done():
+            return
+        if not self.closed and self.framer.buffered and self.session is not None and self.session.fast_command():
+            return
+        if self.closed or self.pending is not None or self.framer.buffered:
             w.set_result(None)
 
     def eof_received(self) -> bool:
@@ -121,6 +141,9 @@ class ClientProtocol(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
+            if self.pending is not None:
+                pkt, self.pending = self.pending, None
+                return pkt
             for pkt in self.framer.packets():
                 return pkt
             if self.closed:
@@ -165,6 +188,10 @@ class Session:
         self.warnings: list[tuple[str, int, str]] = []  # pydble's own warnings for SHOW WARNINGS
         self.requests = 0        # COM_QUERYs so far: with conn_id, the request id in the logs
         self.route = "local"     # how the last statement was served: local | single | multi | ddl
+        self.ready = False       # logged in: the fast path may serve commands from the data callback
+        self._fast_conn: BackendConnection | None = None
+        self._fast_node = ""
+        self._fast_started = 0.0
         self.peer = "?"
         self.log = log.bind(session=self.conn_id)
         self.executor = Executor(self)
@@ -185,6 +212,7 @@ class Session:
             self.peer = peer[0] if peer else "?"
             if not await self.handshake():
                 return
+            self.ready = type(self) is Session  # subclasses (the manager port) dispatch their own way
             while True:
                 pkt = await self.client.next_packet()
                 if pkt is None:
@@ -209,6 +237,103 @@ class Session:
             self.executor.abort_all()
             self.client.close()
             self.server.untrack(self)
+
+    # -- the fast path --------------------------------------------------------------------------
+    def fast_command(self) -> bool:
+        """Serve the next command from the data callback if it is a plain statement for one node with a
+        connection ready for it: no task switch, no future, no timer per query (the sysbench point
+        select). False hands the packet to the task, which does everything else the slow, general way.
+        Also True when no complete packet is there yet."""
+        client = self.client
+        pkt = None
+        try:
+            for pkt in client.framer.packets():
+                break
+        except ProtocolError:
+            return False  # the task reads it again and answers the error
+        if pkt is None:
+            return True
+        payload = pkt[1]
+        if payload[:1] != b"\x03" or not self._fast_query(payload):
+            client.pending = pkt
+            return False
+        return True
+
+    def _fast_query(self, payload: bytes) -> bool:
+        sql = payload[1:].decode("utf-8", "surrogateescape")
+        if ";" in sql:
+            return False
+        kw = first_keyword(sql)
+        if kw == "SELECT":
+            low = sql.lower()
+            # local probes (no FROM) and DATABASE() substitution are the task's business
+            if " from " not in low or "database" in low or "schema(" in low:
+                return False
+        elif kw not in ("INSERT", "UPDATE", "DELETE", "REPLACE"):
+            return False
+        try:
+            plan = self.server.router.route(sql, self.schema)
+            if len(plan.targets) != 1 or plan.kind == "ddl" or (self.read_only and plan.is_write):
+                return False
+            if not plan.hint and plan.kind in ("select", "insert", "replace", "update", "delete"):
+                require_meta(self.server, plan)
+        except ProxyError:
+            return False  # the task plans it again and answers the error
+        target = plan.targets[0]
+        ex = self.executor
+        conn = ex.fast_conn(target.node)
+        if conn is None:
+            return False
+        self.warnings = []
+        self.requests += 1
+        self.route = "single"
+        self._fast_started = time.perf_counter()
+        self._fast_conn = conn
+        self._fast_node = target.node
+        ex.last_node = target.node
+        ex.streaming.add(conn)
+        client = self.client
+        if client.write_paused:
+            conn.pause_reading()
+        client.busy = True
+        # the client's own packet goes on unchanged when the router did not rewrite the statement
+        packet = frame(0, payload) if target.sql == sql else _com_query(target.sql)
+        try:
+            conn.start(packet, sink=client, timeout=self.server.backends.timeout_s, on_done=self._fast_done)
+        except ProxyError:
+            client.busy = False
+            ex.streaming.discard(conn)
+            self._fast_conn = None
+            ex._done_with(target.node, conn)
+            return False
+        return True
+
+    def _fast_done(self, sc: object, exc: ProxyError | None) -> None:
+        """The backend's answer has been relayed (or failed): release, count, go on with the client."""
+        conn, node = self._fast_conn, self._fast_node
+        self._fast_conn = None
+        client = self.client
+        try:
+            ex = self.executor
+            if conn is not None:
+                ex.streaming.discard(conn)
+                ex._done_with(node, conn)
+            if exc is not None:
+                if conn is not None and conn.relayed_any:
+                    client.close()  # half an answer was sent; the client must not trust it
+                else:
+                    e = on_node(node, exc) if isinstance(exc, BackendUnavailable) else exc
+                    client.write(frame(1, err_packet(e.code, e.sqlstate, e.message)))
+            else:
+                ok = sc.ok  # type: ignore[attr-defined]
+                if ok is not None and ok.last_insert_id:
+                    self.last_insert_id = ok.last_insert_id
+            self.server.metrics.observe("single", self._fast_started)
+        except Exception:  # noqa: BLE001 - never leave the client waiting on a bug here
+            self.log.exception("fast path completion failed")
+            client.close()
+        finally:
+            client.kick()
 
     # -- login ----------------------------------------------------------------------------------
     async def handshake(self) -> bool:

@@ -1,0 +1,301 @@
+"""Point-select QPS through pydble against direct MariaDB, in the same run (issue 2, Done means 8).
+
+sysbench 1.0 `oltp_point_select --db-ps-mode=disable` (plain COM_QUERY `SELECT c FROM sbtest1 WHERE
+id=N`) with 8 threads, alternating direct and proxy runs so both see the same machine. Through the
+proxy, sbtest1 is a sharding table (hash on id over dn1..dn4, four databases of one MariaDB server);
+direct, it is one unsharded table of the same server. Prints each run's QPS, the CPU the proxy and
+MariaDB used, and the best and median ratio proxy/direct (target >= 0.5 on a 2-core machine).
+
+    python3 bench/point_select.py [--time 10] [--rounds 3] [--threads 8] [--table-size 10000]
+                                  [--workers 1] [--mysql-port 3306] [--profile out.txt]
+
+Without --mysql-port it starts a private MariaDB server with the test harness (temporary datadir,
+free port) and removes it at the end; with --mysql-port it uses that server on 127.0.0.1 as root
+(empty password unless --mysql-password) and drops its benchmark databases at the end.
+--workers N runs N proxy processes on the same port (SO_REUSEPORT; the kernel spreads connections).
+--profile FILE records the proxy with py-spy during one extra proxy run and writes a flat profile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+for p in (REPO_ROOT, REPO_ROOT / "tests"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+import pymysql  # noqa: E402
+
+from harness import MariaDBServer, ProxyProcess, free_port  # noqa: E402
+
+SHARDS = ("sb_dn1", "sb_dn2", "sb_dn3", "sb_dn4")
+DIRECT_DB = "sb_direct"
+TARGET = 0.5
+_QPS_RE = re.compile(r"queries:\s+\d+\s+\(([\d.]+) per sec\.\)")
+_ERR_RE = re.compile(r"ignored errors:\s+(\d+)")
+
+
+@dataclass
+class Run:
+    """One sysbench run and the CPU seconds each process used meanwhile."""
+
+    target: str
+    qps: float
+    errors: int
+    seconds: float
+    cpu: dict[str, float]
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (and its reaped children are not counted)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def loadavg() -> str:
+    """The 1/5/15-minute load averages, as `uptime` shows them."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+class Bench:
+    """The servers, the data and the runs."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.server: MariaDBServer | None = None
+        self.proxies: list[ProxyProcess] = []
+        self.port = args.mysql_port
+        self.mysqld_pid: int | None = None
+
+    # -- set-up ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start (or find) MariaDB, load the data, start the proxy worker(s)."""
+        if self.port is None:
+            self.server = MariaDBServer("bench-point-select")
+            self.server.start()
+            self.port = self.server.port
+            self.mysqld_pid = self.server.pid
+        else:
+            self.mysqld_pid = self._find_mysqld(self.port)
+        self._prepare()
+        self._start_proxies()
+
+    def _find_mysqld(self, port: int) -> int | None:
+        """The pid of the mariadbd listening on port (for its CPU figures), if we may see it."""
+        out = subprocess.run(["ss", "-Hltnp", f"sport = :{port}"], capture_output=True, text=True).stdout
+        m = re.search(r"pid=(\d+)", out)
+        return int(m.group(1)) if m else None
+
+    def _connect(self, db: str | None = None) -> Any:
+        return pymysql.connect(host="127.0.0.1", port=self.port, user="root", password=self.args.mysql_password,
+                               database=db, autocommit=True)
+
+    def _prepare(self) -> None:
+        """sbtest1 in the direct database by sysbench itself, then split by id mod 4 into the shards."""
+        conn = self._connect()
+        with conn.cursor() as cur:
+            for db in (DIRECT_DB, *SHARDS):
+                cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+                cur.execute(f"CREATE DATABASE `{db}`")
+        subprocess.run(["sysbench", "oltp_point_select", *self._common(), *self._direct(), "prepare"],
+                       check=True, capture_output=True, text=True)
+        with conn.cursor() as cur:
+            cur.execute(f"SHOW CREATE TABLE `{DIRECT_DB}`.sbtest1")
+            ddl = cur.fetchone()[1]
+            for i, db in enumerate(SHARDS):
+                cur.execute(f"USE `{db}`")
+                cur.execute(ddl)
+                cur.execute(f"INSERT INTO `{db}`.sbtest1 SELECT * FROM `{DIRECT_DB}`.sbtest1 WHERE id % 4 = {i}")
+        conn.close()
+
+    def _config(self, port: int, manager_port: int, instance: str) -> dict[str, Any]:
+        return {
+            "server": {"instance": instance, "bind": "127.0.0.1", "port": port, "manager_port": manager_port,
+                       "reuse_port": self.args.workers > 1},
+            "users": [{"name": "sbtest", "password": "sbtest", "schemas": ["sbtest"]}],
+            "manager_users": [{"name": "root", "password": "111111"}],
+            "db_groups": {"g1": {"host": "127.0.0.1", "port": self.port, "user": "root",
+                                 "password": self.args.mysql_password, "max_con": 64}},
+            "sharding_nodes": {f"dn{i + 1}": {"db_group": "g1", "database": db} for i, db in enumerate(SHARDS)},
+            "functions": {"hash-four": {"type": "hash", "partition_count": [4], "partition_length": [1]}},
+            "schemas": {"sbtest": {"tables": {"sbtest1": {"type": "sharding", "nodes": ["dn1", "dn2", "dn3", "dn4"],
+                                                          "function": "hash-four", "column": "id"}}}},
+        }
+
+    def _start_proxies(self) -> None:
+        port = free_port()
+        for w in range(self.args.workers):
+            cfg = self._config(port, free_port(), f"bench-{w}")
+            if self.args.workers == 1:
+                cfg["server"].pop("reuse_port")
+            p = ProxyProcess(cfg, name=f"bench-proxy-{w}")
+            p.start()
+            self.proxies.append(p)
+        self.proxy_port = port
+
+    def stop(self) -> None:
+        """Stop the proxies and the private server, or drop the databases on a shared one."""
+        for p in self.proxies:
+            p.cleanup()
+        if self.server is not None:
+            self.server.cleanup()
+        elif self.port is not None and not self.args.keep:
+            conn = self._connect()
+            with conn.cursor() as cur:
+                for db in (DIRECT_DB, *SHARDS):
+                    cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+            conn.close()
+
+    # -- runs ------------------------------------------------------------------------------------
+    def _common(self) -> list[str]:
+        a = self.args
+        return ["--db-driver=mysql", "--mysql-host=127.0.0.1", "--tables=1", f"--table-size={a.table_size}",
+                "--rand-type=uniform"]
+
+    def _direct(self) -> list[str]:
+        return [f"--mysql-port={self.port}", "--mysql-user=root", f"--mysql-password={self.args.mysql_password}",
+                f"--mysql-db={DIRECT_DB}"]
+
+    def _via_proxy(self) -> list[str]:
+        return [f"--mysql-port={self.proxy_port}", "--mysql-user=sbtest", "--mysql-password=sbtest",
+                "--mysql-db=sbtest"]
+
+    def _pids(self) -> dict[str, int]:
+        pids = {f"proxy{i}": p.pid for i, p in enumerate(self.proxies) if p.pid}
+        if self.mysqld_pid:
+            pids["mariadb"] = self.mysqld_pid
+        return pids
+
+    def run(self, target: str, seconds: float) -> Run:
+        """One sysbench run against 'direct' or 'proxy'."""
+        conn = self._direct() if target == "direct" else self._via_proxy()
+        pids = self._pids()
+        before = {k: cpu_seconds(v) for k, v in pids.items()}
+        started = time.monotonic()
+        out = subprocess.run(["sysbench", "oltp_point_select", *self._common(), *conn, "--db-ps-mode=disable",
+                              f"--threads={self.args.threads}", f"--time={seconds:g}", "--report-interval=0",
+                              "run"], capture_output=True, text=True)
+        elapsed = time.monotonic() - started
+        if out.returncode != 0:
+            raise SystemExit(f"sysbench against {target} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+        cpu = {k: (cpu_seconds(v) - before[k]) / elapsed for k, v in pids.items()}
+        qps = float(_QPS_RE.search(out.stdout).group(1))  # type: ignore[union-attr]
+        m = _ERR_RE.search(out.stdout)
+        return Run(target, qps, int(m.group(1)) if m else 0, elapsed, cpu)
+
+    def profile(self, path: str) -> None:
+        """py-spy over one proxy run: a flat profile of where the proxy's time goes."""
+        if shutil.which("py-spy") is None:
+            print("py-spy not found; no profile")
+            return
+        raw = Path(path).with_suffix(".raw")
+        spy = subprocess.Popen(["py-spy", "record", "-f", "raw", "-o", str(raw), "-r", "200", "--nonblocking",
+                                "-p", str(self.proxies[0].pid)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(1.0)
+        try:
+            self.run("proxy", self.args.time)
+        finally:
+            spy.send_signal(2)
+            spy.wait(30)
+        Path(path).write_text(flat_profile(raw.read_text()))
+        print(f"profile written to {path} (raw stacks in {raw})")
+
+
+def flat_profile(raw: str, top: int = 40) -> str:
+    """Self and inclusive sample shares per function from py-spy's raw (collapsed) stacks."""
+    total = 0
+    own: dict[str, int] = {}
+    incl: dict[str, int] = {}
+    for line in raw.splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack:
+            continue
+        count = int(n)
+        total += count
+        frames = stack.split(";")
+        own[frames[-1]] = own.get(frames[-1], 0) + count
+        for f in set(frames):
+            incl[f] = incl.get(f, 0) + count
+    lines = [f"{total} samples", "", "self%  incl%  function"]
+    for f, c in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"{100 * c / total:5.1f}  {100 * incl[f] / total:5.1f}  {f}")
+    lines += ["", "by inclusive share:", "incl%  function"]
+    for f, c in sorted(incl.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"{100 * c / total:5.1f}  {f}")
+    return "\n".join(lines) + "\n"
+
+
+def report(runs: Sequence[Run], args: argparse.Namespace) -> float:
+    """Print every run and the ratios; return the median ratio."""
+    print(f"\n{'round':>5} {'target':<7} {'qps':>10} {'errors':>6}  cpu (cores)")
+    pairs = []
+    for i in range(0, len(runs), 2):
+        d, p = sorted(runs[i:i + 2], key=lambda r: r.target)  # direct, proxy
+        pairs.append((d, p))
+        for r in (d, p):
+            cpu = "  ".join(f"{k} {v:.2f}" for k, v in sorted(r.cpu.items()))
+            print(f"{i // 2 + 1:>5} {r.target:<7} {r.qps:>10.0f} {r.errors:>6}  {cpu}")
+    ratios = [p.qps / d.qps for d, p in pairs]
+    direct = [d.qps for d, _ in pairs]
+    proxy = [p.qps for _, p in pairs]
+    med = statistics.median(ratios)
+    print(f"\ndirect qps: best {max(direct):.0f}, median {statistics.median(direct):.0f}")
+    print(f"proxy  qps: best {max(proxy):.0f}, median {statistics.median(proxy):.0f}")
+    print(f"ratio proxy/direct per round: {', '.join(f'{r:.3f}' for r in ratios)}")
+    print(f"ratio best {max(ratios):.3f}, median {med:.3f} (target >= {TARGET})")
+    print(f"threads {args.threads}, {args.time:g} s per run, table {args.table_size} rows, "
+          f"{args.workers} proxy worker(s), load average now {loadavg()}")
+    return med
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--time", type=float, default=10.0, help="seconds per sysbench run")
+    ap.add_argument("--rounds", type=int, default=3, help="direct+proxy pairs, order alternating")
+    ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--table-size", type=int, default=10000)
+    ap.add_argument("--workers", type=int, default=1, help="proxy processes sharing the port (SO_REUSEPORT)")
+    ap.add_argument("--mysql-port", type=int, help="use this MariaDB on 127.0.0.1 instead of a private one")
+    ap.add_argument("--mysql-password", default="")
+    ap.add_argument("--keep", action="store_true", help="keep the benchmark databases on --mysql-port")
+    ap.add_argument("--profile", metavar="FILE", help="also record the proxy with py-spy into FILE")
+    ap.add_argument("--warmup", type=float, default=2.0, help="seconds of unmeasured runs first")
+    args = ap.parse_args(argv)
+    if shutil.which("sysbench") is None:
+        print("sysbench is not installed (apt-get install sysbench)", file=sys.stderr)
+        return 2
+    b = Bench(args)
+    try:
+        b.start()
+        print(f"load average before: {loadavg()}")
+        if args.warmup:
+            b.run("direct", args.warmup)
+            b.run("proxy", args.warmup)
+        runs: list[Run] = []
+        for i in range(args.rounds):
+            order = ("direct", "proxy") if i % 2 == 0 else ("proxy", "direct")
+            for target in order:
+                r = b.run(target, args.time)
+                print(f"  {target:<6} {r.qps:>8.0f} qps", flush=True)
+                runs.append(r)
+        report(runs, args)
+        if args.profile:
+            b.profile(args.profile)
+    finally:
+        b.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
