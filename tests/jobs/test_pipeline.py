@@ -113,20 +113,20 @@ def test_unconfigured_tables_are_refused_before_spark_starts(pipeline_proxy: Pro
 @needs_jvm
 def test_pipeline_end_to_end(pipeline_proxy: ProxyProcess, spark: Any, backends: list[Any]) -> None:
     out = io.StringIO()
-    report = run(Options(str(pipeline_proxy.config_path), rows=5000, partitions=4), out=out, spark=spark)
+    report = run(Options(str(pipeline_proxy.config_path), rows=2000, partitions=2), out=out, spark=spark)
     text = out.getvalue()
     assert report.ok, text
     assert [s.name for s in report.stages] == ["source", "create", "load", "read", "aggregate", "publish", "verify"]
     for i in range(1, 8):
         assert f"[{i}/7]" in text
     assert text.rstrip().endswith("pipeline: OK")
-    assert {n.node: n.actual for n in report.nodes} == {"dn1": 1250, "dn2": 1250, "dn3": 1250, "dn4": 1250}
+    assert {n.node: n.actual for n in report.nodes} == {"dn1": 500, "dn2": 500, "dn3": 500, "dn4": 500}
     assert report.global_copies == {n: 8 for n in NODES}
     # the backends agree, read without the pipeline's help
     by_node = {"dn1": (0, "db1"), "dn2": (1, "db1"), "dn3": (0, "db2"), "dn4": (1, "db2")}
     for node, (i, db) in by_node.items():
         assert backends[i].query("SELECT COUNT(*) FROM orders WHERE id MOD 4 <> %s", db, (NODES.index(node),)) == [(0,)]
-        assert backends[i].query("SELECT SUM(orders) FROM orders_by_region", db) == [(5000,)]
+        assert backends[i].query("SELECT SUM(orders) FROM orders_by_region", db) == [(2000,)]
     ddl = backends[0].query("SHOW CREATE TABLE orders", "db1")[0][1]
     assert "`amount` decimal(12,2) NOT NULL" in ddl and "`note` varchar(255) DEFAULT NULL" in ddl
     assert "PRIMARY KEY (`id`)" in ddl
