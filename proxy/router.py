@@ -962,6 +962,7 @@ class Router:
         self.cache_size = cache_size
         self._cache: dict[tuple[str | None, str], _Analysis] = {}
         self._tables: dict[tuple[str, str], _Table] = {}
+        self._points: dict[tuple[str, str, str], Any] = {}   # point_read's table entries
         self._schema_names = {name.lower(): name for name in config.schemas}
 
     # -- public ------------------------------------------------------------------------------------
@@ -973,12 +974,9 @@ class Router:
             if real is None:
                 raise UnknownDatabase(f"Unknown database '{schema}'")
             schema = real
-        if schema is not None and len(sql) < 200:
-            m = _FAST_SELECT.match(sql)
-            if m is not None:
-                plan = self._fast_select(m, sql, schema)
-                if plan is not None:
-                    return plan
+        point = self.point_read(sql, schema)
+        if point is not None:
+            return Plan("select", (Target(point[0], sql),), False, (point[1],))
         toks = tokenize(sql)
         if ";" in sql:
             while toks and toks[-1][1] == ";" and toks[-1][0] == "o":
@@ -1014,30 +1012,53 @@ class Router:
             raise ParseError("You have an error in your SQL syntax: the statement nests parentheses or "
                              "subqueries too deeply to route") from None
 
-    def _fast_select(self, m: re.Match[str], sql: str, schema: str) -> Plan | None:
-        """`SELECT cols FROM t WHERE key = <integer>`, the commonest OLTP read, planned without tokenizing.
+    def point_read(self, sql: str, schema: str | None) -> tuple[str, tuple[str, str]] | None:
+        """(node, (schema, table)) for `SELECT cols FROM t WHERE key = <integer>`, the commonest OLTP read,
+        planned without tokenizing; None for anything else (the full planner then decides, errors too).
 
-        Only the answer the full planner would give; anything unusual returns None and takes the
-        full path (which also produces the errors)."""
+        Only the answer the full planner would give: one unqualified table, its sharding column (or a
+        single, default-node or global table), a plain integer."""
+        if schema is None or len(sql) >= 200:
+            return None
+        m = _FAST_SELECT.match(sql)
+        if m is None:
+            return None
+        name, col, value = m.group("t", "c", "v")
+        key = (schema, name, col)
+        hit = self._points.get(key)
+        if hit is None:
+            hit = self._point_entry(schema, name, col)
+            if len(self._points) >= self.cache_size:
+                self._points.clear()
+            self._points[key] = hit
+        if hit is False:
+            return None
+        nodes, fn, table = hit
+        if fn is None:
+            return nodes[0], table
         try:
-            t = self._resolve([m.group("t")], schema)
+            idx = fn.partition(int(value))
+        except (ProxyError, ValueError):
+            return None
+        if not 0 <= idx < len(nodes):
+            return None
+        return nodes[idx], table
+
+    def _point_entry(self, schema: str, name: str, col: str) -> Any:
+        """What point_read needs of a table: (nodes, function or None, (schema, table)), or False."""
+        if schema not in self.config.schemas:
+            return False
+        try:
+            t = self._resolve([name], schema)
         except ProxyError:
-            return None
+            return False
         if t.type == "sharding":
-            if t.fn is None or t.column is None or m.group("c").lower() != t.column.lower():
-                return None
-            try:
-                idx = t.fn.partition(int(m.group("v")))
-            except (ProxyError, ValueError):
-                return None
-            if not 0 <= idx < len(t.nodes):
-                return None
-            node = t.nodes[idx]
-        elif t.type in ("single", "default", "global"):
-            node = t.nodes[0]
-        else:
-            return None
-        return Plan("select", (Target(node, sql),), False, ((t.schema, t.name),))
+            if t.fn is None or t.column is None or col.lower() != t.column.lower():
+                return False
+            return t.nodes, t.fn, (t.schema, t.name)
+        if t.type in ("single", "default", "global"):
+            return t.nodes, None, (t.schema, t.name)
+        return False
 
     # -- tables ------------------------------------------------------------------------------------
 

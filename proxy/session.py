@@ -75,15 +75,28 @@ class ClientProtocol(asyncio.Protocol):
         self.server.metrics.connections.inc()
 
     def data_received(self, data: bytes) -> None:
-        self.framer.feed(data)
         if self.busy:
+            self.framer.feed(data)
             return  # the fast command in flight looks at the rest when it ends
         w = self._wakeup
-        if w is not None and not w.done():
-            s = self.session
-            if s is not None and s.ready and s.fast_command():
+        if w is None or w.done():
+            self.framer.feed(data)
+            return
+        s = self.session
+        if s is not None and s.ready:
+            n = len(data)
+            if (n >= 5 and not self.framer.buffered and data[0] | data[1] << 8 | data[2] << 16 == n - 4
+                    and n - 4 < min(0xFFFFFF, self.framer.max_payload)):
+                # exactly one whole packet and nothing before it: hand the bytes over as they are
+                if not s.fast_command(data):
+                    w.set_result(None)  # the task takes it from `pending`
                 return
-            w.set_result(None)
+            self.framer.feed(data)
+            if s.fast_command():
+                return
+        else:
+            self.framer.feed(data)
+        w.set_result(None)
 
     def kick(self) -> None:
         """A fast command ended: serve what the client sent meanwhile, fast or by waking the task."""
@@ -239,49 +252,63 @@ class Session:
             self.server.untrack(self)
 
     # -- the fast path --------------------------------------------------------------------------
-    def fast_command(self) -> bool:
+    def fast_command(self, data: bytes | None = None) -> bool:
         """Serve the next command from the data callback if it is a plain statement for one node with a
         connection ready for it: no task switch, no future, no timer per query (the sysbench point
         select). False hands the packet to the task, which does everything else the slow, general way.
-        Also True when no complete packet is there yet."""
+        Also True when no complete packet is there yet. data: the bytes just received when they are
+        exactly one whole packet and nothing else is buffered (the common case skips the framer)."""
         client = self.client
-        pkt = None
-        try:
-            for pkt in client.framer.packets():
-                break
-        except ProtocolError:
-            return False  # the task reads it again and answers the error
-        if pkt is None:
-            return True
-        payload = pkt[1]
-        if payload[:1] != b"\x03" or not self._fast_query(payload):
+        if data is not None:
+            pkt: tuple[int, bytes] | None = (data[3], data[4:])
+        else:
+            pkt = None
+            try:
+                for pkt in client.framer.packets():
+                    break
+            except ProtocolError:
+                return False  # the task reads it again and answers the error
+            if pkt is None:
+                return True
+        payload = pkt[1]  # type: ignore[index]
+        if payload[:1] != b"\x03" or not self._fast_query(payload, data):
             client.pending = pkt
             return False
         return True
 
-    def _fast_query(self, payload: bytes) -> bool:
+    def _fast_query(self, payload: bytes, packet: bytes | None) -> bool:
         sql = payload[1:].decode("utf-8", "surrogateescape")
         if ";" in sql:
             return False
-        kw = first_keyword(sql)
-        if kw == "SELECT":
-            low = sql.lower()
-            # local probes (no FROM) and DATABASE() substitution are the task's business
-            if " from " not in low or "database" in low or "schema(" in low:
+        server = self.server
+        point = server.router.point_read(sql, self.schema)
+        if point is not None:
+            node, (schema, table) = point
+            if server.config.table(schema, table) is not None and server.registry.get(schema, table) is None:
+                return False  # no metadata: the task answers 3009
+        else:
+            head = sql[:6].upper()
+            kw = head if head in ("SELECT", "INSERT", "UPDATE", "DELETE") else first_keyword(sql)
+            if kw == "SELECT":
+                low = sql.lower()
+                # local probes (no FROM) and DATABASE() substitution are the task's business
+                if " from " not in low or "database" in low or "schema(" in low:
+                    return False
+            elif kw not in ("INSERT", "UPDATE", "DELETE", "REPLACE"):
                 return False
-        elif kw not in ("INSERT", "UPDATE", "DELETE", "REPLACE"):
-            return False
-        try:
-            plan = self.server.router.route(sql, self.schema)
-            if len(plan.targets) != 1 or plan.kind == "ddl" or (self.read_only and plan.is_write):
-                return False
-            if not plan.hint and plan.kind in ("select", "insert", "replace", "update", "delete"):
-                require_meta(self.server, plan)
-        except ProxyError:
-            return False  # the task plans it again and answers the error
-        target = plan.targets[0]
+            try:
+                plan = server.router.route(sql, self.schema)
+                if len(plan.targets) != 1 or plan.kind == "ddl" or (self.read_only and plan.is_write):
+                    return False
+                if not plan.hint and plan.kind in ("select", "insert", "replace", "update", "delete"):
+                    require_meta(server, plan)
+            except ProxyError:
+                return False  # the task plans it again and answers the error
+            node = plan.targets[0].node
+            if plan.targets[0].sql != sql:
+                packet = _com_query(plan.targets[0].sql)
         ex = self.executor
-        conn = ex.fast_conn(target.node)
+        conn = ex.fast_conn(node)
         if conn is None:
             return False
         self.warnings = []
@@ -289,22 +316,23 @@ class Session:
         self.route = "single"
         self._fast_started = time.perf_counter()
         self._fast_conn = conn
-        self._fast_node = target.node
-        ex.last_node = target.node
+        self._fast_node = node
+        ex.last_node = node
         ex.streaming.add(conn)
         client = self.client
         if client.write_paused:
             conn.pause_reading()
         client.busy = True
         # the client's own packet goes on unchanged when the router did not rewrite the statement
-        packet = frame(0, payload) if target.sql == sql else _com_query(target.sql)
+        if packet is None or packet[3] != 0:
+            packet = frame(0, payload)
         try:
-            conn.start(packet, sink=client, timeout=self.server.backends.timeout_s, on_done=self._fast_done)
+            conn.start(packet, sink=client, timeout=server.backends.timeout_s, on_done=self._fast_done)
         except ProxyError:
             client.busy = False
             ex.streaming.discard(conn)
             self._fast_conn = None
-            ex._done_with(target.node, conn)
+            ex._done_with(node, conn)
             return False
         return True
 
