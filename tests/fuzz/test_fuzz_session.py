@@ -45,6 +45,14 @@ def session_settings(ci: int, long: int) -> settings:
 slow_if_long = pytest.mark.slow if is_long() else (lambda f: f)
 
 
+def wire_bytes(text: str) -> bytes:
+    """Text as a client would send it: UTF-8, lone surrogates as the bytes they stand for (or encode to)."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate outside U+DC80..U+DCFF: send its (invalid) UTF-8 form
+        return text.encode("utf-8", "surrogatepass")
+
+
 # -- a raw client, written from the protocol documentation -------------------------------------------
 
 class Closed(Exception):
@@ -219,6 +227,19 @@ def target(fuzz_proxy: Any) -> Iterator[Target]:
     t = Target(p)
     t.new_log()
     yield t
+    drop_fuzz_tables(p)
+
+
+def drop_fuzz_tables(p: Any) -> None:
+    """Leave the shared backends as found: every fz_* table, wherever random DDL and hints put one."""
+    names = ", ".join([*FZ_TABLES, "fz_check"])
+    conn = p.connect()
+    try:
+        with conn.cursor() as cur:
+            for node in ("dn1", "dn2", "dn3", "dn4", "dn5"):
+                cur.execute(f"/*!pydble:shardingNode={node}*/ DROP TABLE IF EXISTS {names}")
+    finally:
+        conn.close()
 
 
 def still_serves(t: Target) -> None:
@@ -329,7 +350,7 @@ def command(draw: st.DrawFn) -> tuple[str, Any]:
     seq = draw(st.one_of(st.just(0), st.integers(0, 255)))
     if form <= 2:
         sql = draw(SQL)
-        return "packet", (seq, b"\x03" + sql.encode("utf-8", "surrogateescape"))
+        return "packet", (seq, b"\x03" + wire_bytes(sql))
     if form == 3:
         return "packet", (seq, bytes((draw(st.integers(0, 255)),)) + draw(st.binary(max_size=40)))
     if form == 4:
@@ -342,7 +363,7 @@ def command(draw: st.DrawFn) -> tuple[str, Any]:
         table = draw(st.sampled_from(["fz_h4", "fz_sing", "fz_dflt", "nosuch", "", "fz_h4\x00", "`fz_h2`",
                                       "information_schema.tables"]) | st.text(max_size=10))
         wild = draw(st.sampled_from([b"", b"\x00", b"\x00%", b"\x00id", b"\x00\xff\xfe"]) | st.binary(max_size=6))
-        return "packet", (seq, b"\x04" + table.encode("utf-8", "surrogateescape") + wild)
+        return "packet", (seq, b"\x04" + wire_bytes(table) + wild)
     if form == 6:
         sql = draw(st.one_of(SQL, st.sampled_from(["SELECT * FROM fz_h4 WHERE id = ?", "SELECT ?, ?",
                                                    "INSERT INTO fz_dflt (id, name) VALUES (?, ?)",
@@ -375,7 +396,7 @@ def run_command(w: Wire, kind: str, arg: Any) -> bool:
         w.send_packet(seq, payload)
         return True
     sql, execute, extra = arg
-    w.send_packet(0, bytes((C.COM_STMT_PREPARE,)) + sql.encode("utf-8", "surrogateescape"))
+    w.send_packet(0, bytes((C.COM_STMT_PREPARE,)) + wire_bytes(sql))
     _, first = w.packet()
     if first[:1] == b"\x00" and len(first) >= 12:  # PREPARE_OK: aim the fuzzed EXECUTE at the real statement
         stmt_id = struct.unpack_from("<I", first, 1)[0]
@@ -458,7 +479,7 @@ def manager_case(t: Target, text: str, raw: bytes | None) -> None:
             if raw is not None:
                 w.send_packet(0, raw)
             else:
-                w.send_packet(0, b"\x03" + text.encode("utf-8", "surrogateescape"))
+                w.send_packet(0, b"\x03" + wire_bytes(text))
             w.send_packet(0, b"\x0e")  # COM_PING: its OK proves the command before it was answered
             while True:
                 _, p = w.packet()
