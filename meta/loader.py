@@ -119,7 +119,7 @@ class _NodeWork:
     """What one node must answer for, and what it answered; mutated only by its own task."""
 
     node: str
-    wants: dict[str, list[Key]] = field(default_factory=dict)      # lower name -> keys
+    wants: dict[str, tuple[Key, ...]] = field(default_factory=dict)  # lower name -> keys
     harvest: list[tuple[str, frozenset[str]]] = field(default_factory=list)  # (schema, configured)
     sql: dict[str, str | None] = field(default_factory=dict)       # lower name -> text / None
     unknown: dict[str, str] = field(default_factory=dict)          # lower name -> reason
@@ -137,7 +137,31 @@ class _Plan:
     default_schemas: dict[str, str]                                # schema -> its default node
 
 
+# Planning a load of tens of thousands of configured tables takes a noticeable time (hundreds of ms
+# on a busy machine) in one event-loop step, so whole-config and whole-schema plans are kept per
+# Config (which is immutable) and each load starts from a copy of the template's wants.
+_PLAN_CACHE: dict[tuple[int, str, str | None], tuple[Config, _Plan]] = {}
+_PLAN_CACHE_MAX = 8
+
+
 def _plan(config: Config, scope: LoadScope) -> _Plan:
+    """The work of a load: which node must answer for which tables, and the countdown units."""
+    if scope.kind == "tables":
+        return _build_plan(config, scope)
+    ck = (id(config), scope.kind, scope.schema)
+    hit = _PLAN_CACHE.get(ck)
+    if hit is not None and hit[0] is config:
+        tmpl = hit[1]
+    else:
+        tmpl = _build_plan(config, scope)
+        if len(_PLAN_CACHE) >= _PLAN_CACHE_MAX:
+            _PLAN_CACHE.clear()
+        _PLAN_CACHE[ck] = (config, tmpl)
+    work = {n: _NodeWork(n, dict(w.wants), list(w.harvest)) for n, w in tmpl.work.items()}
+    return _Plan(scope, work, tmpl.units, tmpl.keys, tmpl.default_schemas)
+
+
+def _build_plan(config: Config, scope: LoadScope) -> _Plan:
     work: dict[str, _NodeWork] = {}
     units: dict[str, set[Unit]] = {}
     keys: dict[Key, tuple[str, tuple[str, ...]]] = {}
@@ -166,8 +190,10 @@ def _plan(config: Config, scope: LoadScope) -> _Plan:
             if only is not None and name not in only:
                 continue
             keys[(s, name)] = (tc.type, tc.nodes)
+            key = (s, name)
             for n in tc.nodes:
-                node(n).wants.setdefault(name, []).append((s, name))
+                wants = node(n).wants
+                wants[name] = wants.get(name, ()) + (key,)
                 su.add((n, CONFIG))
         if sc.default_node is None:
             continue
@@ -179,7 +205,8 @@ def _plan(config: Config, scope: LoadScope) -> _Plan:
         else:
             extra = [t for t in only if t not in configured]
             for t in extra:
-                node(sc.default_node).wants.setdefault(t, []).append((s, t))
+                wants = node(sc.default_node).wants
+                wants[t] = wants.get(t, ()) + ((s, t),)
             if extra:
                 su.add((sc.default_node, DEFAULT))
                 defaults[s] = sc.default_node
@@ -315,7 +342,7 @@ class _Loader:
         for schema, configured in w.harvest:
             for low in actual:
                 if low not in configured:
-                    w.wants.setdefault(low, []).append((schema, low))
+                    w.wants[low] = w.wants.get(low, ()) + ((schema, low),)
         fetch: list[str] = []
         for low in w.wants:
             name = actual.get(low)

@@ -141,3 +141,27 @@ def test_refresh_of_one_table_among_20000_is_cheap() -> None:
 
 async def _load_into(reg: Registry, cfg: Any, backend: FakeBackend) -> None:
     reg.apply(await load_all(cfg, backend=backend))
+
+
+def test_plan_of_a_big_config_is_built_once_and_copied_per_load() -> None:
+    """Planning 10,000 configured tables x 4 nodes is kept per Config; each load gets its own wants."""
+    from meta.loader import LoadScope, _plan
+
+    nodes = ["dn1", "dn2"]
+    cfg = parse_config({
+        "users": [{"name": "t", "password": "x", "schemas": ["b"]}],
+        "manager_users": [{"name": "r", "password": "x"}],
+        "db_groups": {"g1": {"host": "127.0.0.1", "port": 1, "user": "u"}},
+        "sharding_nodes": {n: {"db_group": "g1", "database": n} for n in nodes},
+        "schemas": {"b": {"default_node": "dn1",
+                          "tables": {f"t{i:05d}": {"type": "global", "nodes": nodes} for i in range(10_000)}}},
+    })
+    first = _plan(cfg, LoadScope("all"))
+    t0 = time.process_time()
+    second = _plan(cfg, LoadScope("all"))
+    assert time.process_time() - t0 < 0.02
+    second.work["dn1"].wants["extra"] = (("b", "extra"),)          # what a default-node harvest does
+    assert "extra" not in first.work["dn1"].wants and "extra" not in _plan(cfg, LoadScope("all")).work["dn1"].wants
+    assert second.work["dn2"].wants["t00007"] == (("b", "t00007"),)
+    assert _plan(cfg, LoadScope("tables", tables=frozenset({("b", "t00001")}))).work["dn1"].wants == \
+        {"t00001": (("b", "t00001"),)}
