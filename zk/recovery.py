@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING
 
 import structlog
-from kazoo.exceptions import BadVersionError, NodeExistsError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from .cluster import SAFETY_POLL_S, ZK_ERRORS, PassLoop, Waker
 from .paths import parse_table_node
@@ -119,8 +119,8 @@ class Recovery(PassLoop):
                                            f"reconciled from the backends: {verdict}", c.instance)
         try:
             await zk.set(path, decision.encode(), version=stat.version)
-        except BadVersionError:
-            rlog.info("record changed while reconciling; leaving it to the next pass")
+        except (BadVersionError, NoNodeError):  # another reconciler (or the originator) got there first
+            rlog.info("record changed or gone while reconciling; leaving it to the next pass")
             return
         online = await c.online()
         outcome = await c.wait_acks([(schema, table)], FAILED, online - {c.instance, rec.instance},
