@@ -176,8 +176,7 @@ class Faults:
             except Exception as e:  # noqa: BLE001 - a server that cannot come back is a finding
                 msg = f"could not heal {f.kind} on {f.target} (attempt {attempt + 1}): {e!r}"
                 self.emit(msg)
-                if attempt:
-                    self.problems.append(msg)
+                self.problems.append(msg)  # even when the second attempt works: a restart must not fail
         end = time.monotonic()
         self._busy.discard(f.target)
         if f.target.startswith("instance:"):
