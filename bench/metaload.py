@@ -79,6 +79,7 @@ class Backend:
         self.host, self.port, self.user, self.password = host, port, user, password
 
     def connect(self, database: str | None = None, **kw: Any) -> Any:
+        """A PyMySQL connection to this server."""
         params: dict[str, Any] = dict(host=self.host, port=self.port, user=self.user, password=self.password,
                                       database=database, autocommit=True, charset="utf8mb4", connect_timeout=10,
                                       read_timeout=3600, write_timeout=3600)
@@ -120,6 +121,7 @@ class Bench:
         self.proxy: ProxyProcess | None = None
 
     def node(self, n: str) -> tuple[Backend, str]:
+        """The server and database of a shardingNode."""
         idx, logical = NODES[n]
         return self.backends[idx], self.dbs[logical]
 
@@ -254,6 +256,7 @@ class Bench:
 
 
 def load_average() -> str:
+    """The machine's 1/5/15-minute load averages, for the report."""
     try:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
     except OSError:
@@ -261,6 +264,7 @@ def load_average() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark; 0 on completion (targets are reported, not enforced)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tables", type=int, default=10_000, help="tables per shardingNode (default 10000)")
     ap.add_argument("--rounds", type=int, default=2, help="timed rounds of reload and raw fetch (default 2)")

@@ -54,9 +54,11 @@ class MetaProxyEnv:
 
     # -- the backends, directly ---------------------------------------------------------------
     def server_of(self, node: str) -> MariaDBServer:
+        """The backend server holding a shardingNode."""
         return self.servers[self.nodes[node][0]]
 
     def database_of(self, node: str) -> str:
+        """The private database that plays a shardingNode."""
         return self.dbs[self.nodes[node][1]]
 
     def direct(self, node: str, **kw: Any) -> Any:
@@ -69,10 +71,12 @@ class MetaProxyEnv:
         self.server_of(node).execute_many(statements, self.database_of(node))
 
     def run_on(self, nodes: Sequence[str], *statements: str) -> None:
+        """Run statements directly on several shardingNodes."""
         for n in nodes:
             self.run(n, *statements)
 
     def rows_on(self, node: str, sql: str) -> list[tuple[Any, ...]]:
+        """Rows of a query run directly on a shardingNode."""
         return self.server_of(node).query(sql, self.database_of(node))
 
     def show_create(self, node: str, table: str) -> str | None:
@@ -85,9 +89,11 @@ class MetaProxyEnv:
             raise
 
     def columns_on(self, node: str, table: str) -> list[str]:
+        """Column names of a table on one node."""
         return [r[0] for r in self.rows_on(node, f"SHOW COLUMNS FROM `{table}`")]
 
     def indexes_on(self, node: str, table: str) -> set[str]:
+        """Index names of a table on one node."""
         return {r[2] for r in self.rows_on(node, f"SHOW INDEX FROM `{table}`")}
 
     def drop_everywhere(self, table: str, nodes: Sequence[str] = tuple(NODES)) -> None:
@@ -101,6 +107,7 @@ class MetaProxyEnv:
 
     # -- the proxy ----------------------------------------------------------------------------
     def client(self, database: str | None = "schema1", **kw: Any) -> Any:
+        """A PyMySQL connection to the proxy's client port."""
         return self.proxy.connect(database=database, **kw)
 
     def sql(self, sql: str, database: str | None = "schema1") -> list[tuple[Any, ...]]:
@@ -116,6 +123,7 @@ class MetaProxyEnv:
         raise AssertionError(f"{sql!r} did not fail")
 
     def manager(self) -> Any:
+        """A PyMySQL connection to the proxy's manager port."""
         return self.proxy.manager()
 
     def mq(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
@@ -130,6 +138,7 @@ class MetaProxyEnv:
             conn.close()
 
     def manager_error(self, sql: str) -> tuple[int, str]:
+        """The (code, message) a manager command fails with."""
         try:
             self.mq(sql)
         except pymysql.MySQLError as e:
@@ -149,10 +158,12 @@ class MetaProxyEnv:
         return got[(schema, table)]
 
     def reload(self, where: str = "") -> None:
+        """`reload @@metadata [where ...]`, expecting its OK."""
         cols, rows = self.mq("reload @@metadata" + (f" where {where}" if where else ""))
         assert (cols, rows) == ([], [])
 
     def show_ddl(self) -> list[dict[str, Any]]:
+        """`show @@ddl` rows as dicts."""
         cols, rows = self.mq("show @@ddl")
         return [dict(zip(cols, r)) for r in rows]
 
@@ -168,6 +179,7 @@ class MetaProxyEnv:
             time.sleep(0.05)
 
     def tables_through_proxy(self, database: str = "schema1", full: bool = False) -> list[tuple[Any, ...]]:
+        """SHOW [FULL] TABLES through the client port."""
         return self.sql("SHOW FULL TABLES" if full else "SHOW TABLES", database)
 
 
@@ -191,12 +203,14 @@ class Background:
             self.seconds = time.monotonic() - t0
 
     def join(self, timeout: float = 30.0) -> "Background":
+        """Wait (bounded) for the statement to finish."""
         self._t.join(timeout)
         assert not self._t.is_alive(), "background statement did not finish"
         return self
 
     @property
     def done(self) -> bool:
+        """Whether the statement has finished."""
         return not self._t.is_alive()
 
 
@@ -230,6 +244,7 @@ def start_env(servers: Sequence[MariaDBServer], *, tag: str = "ddl", tables: dic
 
 
 def drop_databases(servers: Sequence[MariaDBServer], dbs: dict[str, str]) -> None:
+    """Drop the private databases on both servers (best effort)."""
     for s in servers[:2]:
         try:
             s.execute_many([f"DROP DATABASE IF EXISTS `{d}`" for d in dbs.values()])
