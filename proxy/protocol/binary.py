@@ -421,6 +421,21 @@ def encode_binary_row(values: list[bytes | None], types: list[tuple[int, bool]])
 _FIRST, _COLDEFS, _COLS_EOF, _ROWS, _DONE = range(5)
 
 
+_COLTYPES: dict[bytes, tuple[int, bool]] = {}  # column definition bytes -> (type, unsigned), bounded
+
+
+def column_type(coldef: bytes) -> tuple[int, bool]:
+    """(type, unsigned) of a column definition payload, remembered (the same definitions repeat)."""
+    t = _COLTYPES.get(coldef)
+    if t is None:
+        c = parse_column_def(coldef)
+        t = (c.type, bool(c.flags & C.UNSIGNED_FLAG))
+        if len(_COLTYPES) >= 4096:
+            _COLTYPES.clear()
+        _COLTYPES[coldef] = t
+    return t
+
+
 class BinaryResultConverter:
     """Turns a framed text-protocol response into the binary-protocol response of COM_STMT_EXECUTE.
 
@@ -435,7 +450,8 @@ class BinaryResultConverter:
         self.state = _FIRST
         self.done = False
         self.rows = 0
-        self._framer = PacketFramer(max_payload=1 << 30)
+        self._buf = b""
+        self._parts: list[bytes] = []
         self._seq: int | None = None
         self._ncols = 0
         self._left = 0
@@ -443,16 +459,37 @@ class BinaryResultConverter:
 
     def feed(self, data: bytes) -> bytes:
         """Consume bytes of the text response; return the binary-protocol bytes ready so far."""
-        self._framer.feed(data)
+        if self._buf:
+            data = self._buf + bytes(data)
+            self._buf = b""
         out: list[bytes] = []
-        for seq, p in self._framer.packets():
+        pos = 0
+        n = len(data)
+        while n - pos >= 4:
+            length = data[pos] | (data[pos + 1] << 8) | (data[pos + 2] << 16)
+            end = pos + 4 + length
+            if end > n:
+                break
             if self._seq is None:
-                self._seq = seq
-            out.append(self._emit(self._convert(p)))
+                self._seq = data[pos + 3]
+            payload = bytes(data[pos + 4:end])
+            pos = end
+            if length == 0xFFFFFF or self._parts:  # a packet over 16 MB arrives in pieces: join them
+                self._parts.append(payload)
+                if length == 0xFFFFFF:
+                    continue
+                payload = b"".join(self._parts)
+                self._parts = []
+            out.append(self._emit(self._convert(payload)))
+        if pos < n:
+            self._buf = bytes(data[pos:])
         return b"".join(out)
 
     def _emit(self, payload: bytes) -> bytes:
         seq = self._seq or 0
+        if len(payload) < 0xFFFFFF:
+            self._seq = (seq + 1) & 0xFF
+            return struct.pack("<I", len(payload) | (seq << 24)) + payload
         data = frame(seq, payload)
         self._seq = packets_seq_after(seq, len(payload))
         return data
@@ -484,8 +521,7 @@ class BinaryResultConverter:
                 self.state = _COLDEFS
             return p
         if st == _COLDEFS:
-            c = parse_column_def(p)
-            self._types.append((c.type, bool(c.flags & C.UNSIGNED_FLAG)))
+            self._types.append(column_type(p))
             self._left -= 1
             if self._left == 0:
                 self.state = _ROWS if self.deprecate_eof else _COLS_EOF
