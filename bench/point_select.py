@@ -121,8 +121,7 @@ class Bench:
 
     def _config(self, port: int, manager_port: int, instance: str) -> dict[str, Any]:
         return {
-            "server": {"instance": instance, "bind": "127.0.0.1", "port": port, "manager_port": manager_port,
-                       "reuse_port": self.args.workers > 1},
+            "server": {"instance": instance, "bind": "127.0.0.1", "port": port, "manager_port": manager_port},
             "users": [{"name": "sbtest", "password": "sbtest", "schemas": ["sbtest"]}],
             "manager_users": [{"name": "root", "password": "111111"}],
             "db_groups": {"g1": {"host": "127.0.0.1", "port": self.port, "user": "root",
@@ -137,9 +136,8 @@ class Bench:
         port = free_port()
         for w in range(self.args.workers):
             cfg = self._config(port, free_port(), f"bench-{w}")
-            if self.args.workers == 1:
-                cfg["server"].pop("reuse_port")
-            p = ProxyProcess(cfg, name=f"bench-proxy-{w}")
+            env = {"PYDBLE_REUSE_PORT": "1"} if self.args.workers > 1 else None
+            p = ProxyProcess(cfg, name=f"bench-proxy-{w}", env=env)
             p.start()
             self.proxies.append(p)
         self.proxy_port = port

@@ -115,8 +115,14 @@ class GroupPool:
                 conn.close()
             self.total -= 1
         else:
-            self.idle.setdefault((conn.flags, conn.database), []).append(conn)
-        self._wake()
+            key = (conn.flags, conn.database)
+            lst = self.idle.get(key)
+            if lst is None:
+                self.idle[key] = [conn]
+            else:
+                lst.append(conn)
+        if self._waiters:
+            self._wake()
 
     def _wake(self) -> None:
         while self._waiters:
@@ -185,7 +191,7 @@ class Backends:
 
     def release(self, node: str, conn: BackendConnection) -> None:
         """Return a connection acquired for a shardingNode."""
-        self.pool_of(node).release(conn)
+        self._nodes[node][0].release(conn)
 
     def close(self) -> None:
         """Close every pool."""

@@ -6,6 +6,7 @@ failed, quickly, and everything else keeps being served.
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -201,17 +202,45 @@ def test_a_backend_lost_in_a_transaction_is_reported(fresh_backends, fresh_proxy
     assert p.query("SELECT name FROM sharding_4_t1 WHERE id = 8") == [("n8",)]
 
 
+def _proxy_ports(pid: int, backend_port: int) -> set[int]:
+    """Local ports of a process's TCP connections to a backend port (from `ss`)."""
+    out = subprocess.run(["ss", "-Htnp", "state", "established", f"dport = :{backend_port}"],
+                         capture_output=True, text=True).stdout
+    return {int(line.split()[2].rsplit(":", 1)[1]) for line in out.splitlines() if f"pid={pid}," in line}
+
+
 def test_a_backend_killing_idle_pooled_connections_is_harmless(backends, fresh_proxy) -> None:
     p = fresh_proxy(_config(backends))
-    for _ in range(3):
-        p.query("SELECT 1")
-    # the server drops every connection of the proxy (wait_timeout, a restart of a router, a DBA)
-    ids = [r[0] for r in backends[0].query("SELECT id FROM information_schema.PROCESSLIST WHERE db LIKE 'db_'")]
-    for i in ids:
-        try:
-            backends[0].query(f"KILL {i}")
-        except pymysql.err.MySQLError:
-            pass
+    p.query("DROP TABLE IF EXISTS bf_kill")
+    p.query("CREATE TABLE bf_kill (id INT PRIMARY KEY, name VARCHAR(20))")   # default node dn5 (ha_group1)
+    p.query("INSERT INTO bf_kill VALUES " + ", ".join(f"({i}, 'k{i}')" for i in range(8)))
+    conns = [p.connect() for _ in range(3)]   # several sessions at once: several pooled connections
+    for i in range(8):
+        for c in conns:
+            with c.cursor() as cur:
+                cur.execute("SELECT name FROM bf_kill WHERE id = %s", (i,))
+                assert cur.fetchall() == ((f"k{i}",),)
+                cur.execute("SELECT 1")
+    # the server drops the proxy's connections (wait_timeout, a DBA's KILL, a failover)
+    ports = _proxy_ports(p.pid, backends[0].port)
+    assert ports, "the proxy holds pooled connections to ha_group1"
+    admin = backends[0].connect()
+    try:
+        with admin.cursor() as cur:
+            cur.execute("SELECT id, host FROM information_schema.PROCESSLIST")
+            for cid, host in cur.fetchall():
+                if host and host.rsplit(":", 1)[-1].isdigit() and int(host.rsplit(":", 1)[1]) in ports:
+                    cur.execute(f"KILL {cid}")
+    finally:
+        admin.close()
     time.sleep(0.2)
-    for _ in range(5):
-        assert p.query("SELECT 2") == [(2,)]
+    for i in range(8):   # the same sessions go on, fast path and task alike, on fresh backend connections
+        for c in conns:
+            with c.cursor() as cur:
+                cur.execute("SELECT 2")
+                assert cur.fetchall() == ((2,),)
+                cur.execute("SELECT name FROM bf_kill WHERE id = %s", (i,))
+                assert cur.fetchall() == ((f"k{i}",),)
+    for c in conns:
+        c.close()
+    p.query("DROP TABLE bf_kill")
