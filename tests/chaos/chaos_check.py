@@ -67,6 +67,7 @@ class Checker:
         self.notes: dict[str, Any] = {}
 
     def fail(self, msg: str) -> None:
+        """Record a violation (and say it at once)."""
         self.violations.append(msg)
         self.emit(f"VIOLATION: {msg}")
 

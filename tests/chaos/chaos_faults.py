@@ -84,7 +84,7 @@ class Faults:
             if len(free) < 2:  # keep at least one instance alive and unpaused
                 return None
             if kind == "pause" and rng.random() < 0.5:
-                busy = [i for i in set(self.workload.inflight_ddl.values()) if i in free]
+                busy = [i for i in set(dict(self.workload.inflight_ddl).values()) if i in free]
                 i = rng.choice(busy) if busy else rng.choice(free)
                 detail = "during a DDL" if busy else "no DDL in flight"
             else:

@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-logs", action="store_true", help="keep server logs even when the run passes")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("kazoo.client").setLevel(logging.ERROR)  # the harness's probes while ZooKeeper restarts
     seed = args.seed if args.seed is not None else seed_from_env()
     print(f"chaos: seed {seed}, {args.seconds:g}s of faults", flush=True)
     report = run_chaos(seed, args.seconds, args.workers, emit=lambda line: print(line, flush=True),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 from chaos_check import Checker, ddl_table, extra_names
