@@ -13,7 +13,7 @@ from meta.errors import BackendError, BackendUnavailable, ProxyError
 
 from .protocol import constants as C
 from .protocol.handshake import build_handshake_response, parse_auth_switch, parse_greeting, scramble_native_password
-from .protocol.messages import parse_err
+from .protocol.messages import parse_err, parse_ok
 from .protocol.packets import PacketFramer, ProtocolError, frame
 from .protocol.response import Budget, BudgetExceeded, ResponseScanner
 
@@ -33,6 +33,70 @@ _TXN_ROLLED_BACK = frozenset({1213})
 # Called when a command started with on_done ends: (scanner, None) or (None, the error).
 OnDone = Callable[["ResponseScanner | None", "ProxyError | None"], None]
 WATCH_STEPS = 4   # the silence watchdog looks this many times per timeout period
+
+
+_QUICK_MAX = 16384   # answers up to this size, whole in one read, skip the packet-by-packet scanner
+_MORE = C.STATUS_MORE_RESULTS
+
+
+def _after_lenencs(data: bytes, pos: int, count: int) -> int:
+    """The offset after count length-encoded integers starting at pos."""
+    for _ in range(count):
+        b = data[pos]
+        pos += 1 if b < 0xFB else 3 if b == 0xFC else 4 if b == 0xFD else 9
+    return pos
+
+
+def whole_text_answer(data: bytes, deprecate_eof: bool) -> int:
+    """The final status flags when data is exactly one whole answer that ends a COM_QUERY (one OK, or one
+    text result set), else -1 and the general ResponseScanner decides. Reads packet headers only, like
+    the scanner, but in one tight loop for the small answers point queries get."""
+    n = len(data)
+    if n < 5:
+        return -1
+    length = data[0] | data[1] << 8 | data[2] << 16
+    end = 4 + length
+    if length == 0 or end > n:
+        return -1
+    first = data[4]
+    if first == 0:  # OK
+        if end != n or length < 7:
+            return -1
+        pos = _after_lenencs(data, 5, 2)
+        if pos + 2 > end:
+            return -1
+        status = data[pos] | data[pos + 1] << 8
+        return -1 if status & _MORE else status
+    if first >= 0xFB:  # ERR, LOCAL INFILE, or a column count past 250: the scanner's business
+        return -1
+    pos = end
+    for _ in range(first if deprecate_eof else first + 1):  # column definitions (and their EOF)
+        if pos + 4 > n:
+            return -1
+        pos += 4 + (data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16)
+    while pos + 4 < n:  # rows, then the EOF (or OK with 0xFE) that ends them
+        length = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
+        end = pos + 4 + length
+        if length >= 0xFFFFFF or end > n:
+            return -1
+        b = data[pos + 4]
+        if b == 0xFE and (length < 9 or deprecate_eof):
+            if end != n:
+                return -1
+            if deprecate_eof:
+                at = _after_lenencs(data, pos + 5, 2)
+                if at + 2 > end:
+                    return -1
+                status = data[at] | data[at + 1] << 8
+            else:
+                if length < 5:
+                    return -1
+                status = data[pos + 7] | data[pos + 8] << 8
+            return -1 if status & _MORE else status
+        if b == 0xFF:
+            return -1
+        pos = end
+    return -1
 
 
 class Sink(Protocol):
@@ -94,6 +158,18 @@ class BackendConnection(asyncio.Protocol):
                 return  # still inside one large packet: wait for the rest before scanning
             data = bytes(self._buf)
             self._buf.clear()
+        elif (self._sink is not None and not scanner.packets and len(data) <= _QUICK_MAX and not scanner.collect
+              and not scanner.binary and scanner.state == 0):
+            status = whole_text_answer(data, scanner.deprecate_eof)
+            if status >= 0:  # the usual small answer, whole in one read: no packet-by-packet scan
+                scanner.done = True
+                scanner.status = status
+                if data[4] == 0:
+                    scanner.ok = parse_ok(data[4:])
+                self._sink.write(data)
+                self.relayed_any = True
+                self._complete(scanner)
+                return
         try:
             end = scanner.scan(data)
         except ProtocolError as e:
@@ -116,19 +192,23 @@ class BackendConnection(asyncio.Protocol):
             b = self._buf
             self._need = 4 + (b[0] | (b[1] << 8) | (b[2] << 16)) if len(b) >= 4 else 4
         if scanner.done:
-            self._scanner = None
-            self._sink = None
-            self._note_status(scanner)
-            if self._paused:  # the last write to a slow client may have paused us after the answer ended
-                self.resume_reading()
-            cb = self._on_done
-            if cb is not None:
-                self._on_done = None
-                cb(scanner, None)
-                return
-            fut, self._done = self._done, None
-            if fut is not None and not fut.done():
-                fut.set_result(scanner)
+            self._complete(scanner)
+
+    def _complete(self, scanner: ResponseScanner) -> None:
+        """The answer is whole: note its final status and hand it to whoever waits for it."""
+        self._scanner = None
+        self._sink = None
+        self._note_status(scanner)
+        if self._paused:  # the last write to a slow client may have paused us after the answer ended
+            self.resume_reading()
+        cb = self._on_done
+        if cb is not None:
+            self._on_done = None
+            cb(scanner, None)
+            return
+        fut, self._done = self._done, None
+        if fut is not None and not fut.done():
+            fut.set_result(scanner)
 
     def _note_status(self, scanner: ResponseScanner) -> None:
         """Transaction and autocommit state from the final status flags of a complete answer."""

@@ -171,3 +171,84 @@ def test_router_shortcut_plans_what_the_planner_plans(sql, monkeypatch) -> None:
     else:
         assert (got.kind, got.targets, got.is_write, got.tables) == (want.kind, want.targets, want.is_write,
                                                                      want.tables)
+
+
+# -- the quick whole-answer check against the general scanner ---------------------------------------
+
+def _answers():
+    from hypothesis import strategies as st
+
+    from proxy.protocol.packets import frame, lenenc_int, lenenc_str
+
+    def coldef(name: bytes) -> bytes:
+        return (lenenc_str(b"def") + lenenc_str(b"db") + lenenc_str(b"t") + lenenc_str(b"t") + lenenc_str(name)
+                + lenenc_str(name) + b"\x0c\x21\x00\xff\x00\x00\x00\xfd\x00\x00\x00\x00")
+
+    value = st.one_of(st.none(), st.binary(max_size=300))
+    status = st.integers(0, 0xFFFF)
+
+    @st.composite
+    def resultset(draw, deprecate_eof: bool) -> bytes:
+        ncols = draw(st.integers(1, 4))
+        rows = draw(st.lists(st.lists(value, min_size=ncols, max_size=ncols), max_size=5))
+        seq = 1
+        out = [frame(seq, lenenc_int(ncols))]
+        for i in range(ncols):
+            seq += 1
+            out.append(frame(seq, coldef(b"c%d" % i)))
+        if not deprecate_eof:
+            seq += 1
+            out.append(frame(seq, b"\xfe\x00\x00\x02\x00"))
+        for row in rows:
+            seq += 1
+            out.append(frame(seq, b"".join(b"\xfb" if v is None else lenenc_str(v) for v in row)))
+        st_ = draw(status)
+        seq += 1
+        out.append(frame(seq, (b"\xfe\x00\x00" + st_.to_bytes(2, "little") + b"\x00\x00") if deprecate_eof
+                         else b"\xfe\x00\x00" + st_.to_bytes(2, "little")))
+        return b"".join(out)
+
+    @st.composite
+    def ok(draw) -> bytes:
+        return frame(1, b"\x00" + lenenc_int(draw(st.integers(0, 2 ** 40))) + lenenc_int(draw(st.integers(0, 2 ** 40)))
+                     + draw(status).to_bytes(2, "little") + b"\x00\x00" + draw(st.binary(max_size=20)))
+
+    @st.composite
+    def answer(draw) -> tuple[bytes, bool]:
+        de = draw(st.booleans())
+        parts = draw(st.lists(st.one_of(resultset(de), ok(), st.just(frame(1, b"\xff\x15\x04#42000no"))),
+                              min_size=1, max_size=3))
+        data = b"".join(parts)
+        cut = draw(st.one_of(st.just(len(data)), st.integers(0, len(data))))
+        return data[:cut], de
+
+    return answer()
+
+
+def test_quick_answer_check_agrees_with_the_scanner() -> None:
+    from hypothesis import given, settings
+
+    from proxy.backend import whole_text_answer
+    from proxy.protocol.constants import STATUS_MORE_RESULTS
+    from proxy.protocol.response import ResponseScanner
+
+    hits = []
+
+    @settings(max_examples=400, deadline=None)
+    @given(_answers())
+    def check(case: tuple[bytes, bool]) -> None:
+        data, de = case
+        got = whole_text_answer(data, de)
+        sc = ResponseScanner(de)
+        try:
+            end = sc.scan(data)
+        except Exception:  # noqa: BLE001 - garbage the scanner refuses: the quick check must not accept it
+            assert got < 0
+            return
+        if got >= 0:  # sound: only a whole, final, single answer, with the scanner's status
+            hits.append(got)
+            assert sc.done and end == len(data) and sc.error is None
+            assert got == sc.status and not got & STATUS_MORE_RESULTS
+
+    check()
+    assert hits  # and it does recognise the common answers
