@@ -198,8 +198,10 @@ class Bench:
             print("py-spy not found; no profile")
             return
         raw = Path(path).with_suffix(".raw")
-        spy = subprocess.Popen(["py-spy", "record", "-f", "raw", "-o", str(raw), "-r", "200", "--nonblocking",
-                                "-p", str(self.proxies[0].pid)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        mode = ["--native"] if self.args.native else ["--nonblocking"]  # py-spy cannot do both
+        spy = subprocess.Popen(["py-spy", "record", "-f", "raw", "-o", str(raw), "-r", "400", *mode,
+                                "-p", str(self.proxies[0].pid)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(1.0)
         try:
             self.run("proxy", self.args.time)
@@ -268,6 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--mysql-password", default="")
     ap.add_argument("--keep", action="store_true", help="keep the benchmark databases on --mysql-port")
     ap.add_argument("--profile", metavar="FILE", help="also record the proxy with py-spy into FILE")
+    ap.add_argument("--native", action="store_true", help="with --profile: include C frames (uvloop, CPython)")
     ap.add_argument("--warmup", type=float, default=2.0, help="seconds of unmeasured runs first")
     args = ap.parse_args(argv)
     if shutil.which("sysbench") is None:

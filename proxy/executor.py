@@ -156,9 +156,11 @@ class Executor:
                 raise e
             raise BackendUnavailable(f"{sql} failed: {e}")
 
-    def fast_conn(self, node: str) -> BackendConnection | None:
+    def fast_conn(self, node: str, any_db: bool = False) -> BackendConnection | None:
         """A connection for node that can take a command right now with no round trip first (the
-        transaction's pinned one, or an idle pooled one already in the session's state), else None."""
+        transaction's pinned one, or an idle pooled one already in the session's state), else None.
+        any_db: the statement names its database, so a connection of the node's dbGroup on another
+        database will do."""
         s = self.session
         if s.explicit_txn or not s.autocommit:
             conn = self.pinned.get(node)
@@ -166,7 +168,7 @@ class Executor:
                     or conn.autocommit != s.autocommit or (s.explicit_txn and not conn.in_trans)):
                 return None
             return conn
-        conn = self.server.backends.take_idle(node, s.format_flags)
+        conn = self.server.backends.take_idle(node, s.format_flags, any_db)
         if conn is not None and (conn.vars != s.vars or not conn.autocommit):
             self.server.backends.release(node, conn)
             return None

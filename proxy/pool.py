@@ -178,16 +178,21 @@ class Backends:
                 raise BackendUnavailable(f"shardingNode[{node}] database {sn.database}: {e.message}") from None
         return conn
 
-    def take_idle(self, node: str, flags: int) -> BackendConnection | None:
-        """An idle connection already on the node's database, or None: never waits, never connects."""
+    def take_idle(self, node: str, flags: int, any_db: bool = False) -> BackendConnection | None:
+        """An idle connection already on the node's database (any_db: on any database of its dbGroup),
+        or None: never waits, never connects."""
         pool, database = self._nodes[node]
         if pool.closed:
             return None
-        conn = pool._pop_idle(flags, database, exact=True)
+        conn = pool._pop_idle(flags, database, exact=not any_db)
         if conn is not None:
             pool.in_use += 1
             conn.leased = True
         return conn
+
+    def database_of(self, node: str) -> str:
+        """The physical database of a shardingNode."""
+        return self._nodes[node][1]
 
     def release(self, node: str, conn: BackendConnection) -> None:
         """Return a connection acquired for a shardingNode."""

@@ -1012,9 +1012,10 @@ class Router:
             raise ParseError("You have an error in your SQL syntax: the statement nests parentheses or "
                              "subqueries too deeply to route") from None
 
-    def point_read(self, sql: str, schema: str | None) -> tuple[str, tuple[str, str]] | None:
-        """(node, (schema, table)) for `SELECT cols FROM t WHERE key = <integer>`, the commonest OLTP read,
-        planned without tokenizing; None for anything else (the full planner then decides, errors too).
+    def point_read(self, sql: str, schema: str | None) -> tuple[str, tuple[str, str], int] | None:
+        """(node, (schema, table), offset of the table name in sql) for `SELECT cols FROM t WHERE key =
+        <integer>`, the commonest OLTP read, planned without tokenizing; None for anything else (the full
+        planner then decides, errors too).
 
         Only the answer the full planner would give: one unqualified table, its sharding column (or a
         single, default-node or global table), a plain integer."""
@@ -1035,14 +1036,14 @@ class Router:
             return None
         nodes, fn, table = hit
         if fn is None:
-            return nodes[0], table
+            return nodes[0], table, m.start("t")
         try:
             idx = fn.partition(int(value))
         except (ProxyError, ValueError):
             return None
         if not 0 <= idx < len(nodes):
             return None
-        return nodes[idx], table
+        return nodes[idx], table, m.start("t")
 
     def _point_entry(self, schema: str, name: str, col: str) -> Any:
         """What point_read needs of a table: (nodes, function or None, (schema, table)), or False."""

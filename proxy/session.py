@@ -282,10 +282,15 @@ class Session:
             return False
         server = self.server
         point = server.router.point_read(sql, self.schema)
+        any_db = point is not None
         if point is not None:
-            node, (schema, table) = point
+            node, (schema, table), at = point
             if server.config.table(schema, table) is not None and server.registry.get(schema, table) is None:
                 return False  # no metadata: the task answers 3009
+            # Name the node's database in the statement: any pooled connection to the dbGroup can then
+            # run it, so a few hot backend connections serve all shardingNodes of a server instead of
+            # one set per database, each waking up cold.
+            packet = _com_query(f"{sql[:at]}`{server.backends.database_of(node)}`.{sql[at:]}")
         else:
             head = sql[:6].upper()
             kw = head if head in ("SELECT", "INSERT", "UPDATE", "DELETE") else first_keyword(sql)
@@ -308,7 +313,7 @@ class Session:
             if plan.targets[0].sql != sql:
                 packet = _com_query(plan.targets[0].sql)
         ex = self.executor
-        conn = ex.fast_conn(node)
+        conn = ex.fast_conn(node, any_db)
         if conn is None:
             return False
         self.warnings = []
