@@ -1691,6 +1691,8 @@ class Router:
         if len(toks) < 2:
             raise ProxyError("Query was empty", code=1065, sqlstate="42000")
         word = toks[1][1].upper() if toks[1][0] == "w" else toks[1][1]
+        if word in _UNSUPPORTED or word in _SESSION_WORDS:
+            raise _not_supported(f"{word} cannot be sent through a shardingNode hint")
         kind, is_write, ddl = "other", True, None
         if word in ("SELECT", "WITH", "("):
             kind, is_write = "select", False

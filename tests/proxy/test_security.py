@@ -125,6 +125,10 @@ def test_manager_and_hint_input_cannot_reach_backends_as_sql(secured, backends):
         conn.close()
     with pytest.raises(pymysql.MySQLError):
         secured.query("/*!pydble:shardingNode=dn5; DROP TABLE sentinel*/ SELECT 1")
+    for hinted in ("SHUTDOWN", "GRANT ALL ON *.* TO x", "SELECT 1; DROP TABLE sentinel"):
+        with pytest.raises(pymysql.MySQLError) as e:
+            secured.query(f"/*!pydble:shardingNode=dn5*/ {hinted}")
+        assert e.value.args[0] in (1235, 1064), hinted
     assert backends[0].query("SHOW TABLES LIKE 'sentinel'", database="db3") == [("sentinel",)]
 
 
