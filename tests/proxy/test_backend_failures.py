@@ -6,7 +6,7 @@ failed, quickly, and everything else keeps being served.
 
 from __future__ import annotations
 
-import subprocess
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -203,10 +203,24 @@ def test_a_backend_lost_in_a_transaction_is_reported(fresh_backends, fresh_proxy
 
 
 def _proxy_ports(pid: int, backend_port: int) -> set[int]:
-    """Local ports of a process's TCP connections to a backend port (from `ss`)."""
-    out = subprocess.run(["ss", "-Htnp", "state", "established", f"dport = :{backend_port}"],
-                         capture_output=True, text=True).stdout
-    return {int(line.split()[2].rsplit(":", 1)[1]) for line in out.splitlines() if f"pid={pid}," in line}
+    """Local ports of a process's TCP connections to a backend port (from /proc, no tools needed)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            cols = line.split()
+            local, remote, inode = cols[1], cols[2], cols[9]
+            if inode in inodes and int(remote.split(":")[1], 16) == backend_port:
+                ports.add(int(local.split(":")[1], 16))
+    return ports
 
 
 def test_a_backend_killing_idle_pooled_connections_is_harmless(backends, fresh_proxy) -> None:
