@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -48,19 +49,26 @@ _ERR_RE = re.compile(r"ignored errors:\s+(\d+)")
 
 @dataclass
 class Run:
-    """One sysbench run and the CPU seconds each process used meanwhile."""
+    """One sysbench run and the CPU each process used meanwhile."""
 
     target: str
     qps: float
     errors: int
     seconds: float
-    cpu: dict[str, float]
+    cpu: dict[str, float]                        # cores (CPU seconds per second)
+    per_query: dict[str, tuple[float, float]]    # (user, sys) microseconds per query
+
+
+def user_sys(pid: int) -> tuple[float, float]:
+    """utime, stime of a process in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tck = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tck, int(fields[12]) / tck
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (and its reaped children are not counted)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """utime + stime of a process."""
+    return sum(user_sys(pid))
 
 
 def loadavg() -> str:
@@ -179,7 +187,8 @@ class Bench:
         """One sysbench run against 'direct' or 'proxy'."""
         conn = self._direct() if target == "direct" else self._via_proxy()
         pids = self._pids()
-        before = {k: cpu_seconds(v) for k, v in pids.items()}
+        before = {k: user_sys(v) for k, v in pids.items()}
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.monotonic()
         out = subprocess.run(["sysbench", "oltp_point_select", *self._common(), *conn, "--db-ps-mode=disable",
                               f"--threads={self.args.threads}", f"--time={seconds:g}", "--report-interval=0",
@@ -187,10 +196,17 @@ class Bench:
         elapsed = time.monotonic() - started
         if out.returncode != 0:
             raise SystemExit(f"sysbench against {target} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
-        cpu = {k: (cpu_seconds(v) - before[k]) / elapsed for k, v in pids.items()}
+        after = {k: user_sys(v) for k, v in pids.items()}
+        children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = {k: (sum(after[k]) - sum(before[k])) / elapsed for k in pids}
         qps = float(_QPS_RE.search(out.stdout).group(1))  # type: ignore[union-attr]
+        n = max(qps * elapsed, 1.0)
+        per_query = {k: ((after[k][0] - before[k][0]) / n * 1e6, (after[k][1] - before[k][1]) / n * 1e6)
+                     for k in pids}
+        per_query["sysbench"] = ((children_after.ru_utime - children.ru_utime) / n * 1e6,
+                                 (children_after.ru_stime - children.ru_stime) / n * 1e6)
         m = _ERR_RE.search(out.stdout)
-        return Run(target, qps, int(m.group(1)) if m else 0, elapsed, cpu)
+        return Run(target, qps, int(m.group(1)) if m else 0, elapsed, cpu, per_query)
 
     def profile(self, path: str) -> None:
         """py-spy over one proxy run: a flat profile of where the proxy's time goes."""
@@ -246,6 +262,17 @@ def report(runs: Sequence[Run], args: argparse.Namespace) -> float:
         for r in (d, p):
             cpu = "  ".join(f"{k} {v:.2f}" for k, v in sorted(r.cpu.items()))
             print(f"{i // 2 + 1:>5} {r.target:<7} {r.qps:>10.0f} {r.errors:>6}  {cpu}")
+    print("\nCPU microseconds per query, user + sys (median over rounds):")
+    for label, runs_of in (("direct", [d for d, _ in pairs]), ("proxy", [p for _, p in pairs])):
+        parts = []
+        total = 0.0
+        for k in sorted({k for r in runs_of for k in r.per_query}):
+            u = statistics.median(r.per_query.get(k, (0.0, 0.0))[0] for r in runs_of)
+            s_ = statistics.median(r.per_query.get(k, (0.0, 0.0))[1] for r in runs_of)
+            if u + s_ >= 0.05:
+                parts.append(f"{k} {u:.1f}+{s_:.1f}")
+                total += u + s_
+        print(f"  {label:<6} {'  '.join(parts)}  = {total:.1f}")
     ratios = [p.qps / d.qps for d, p in pairs]
     direct = [d.qps for d, _ in pairs]
     proxy = [p.qps for _, p in pairs]
