@@ -69,7 +69,9 @@ class Recovery(PassLoop):
                 continue
             if path in c.active_ddls:
                 continue
-            if rec.instance not in online or (rec.instance == c.instance and not rec.reconciled_by):
+            # an own record this instance is not running is left over from an earlier DDL or reconcile
+            # (even one marked reconciled_by: a reconcile cut short after its decision would stay forever)
+            if rec.instance not in online or rec.instance == c.instance:
                 out.append(parts)
         return out
 
