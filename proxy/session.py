@@ -277,6 +277,7 @@ class Session:
         return True
 
     def _fast_query(self, payload: bytes, packet: bytes | None) -> bool:
+        """Start a COM_QUERY on its node if nothing about it needs the task; packet: the framed bytes."""
         sql = payload[1:].decode("utf-8", "surrogateescape")
         if ";" in sql:
             return False
