@@ -119,6 +119,9 @@ class Cluster:
         self._join_task: asyncio.Task | None = None
         self._lost = False   # the session expired since we last joined: re-join when connected again
         self._watchdog_task: asyncio.Task | None = None
+        self._joining = False   # a join is running (state changes must not start another)
+        self._join_lock = asyncio.Lock()
+        self._started = False   # start() has finished: from now on a not-ready instance re-joins
         self._stopping = False
         self._meta_dirty = asyncio.Event()
         self.log = log.bind(instance=self.instance)
@@ -140,10 +143,12 @@ class Cluster:
             self.log.error("zookeeper unreachable at start; serving without DDL until it is back", error=str(e))
             self.session_state = "NOT_CONNECTED"
             await self.load_all()
+            self._started = True
             self._spawn(self._connect_later())
             return
         self.session_state = "CONNECTED"
         await self.join(initial=True)
+        self._started = True
         self._spawn(self._publish_meta_version())
 
     async def _connect_later(self) -> None:
@@ -220,9 +225,11 @@ class Cluster:
         elif state == KazooState.SUSPENDED:
             self.log.warning("zookeeper connection suspended: DDL refused until it is back")
         elif state == KazooState.CONNECTED and prev != KazooState.CONNECTED:
-            if self._lost and not self._stopping and (self._join_task is None or self._join_task.done()):
+            idle = not self._joining and (self._join_task is None or self._join_task.done())
+            if (self._lost or (not self.ready and self._started)) and not self._stopping and idle:
+                # a new session, or the same one back after a join that failed during the outage
                 self._lost = False
-                self.log.info("zookeeper connected again with a new session: re-joining")
+                self.log.info("zookeeper connected again: re-joining")
                 self._join_task = self._spawn(self._rejoin())
             elif prev == KazooState.SUSPENDED:
                 self.log.info("zookeeper connection back, same session")
@@ -249,6 +256,16 @@ class Cluster:
     # -- join -----------------------------------------------------------------------------------
     async def join(self, initial: bool) -> None:
         """syncMeta.lock → drain or reconcile in-flight DDL → load metadata → online → listeners."""
+        async with self._join_lock:  # one join at a time, whoever asked for it
+            if not initial and self.ready:
+                return  # another join finished while this one waited
+            self._joining = True
+            try:
+                await self._join(initial)
+            finally:
+                self._joining = False
+
+    async def _join(self, initial: bool) -> None:
         zk = self.zk
         assert zk is not None
         jlog = self.log.bind(phase="join")
@@ -309,7 +326,10 @@ class Cluster:
                 pass
             if time.monotonic() > deadline:
                 raise DdlInProgress("syncMeta.lock stayed held by another instance; join postponed")
-            if await zk.exists(self.paths.sync_meta_lock, watch=wake) is not None:
+            stat = await zk.exists(self.paths.sync_meta_lock, watch=wake)
+            if stat is not None and stat.ephemeralOwner == zk.session_id:
+                return  # left by an earlier join of ours that failed before releasing it: still ours
+            if stat is not None:
                 await wake.wait(SAFETY_POLL_S)
 
     async def _register_online(self) -> None:

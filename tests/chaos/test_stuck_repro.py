@@ -23,7 +23,6 @@ import time
 from typing import Any, Callable
 
 import pymysql
-import pytest
 from harness import cluster_section
 
 from zk.records import FAILED, DdlRecord
@@ -82,8 +81,6 @@ def test_record_reconciled_by_its_online_originator_and_left_behind_is_finished(
         kz.close()
 
 
-@pytest.mark.xfail(strict=True, reason="zk/cluster.py: _rejoin gives up when the client is disconnected and nothing "
-                                       "restarts it when the same session reconnects (see the module docstring, 2.)")
 def test_join_that_failed_during_a_zookeeper_outage_is_retried(
         fresh_zookeeper: Callable[..., Any], zk_root: str, fresh_proxy: Callable[..., Any],
         backends: list[Any]) -> None:
