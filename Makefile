@@ -11,9 +11,10 @@ TEST_TIMEOUT ?= 300
 PYTEST_ARGS ?=
 # Debian packages the tests and tools need (mariadb-server: mariadbd for the test harness;
 # python3-venv: `python3 -m venv` on Debian; libmariadb-dev + pkg-config: building mysqlclient;
-# default-jdk-headless: javac for the plain-JDBC compatibility test, java for Spark).
+# default-jdk-headless: javac for the plain-JDBC compatibility test, java for Spark;
+# docker-compose: `docker-compose config` validates docker/compose.yml, no Docker engine needed).
 APT_PACKAGES := zookeeper libmariadb-java sysbench mariadb-client mariadb-server python3-venv \
-                libmariadb-dev pkg-config default-jdk-headless
+                libmariadb-dev pkg-config default-jdk-headless docker-compose
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 MARIADB_PING := mariadb-admin --host=127.0.0.1 --port=3306 --user=root --connect-timeout=2 ping
 
