@@ -17,6 +17,10 @@ from .protocol.packets import frame
 from .protocol.response import Budget, ResponseScanner
 from .reply import Reply
 from .scatter_relay import relay_concat, streamable
+
+# Merges over more rows than this (ORDER BY, GROUP BY, DISTINCT…) run in a worker thread: the GIL hands
+# the event loop a turn every few milliseconds, so one big merge cannot stall every other client.
+MERGE_INLINE_ROWS = 5_000
 from .sqltok import first_keyword as first_word
 
 if TYPE_CHECKING:
@@ -356,7 +360,16 @@ class Executor:
             sets = [sc.results[0] for sc in scanners if sc.results and sc.results[0].columns]
             if len(sets) != len(scanners):
                 raise NotSupported("a scattered statement returned results of different shapes")
-            r.resultset(merge_results(plan.merge, sets), status, more)
+            merge = plan.merge
+
+            def merge_and_encode() -> None:
+                r.resultset(merge_results(merge, sets), status, more)
+
+            if sum(len(s.rows) for s in sets) > MERGE_INLINE_ROWS:
+                # a big sort or grouping off the event loop: other sessions keep being served meanwhile
+                await asyncio.to_thread(merge_and_encode)
+            else:
+                merge_and_encode()
             return
         oks = [sc.ok for sc in scanners if sc.ok is not None]
         if oks and plan.is_write and self._global_only(plan):
