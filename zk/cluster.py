@@ -383,27 +383,27 @@ class Cluster:
         acked: dict[tuple[str, str], set[str]] = {key: set() for key in keys}  # counted once, kept
         refusals: list[tuple[str, str]] = []
         while True:
-            online = await self.online(watch=wake)
+            # one round of reads at a time, each round in parallel: online + ack folders, then new acks
+            open_keys = [key for key in keys if expected - acked[key]]
+            online, *folders = await asyncio.gather(
+                self.online(watch=wake), *(zk.children(self.paths.ddl_acks(*key), watch=wake) for key in open_keys))
             waiting = expected & online
-            pending: set[str] = set()
-            for schema, table in keys:
-                done = acked[(schema, table)]
-                if waiting - done:
-                    for inst in await zk.children(self.paths.ddl_acks(schema, table), watch=wake):
-                        if inst not in waiting or inst in done:
-                            continue
-                        got = await zk.get_or_none(self.paths.ddl_ack(schema, table, inst), watch=wake)
-                        if got is None:
-                            continue
-                        try:
-                            ack = Ack.decode(got[0])
-                        except BadRecord:
-                            continue
-                        if ack.status == status:
-                            done.add(inst)
-                            if not ack.ok:
-                                refusals.append((inst, ack.message))
-                pending |= waiting - done
+            to_read = [(key, inst) for key, names in zip(open_keys, folders)
+                       for inst in names if inst in waiting and inst not in acked[key]]
+            got_all = await asyncio.gather(
+                *(zk.get_or_none(self.paths.ddl_ack(*key, inst), watch=wake) for key, inst in to_read))
+            for (key, inst), got in zip(to_read, got_all):
+                if got is None:
+                    continue
+                try:
+                    ack = Ack.decode(got[0])
+                except BadRecord:
+                    continue
+                if ack.status == status:
+                    acked[key].add(inst)
+                    if not ack.ok:
+                        refusals.append((inst, ack.message))
+            pending = set().union(*(waiting - acked[key] for key in keys))
             if not pending:
                 return AckOutcome((), tuple(refusals))
             remaining = deadline - time.monotonic()

@@ -48,12 +48,10 @@ class DdlListener(PassLoop):
         zk = c.zk
         assert zk is not None
         seen: set[tuple[str, int]] = set()
-        for name in await zk.children(c.paths.ddl, watch=self.wake):
-            parts = parse_table_node(name)
-            if parts is None:
-                continue
-            path = c.paths.ddl_record(*parts)
-            got = await zk.get_or_none(path, watch=self.wake)
+        paths = [c.paths.ddl_record(*parts) for parts in map(parse_table_node, await zk.children(
+            c.paths.ddl, watch=self.wake)) if parts is not None]
+        records = await asyncio.gather(*(zk.get_or_none(path, watch=self.wake) for path in paths))
+        for path, got in zip(paths, records):
             if got is None:
                 continue
             data, stat = got

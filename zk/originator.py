@@ -59,6 +59,7 @@ class ClusterDdl:
         self.locked: list[tuple[str, str]] = []
         self.records: dict[tuple[str, str], tuple[DdlRecord, int]] = {}
         self.laggards: set[str] = set()
+        self.expected: set[str] = set()   # the other instances online at INIT: they ack every step
         self.czxids: dict[tuple[str, str], int] = {}
         self.message = ""
         self.details: dict = {}   # user, nodes, phases_ms, meta_version, started_at for ddl_history
@@ -85,7 +86,7 @@ class ClusterDdl:
             sync_meta, online = await asyncio.gather(zk.exists(c.paths.sync_meta_lock), c.online())
             if sync_meta is not None:
                 raise DdlInProgress("Found another instance initializing metadata. Please try later")
-            expected = online - {c.instance}
+            expected = self.expected = online - {c.instance}
             await test_pause("before_init")
             c.check_ddl_allowed()
             for schema, table in self.keys:
@@ -162,16 +163,19 @@ class ClusterDdl:
             new = rec.with_status(status, message)
             path = c.paths.ddl_record(*key)
             lock_path = c.paths.ddl_lock(*key)
+            own_ack = Ack(status, True, "", c.registry.version).encode()
+            ack_path = c.paths.ddl_ack(key[0], key[1], c.instance)
 
-            def build(tx, path=path, new=new, version=version, lock_path=lock_path):
+            def build(tx, path=path, new=new, version=version, lock_path=lock_path, own_ack=own_ack,
+                      ack_path=ack_path):
                 tx.check(lock_path, 0)
                 tx.set_data(path, new.encode(), version)
+                tx.set_data(ack_path, own_ack)  # our own ack (created with INIT) in the same write
 
             results = await zk.commit(build)
             self._check_tx(results, f"publish {status} for {key[0]}.{key[1]}")
             self.czxids[key] = results[1].czxid
             self.records[key] = (new, version + 1)
-            await c.ack(key[0], key[1], status)
         self.status = status
 
     async def complete(self, success: bool, message: str = "") -> None:
@@ -182,8 +186,9 @@ class ClusterDdl:
         try:
             await self._decide(status, message)
             await test_pause("after_success")
-            expected = await c.online() - {c.instance}
-            outcome = await c.wait_acks(self.keys, status, expected, c.cc.ack_timeout_s)
+            # those online at INIT (no instance can join while a record is in flight: a join drains
+            # first); wait_acks drops any that went offline since
+            outcome = await c.wait_acks(self.keys, status, self.expected, c.cc.ack_timeout_s)
         except ZK_ERRORS as e:
             raise LostDecision(f"ZooKeeper failed while publishing the outcome ({e.__class__.__name__}); "
                                f"another instance will reconcile it from the backends") from None
@@ -204,11 +209,12 @@ class ClusterDdl:
         for key in list(self.records):
             path = c.paths.ddl_record(*key)
             try:
-                lock = await zk.exists(c.paths.ddl_lock(*key))
+                lock, acks = await asyncio.gather(zk.exists(c.paths.ddl_lock(*key)),
+                                                  zk.children(c.paths.ddl_acks(*key)))
                 if lock is not None and lock.ephemeralOwner == zk.session_id:
                     if self.status == INIT:
                         await self._decide(FAILED, "the originator gave up before running the DDL")
-                    await self._remove(key, self.records[key][0].with_status(self.status, self.message))
+                    await self._remove(key, self.records[key][0].with_status(self.status, self.message), acks)
                     self.locked.remove(key)
             except (ProxyError, *ZK_ERRORS) as e:
                 self.log.warning("could not clean up ddl record; reconciliation will", error=str(e))
@@ -223,12 +229,11 @@ class ClusterDdl:
         self.locked = []
         self.records = {}
 
-    async def _remove(self, key: tuple[str, str], rec: DdlRecord) -> None:
+    async def _remove(self, key: tuple[str, str], rec: DdlRecord, acks: list[str]) -> None:
         """Record, acks, lock and a ddl_history entry, all in one transaction."""
         c = self.cluster
         zk = c.zk
         assert zk is not None
-        acks = await zk.children(c.paths.ddl_acks(*key))
         d = self.details
         entry = HistoryEntry(key[0], key[1], c.instance, self.sql, rec.status, self.czxids.get(key, 0),
                              message=rec.message, user=d.get("user", ""), nodes=tuple(d.get("nodes", ())),
