@@ -145,10 +145,11 @@ def test_pipeline_reads_a_csv_input(pipeline_proxy: ProxyProcess, spark: Any, tm
 
 @pytest.mark.slow  # a second JVM start: ~40 s; the in-process run above covers the stages
 @needs_jvm
-@pytest.mark.skipif(shutil.which("spark-submit") is None, reason="spark-submit is not on PATH")
 def test_pipeline_under_spark_submit(pipeline_proxy: ProxyProcess) -> None:
     assert JAR is not None
-    res = subprocess.run(["spark-submit", "--master", "local[2]", "--jars", JAR, "--driver-class-path", JAR,
+    # pip's pyspark puts spark-submit next to this interpreter, which may not be on PATH
+    spark_submit = shutil.which("spark-submit") or str(Path(sys.executable).parent / "spark-submit")
+    res = subprocess.run([spark_submit, "--master", "local[2]", "--jars", JAR, "--driver-class-path", JAR,
                           str(REPO_ROOT / "jobs" / "pipeline.py"), "--config", str(pipeline_proxy.config_path),
                           "--rows", "2000", "--partitions", "2"],
                          capture_output=True, text=True, timeout=300, cwd="/")
