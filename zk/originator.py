@@ -187,8 +187,10 @@ class ClusterDdl:
             await self._decide(status, message)
             await test_pause("after_success")
             # those online at INIT (no instance can join while a record is in flight: a join drains
-            # first); wait_acks drops any that went offline since
-            outcome = await c.wait_acks(self.keys, status, self.expected, c.cc.ack_timeout_s)
+            # first) but not the INIT laggards, which never locked and will catch up from ddl_history:
+            # a stuck instance costs the client one ack_timeout_s, not two; wait_acks drops any that
+            # went offline since
+            outcome = await c.wait_acks(self.keys, status, self.expected - self.laggards, c.cc.ack_timeout_s)
         except ZK_ERRORS as e:
             raise LostDecision(f"ZooKeeper failed while publishing the outcome ({e.__class__.__name__}); "
                                f"another instance will reconcile it from the backends") from None

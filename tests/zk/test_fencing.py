@@ -97,7 +97,7 @@ def test_a_laggard_is_named_and_catches_up(zookeeper, zk_root, fresh_proxy, back
             cur.execute("SHOW WARNINGS")
             warnings = cur.fetchall()
         conn.close()
-        assert time.monotonic() - started < 2 * 1.5 + 2
+        assert time.monotonic() - started < 1.5 + 2  # one ack_timeout_s: the INIT laggard is not awaited again
         assert any("dble-3" in w[2] and "catch up" in w[2] for w in warnings), warnings
         assert "`lag`" in full_meta(p2)[3]
     finally:
