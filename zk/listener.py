@@ -7,6 +7,7 @@ last pass, so a missed or coalesced watch event (or a pause under SIGSTOP) canno
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING
 
 import structlog
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("pydble.cluster.listener")
 
 LOCAL_LOCK_WAIT_S = 3.0   # how long INIT waits for a local DDL on the same table to give up
+CATCH_UP_EVERY_S = 1.0    # ddl_history is read at most this often, unless a record vanished unseen
 
 
 class DdlListener(PassLoop):
@@ -36,6 +38,7 @@ class DdlListener(PassLoop):
         self.handled: dict[tuple[str, int], str] = {}   # (record path, czxid) -> last status handled
         self.finished: dict[int, None] = {}             # czxids of records whose outcome we applied
         self.history_seen: str | None = None            # newest ddl_history entry looked at
+        self.caught_up_at = 0.0                         # monotonic time of the last ddl_history read
 
     def start(self) -> None:
         """Start (or restart after a re-join) the follow loop."""
@@ -71,11 +74,16 @@ class DdlListener(PassLoop):
             self.handled[key] = rec.status
             if rec.status in (SUCCESS, FAILED):
                 self._finished(stat.czxid)
-        for key in [k for k in self.handled if k not in seen]:
+        gone = [k for k in self.handled if k not in seen]
+        for key in gone:
             last = self.handled.pop(key)
             await self._record_gone(key[0], last)
             self._finished(key[1])
-        await self._catch_up()
+        # DDLs that began and ended while we were deaf leave no record, only a history entry; reading
+        # the history on every pass would add a ZooKeeper call to each step of every DDL
+        if self.history_seen is None or gone or time.monotonic() - self.caught_up_at >= CATCH_UP_EVERY_S:
+            self.caught_up_at = time.monotonic()
+            await self._catch_up()
 
     def _finished(self, czxid: int) -> None:
         self.finished[czxid] = None
