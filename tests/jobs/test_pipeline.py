@@ -149,9 +149,11 @@ def test_pipeline_under_spark_submit(pipeline_proxy: ProxyProcess) -> None:
     assert JAR is not None
     # pip's pyspark puts spark-submit next to this interpreter, which may not be on PATH
     spark_submit = shutil.which("spark-submit") or str(Path(sys.executable).parent / "spark-submit")
+    env = dict(os.environ, SPARK_HOME=str(Path(pyspark.__file__).parent), PYSPARK_PYTHON=sys.executable,
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     res = subprocess.run([spark_submit, "--master", "local[2]", "--jars", JAR, "--driver-class-path", JAR,
                           str(REPO_ROOT / "jobs" / "pipeline.py"), "--config", str(pipeline_proxy.config_path),
                           "--rows", "2000", "--partitions", "2"],
-                         capture_output=True, text=True, timeout=300, cwd="/")
+                         capture_output=True, text=True, timeout=300, cwd="/", env=env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "pipeline: OK" in res.stdout
