@@ -83,10 +83,6 @@ class ClusterDdl:
         zk = c.zk
         assert zk is not None
         try:
-            sync_meta, online = await asyncio.gather(zk.exists(c.paths.sync_meta_lock), c.online())
-            if sync_meta is not None:
-                raise DdlInProgress("Found another instance initializing metadata. Please try later")
-            expected = self.expected = online - {c.instance}
             await test_pause("before_init")
             c.check_ddl_allowed()
             for schema, table in self.keys:
@@ -96,13 +92,19 @@ class ClusterDdl:
                 ack = Ack(INIT, True, "", c.registry.version).encode()
 
                 def build(tx, path=path, rec=rec, lock=lock, ack=ack, schema=schema, table=table):
+                    # "no instance is loading metadata" checked atomically with the write: creating and
+                    # deleting syncMeta.lock fails (and so does everything) while a joiner holds it
+                    tx.create(c.paths.sync_meta_lock, b"", ephemeral=True)
+                    tx.delete(c.paths.sync_meta_lock)
                     tx.create(c.paths.ddl_lock(schema, table), lock, ephemeral=True)  # fails fast if held
                     tx.create(path, rec.encode())
                     tx.create(c.paths.ddl_acks(schema, table), b"")
                     tx.create(c.paths.ddl_ack(schema, table, c.instance), ack, ephemeral=True)
 
                 results = await zk.commit(build)
-                if isinstance(results[0], NodeExistsError) or isinstance(results[1], NodeExistsError):
+                if isinstance(results[0], NodeExistsError):
+                    raise DdlInProgress("Found another instance initializing metadata. Please try later")
+                if isinstance(results[2], NodeExistsError) or isinstance(results[3], NodeExistsError):
                     raise DdlInProgress(f"Found another instance doing ddl, due to table[{schema}.{table}]'s "
                                         f"ddlLock is exists")
                 self._check_tx(results, f"write the INIT record of {schema}.{table}")
@@ -110,6 +112,9 @@ class ClusterDdl:
                 self.records[(schema, table)] = (rec, 0)
                 c.active_ddls.add(path)
             self.status = INIT
+            # read after the write, while the others lock: an instance that joins later drains this
+            # record before it goes online, so this is exactly who must ack
+            expected = self.expected = await c.online() - {c.instance}
             outcome = await c.wait_acks(self.keys, INIT, expected, c.cc.ack_timeout_s)
         except ProxyError:
             raise
