@@ -107,11 +107,11 @@ def rounds(runs: int, paths: dict[str, Callable[[str], float]], cols: dict[str, 
     """ADD then DROP on every path, the path order rotating each round; warm-up rounds not kept."""
     times: dict[str, dict[str, list[float]]] = {p: {"add": [], "drop": []} for p in paths}
     names = list(paths)
+    algo = f", ALGORITHM={algorithm}" if algorithm else ""
     for i in range(-WARMUP, runs):
         order = names[i % len(names):] + names[:i % len(names)]
         for p in order:
             col = cols[p]
-            algo = f", ALGORITHM={algorithm}" if algorithm else ""
             a = paths[p](f"ALTER TABLE {TABLE} ADD COLUMN {col} INT{algo}")
             d = paths[p](f"ALTER TABLE {TABLE} DROP COLUMN {col}{algo}")
             if i >= 0:

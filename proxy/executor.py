@@ -17,15 +17,15 @@ from .protocol.packets import frame
 from .protocol.response import Budget, ResponseScanner
 from .reply import Reply
 from .scatter_relay import relay_concat, streamable
-
-# Merges over more rows than this (ORDER BY, GROUP BY, DISTINCT…) run in a worker thread: the GIL hands
-# the event loop a turn every few milliseconds, so one big merge cannot stall every other client.
-MERGE_INLINE_ROWS = 5_000
 from .sqltok import first_keyword as first_word
 
 if TYPE_CHECKING:
     from .router import Plan
     from .session import Session
+
+# Merges over more rows than this (ORDER BY, GROUP BY, DISTINCT…) run in a worker thread: the GIL hands
+# the event loop a turn every few milliseconds, so one big merge cannot stall every other client.
+MERGE_INLINE_ROWS = 5_000
 
 log = structlog.get_logger("pydble.executor")
 

@@ -119,8 +119,7 @@ class Cluster:
         self._join_task: asyncio.Task | None = None
         self._lost = False   # the session expired since we last joined: re-join when connected again
         self._watchdog_task: asyncio.Task | None = None
-        self._joining = False   # a join is running (state changes must not start another)
-        self._join_lock = asyncio.Lock()
+        self._join_lock = asyncio.Lock()   # held while a join runs (state changes must not start another)
         self._started = False   # start() has finished: from now on a not-ready instance re-joins
         self._stopping = False
         self._meta_dirty = asyncio.Event()
@@ -225,7 +224,7 @@ class Cluster:
         elif state == KazooState.SUSPENDED:
             self.log.warning("zookeeper connection suspended: DDL refused until it is back")
         elif state == KazooState.CONNECTED and prev != KazooState.CONNECTED:
-            idle = not self._joining and (self._join_task is None or self._join_task.done())
+            idle = not self._join_lock.locked() and (self._join_task is None or self._join_task.done())
             if (self._lost or (not self.ready and self._started)) and not self._stopping and idle:
                 # a new session, or the same one back after a join that failed during the outage
                 self._lost = False
@@ -259,11 +258,7 @@ class Cluster:
         async with self._join_lock:  # one join at a time, whoever asked for it
             if not initial and self.ready:
                 return  # another join finished while this one waited
-            self._joining = True
-            try:
-                await self._join(initial)
-            finally:
-                self._joining = False
+            await self._join(initial)
 
     async def _join(self, initial: bool) -> None:
         zk = self.zk
@@ -411,12 +406,16 @@ class Cluster:
                 return AckOutcome(tuple(sorted(pending)), tuple(refusals))
             await wake.wait(min(remaining, SAFETY_POLL_S))
 
+    def own_ack(self, schema: str, table: str, status: str, ok: bool = True, message: str = "") -> tuple[str, bytes]:
+        """Path and data of this instance's ack of a record's status (also written inside transactions)."""
+        return (self.paths.ddl_ack(schema, table, self.instance),
+                Ack(status, ok, message, self.registry.version).encode())
+
     async def ack(self, schema: str, table: str, status: str, ok: bool = True, message: str = "") -> None:
         """Write (or update) this instance's ack of a record's status."""
         zk = self.zk
         assert zk is not None
-        path = self.paths.ddl_ack(schema, table, self.instance)
-        data = Ack(status, ok, message, self.registry.version).encode()
+        path, data = self.own_ack(schema, table, status, ok, message)
         if status != INIT:  # our INIT ack is usually there already: update it
             try:
                 await zk.set(path, data)

@@ -21,7 +21,7 @@ from kazoo.exceptions import NodeExistsError
 from meta.errors import DdlInProgress, ProxyError
 
 from .cluster import ZK_ERRORS
-from .records import FAILED, INIT, SUCCESS, Ack, DdlLockInfo, DdlRecord, HistoryEntry
+from .records import FAILED, INIT, SUCCESS, DdlLockInfo, DdlRecord, HistoryEntry
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -89,9 +89,9 @@ class ClusterDdl:
                 rec = DdlRecord(c.instance, schema, table, self.ddl_type, self.sql, INIT)
                 path = c.paths.ddl_record(schema, table)
                 lock = DdlLockInfo(c.instance, self.sql).encode()
-                ack = Ack(INIT, True, "", c.registry.version).encode()
+                ack_path, ack = c.own_ack(schema, table, INIT)
 
-                def build(tx, path=path, rec=rec, lock=lock, ack=ack, schema=schema, table=table):
+                def build(tx, path=path, rec=rec, lock=lock, ack_path=ack_path, ack=ack, schema=schema, table=table):
                     # "no instance is loading metadata" checked atomically with the write: creating and
                     # deleting syncMeta.lock fails (and so does everything) while a joiner holds it
                     tx.create(c.paths.sync_meta_lock, b"", ephemeral=True)
@@ -99,7 +99,7 @@ class ClusterDdl:
                     tx.create(c.paths.ddl_lock(schema, table), lock, ephemeral=True)  # fails fast if held
                     tx.create(path, rec.encode())
                     tx.create(c.paths.ddl_acks(schema, table), b"")
-                    tx.create(c.paths.ddl_ack(schema, table, c.instance), ack, ephemeral=True)
+                    tx.create(ack_path, ack, ephemeral=True)
 
                 results = await zk.commit(build)
                 if isinstance(results[0], NodeExistsError):
@@ -114,8 +114,8 @@ class ClusterDdl:
             self.status = INIT
             # read after the write, while the others lock: an instance that joins later drains this
             # record before it goes online, so this is exactly who must ack
-            expected = self.expected = await c.online() - {c.instance}
-            outcome = await c.wait_acks(self.keys, INIT, expected, c.cc.ack_timeout_s)
+            self.expected = await c.online() - {c.instance}
+            outcome = await c.wait_acks(self.keys, INIT, self.expected, c.cc.ack_timeout_s)
         except ProxyError:
             raise
         except ZK_ERRORS as e:
@@ -168,8 +168,7 @@ class ClusterDdl:
             new = rec.with_status(status, message)
             path = c.paths.ddl_record(*key)
             lock_path = c.paths.ddl_lock(*key)
-            own_ack = Ack(status, True, "", c.registry.version).encode()
-            ack_path = c.paths.ddl_ack(key[0], key[1], c.instance)
+            ack_path, own_ack = c.own_ack(key[0], key[1], status)
 
             def build(tx, path=path, new=new, version=version, lock_path=lock_path, own_ack=own_ack,
                       ack_path=ack_path):
