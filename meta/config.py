@@ -43,6 +43,7 @@ class ClusterConfig:
     session_timeout_s: float = 10.0
     ack_timeout_s: float = 30.0
     auth: str | None = field(default=None, repr=False)   # "user:password": digest ACLs on every znode
+    peer_port: int = 0    # direct DDL channel between instances: 0 any free port (advertised in ZooKeeper), -1 off
 
 
 @dataclass(frozen=True)
@@ -249,7 +250,7 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
 def _parse_cluster(s: dict[str, Any]) -> ClusterConfig:
     p = "cluster"
     _typed(s, p, dict, "a table")
-    _take(s, p, {"zk", "root", "cluster_id", "session_timeout_s", "ack_timeout_s", "auth"})
+    _take(s, p, {"zk", "root", "cluster_id", "session_timeout_s", "ack_timeout_s", "auth", "peer_port"})
     root = _get(s, p, "root", str, "a string", "/dble")
     if not root.startswith("/") or root.endswith("/") and root != "/":
         raise ConfigError("cluster.root", "must start with '/' and not end with '/'")
@@ -260,7 +261,10 @@ def _parse_cluster(s: dict[str, Any]) -> ClusterConfig:
         session_timeout_s=float(_get(s, p, "session_timeout_s", (int, float), "a number", 10)),
         ack_timeout_s=float(_get(s, p, "ack_timeout_s", (int, float), "a number", 30)),
         auth=_get(s, p, "auth", str, "a string 'user:password'", None),
+        peer_port=_get(s, p, "peer_port", int, "a port number, 0 (any free port) or -1 (off)", 0),
     )
+    if not -1 <= cfg.peer_port <= 65535:
+        raise ConfigError("cluster.peer_port", "must be a port number, 0 (any free port) or -1 (off)")
     if cfg.auth is not None and (":" not in cfg.auth or cfg.auth.startswith(":")):
         raise ConfigError("cluster.auth", "must be 'user:password' (the ZooKeeper digest identity)")
     if cfg.session_timeout_s <= 0 or cfg.ack_timeout_s <= 0:

@@ -1,4 +1,10 @@
-"""kazoo from asyncio: every call is bounded, and kazoo's threads hand results back to the loop."""
+"""kazoo from asyncio: every call is bounded, and kazoo's threads hand results back to the loop.
+
+Results and watch events are handed to the loop straight from kazoo's connection thread (one
+`call_soon_threadsafe`), not through kazoo's callback threads: one thread hop less per call, and
+a watch event reaches the loop before the answer to any request sent after it, as ZooKeeper
+orders them on the wire.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ from typing import Any, Callable
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, NotEmptyError
+from kazoo.handlers.threading import AsyncResult, SequentialThreadingHandler
 from kazoo.protocol.states import KazooState, ZnodeStat
 from kazoo.retry import KazooRetry
 from kazoo.security import make_digest_acl
@@ -20,6 +27,45 @@ class ZkTimeout(Exception):
     """A ZooKeeper call did not complete within its bound."""
 
 
+class _InlineResult(AsyncResult):
+    """Runs callbacks marked `inline` in the thread that sets the result (they only schedule work on
+    the loop); any other callback goes through kazoo's completion thread as usual."""
+
+    def _do_callbacks(self) -> None:
+        for callback in self._callbacks:
+            if getattr(callback, "inline", False) or not self._handler.running:
+                callback(self)
+            else:
+                self._handler.completion_queue.put(lambda cb=callback: cb(self))
+
+
+class _Handler(SequentialThreadingHandler):
+    """kazoo's threading handler, with inline delivery for callbacks marked `inline`."""
+
+    def async_result(self) -> AsyncResult:
+        return _InlineResult(self)
+
+    def dispatch_callback(self, callback: Any) -> None:
+        if getattr(callback.func, "inline", False):
+            callback.func(*callback.args)
+        else:
+            super().dispatch_callback(callback)
+
+
+def _inline(fn: Callable) -> Callable:
+    """Mark a callback as safe to run in kazoo's connection thread (it must not block)."""
+    fn.inline = True  # type: ignore[attr-defined]
+    return fn
+
+
+def _post(loop: asyncio.AbstractEventLoop, fn: Callable, *args: Any) -> None:
+    """Schedule fn on the loop from a kazoo thread; a loop already closed (shutdown) is ignored."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
+        pass
+
+
 def make_client(hosts: str, session_timeout_s: float, auth: str | None = None) -> KazooClient:
     """A kazoo client that retries connecting forever; with auth ("user:password") every node it
     creates is readable and writable by that digest identity only."""
@@ -29,7 +75,7 @@ def make_client(hosts: str, session_timeout_s: float, auth: str | None = None) -
         user, _, password = auth.partition(":")
         auth_data = [("digest", auth)]
         default_acl = [make_digest_acl(user, password, all=True)]
-    return KazooClient(hosts=hosts, timeout=session_timeout_s,
+    return KazooClient(hosts=hosts, timeout=session_timeout_s, handler=_Handler(),
                        connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=1.0),
                        auth_data=auth_data, default_acl=default_acl)
 
@@ -76,7 +122,7 @@ class Zk:
         self._state_callbacks.append(fn)
 
     def _on_state(self, state: str) -> None:  # kazoo thread
-        self.loop.call_soon_threadsafe(self._deliver_state, state)
+        _post(self.loop, self._deliver_state, state)
 
     def _deliver_state(self, state: str) -> None:
         self.state = state
@@ -99,7 +145,7 @@ class Zk:
             except Exception as e:  # noqa: BLE001 - handed to the awaiting coroutine
                 fut.set_exception(e)
 
-        async_result.rawlink(lambda _r: self.loop.call_soon_threadsafe(settle))
+        async_result.rawlink(_inline(lambda _r: _post(self.loop, settle)))
         try:
             return await asyncio.wait_for(fut, timeout)
         except asyncio.TimeoutError:
@@ -165,9 +211,10 @@ class Zk:
             ref = weakref.WeakMethod(watch) if inspect.ismethod(watch) else weakref.ref(watch)
             loop = self.loop
 
+            @_inline
             def wrapped(event: Any) -> None:  # holds the watch weakly, so the cache entry can die
                 target = ref()
                 if target is not None:
-                    loop.call_soon_threadsafe(target, event)
+                    _post(loop, target, event)
             self._wrapped[watch] = wrapped
         return wrapped

@@ -25,12 +25,14 @@ from meta.registry import MetaChange, Registry
 
 from .aio import Zk, ZkTimeout
 from .paths import Paths, parse_table_node
+from .peers import PeerLinks, PeerServer
 from .records import INIT, Ack, BadRecord, DdlLockInfo, DdlRecord, HistoryEntry, OnlineInfo
 
 log = structlog.get_logger("pydble.cluster")
 
 ZK_ERRORS = (KazooException, ZkTimeout)
 SAFETY_POLL_S = 2.0   # level-triggered loops re-read state at least this often, watches or not
+PEER_GRACE_S = 0.2    # how long acks are awaited on the peer channel alone before ZooKeeper is read too
 HISTORY_MAX = 1000    # finished DDLs kept in ddl_history for instances that must catch up
 HISTORY_PRUNE_EVERY = 100
 
@@ -43,6 +45,15 @@ class AckOutcome:
     refusals: tuple[tuple[str, str], ...] = ()  # (instance, message) that acked ok=false
 
 
+def drop_tasks(tasks: dict) -> None:
+    """Cancel peer asks still running; a finished one's failure (a broken link) is expected, not news."""
+    for task in tasks.values():
+        if not task.done():
+            task.cancel()
+        elif not task.cancelled():
+            task.exception()
+
+
 class Waker:
     """An asyncio event that ZooKeeper watches set; loops wait on it with a bound."""
 
@@ -52,13 +63,15 @@ class Waker:
     def __call__(self, _event: object = None) -> None:
         self._event.set()
 
-    async def wait(self, timeout: float) -> None:
-        """Wait for a watch to fire, at most timeout seconds; then re-arm."""
+    async def wait(self, timeout: float) -> bool:
+        """Wait for a watch to fire, at most timeout seconds; then re-arm. True if one fired."""
         try:
             await asyncio.wait_for(self._event.wait(), timeout)
+            fired = True
         except asyncio.TimeoutError:
-            pass
+            fired = False
         self._event.clear()
+        return fired
 
 
 class PassLoop:
@@ -66,6 +79,7 @@ class PassLoop:
     SAFETY_POLL_S, so a missed or coalesced event (or a SIGSTOP) can never lose a step."""
 
     name = "loop"
+    settle_s = 0.0   # after a watch fires, wait this long so a burst of events costs one pass
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
@@ -88,7 +102,8 @@ class PassLoop:
                 log.debug(f"{self.name} pass failed, will retry", instance=c.instance, error=str(e))
             except Exception:  # noqa: BLE001 - the loop must survive anything
                 log.exception(f"{self.name} pass crashed, will retry", instance=c.instance)
-            await self.wake.wait(SAFETY_POLL_S)
+            if await self.wake.wait(SAFETY_POLL_S) and self.settle_s:
+                await asyncio.sleep(self.settle_s)
 
     async def pass_once(self) -> None:
         """Read the state and act on what changed."""
@@ -128,11 +143,16 @@ class Cluster:
         from .recovery import Recovery
         self.listener = DdlListener(self)
         self.recovery = Recovery(self)
+        self.peers = PeerLinks(self)
+        self.peer_server: PeerServer | None = None
+        self._online_view: tuple[Zk, frozenset[str]] | None = None   # see online_now()
+        self._online_watch = self._online_changed   # one callable, so re-arming never piles up watchers
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
         """Connect and join; if ZooKeeper is down, load metadata alone and join once it is back."""
         loop = asyncio.get_running_loop()
+        await self._start_peer_server()
         self.zk = Zk(self.cc.zk, self.cc.session_timeout_s, loop, self.cc.auth)
         self.zk.on_state(self._on_state)
         self.registry.add_listener(self._on_meta_change)
@@ -149,6 +169,21 @@ class Cluster:
         await self.join(initial=True)
         self._started = True
         self._spawn(self._publish_meta_version())
+
+    async def _start_peer_server(self) -> None:
+        """Listen for peers' DDL steps (zk/peers.py) unless `[cluster] peer_port = -1`."""
+        if self.cc.peer_port < 0:
+            return
+        server = PeerServer(self.instance, self.cc.cluster_id, self.listener.on_peer_step,
+                            lambda: self.registry.version)
+        try:
+            port = await server.start(self.config.server.bind, self.cc.peer_port)
+        except OSError as e:
+            self.log.error("peer channel not started; DDL acks go through ZooKeeper only",
+                           port=self.cc.peer_port, error=str(e))
+            return
+        self.peer_server = server
+        self.log.info("peer channel listening", peer_port=port)
 
     async def _connect_later(self) -> None:
         """Keep trying to reach ZooKeeper with fresh clients; join when it answers."""
@@ -198,6 +233,9 @@ class Cluster:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.peers.close()
+        if self.peer_server is not None:
+            await self.peer_server.stop()
         if self.zk is not None:
             try:
                 await asyncio.wait_for(self.zk.stop(), 10)
@@ -214,6 +252,7 @@ class Cluster:
     def _on_state(self, state: str) -> None:
         prev = self.session_state
         self.session_state = state
+        self._online_view = None   # watches may be lost with the connection
         if state == KazooState.LOST:
             if self.ready:
                 self.log.warning("zookeeper session lost: DDL refused until this instance re-joins")
@@ -330,8 +369,7 @@ class Cluster:
     async def _register_online(self) -> None:
         zk = self.zk
         assert zk is not None
-        srv = self.config.server
-        info = OnlineInfo(srv.bind, srv.port, srv.manager_port, self.started_at, self.registry.version, os.getpid())
+        info = self._online_info()
         path = self.paths.online_instance(self.instance)
         try:
             await zk.create(path, info.encode(), ephemeral=True)
@@ -342,6 +380,13 @@ class Cluster:
                 return
             raise DdlInProgress(f"another live instance is registered as '{self.instance}'; "
                                 f"instance names must be unique") from None
+
+    def _online_info(self) -> OnlineInfo:
+        """What online/{instance} says: addresses, meta version, and how to reach our peer channel."""
+        srv = self.config.server
+        ps = self.peer_server
+        return OnlineInfo(srv.bind, srv.port, srv.manager_port, self.started_at, self.registry.version,
+                          os.getpid(), ps.port if ps else 0, ps.token if ps else "")
 
     def _on_meta_change(self, _change: MetaChange) -> None:
         self._meta_dirty.set()
@@ -354,9 +399,7 @@ class Cluster:
             await asyncio.sleep(0.2)
             if not self.ready or self.zk is None:
                 continue
-            srv = self.config.server
-            info = OnlineInfo(srv.bind, srv.port, srv.manager_port, self.started_at, self.registry.version,
-                              os.getpid())
+            info = self._online_info()
             try:
                 await self.zk.set(self.paths.online_instance(self.instance), info.encode())
             except (NoNodeError, *ZK_ERRORS):
@@ -368,21 +411,92 @@ class Cluster:
         assert self.zk is not None
         return set(await self.zk.children(self.paths.online, watch=watch))
 
+    async def online_now(self) -> set[str]:
+        """The instances online now, without a round trip when nothing changed since the last read.
+
+        The view is kept with a watch and dropped the moment the watch fires. ZooKeeper sends a
+        watch event before the answer to any later request, and zk/aio.py hands both to the loop
+        in that order, so after an answer the view is as new as that answer: an instance that came
+        online before our INIT write has dropped the view before we look at it."""
+        zk = self.zk
+        assert zk is not None
+        view = self._online_view
+        if view is not None and view[0] is zk and zk.connected:
+            return set(view[1])
+        names = frozenset(await zk.children(self.paths.online, watch=self._online_watch))
+        if zk is self.zk and zk.connected:
+            self._online_view = (zk, names)
+        return set(names)
+
+    def _online_changed(self, _event: object = None) -> None:
+        self._online_view = None
+
+    def ask_peers(self, keys: list[tuple[str, str]], records: dict[tuple[str, str], tuple[DdlRecord, int]],
+                  instances: set[str], texts: dict | None = None) -> dict[tuple[tuple[str, str], str], asyncio.Task]:
+        """Send a step of our DDL straight to each instance (zk/peers.py); each task gives its ack."""
+        tasks: dict[tuple[tuple[str, str], str], asyncio.Task] = {}
+        if self.cc.peer_port < 0:
+            return tasks   # the channel is off on this instance: ZooKeeper acks only
+        loop = asyncio.get_running_loop()
+        for key in keys:
+            rec, czxid = records[key]
+            for inst in instances:
+                tasks[(key, inst)] = loop.create_task(
+                    self.peers.ask(inst, self.paths.ddl_record(*key), czxid, rec, texts))
+        return tasks
+
     async def wait_acks(self, keys: list[tuple[str, str]], status: str, expected: set[str],
-                        timeout: float) -> AckOutcome:
-        """Wait until every expected instance still online has acked status on every record (bounded)."""
+                        timeout: float, peer: dict[tuple[tuple[str, str], str], asyncio.Task] | None = None
+                        ) -> AckOutcome:
+        """Wait until every expected instance still online has acked status on every record (bounded).
+
+        An answer on the peer channel counts as an ack; ZooKeeper is read only for instances that
+        have not answered there within PEER_GRACE_S (or at once when their channel failed)."""
+        peer = dict(peer or {})
+        try:
+            return await self._wait_acks(keys, status, expected, timeout, peer)
+        finally:
+            drop_tasks(peer)
+
+    async def _wait_acks(self, keys: list[tuple[str, str]], status: str, expected: set[str],
+                         timeout: float, peer: dict[tuple[tuple[str, str], str], asyncio.Task]) -> AckOutcome:
         zk = self.zk
         assert zk is not None
         deadline = time.monotonic() + timeout
         wake = Waker()
         acked: dict[tuple[str, str], set[str]] = {key: set() for key in keys}  # counted once, kept
         refusals: list[tuple[str, str]] = []
+
+        def absorb() -> None:
+            for (key, inst), task in list(peer.items()):
+                if not task.done():
+                    continue
+                del peer[(key, inst)]
+                if task.cancelled() or task.exception() is not None:
+                    continue
+                ok, message = task.result()
+                if ok is not None and inst not in acked[key]:
+                    acked[key].add(inst)
+                    if not ok:
+                        refusals.append((inst, message))
+
+        if peer:
+            wanted = [t for (_, inst), t in peer.items() if inst in expected]
+            if wanted:
+                await asyncio.wait(wanted, timeout=min(PEER_GRACE_S, timeout))
+            absorb()
+            if all(expected <= acked[key] for key in keys):
+                return AckOutcome((), tuple(refusals))
+            for task in peer.values():
+                task.add_done_callback(wake)
         while True:
+            absorb()
             # one round of reads at a time, each round in parallel: online + ack folders, then new acks
             open_keys = [key for key in keys if expected - acked[key]]
             online, *folders = await asyncio.gather(
                 self.online(watch=wake), *(zk.children(self.paths.ddl_acks(*key), watch=wake) for key in open_keys))
             waiting = expected & online
+            absorb()
             to_read = [(key, inst) for key, names in zip(open_keys, folders)
                        for inst in names if inst in waiting and inst not in acked[key]]
             got_all = await asyncio.gather(
@@ -394,7 +508,7 @@ class Cluster:
                     ack = Ack.decode(got[0])
                 except BadRecord:
                     continue
-                if ack.status == status:
+                if ack.status == status and inst not in acked[key]:
                     acked[key].add(inst)
                     if not ack.ok:
                         refusals.append((inst, ack.message))

@@ -1,13 +1,17 @@
 """The subscriber side of cluster DDL: lock on INIT, refresh on SUCCESS/FAILED, always ack.
 
-It is level-triggered: every pass reads the whole ddl/ folder and acts on what changed since the
-last pass, so a missed or coalesced watch event (or a pause under SIGSTOP) cannot lose a step.
+Steps arrive two ways. The originator sends each one straight over the peer channel
+(`on_peer_step`, zk/peers.py): we apply it, reply, then write our ZooKeeper ack. And the loop here
+is level-triggered: every pass reads the whole ddl/ folder and acts on what changed since the last
+pass, so a missed or coalesced watch event, a broken channel or a pause under SIGSTOP cannot lose
+a step. Whichever way comes first handles a step; the other finds it handled.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from typing import TYPE_CHECKING
 
 import structlog
@@ -26,6 +30,7 @@ log = structlog.get_logger("pydble.cluster.listener")
 
 LOCAL_LOCK_WAIT_S = 3.0   # how long INIT waits for a local DDL on the same table to give up
 CATCH_UP_EVERY_S = 1.0    # ddl_history is read at most this often, unless a record vanished unseen
+SETTLE_S = 0.1            # with the peer channel on, watch events are coalesced this long (safety net only)
 
 
 class DdlListener(PassLoop):
@@ -39,7 +44,18 @@ class DdlListener(PassLoop):
         self.finished: dict[int, None] = {}             # czxids of records whose outcome we applied
         self.history_seen: str | None = None            # newest ddl_history entry looked at
         self.caught_up_at = 0.0                         # monotonic time of the last ddl_history read
+        self.results: dict[tuple[str, int], tuple[bool, str]] = {}  # what we acked for the step handled
+        self._record_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._acks: set[asyncio.Task] = set()
+        if cluster.cc.peer_port >= 0:
+            self.settle_s = SETTLE_S
 
+    def record_lock(self, path: str) -> asyncio.Lock:
+        """One step of a record at a time, whichever way it arrived."""
+        lock = self._record_locks.get(path)
+        if lock is None:
+            lock = self._record_locks[path] = asyncio.Lock()
+        return lock
     def start(self) -> None:
         """Start (or restart after a re-join) the follow loop."""
         self.history_seen = None  # a join has just reloaded everything
@@ -51,6 +67,7 @@ class DdlListener(PassLoop):
         zk = c.zk
         assert zk is not None
         seen: set[tuple[str, int]] = set()
+        known = set(self.handled)  # a step the peer channel brings during this pass is not judged by it
         paths = [c.paths.ddl_record(*parts) for parts in map(parse_table_node, await zk.children(
             c.paths.ddl, watch=self.wake)) if parts is not None]
         records = await asyncio.gather(*(zk.get_or_none(path, watch=self.wake) for path in paths))
@@ -67,16 +84,19 @@ class DdlListener(PassLoop):
             seen.add(key)
             if rec.instance == c.instance and not rec.reconciled_by:
                 continue  # our own DDL: the originator handles it
-            last = self.handled.get(key)
-            if rec.status == last:
+            if self.handled.get(key) == rec.status:
                 continue
-            await self.handle(rec, last)
-            self.handled[key] = rec.status
-            if rec.status in (SUCCESS, FAILED):
-                self._finished(stat.czxid)
-        gone = [k for k in self.handled if k not in seen]
+            async with self.record_lock(path):
+                last = self.handled.get(key)
+                if rec.status == last:
+                    continue  # the peer channel brought it meanwhile
+                ok, message = await self.handle(rec, last)
+                self._handled(key, rec.status, ok, message)
+                await self._ack(rec.schema, rec.table, rec.status, ok, message)
+        gone = [k for k in known if k not in seen and k in self.handled]
         for key in gone:
             last = self.handled.pop(key)
+            self.results.pop(key, None)
             await self._record_gone(key[0], last)
             self._finished(key[1])
         # DDLs that began and ended while we were deaf leave no record, only a history entry; reading
@@ -84,6 +104,45 @@ class DdlListener(PassLoop):
         if self.history_seen is None or gone or time.monotonic() - self.caught_up_at >= CATCH_UP_EVERY_S:
             self.caught_up_at = time.monotonic()
             await self._catch_up()
+
+    async def on_peer_step(self, path: str, czxid: int, rec: DdlRecord,
+                           texts: dict | None) -> tuple[bool | None, str]:
+        """A step sent by its originator over the peer channel: apply it, answer, then ack in ZooKeeper.
+
+        ok None tells the originator to wait for our ZooKeeper ack instead (we are not in the cluster
+        right now, or the step is not one we may take from a peer)."""
+        c = self.cluster
+        if not c.ready or rec.instance == c.instance or rec.reconciled_by:
+            return None, f"{c.instance} is not ready for peer steps"
+        key = (path, czxid)
+        async with self.record_lock(path):
+            last = self.handled.get(key)
+            if last == rec.status:
+                return self.results.get(key, (True, ""))
+            if last in (SUCCESS, FAILED) or (czxid in self.finished and rec.status == INIT):
+                return True, ""  # a late or repeated step of a DDL we already finished
+            ok, message = await self.handle(rec, last, texts)
+            self._handled(key, rec.status, ok, message)
+        task = asyncio.get_running_loop().create_task(self._ack_after_reply(path, rec, ok, message))
+        self._acks.add(task)
+        task.add_done_callback(self._acks.discard)
+        return ok, message
+
+    async def _ack_after_reply(self, path: str, rec: DdlRecord, ok: bool, message: str) -> None:
+        """Our ZooKeeper ack of a step answered on the peer channel (the record of truth, for operators
+        and for anyone who did not hear the reply); in order with the record's other steps."""
+        async with self.record_lock(path):
+            try:
+                await self._ack(rec.schema, rec.table, rec.status, ok, message)
+            except Exception as e:  # noqa: BLE001 - the originator already has our answer
+                log.debug("zookeeper ack after a peer step failed", instance=self.cluster.instance,
+                          table=f"{rec.schema}.{rec.table}", error=str(e))
+
+    def _handled(self, key: tuple[str, int], status: str, ok: bool, message: str) -> None:
+        self.handled[key] = status
+        self.results[key] = (ok, message)
+        if status in (SUCCESS, FAILED):
+            self._finished(key[1])
 
     def _finished(self, czxid: int) -> None:
         self.finished[czxid] = None
@@ -120,8 +179,9 @@ class DdlListener(PassLoop):
                 c.locks.release(entry.schema, entry.table, lk.owner)
             await c.refresh([(entry.schema, entry.table)])
 
-    async def handle(self, rec: DdlRecord, last: str | None) -> None:
-        """One step of someone else's DDL."""
+    async def handle(self, rec: DdlRecord, last: str | None, texts: dict | None = None) -> tuple[bool, str]:
+        """One step of someone else's DDL; returns the ack to give. On SUCCESS/FAILED `texts` (from the
+        peer channel: the CREATE texts the originator read back from the nodes) spare us the backends."""
         c = self.cluster
         schema, table = rec.schema, rec.table
         rlog = log.bind(instance=c.instance, table=f"{schema}.{table}", originator=rec.instance, phase=rec.status)
@@ -129,20 +189,23 @@ class DdlListener(PassLoop):
         if rec.status == INIT:
             ok, message = await self._lock(schema, table, rec.sql, owner, rec.instance)
             rlog.info("ddl INIT: table locked" if ok else "ddl INIT: could not lock", message=message or None)
-            await self._ack(schema, table, INIT, ok, message)
-            return
+            return ok, message
+        message = ""
         if rec.status in (SUCCESS, FAILED):
-            message = ""
             try:
-                await c.refresh([(schema, table)])
+                if texts is not None:
+                    await c.refresh([(schema, table)], texts)
+                else:
+                    await c.refresh([(schema, table)])
             except Exception as e:  # noqa: BLE001 - reported in the ack
                 message = f"refresh failed: {e}"
                 rlog.warning("refresh after ddl failed", error=str(e))
             c.locks.release(schema, table, owner)
             if rec.reconciled_by:
                 c.locks.release_owned_by(f"instance:{rec.instance}")
-            rlog.info("ddl finished here: metadata refreshed, table unlocked", reconciled_by=rec.reconciled_by or None)
-            await self._ack(schema, table, rec.status, not message, message)
+            rlog.info("ddl finished here: metadata refreshed, table unlocked", reconciled_by=rec.reconciled_by or None,
+                      via="peer" if texts is not None else "zookeeper")
+        return not message, message
 
     async def _lock(self, schema: str, table: str, sql: str, owner: str, instance: str) -> tuple[bool, str]:
         """Take the local lock for a peer's DDL, waiting briefly for a local DDL that is about to fail."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from typing import TYPE_CHECKING
 
 import structlog
@@ -20,7 +21,7 @@ from kazoo.exceptions import NodeExistsError
 
 from meta.errors import DdlInProgress, ProxyError
 
-from .cluster import ZK_ERRORS
+from .cluster import ZK_ERRORS, drop_tasks
 from .records import FAILED, INIT, SUCCESS, DdlLockInfo, DdlRecord, HistoryEntry
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ log = structlog.get_logger("pydble.cluster.ddl")
 PAUSE_ENV = "PYDBLE_TEST_PAUSE"
 PAUSE_PHASES = ("before_init", "after_init_acks", "after_execute", "after_success", "during_final_acks")
 PAUSE_SECONDS_ENV = "PYDBLE_TEST_PAUSE_S"   # how long the pause lasts (default 600 s)
+LEASE_MAX_S = 1.0   # an answer from ZooKeeper this recent proves our session (and its locks) alive
 
 
 class LostDecision(ProxyError):
@@ -61,6 +63,9 @@ class ClusterDdl:
         self.laggards: set[str] = set()
         self.expected: set[str] = set()   # the other instances online at INIT: they ack every step
         self.czxids: dict[tuple[str, str], int] = {}
+        self.ack_listing: dict[tuple[str, str], asyncio.Task] = {}   # ack names, read while peers apply
+        self.lease_from = 0.0          # monotonic time our INIT write was sent
+        self.session: int | None = None
         self.message = ""
         self.details: dict = {}   # user, nodes, phases_ms, meta_version, started_at for ddl_history
         self.status = "LOCKING"
@@ -85,6 +90,8 @@ class ClusterDdl:
         try:
             await test_pause("before_init")
             c.check_ddl_allowed()
+            self.lease_from = time.monotonic()
+            self.session = zk.session_id
             for schema, table in self.keys:
                 rec = DdlRecord(c.instance, schema, table, self.ddl_type, self.sql, INIT)
                 path = c.paths.ddl_record(schema, table)
@@ -100,6 +107,7 @@ class ClusterDdl:
                     tx.create(path, rec.encode())
                     tx.create(c.paths.ddl_acks(schema, table), b"")
                     tx.create(ack_path, ack, ephemeral=True)
+                    tx.set_data(ack_path, ack)  # its stat carries the transaction's zxid: the record's czxid
 
                 results = await zk.commit(build)
                 if isinstance(results[0], NodeExistsError):
@@ -110,12 +118,20 @@ class ClusterDdl:
                 self._check_tx(results, f"write the INIT record of {schema}.{table}")
                 self.locked.append((schema, table))
                 self.records[(schema, table)] = (rec, 0)
+                self.czxids[(schema, table)] = results[-1].czxid
                 c.active_ddls.add(path)
             self.status = INIT
-            # read after the write, while the others lock: an instance that joins later drains this
-            # record before it goes online, so this is exactly who must ack
-            self.expected = await c.online() - {c.instance}
-            outcome = await c.wait_acks(self.keys, INIT, self.expected, c.cc.ack_timeout_s)
+            # the peers we have links to hear INIT at once, while `online` is read
+            steps = {key: (rec, self.czxids[key]) for key, (rec, _) in self.records.items()}
+            asked = c.ask_peers(self.keys, steps, c.peers.live() - {c.instance})
+            try:
+                # read after the write, while the others lock: an instance that joins later drains this
+                # record before it goes online, so this is exactly who must ack
+                self.expected = await c.online_now() - {c.instance}
+                asked.update(c.ask_peers(self.keys, steps, self.expected - {inst for _, inst in asked}))
+                outcome = await c.wait_acks(self.keys, INIT, self.expected, c.cc.ack_timeout_s, peer=asked)
+            finally:
+                drop_tasks(asked)
         except ProxyError:
             raise
         except ZK_ERRORS as e:
@@ -141,6 +157,11 @@ class ClusterDdl:
         if zk is None or not zk.connected:
             raise LostDecision("this instance lost its ZooKeeper connection before running the DDL; "
                                "the DDL was not run")
+        # a lease: ZooKeeper expires a session only after session_timeout_s without hearing from it,
+        # and it heard our INIT write (sent at lease_from) on this very session
+        lease = min(c.cc.session_timeout_s / 3, LEASE_MAX_S)
+        if zk.session_id == self.session and time.monotonic() - self.lease_from < lease:
+            return
         try:
             stats = await asyncio.gather(*(zk.exists(c.paths.ddl_lock(*key)) for key in self.locked))
         except ZK_ERRORS as e:
@@ -182,22 +203,35 @@ class ClusterDdl:
             self.records[key] = (new, version + 1)
         self.status = status
 
-    async def complete(self, success: bool, message: str = "") -> None:
-        """Publish the outcome and wait (bounded) until every online instance has applied it."""
+    async def complete(self, success: bool, message: str = "", texts: dict | None = None) -> None:
+        """Publish the outcome and wait (bounded) until every online instance has applied it.
+
+        The peers hear the outcome straight away, with `texts` (the CREATE texts this instance read
+        back from the nodes: node -> table -> text or None) so they need not ask the backends, while
+        the decision is written to ZooKeeper."""
         c = self.cluster
         await test_pause("after_execute")
         status = SUCCESS if success else FAILED
+        # those online at INIT (no instance can join while a record is in flight: a join drains
+        # first) but not the INIT laggards, which never locked and will catch up from ddl_history:
+        # a stuck instance costs the client one ack_timeout_s, not two; wait_acks drops any that
+        # went offline since
+        targets = self.expected - self.laggards
+        steps = {key: (rec.with_status(status, message), self.czxids[key]) for key, (rec, _) in self.records.items()}
+        peer = c.ask_peers(list(self.records), steps, targets, texts)
+        zk = c.zk
+        if zk is not None:
+            loop = asyncio.get_running_loop()
+            self.ack_listing = {key: loop.create_task(zk.children(c.paths.ddl_acks(*key))) for key in self.records}
         try:
             await self._decide(status, message)
             await test_pause("after_success")
-            # those online at INIT (no instance can join while a record is in flight: a join drains
-            # first) but not the INIT laggards, which never locked and will catch up from ddl_history:
-            # a stuck instance costs the client one ack_timeout_s, not two; wait_acks drops any that
-            # went offline since
-            outcome = await c.wait_acks(self.keys, status, self.expected - self.laggards, c.cc.ack_timeout_s)
+            outcome = await c.wait_acks(list(self.records), status, targets, c.cc.ack_timeout_s, peer=peer)
         except ZK_ERRORS as e:
             raise LostDecision(f"ZooKeeper failed while publishing the outcome ({e.__class__.__name__}); "
                                f"another instance will reconcile it from the backends") from None
+        finally:
+            drop_tasks(peer)
         self.laggards |= set(outcome.laggards)
         if outcome.laggards:
             self.log.warning("instances did not ack the outcome in time", laggards=list(outcome.laggards),
@@ -215,6 +249,10 @@ class ClusterDdl:
         for key in list(self.records):
             path = c.paths.ddl_record(*key)
             try:
+                if await self._remove_decided(key):
+                    self.locked.remove(key)
+                    c.active_ddls.discard(path)
+                    continue
                 lock, acks = await asyncio.gather(zk.exists(c.paths.ddl_lock(*key)),
                                                   zk.children(c.paths.ddl_acks(*key)))
                 if lock is not None and lock.ephemeralOwner == zk.session_id:
@@ -234,17 +272,39 @@ class ClusterDdl:
                 pass
         self.locked = []
         self.records = {}
+        drop_tasks(self.ack_listing)
+        self.ack_listing = {}
 
-    async def _remove(self, key: tuple[str, str], rec: DdlRecord, acks: list[str]) -> None:
-        """Record, acks, lock and a ddl_history entry, all in one transaction."""
+    async def _remove_decided(self, key: tuple[str, str]) -> bool:
+        """The common end of a DDL: decided, the ack names read while the peers applied it, and one
+        transaction that removes it all. Deleting our own ack in it proves the record is still ours;
+        False (nothing changed) sends the caller down the careful path."""
+        listing = self.ack_listing.pop(key, None)
+        if self.status not in (SUCCESS, FAILED) or listing is None:
+            if listing is not None:
+                listing.cancel()
+            return False
+        try:
+            acks = await listing
+        except (asyncio.CancelledError, *ZK_ERRORS):
+            return False
+        if self.cluster.instance not in acks:
+            return False
+        return await self._remove_tx(key, self.records[key][0].with_status(self.status, self.message), acks)
+
+    def _history_entry(self, key: tuple[str, str], rec: DdlRecord) -> HistoryEntry:
+        d = self.details
+        return HistoryEntry(key[0], key[1], self.cluster.instance, self.sql, rec.status, self.czxids.get(key, 0),
+                            message=rec.message, user=d.get("user", ""), nodes=tuple(d.get("nodes", ())),
+                            phases_ms=d.get("phases_ms", {}), meta_version=d.get("meta_version", 0),
+                            started_at=d.get("started_at", 0.0))
+
+    async def _remove_tx(self, key: tuple[str, str], rec: DdlRecord, acks: list[str]) -> bool:
+        """Record, acks, lock and a ddl_history entry, all in one transaction; False if it failed."""
         c = self.cluster
         zk = c.zk
         assert zk is not None
-        d = self.details
-        entry = HistoryEntry(key[0], key[1], c.instance, self.sql, rec.status, self.czxids.get(key, 0),
-                             message=rec.message, user=d.get("user", ""), nodes=tuple(d.get("nodes", ())),
-                             phases_ms=d.get("phases_ms", {}), meta_version=d.get("meta_version", 0),
-                             started_at=d.get("started_at", 0.0))
+        entry = self._history_entry(key, rec)
 
         def build(tx) -> None:
             for name in acks:
@@ -255,12 +315,22 @@ class ClusterDdl:
             tx.create(f"{c.paths.history}/h-", entry.encode(), sequence=True)
 
         results = await zk.commit(build)
-        if any(isinstance(r, Exception) for r in results):  # an ack came or went meanwhile: slow path
-            await zk.delete(c.paths.ddl_record(*key), recursive=True)
-            await zk.delete(c.paths.ddl_lock(*key))
-            await c.append_history(entry)
-        else:
-            await c.prune_history(results[-1])
+        if any(isinstance(r, Exception) for r in results):
+            return False
+        await c.prune_history(results[-1])
+        return True
+
+    async def _remove(self, key: tuple[str, str], rec: DdlRecord, acks: list[str]) -> None:
+        """Record, acks, lock and a ddl_history entry, all in one transaction (ours: checked by the caller)."""
+        c = self.cluster
+        zk = c.zk
+        assert zk is not None
+        if await self._remove_tx(key, rec, acks):
+            return
+        # an ack came or went meanwhile: slow path
+        await zk.delete(c.paths.ddl_record(*key), recursive=True)
+        await zk.delete(c.paths.ddl_lock(*key))
+        await c.append_history(self._history_entry(key, rec))
 
     def warning(self) -> str | None:
         """The note for the client when some instance lagged."""

@@ -40,6 +40,8 @@ class OnlineInfo:
     started_at: float
     meta_version: int = 0
     pid: int = 0
+    peer_port: int = 0                               # the direct DDL channel (zk/peers.py); 0: none
+    peer_token: str = field(default="", repr=False)  # what a peer must present to use it
 
     def encode(self) -> bytes:
         return _dump(self)
@@ -49,7 +51,8 @@ class OnlineInfo:
         o = _load(data)
         try:
             return cls(str(o["host"]), int(o["port"]), int(o["manager_port"]), float(o["started_at"]),
-                       int(o.get("meta_version", 0)), int(o.get("pid", 0)))
+                       int(o.get("meta_version", 0)), int(o.get("pid", 0)), int(o.get("peer_port", 0)),
+                       str(o.get("peer_token", "")))
         except (KeyError, TypeError, ValueError) as e:
             raise BadRecord(f"bad online record: {e}") from None
 
