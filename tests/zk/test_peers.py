@@ -1,0 +1,241 @@
+"""The direct DDL channel between instances (zk/peers.py): who may use it, what it carries, and that
+the cluster still agrees over ZooKeeper alone when it is off or abused."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+from typing import Any
+
+import pytest
+from clusterkit import TABLE, backend_structure, full_meta
+
+from zk import peers, wire
+from zk.records import INIT, SUCCESS, DdlRecord
+
+# --- the receiving side, in-process: a real TCP server, a plain handler --------------------------
+
+
+class _Handler:
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[tuple[str, int, DdlRecord, Any]] = []
+        self.fail = fail
+
+    async def __call__(self, path: str, czxid: int, rec: DdlRecord, texts: Any) -> tuple[bool | None, str]:
+        self.calls.append((path, czxid, rec, texts))
+        if self.fail:
+            raise RuntimeError("boom")
+        return rec.status == INIT, "" if rec.status == INIT else "refresh failed: node down"
+
+
+async def _serve(handler: _Handler) -> peers.PeerServer:
+    server = peers.PeerServer("dble-2", "cluster-1", handler, lambda: 41)
+    await server.start("127.0.0.1", 0)
+    return server
+
+
+async def _talk(port: int, *frames: bytes, read: bool = True) -> tuple[list[dict], bool]:
+    """Send raw frames; return the replies read and whether the server closed the connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for f in frames:
+        writer.write(f)
+    await writer.drain()
+    got: list[dict] = []
+    dec = wire.FrameDecoder()
+    closed = False
+    try:
+        while read:
+            data = await asyncio.wait_for(reader.read(65536), 1.5)
+            if not data:
+                closed = True
+                break
+            got += dec.feed(data)
+    except asyncio.TimeoutError:
+        pass
+    except ConnectionResetError:
+        closed = True
+    writer.close()
+    return got, closed
+
+
+def _rec(status: str = INIT) -> DdlRecord:
+    return DdlRecord("dble-1", "schema1", "t", "ALTER_TABLE", "ALTER TABLE t ADD c INT", status, created_at=1.5)
+
+
+def _step(msg_id: int, status: str = INIT, texts: Any = None) -> bytes:
+    return wire.encode(wire.step(msg_id, "/dble/cluster-1/ddl/schema1.t", 77, _rec(status).encode().decode(), texts))
+
+
+def test_a_caller_with_the_token_gets_each_step_answered():
+    async def go() -> None:
+        h = _Handler()
+        server = await _serve(h)
+        try:
+            texts = {"dn1": {"t": "CREATE TABLE `t` (`id` int)"}, "dn2": {"t": None}}
+            got, closed = await _talk(server.port, wire.encode(wire.hello("cluster-1", "dble-1", server.token)),
+                                      _step(1), _step(2, SUCCESS, texts))
+            assert not closed
+            assert sorted(got, key=lambda m: m["id"]) == [
+                {"t": "reply", "id": 1, "ok": True, "message": "", "meta_version": 41},
+                {"t": "reply", "id": 2, "ok": False, "message": "refresh failed: node down", "meta_version": 41}]
+            assert [(c[0], c[1], c[2].status, c[3]) for c in h.calls] == [
+                ("/dble/cluster-1/ddl/schema1.t", 77, INIT, None), ("/dble/cluster-1/ddl/schema1.t", 77, SUCCESS, texts)]
+            assert h.calls[0][2] == _rec()
+        finally:
+            await server.stop()
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("hello", [
+    wire.hello("cluster-1", "dble-1", "0" * 32),          # wrong token
+    wire.hello("cluster-2", "dble-1", "TOKEN"),           # right token, other cluster
+    {"t": "hello", "cluster": "cluster-1", "from": "x"},  # no token
+    {"t": "step", "id": 1},                               # a step before any hello
+])
+def test_a_caller_without_the_token_is_dropped_unheard(hello):
+    async def go() -> None:
+        h = _Handler()
+        server = await _serve(h)
+        try:
+            msg = {k: (server.token if v == "TOKEN" else v) for k, v in hello.items()}
+            got, closed = await _talk(server.port, wire.encode(msg), _step(1))
+            assert closed and got == [] and h.calls == []
+        finally:
+            await server.stop()
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("garbage", [
+    b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",        # a length of 1.2 GB: refused before reading it
+    struct.pack(">I", 5) + b"\xff\xfe\xfd\xfc\xfb",
+    struct.pack(">I", 2) + b"[]",
+])
+def test_garbage_drops_that_connection_and_the_server_keeps_serving(garbage):
+    async def go() -> None:
+        h = _Handler()
+        server = await _serve(h)
+        try:
+            good_reader, good_writer = await asyncio.open_connection("127.0.0.1", server.port)
+            good_writer.write(wire.encode(wire.hello("cluster-1", "dble-1", server.token)))
+            got, closed = await _talk(server.port, garbage)
+            assert closed and got == []
+            good_writer.write(_step(5))
+            dec = wire.FrameDecoder()
+            reply = dec.feed(await asyncio.wait_for(good_reader.read(65536), 5))
+            assert reply and reply[0]["id"] == 5 and reply[0]["ok"] is True
+            good_writer.close()
+        finally:
+            await server.stop()
+    asyncio.run(go())
+
+
+def test_a_malformed_step_drops_the_caller():
+    async def go() -> None:
+        h = _Handler()
+        server = await _serve(h)
+        try:
+            hello = wire.encode(wire.hello("cluster-1", "dble-1", server.token))
+            bad_record = wire.encode({"t": "step", "id": 1, "path": "/p", "czxid": 1, "record": "{}", "texts": None})
+            bad_texts = wire.encode(wire.step(2, "/p", 1, _rec(SUCCESS).encode().decode(), {"dn1": ["x"]}))
+            for bad in (bad_record, bad_texts):
+                got, closed = await _talk(server.port, hello, bad)
+                assert closed and got == []
+            assert h.calls == []
+        finally:
+            await server.stop()
+    asyncio.run(go())
+
+
+def test_a_silent_caller_is_dropped(monkeypatch):
+    monkeypatch.setattr(peers, "HELLO_TIMEOUT_S", 0.2)
+
+    async def go() -> None:
+        server = await _serve(_Handler())
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            assert await asyncio.wait_for(reader.read(10), 5) == b""  # closed by the server
+            writer.close()
+        finally:
+            await server.stop()
+    asyncio.run(go())
+
+
+def test_a_step_that_fails_here_asks_the_originator_to_use_zookeeper():
+    async def go() -> None:
+        server = await _serve(_Handler(fail=True))
+        try:
+            got, closed = await _talk(server.port, wire.encode(wire.hello("cluster-1", "dble-1", server.token)),
+                                      _step(9))
+            assert not closed
+            assert got[0]["id"] == 9 and got[0]["ok"] is None and "RuntimeError" in got[0]["message"]
+        finally:
+            await server.stop()
+    asyncio.run(go())
+
+
+# --- three real instances --------------------------------------------------------------------
+
+
+def _finished_via(proxy: Any) -> list[str]:
+    """How each DDL outcome reached this instance, from its log ('peer' or 'zookeeper')."""
+    out = []
+    for line in proxy.log_text().splitlines():
+        if "ddl finished here" in line:
+            out.append("peer" if "via=peer" in line else "zookeeper" if "via=zookeeper" in line else "?")
+    return out
+
+
+def _online_info(cluster: Any, instance: str) -> dict:
+    c = cluster.zk()
+    try:
+        data, _ = c.get(f"{cluster.base()}/online/{instance}")
+        return json.loads(data)
+    finally:
+        c.stop()
+        c.close()
+
+
+def test_the_outcome_reaches_the_others_over_the_peer_channel(cluster):
+    p1, p2, p3 = cluster.start()
+    p1.query(f"ALTER TABLE {TABLE} ADD COLUMN via_peer INT")
+    for p in (p2, p3):
+        row = full_meta(p)
+        assert "`via_peer`" in row[3] and row[4:] == (1, 1), row
+        assert _finished_via(p) == ["peer"], p.log_text()[-3000:]
+    info = _online_info(cluster, "dble-2")
+    assert info["peer_port"] > 0 and len(info["peer_token"]) == 32
+    assert not cluster.zk_children("ddl") and not cluster.zk_children("lock/ddl_lock")
+
+
+def test_an_instance_with_the_channel_off_agrees_through_zookeeper(cluster):
+    """peer_port = -1 on one instance: it neither listens nor asks; DDL from and to it still agree."""
+    p1 = cluster.make(instance="dble-1", cluster=cluster.section)
+    p2 = cluster.make(instance="dble-2", cluster=cluster.section)
+    p3 = cluster.make(instance="dble-3", cluster={**cluster.section, "peer_port": -1})
+    assert _online_info(cluster, "dble-3")["peer_port"] == 0
+    p1.query(f"ALTER TABLE {TABLE} ADD COLUMN from_one INT")
+    for p in (p2, p3):
+        assert "`from_one`" in full_meta(p)[3]
+    assert _finished_via(p2) == ["peer"] and _finished_via(p3) == ["zookeeper"]
+    p3.query(f"ALTER TABLE {TABLE} ADD COLUMN from_three INT")   # the originator without a channel
+    for p in (p1, p2):
+        row = full_meta(p)
+        assert "`from_three`" in row[3] and row[4:] == (1, 1), row
+    assert all("`from_three`" in t for t in backend_structure(cluster.backends))
+
+
+def test_abuse_of_the_peer_port_leaves_ddl_working(cluster):
+    p1, p2, _ = cluster.start()
+    port = _online_info(cluster, "dble-2")["peer_port"]
+    for junk in (b"\x00" * 64, wire.encode(wire.hello("cluster-1", "mallory", "f" * 32)) + _step(1),
+                 b"\x7f\xff\xff\xff" + b"x" * 100):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(junk)
+            s.settimeout(5)
+            assert s.recv(100) == b""   # dropped, nothing answered
+    p1.query(f"ALTER TABLE {TABLE} ADD COLUMN after_abuse INT")
+    row = full_meta(p2)
+    assert "`after_abuse`" in row[3] and row[4:] == (1, 1), row
+    assert "peer connection dropped" in p2.log_text()
