@@ -5,6 +5,7 @@ batches. A countdown tree (meta.countdown) says when each node, schema and the l
 when a schema completes, its tables are compared across nodes and turned into TableMeta records.
 A node that is down, slow or failing completes its part with its tables marked unknown, and the
 log says which node and why. Per-table Python work is kept tiny: no parsing during a load.
+A DDL's refresh skips the load when its nodes already answered SHOW CREATE (result_from_texts).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable, Literal
+from typing import Iterable, Literal, Mapping
 
 import structlog
 
@@ -268,7 +269,7 @@ class _Loader:
         if self.assembly:
             await asyncio.gather(*self.assembly)
         seconds = time.perf_counter() - t0
-        outcomes = {w.node: self._outcome(w) for w in self.plan.work.values()}
+        outcomes = {w.node: _outcome(w) for w in self.plan.work.values()}
         result = LoadResult(self.plan.scope, self.tables, outcomes, self.unlisted_defaults,
                             self.now, seconds)
         failed = result.failed_nodes
@@ -278,11 +279,6 @@ class _Loader:
                                   if m.consistency is Consistency.INCONSISTENT),
                  seconds=round(seconds, 3))
         return result
-
-    def _outcome(self, w: _NodeWork) -> NodeOutcome:
-        missing = sum(1 for v in w.sql.values() if v is None)
-        return NodeOutcome(w.node, w.failure is None and not w.unknown, w.failure, max(w.listed, 0),
-                           len(w.sql) - missing, missing, len(w.unknown), w.seconds)
 
     async def _node(self, w: _NodeWork) -> None:
         """Read one node; whatever happens, complete its countdown and mark what is unknown."""
@@ -435,52 +431,74 @@ class _Loader:
         """Turn a completed schema's answers into records, a chunk at a time, so one event-loop
         step never holds thousands of tables (queries are served between chunks)."""
         done = 0
-        for key, kind, nodes in self._schema_keys(schema):
-            self.tables[key] = self._record(key, kind, nodes)
+        for key, kind, nodes in _schema_keys(self.plan, schema):
+            self.tables[key] = _record(self.plan, key, kind, nodes, self.now)
             done += 1
             if done % ASSEMBLE_CHUNK == 0:
                 await asyncio.sleep(0)
 
-    def _schema_keys(self, schema: str) -> Iterable[tuple[Key, str, tuple[str, ...]]]:
-        """Every table of the schema this load answers for: configured ones, then default-node ones."""
-        plan = self.plan
-        configured: set[Key] = set()
-        for k, (kind, nodes) in plan.keys.items():
-            if k[0] == schema:
-                configured.add(k)
-                yield k, kind, nodes
-        dnode = plan.default_schemas.get(schema)
-        if dnode is None:
-            return
-        dw = plan.work[dnode]
-        nodes1 = (dnode,)
-        for low, ks in dw.wants.items():
-            for k in ks:
-                if k[0] == schema and k not in configured:
-                    if dw.sql.get(low) is None and low not in dw.unknown:
-                        continue  # not on the default node: no such table
-                    configured.add(k)
-                    yield k, KIND_DEFAULT, nodes1
 
-    def _record(self, key: Key, kind: str, nodes: tuple[str, ...]) -> TableMeta:
-        low = key[1]
-        node_sql: dict[str, str | None] = {}
-        unknown: dict[str, str] = {}
-        work = self.plan.work
-        for n in nodes:
-            w = work[n]
-            if low in w.unknown:
-                unknown[n] = w.unknown[low]
-            elif low in w.sql:
-                node_sql[n] = w.sql[low]
-            else:
-                unknown[n] = w.failure or "not fetched"
-        v = judge(nodes, node_sql, unknown)
-        if v.state is Consistency.INCONSISTENT:
-            log.warning("table structure not consistent across shardingNodes",
-                        table=f"{key[0]}.{key[1]}", detail=v.describe())
-        return TableMeta(key[0], low, kind, nodes, node_sql, v.structure, v.state, self.now, 0,
-                         unknown or EMPTY)
+# --- assembly: a plan whose nodes have answered, turned into records ----------------------
+
+
+def _outcome(w: _NodeWork) -> NodeOutcome:
+    """The node's summary, for the result (and the log of a failed node)."""
+    missing = sum(1 for v in w.sql.values() if v is None)
+    return NodeOutcome(w.node, w.failure is None and not w.unknown, w.failure, max(w.listed, 0),
+                       len(w.sql) - missing, missing, len(w.unknown), w.seconds)
+
+
+def _schema_keys(plan: _Plan, schema: str) -> Iterable[tuple[Key, str, tuple[str, ...]]]:
+    """Every table of the schema a load answers for: configured ones, then default-node ones."""
+    configured: set[Key] = set()
+    for k, (kind, nodes) in plan.keys.items():
+        if k[0] == schema:
+            configured.add(k)
+            yield k, kind, nodes
+    dnode = plan.default_schemas.get(schema)
+    if dnode is None:
+        return
+    dw = plan.work[dnode]
+    nodes1 = (dnode,)
+    for low, ks in dw.wants.items():
+        for k in ks:
+            if k[0] == schema and k not in configured:
+                if dw.sql.get(low) is None and low not in dw.unknown:
+                    continue  # not on the default node: no such table
+                configured.add(k)
+                yield k, KIND_DEFAULT, nodes1
+
+
+def _record(plan: _Plan, key: Key, kind: str, nodes: tuple[str, ...], now: float) -> TableMeta:
+    """One table's record from its nodes' answers: the consistency verdict decides the structure."""
+    low = key[1]
+    node_sql: dict[str, str | None] = {}
+    unknown: dict[str, str] = {}
+    work = plan.work
+    for n in nodes:
+        w = work[n]
+        if low in w.unknown:
+            unknown[n] = w.unknown[low]
+        elif low in w.sql:
+            node_sql[n] = w.sql[low]
+        else:
+            unknown[n] = w.failure or "not fetched"
+    v = judge(nodes, node_sql, unknown)
+    if v.state is Consistency.INCONSISTENT:
+        log.warning("table structure not consistent across shardingNodes",
+                    table=f"{key[0]}.{key[1]}", detail=v.describe())
+    return TableMeta(key[0], low, kind, nodes, node_sql, v.structure, v.state, now, 0,
+                     unknown or EMPTY)
+
+
+def _tables_scope(config: Config, tables: Iterable[tuple[str, str]]) -> LoadScope:
+    """The scope of a load of some tables; raises UnknownDatabase for a schema not configured."""
+    keys = set()
+    for s, t in tables:
+        if s not in config.schemas:
+            raise UnknownDatabase(f"Unknown database '{s}'")
+        keys.add((s, t.lower()))
+    return LoadScope("tables", tables=frozenset(keys))
 
 
 # --- public entry points ------------------------------------------------------------------
@@ -499,12 +517,7 @@ async def load_tables(config: Config, tables: Iterable[tuple[str, str]] | None =
                       backend: MetaBackend | None = None) -> LoadResult:
     """Reload some tables (a list of (schema, table)) or one schema; both None means everything."""
     if tables is not None:
-        keys = set()
-        for s, t in tables:
-            if s not in config.schemas:
-                raise UnknownDatabase(f"Unknown database '{s}'")
-            keys.add((s, t.lower()))
-        scope = LoadScope("tables", tables=frozenset(keys))
+        scope = _tables_scope(config, tables)
     elif schema is not None:
         if schema not in config.schemas:
             raise UnknownDatabase(f"Unknown database '{schema}'")
@@ -512,6 +525,43 @@ async def load_tables(config: Config, tables: Iterable[tuple[str, str]] | None =
     else:
         scope = LoadScope("all")
     return await _run(config, scope, timeout_s, batch_size, connections_per_node, backend)
+
+
+def node_tables(config: Config, tables: Iterable[tuple[str, str]]) -> dict[str, tuple[str, ...]]:
+    """Which lower-case table names a refresh of these tables reads on each shardingNode (what a
+    DDL asks its nodes right after running, so result_from_texts can answer without a load)."""
+    try:
+        plan = _plan(config, _tables_scope(config, tables))
+    except UnknownDatabase:
+        return {}
+    return {n: tuple(w.wants) for n, w in plan.work.items()}
+
+
+def result_from_texts(config: Config, tables: Iterable[tuple[str, str]],
+                      texts: Mapping[str, Mapping[str, str | None]]) -> LoadResult | None:
+    """The LoadResult load_tables would give, built from SHOW CREATE texts already in hand
+    (node -> lower name -> text, None: not there); None unless they answer for every table."""
+    t0 = time.perf_counter()
+    try:
+        plan = _plan(config, _tables_scope(config, tables))
+    except UnknownDatabase:
+        return None
+    pool: dict[str, str] = {}
+    for n, w in plan.work.items():
+        got = texts.get(n)
+        if not isinstance(got, Mapping):
+            return None
+        for low in w.wants:
+            text = got.get(low, False)
+            if text is not None and not isinstance(text, str):
+                return None  # not answered (or not a text: they may come from another instance)
+            w.sql[low] = None if text is None else pool.setdefault(text, text)
+        w.listed = sum(1 for v in w.sql.values() if v is not None)
+    now = time.time()
+    records = {key: _record(plan, key, kind, nodes, now)
+               for schema in plan.units for key, kind, nodes in _schema_keys(plan, schema)}
+    return LoadResult(plan.scope, records, {n: _outcome(w) for n, w in plan.work.items()},
+                      started_at=now, seconds=time.perf_counter() - t0)
 
 
 async def _run(config: Config, scope: LoadScope, timeout_s: float | None, batch_size: int,

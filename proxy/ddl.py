@@ -1,4 +1,8 @@
-"""DDL through the client port: lock the table, run on all its nodes, refresh metadata, then answer."""
+"""DDL through the client port: lock the table, run on all its nodes, refresh metadata, then answer.
+
+Right after a node answers the DDL, the same connection reads SHOW CREATE TABLE of the DDL's tables
+there; when every node answered cleanly, the refresh is built from those texts (no metadata load).
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,13 @@ import asyncio
 import re
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 import structlog
 
-from meta.errors import BackendUnavailable, MetaLost, ProxyError, TableExists
+from meta.errors import BackendError, BackendUnavailable, MetaLost, ProxyError, TableExists
 from meta.history import DdlHistoryEntry
-from meta.loader import load_tables
+from meta.loader import load_tables, node_tables, result_from_texts
 from meta.locks import MetaLocks
 from zk.originator import ClusterDdl
 
@@ -20,6 +24,7 @@ from .protocol.messages import ErrInfo
 from .protocol.packets import frame
 
 if TYPE_CHECKING:
+    from .backend import BackendConnection
     from .reply import Reply
     from .router import Plan
     from .server import ProxyServer
@@ -28,6 +33,14 @@ if TYPE_CHECKING:
 log = structlog.get_logger("pydble.ddl")
 
 ER_TABLE_EXISTS = 1050
+ER_NO_SUCH_TABLE = 1146
+Texts = dict[str, dict[str, str | None]]   # shardingNode -> lower table name -> CREATE text (None: absent)
+# session variables a pooled connection may carry that cannot change how SHOW CREATE TABLE prints a
+# table (sql_mode, old_mode, character sets, time_zone and the like can: the refresh then loads)
+_NEUTRAL_VARS = frozenset({"isolation", "tx_read_only", "wait_timeout", "interactive_timeout", "net_read_timeout",
+                           "net_write_timeout", "lock_wait_timeout", "innodb_lock_wait_timeout",
+                           "sql_select_limit", "max_statement_time", "auto_increment_increment",
+                           "auto_increment_offset", "foreign_key_checks", "unique_checks"})
 # ALTER TABLE t RENAME [TO|AS] [s.]u (not RENAME COLUMN/INDEX/KEY): u must be refreshed (and locked) too
 _RENAME_TO = re.compile(r"\bRENAME\s+(?:TO\s+|AS\s+)?(?!(?:COLUMN|INDEX|KEY)\b)"
                         r"((?:`(?:[^`]|``)+`|[\w$]+)(?:\s*\.\s*(?:`(?:[^`]|``)+`|[\w$]+))?)", re.I)
@@ -39,6 +52,7 @@ class NodeResult:
 
     node: str
     error: ErrInfo | None
+    texts: dict[str, str | None] | None = None   # SHOW CREATE right after it; None: not read cleanly
 
 
 @dataclass
@@ -115,13 +129,13 @@ class DdlRunner:
             self._precheck(plan)
             cluster = self.server.cluster
             if cluster is None:
-                err = await self._apply(plan, keys, dlog, started, owner, trace)
+                err, _ = await self._apply(plan, keys, dlog, started, owner, trace)
                 return err, None
             async with ClusterDdl(cluster, keys, sql, plan.ddl or "UNKNOWN") as cd:
                 trace.mark("cluster_init")
                 await cd.ensure_held()
-                err = await self._apply(plan, keys, dlog, started, owner, trace)
-                await cd.complete(err is None, err.message if err is not None else "")
+                err, texts = await self._apply(plan, keys, dlog, started, owner, trace)
+                await cd.complete(err is None, err.message if err is not None else "", texts=texts)
                 trace.mark("publish")
                 warning, laggards = cd.warning(), sorted(cd.laggards)
                 cd.details = trace.details(plan, self.server.registry.version)
@@ -150,19 +164,22 @@ class DdlRunner:
             trace.started_at, time.time(), laggards))
 
     async def _apply(self, plan: Plan, keys: list[tuple[str, str]], dlog: structlog.stdlib.BoundLogger,
-                     started: float, owner: str = "", trace: DdlTrace | None = None) -> ProxyError | None:
-        """Run on the backends, then refresh this instance's metadata (persist before publish)."""
+                     started: float, owner: str = "", trace: DdlTrace | None = None
+                     ) -> tuple[ProxyError | None, Texts | None]:
+        """Run on the backends, then refresh this instance's metadata (persist before publish); the
+        texts the refresh was built from go back too (None: it loaded), for the other instances."""
         self._phase(keys, owner, "EXECUTING")
-        results = await self.execute(plan)
+        results = await self.execute(plan, keys)
         if trace is not None:
             trace.mark("execute")
         dlog.info("ddl executed", phase="EXECUTED", seconds=round(time.monotonic() - started, 3),
                   failed=[x.node for x in results if x.error])
         self._phase(keys, owner, "REFRESHING")
-        await self.refresh(keys)
+        texts: Texts = {x.node: x.texts for x in results if x.texts is not None}
+        used = await self._refresh(keys, texts)
         if trace is not None:
             trace.mark("refresh")
-        return self._outcome(plan, results)
+        return self._outcome(plan, results), texts if used else None
 
     def keys_of(self, plan: Plan, sql: str) -> list[tuple[str, str]]:
         """The tables a DDL locks and refreshes: its own, plus the new name of an ALTER ... RENAME."""
@@ -191,18 +208,28 @@ class DdlRunner:
             if plan.ddl == "CREATE_TABLE" and not plan.if_exists and reg.get(schema, table) is not None:
                 raise TableExists(f"Table '{schema}.{table}' or table meta already exists")
 
-    async def execute(self, plan: Plan) -> list[NodeResult]:
-        """Run the DDL on every target node in parallel, on connections of its own."""
+    async def execute(self, plan: Plan, keys: list[tuple[str, str]] | None = None) -> list[NodeResult]:
+        """Run the DDL on every target node in parallel, on connections of its own; then each
+        connection reads the structure of the keys' tables on its node (the refresh's input)."""
         backends = self.server.backends
+        nodes = [t.node for t in plan.targets]
+        wanted = node_tables(self.server.config, plan.tables if keys is None else keys)
+        for n in {n for n in nodes if nodes.count(n) > 1}:
+            wanted.pop(n, None)  # two statements on one node in parallel: no single "after"
 
         async def one(node: str, sql: str) -> NodeResult:
             conn = await backends.acquire(node, 0)
+            texts = None
             try:
                 sc = await conn.run(frame(0, b"\x03" + sql.encode("utf-8", "surrogateescape")),
                                     backends.timeout_s, collect=True)
+                if node in wanted:
+                    # only after a clean DROP (no error, no "unknown table" note) does 1146 mean gone
+                    dropped = plan.ddl == "DROP_TABLE" and sc.ok is not None and not sc.ok.warnings
+                    texts = await self._show_creates(conn, node, wanted[node], dropped)
             finally:
                 backends.release(node, conn)
-            return NodeResult(node, sc.error)
+            return NodeResult(node, sc.error, texts)
 
         outs = await asyncio.gather(*(one(t.node, t.sql) for t in plan.targets), return_exceptions=True)
         results: list[NodeResult] = []
@@ -215,13 +242,54 @@ class DdlRunner:
                 results.append(o)
         return results
 
-    async def refresh(self, keys: list[tuple[str, str]]) -> None:
-        """Re-read the tables' structure from their nodes and publish it (persist before publish)."""
+    async def _show_creates(self, conn: BackendConnection, node: str, tables: tuple[str, ...],
+                            dropped: bool) -> dict[str, str | None] | None:
+        """The tables' CREATE texts on the node right after the DDL, or None when any answer is not
+        certain (the refresh then loads): 1146 counts as "gone" only after a clean DROP, since a name
+        differing in case (the load matches names case-insensitively) gives 1146 too; a connection
+        carrying a session's variables (sql_mode, character set) may print the text differently."""
+        if conn.broken or not all(k.startswith("@") or k in _NEUTRAL_VARS for k in conn.vars):
+            return None
+        db = _quote(self.server.backends.database_of(node))
+        out: dict[str, str | None] = {}
+        for t in tables:
+            try:
+                sc = await conn.query(f"SHOW CREATE TABLE {db}.{_quote(t)}", self.server.backends.timeout_s)
+            except BackendError as e:
+                if e.code == ER_NO_SUCH_TABLE and dropped:
+                    out[t] = None
+                    continue
+                log.debug("no structure read after ddl", node=node, table=t, code=e.code, error=e.message)
+                return None
+            except Exception as e:  # noqa: BLE001 - a broken connection: the refresh loads instead
+                log.debug("no structure read after ddl", node=node, table=t, error=str(e))
+                return None
+            text = _create_text(sc.results[0].rows if sc.results else [])
+            if text is None:
+                return None
+            out[t] = text
+        return out
+
+    async def refresh(self, keys: list[tuple[str, str]],
+                      texts: Mapping[str, Mapping[str, str | None]] | None = None) -> None:
+        """Publish the tables' structure: from SHOW CREATE texts when they answer for every node
+        (this DDL's or another instance's), else re-read from the backends (persist before publish)."""
+        await self._refresh(keys, texts)
+
+    async def _refresh(self, keys: list[tuple[str, str]],
+                       texts: Mapping[str, Mapping[str, str | None]] | None) -> bool:
+        """refresh, saying whether the texts were used."""
         if not keys:
-            return
-        result = await load_tables(self.server.config, keys, backend=self.server.meta_backend)
+            return False
+        config = self.server.config
+        result = result_from_texts(config, keys, texts) if texts is not None else None
+        used = result is not None
+        if result is None:
+            result = await load_tables(config, keys, backend=self.server.meta_backend)
+        log.debug("ddl refresh", tables=[f"{s}.{t}" for s, t in keys], source="texts" if used else "load")
         self.server.metrics.meta_load_seconds.labels("tables").observe(result.seconds)
         self.server.registry.apply(result, loaded=False)
+        return used
 
     def _outcome(self, plan: Plan, results: list[NodeResult]) -> ProxyError | None:
         failed = [x for x in results if x.error is not None]
@@ -238,6 +306,23 @@ class DdlRunner:
             schema, table = plan.tables[0]
             return TableExists(f"Table '{schema}.{table}' or table meta already exists" + note)
         return ProxyError(first.error.message + note, first.error.code, first.error.sqlstate)
+
+
+def _quote(name: str) -> str:
+    """A backquoted identifier (physical names come from the config and DDL, never trusted raw)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _create_text(rows: list[list[bytes | None]]) -> str | None:
+    """The CREATE TABLE text of a SHOW CREATE TABLE answer; None for anything else (a view, a
+    temporary table shadowing the real one, undecodable bytes), which a metadata load would not use."""
+    if len(rows) != 1 or len(rows[0]) != 2 or rows[0][1] is None:
+        return None
+    try:
+        text = bytes(rows[0][1]).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text if text.startswith("CREATE TABLE ") else None
 
 
 def require_meta(server: ProxyServer, plan: Plan) -> None:

@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any
 
+import pymysql
 import pytest
 from pymysql.constants import CLIENT
 from structlog.testing import capture_logs
@@ -15,7 +16,7 @@ from structlog.testing import capture_logs
 from meta.backend_query import AiomysqlBackend, MetaConnection
 from meta.consistency import Consistency, consistent_in_memory
 from meta.errors import UnknownDatabase
-from meta.loader import load_all, load_tables
+from meta.loader import load_all, load_tables, node_tables, result_from_texts
 from meta.registry import Registry
 
 ALL4 = ["dn1", "dn2", "dn3", "dn4"]
@@ -422,3 +423,137 @@ def test_load_speed_against_raw_pymysql(meta_env: Any) -> None:
     print(f"2000 tables x 4 nodes: raw PyMySQL median {statistics.median(raws):.3f}s, "
           f"load_all median {statistics.median(ours):.3f}s, ratio {ratio:.2f}")
     assert ratio <= 1.5, (raws, ours)
+
+
+# --- a DDL's refresh from the SHOW CREATE texts its nodes answered (result_from_texts) ---------
+
+
+def _texts_of(env: Any, cfg: Any, keys: list[tuple[str, str]]) -> dict[str, dict[str, str | None]]:
+    """What a DDL would collect: each node's CREATE text of the tables it holds, None if absent."""
+    out: dict[str, dict[str, str | None]] = {}
+    for node, names in node_tables(cfg, keys).items():
+        got: dict[str, str | None] = {}
+        for name in names:
+            try:
+                got[name] = env.show_create(node, name)
+            except pymysql.MySQLError as e:
+                assert e.args[0] == 1146, e
+                got[name] = None
+        out[node] = got
+    return out
+
+
+def _assert_same_result(fast: Any, loaded: Any) -> None:
+    """The records a load and result_from_texts give agree on everything but the fetch time."""
+    assert fast.scope == loaded.scope
+    assert set(fast.tables) == set(loaded.tables)
+    for key, m in loaded.tables.items():
+        f = fast.tables[key]
+        assert (f.kind, f.nodes, dict(f.node_sql), f.structure, f.consistency, dict(f.unknown)) == \
+            (m.kind, m.nodes, dict(m.node_sql), m.structure, m.consistency, dict(m.unknown)), key
+        assert f.version == 0 and f.reload_time is not None
+    assert {n: (o.ok, o.listed, o.fetched, o.missing, o.unknown) for n, o in fast.nodes.items()} == \
+        {n: (o.ok, o.listed, o.fetched, o.missing, o.unknown) for n, o in loaded.nodes.items()}
+
+
+KEYS_OF_EVERY_KIND = [("schema1", "sharding_4_t1"), ("schema1", "Test"), ("schema1", "sharding_2_t1"),
+                      ("schema2", "sing"), ("schema1", "nosharding_a"), ("schema1", "not_anywhere")]
+
+
+def test_result_from_texts_equals_a_load_for_every_kind_of_table(meta_env: Any) -> None:
+    create_examples(meta_env)
+    meta_env.run("dn3", "ALTER TABLE sharding_4_t1 ADD COLUMN extra INT")   # one inconsistent table
+    cfg = meta_env.config(EXAMPLE_SCHEMAS)
+    wanted = {n: set(names) for n, names in node_tables(cfg, KEYS_OF_EVERY_KIND).items()}
+    assert wanted == {"dn1": {"sharding_4_t1", "test", "sharding_2_t1", "sing"},
+                      "dn2": {"sharding_4_t1", "test", "sharding_2_t1"}, "dn3": {"sharding_4_t1", "test"},
+                      "dn4": {"sharding_4_t1", "test"}, "dn5": {"nosharding_a", "not_anywhere"}}
+    texts = _texts_of(meta_env, cfg, KEYS_OF_EVERY_KIND)
+    assert texts["dn5"]["not_anywhere"] is None
+    loaded = asyncio.run(load_tables(cfg, KEYS_OF_EVERY_KIND, timeout_s=20))
+    fast = result_from_texts(cfg, KEYS_OF_EVERY_KIND, texts)
+    assert fast is not None and fast.ok
+    _assert_same_result(fast, loaded)
+    assert {k: (m.kind, m.consistency) for k, m in fast.tables.items()} == {
+        ("schema1", "sharding_4_t1"): ("sharding", Consistency.INCONSISTENT),
+        ("schema1", "test"): ("global", Consistency.CONSISTENT),
+        ("schema1", "sharding_2_t1"): ("sharding", Consistency.CONSISTENT),
+        ("schema2", "sing"): ("single", Consistency.CONSISTENT),
+        ("schema1", "nosharding_a"): ("default", Consistency.CONSISTENT),
+    }                                        # not_anywhere: an unconfigured table that is not there
+    test_meta = fast.tables[("schema1", "test")]
+    assert len({id(s) for s in test_meta.node_sql.values()}) == 1   # identical texts: one object
+    reg = Registry(cfg)
+    reg.apply(fast, loaded=False)
+    assert reg.get("schema1", "nosharding_a").parsed.column_names == ("id", "name", "v")
+
+
+def test_result_from_texts_of_dropped_tables(meta_env: Any) -> None:
+    create_examples(meta_env)
+    cfg = meta_env.config(EXAMPLE_SCHEMAS)
+    reg = Registry(cfg)
+    reg.apply(asyncio.run(load_all(cfg, timeout_s=20)))
+    meta_env.run_on(["dn1", "dn2"], "DROP TABLE sharding_2_t1")
+    meta_env.run("dn5", "DROP TABLE nosharding_b")
+    keys = [("schema1", "sharding_2_t1"), ("schema1", "nosharding_b")]
+    texts = _texts_of(meta_env, cfg, keys)
+    assert texts == {"dn1": {"sharding_2_t1": None}, "dn2": {"sharding_2_t1": None},
+                     "dn5": {"nosharding_b": None}}
+    fast = result_from_texts(cfg, keys, texts)
+    assert fast is not None
+    _assert_same_result(fast, asyncio.run(load_tables(cfg, keys, timeout_s=20)))
+    lost = fast.tables[("schema1", "sharding_2_t1")]
+    assert lost.consistency is Consistency.LOST and lost.structure is None
+    assert ("schema1", "nosharding_b") not in fast.tables
+    reg.apply(fast, loaded=False)
+    assert reg.record("schema1", "nosharding_b") is None
+    assert reg.get("schema1", "sharding_2_t1") is None and "sharding_2_t1" in reg.tables_of("schema1")
+
+
+def test_result_from_texts_is_none_unless_every_node_answered(meta_env: Any) -> None:
+    create_examples(meta_env)
+    cfg = meta_env.config(EXAMPLE_SCHEMAS)
+    keys = [("schema1", "sharding_4_t1"), ("schema1", "nosharding_a")]
+    texts = _texts_of(meta_env, cfg, keys)
+    assert result_from_texts(cfg, keys, texts) is not None
+    no_dn3 = {n: t for n, t in texts.items() if n != "dn3"}
+    assert result_from_texts(cfg, keys, no_dn3) is None                     # a node missing
+    no_table = {**texts, "dn5": {}}
+    assert result_from_texts(cfg, keys, no_table) is None                    # a table missing
+    other_table = {**texts, "dn2": {"test": texts["dn2"]["sharding_4_t1"]}}
+    assert result_from_texts(cfg, keys, other_table) is None
+    assert result_from_texts(cfg, [("nope", "t")], texts) is None            # unknown schema
+    not_text = {**texts, "dn5": {**texts["dn5"], "nosharding_a": 42}}      # from another instance, garbled
+    assert result_from_texts(cfg, keys, not_text) is None
+    assert node_tables(cfg, [("nope", "t")]) == {}
+    # more than needed is fine; a table of a schema without a default node has no record, as in a load
+    extra = {**texts, "dn9": {"x": None}, "dn1": {**texts["dn1"], "other": "CREATE TABLE `other` (a int)"}}
+    assert set(result_from_texts(cfg, keys, extra).tables) == {("schema1", "sharding_4_t1"),
+                                                               ("schema1", "nosharding_a")}
+    nowhere = [("schema2", "unconfigured")]
+    assert node_tables(cfg, nowhere) == {}
+    fast = result_from_texts(cfg, nowhere, {})
+    assert fast is not None and fast.tables == {} and fast.scope.covers(("schema2", "unconfigured"))
+    _assert_same_result(fast, asyncio.run(load_tables(cfg, nowhere, timeout_s=20)))
+
+
+def test_result_from_texts_is_cheap() -> None:
+    """Pure and fast: a DDL's refresh must cost far less than the load it replaces."""
+    from meta.config import parse_config
+    cfg = parse_config({
+        "users": [{"name": "test", "password": "x", "schemas": ["s"]}],
+        "manager_users": [{"name": "root", "password": "x"}],
+        "db_groups": {"g": {"host": "127.0.0.1", "port": 1, "user": "root", "password": ""}},
+        "sharding_nodes": {f"dn{i}": {"db_group": "g", "database": f"d{i}"} for i in range(8)},
+        "functions": {"h": {"type": "hash", "partition_count": [8], "partition_length": [1]}},
+        "schemas": {"s": {"tables": {"t": {"type": "sharding", "nodes": [f"dn{i}" for i in range(8)],
+                                           "function": "h", "column": "id"}}}},
+    })
+    text = "CREATE TABLE `t` (\n  `id` int(11) NOT NULL\n) ENGINE=InnoDB"
+    texts = {f"dn{i}": {"t": text} for i in range(8)}
+    t0 = time.perf_counter()
+    for _ in range(200):
+        res = result_from_texts(cfg, [("s", "t")], texts)
+    per_call = (time.perf_counter() - t0) / 200
+    assert res is not None and res.tables[("s", "t")].consistency is Consistency.CONSISTENT
+    assert per_call < 0.002, per_call
