@@ -268,10 +268,11 @@ def serve_instrumented(argv: list[str]) -> int:
     aio.Zk.delete = delete
     orig_wait = cluster.Waker.wait
 
-    async def wait(self: Any, timeout: float) -> None:
+    async def wait(self: Any, timeout: float) -> Any:
         t0 = time.time()
-        await orig_wait(self, timeout)
+        fired = await orig_wait(self, timeout)
         tlog.info("trace", op="waker.wait", t0=t0, ms=round((time.time() - t0) * 1000, 2), timeout=timeout)
+        return fired
     cluster.Waker.wait = wait
     return cli_main(argv)
 

@@ -31,6 +31,7 @@ log = structlog.get_logger("pydble.cluster.listener")
 LOCAL_LOCK_WAIT_S = 3.0   # how long INIT waits for a local DDL on the same table to give up
 CATCH_UP_EVERY_S = 1.0    # ddl_history is read at most this often, unless a record vanished unseen
 SETTLE_S = 0.1            # with the peer channel on, watch events are coalesced this long (safety net only)
+ACK_AFTER_REPLY_S = 0.05  # a step answered on the peer channel is acked in ZooKeeper this much later
 
 
 class DdlListener(PassLoop):
@@ -94,14 +95,17 @@ class DdlListener(PassLoop):
                 self._handled(key, rec.status, ok, message)
                 await self._ack(rec.schema, rec.table, rec.status, ok, message)
         gone = [k for k in known if k not in seen and k in self.handled]
+        unseen_end = False
         for key in gone:
             last = self.handled.pop(key)
             self.results.pop(key, None)
+            unseen_end |= last not in (SUCCESS, FAILED)
             await self._record_gone(key[0], last)
             self._finished(key[1])
         # DDLs that began and ended while we were deaf leave no record, only a history entry; reading
         # the history on every pass would add a ZooKeeper call to each step of every DDL
-        if self.history_seen is None or gone or time.monotonic() - self.caught_up_at >= CATCH_UP_EVERY_S:
+        if (self.history_seen is None or unseen_end
+                or time.monotonic() - self.caught_up_at >= CATCH_UP_EVERY_S):
             self.caught_up_at = time.monotonic()
             await self._catch_up()
 
@@ -123,16 +127,26 @@ class DdlListener(PassLoop):
                 return True, ""  # a late or repeated step of a DDL we already finished
             ok, message = await self.handle(rec, last, texts)
             self._handled(key, rec.status, ok, message)
-        task = asyncio.get_running_loop().create_task(self._ack_after_reply(path, rec, ok, message))
+        task = asyncio.get_running_loop().create_task(self._ack_after_reply(key, rec, ok, message))
         self._acks.add(task)
         task.add_done_callback(self._acks.discard)
         return ok, message
 
-    async def _ack_after_reply(self, path: str, rec: DdlRecord, ok: bool, message: str) -> None:
-        """Our ZooKeeper ack of a step answered on the peer channel (the record of truth, for operators
-        and for anyone who did not hear the reply); in order with the record's other steps."""
-        async with self.record_lock(path):
+    async def _ack_after_reply(self, key: tuple[str, int], rec: DdlRecord, ok: bool, message: str) -> None:
+        """Our ZooKeeper ack of a step answered on the peer channel, for operators and for an originator
+        that did not hear the reply. It waits a little so that it does not compete with the DDL's own
+        ZooKeeper writes: a quick DDL is over (record gone) before it would land, and only the newest
+        step of a record is acked."""
+        await asyncio.sleep(ACK_AFTER_REPLY_S)
+        async with self.record_lock(key[0]):
+            if self.handled.get(key) != rec.status:
+                return  # a later step superseded it, or the record is gone
+            zk = self.cluster.zk
             try:
+                # the same path may already hold the table's next DDL: never ack that one by mistake
+                stat = await zk.exists(key[0]) if zk is not None else None
+                if stat is None or stat.czxid != key[1]:
+                    return
                 await self._ack(rec.schema, rec.table, rec.status, ok, message)
             except Exception as e:  # noqa: BLE001 - the originator already has our answer
                 log.debug("zookeeper ack after a peer step failed", instance=self.cluster.instance,
