@@ -7,7 +7,7 @@ import asyncio
 import json
 import socket
 import struct
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import pytest
 from clusterkit import TABLE, backend_structure, full_meta
@@ -30,13 +30,21 @@ class _Handler:
         return rec.status == INIT, "" if rec.status == INIT else "refresh failed: node down"
 
 
-async def _serve(handler: _Handler) -> peers.PeerServer:
-    server = peers.PeerServer("dble-2", "cluster-1", handler, lambda: 41)
-    await server.start("127.0.0.1", 0)
-    return server
+def _with_server(body: Callable[[peers.PeerServer, _Handler], Awaitable[None]], handler: _Handler | None = None) -> None:
+    """Run body against a real PeerServer on a free port (stopped afterwards, whatever happens)."""
+    h = handler or _Handler()
+
+    async def go() -> None:
+        server = peers.PeerServer("dble-2", "cluster-1", h, lambda: 41)
+        await server.start("127.0.0.1", 0)
+        try:
+            await body(server, h)
+        finally:
+            await server.stop()
+    asyncio.run(go())
 
 
-async def _talk(port: int, *frames: bytes, read: bool = True) -> tuple[list[dict], bool]:
+async def _talk(port: int, *frames: bytes) -> tuple[list[dict], bool]:
     """Send raw frames; return the replies read and whether the server closed the connection."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     for f in frames:
@@ -46,7 +54,7 @@ async def _talk(port: int, *frames: bytes, read: bool = True) -> tuple[list[dict
     dec = wire.FrameDecoder()
     closed = False
     try:
-        while read:
+        while True:
             data = await asyncio.wait_for(reader.read(65536), 1.5)
             if not data:
                 closed = True
@@ -69,23 +77,18 @@ def _step(msg_id: int, status: str = INIT, texts: Any = None) -> bytes:
 
 
 def test_a_caller_with_the_token_gets_each_step_answered():
-    async def go() -> None:
-        h = _Handler()
-        server = await _serve(h)
-        try:
-            texts = {"dn1": {"t": "CREATE TABLE `t` (`id` int)"}, "dn2": {"t": None}}
-            got, closed = await _talk(server.port, wire.encode(wire.hello("cluster-1", "dble-1", server.token)),
-                                      _step(1), _step(2, SUCCESS, texts))
-            assert not closed
-            assert sorted(got, key=lambda m: m["id"]) == [
-                {"t": "reply", "id": 1, "ok": True, "message": "", "meta_version": 41},
-                {"t": "reply", "id": 2, "ok": False, "message": "refresh failed: node down", "meta_version": 41}]
-            assert [(c[0], c[1], c[2].status, c[3]) for c in h.calls] == [
-                ("/dble/cluster-1/ddl/schema1.t", 77, INIT, None), ("/dble/cluster-1/ddl/schema1.t", 77, SUCCESS, texts)]
-            assert h.calls[0][2] == _rec()
-        finally:
-            await server.stop()
-    asyncio.run(go())
+    async def body(server: peers.PeerServer, h: _Handler) -> None:
+        texts = {"dn1": {"t": "CREATE TABLE `t` (`id` int)"}, "dn2": {"t": None}}
+        got, closed = await _talk(server.port, wire.encode(wire.hello("cluster-1", "dble-1", server.token)),
+                                  _step(1), _step(2, SUCCESS, texts))
+        assert not closed
+        assert sorted(got, key=lambda m: m["id"]) == [
+            {"t": "reply", "id": 1, "ok": True, "message": "", "meta_version": 41},
+            {"t": "reply", "id": 2, "ok": False, "message": "refresh failed: node down", "meta_version": 41}]
+        assert [(c[0], c[1], c[2].status, c[3]) for c in h.calls] == [
+            ("/dble/cluster-1/ddl/schema1.t", 77, INIT, None), ("/dble/cluster-1/ddl/schema1.t", 77, SUCCESS, texts)]
+        assert h.calls[0][2] == _rec()
+    _with_server(body)
 
 
 @pytest.mark.parametrize("hello", [
@@ -95,16 +98,11 @@ def test_a_caller_with_the_token_gets_each_step_answered():
     {"t": "step", "id": 1},                               # a step before any hello
 ])
 def test_a_caller_without_the_token_is_dropped_unheard(hello):
-    async def go() -> None:
-        h = _Handler()
-        server = await _serve(h)
-        try:
-            msg = {k: (server.token if v == "TOKEN" else v) for k, v in hello.items()}
-            got, closed = await _talk(server.port, wire.encode(msg), _step(1))
-            assert closed and got == [] and h.calls == []
-        finally:
-            await server.stop()
-    asyncio.run(go())
+    async def body(server: peers.PeerServer, h: _Handler) -> None:
+        msg = {k: (server.token if v == "TOKEN" else v) for k, v in hello.items()}
+        got, closed = await _talk(server.port, wire.encode(msg), _step(1))
+        assert closed and got == [] and h.calls == []
+    _with_server(body)
 
 
 @pytest.mark.parametrize("garbage", [
@@ -113,66 +111,48 @@ def test_a_caller_without_the_token_is_dropped_unheard(hello):
     struct.pack(">I", 2) + b"[]",
 ])
 def test_garbage_drops_that_connection_and_the_server_keeps_serving(garbage):
-    async def go() -> None:
-        h = _Handler()
-        server = await _serve(h)
-        try:
-            good_reader, good_writer = await asyncio.open_connection("127.0.0.1", server.port)
-            good_writer.write(wire.encode(wire.hello("cluster-1", "dble-1", server.token)))
-            got, closed = await _talk(server.port, garbage)
-            assert closed and got == []
-            good_writer.write(_step(5))
-            dec = wire.FrameDecoder()
-            reply = dec.feed(await asyncio.wait_for(good_reader.read(65536), 5))
-            assert reply and reply[0]["id"] == 5 and reply[0]["ok"] is True
-            good_writer.close()
-        finally:
-            await server.stop()
-    asyncio.run(go())
+    async def body(server: peers.PeerServer, h: _Handler) -> None:
+        good_reader, good_writer = await asyncio.open_connection("127.0.0.1", server.port)
+        good_writer.write(wire.encode(wire.hello("cluster-1", "dble-1", server.token)))
+        got, closed = await _talk(server.port, garbage)
+        assert closed and got == []
+        good_writer.write(_step(5))
+        dec = wire.FrameDecoder()
+        reply = dec.feed(await asyncio.wait_for(good_reader.read(65536), 5))
+        assert reply and reply[0]["id"] == 5 and reply[0]["ok"] is True
+        good_writer.close()
+    _with_server(body)
 
 
 def test_a_malformed_step_drops_the_caller():
-    async def go() -> None:
-        h = _Handler()
-        server = await _serve(h)
-        try:
-            hello = wire.encode(wire.hello("cluster-1", "dble-1", server.token))
-            bad_record = wire.encode({"t": "step", "id": 1, "path": "/p", "czxid": 1, "record": "{}", "texts": None})
-            bad_texts = wire.encode(wire.step(2, "/p", 1, _rec(SUCCESS).encode().decode(), {"dn1": ["x"]}))
-            for bad in (bad_record, bad_texts):
-                got, closed = await _talk(server.port, hello, bad)
-                assert closed and got == []
-            assert h.calls == []
-        finally:
-            await server.stop()
-    asyncio.run(go())
+    async def body(server: peers.PeerServer, h: _Handler) -> None:
+        hello = wire.encode(wire.hello("cluster-1", "dble-1", server.token))
+        bad_record = wire.encode({"t": "step", "id": 1, "path": "/p", "czxid": 1, "record": "{}", "texts": None})
+        bad_texts = wire.encode(wire.step(2, "/p", 1, _rec(SUCCESS).encode().decode(), {"dn1": ["x"]}))
+        for bad in (bad_record, bad_texts):
+            got, closed = await _talk(server.port, hello, bad)
+            assert closed and got == []
+        assert h.calls == []
+    _with_server(body)
 
 
 def test_a_silent_caller_is_dropped(monkeypatch):
     monkeypatch.setattr(peers, "HELLO_TIMEOUT_S", 0.2)
 
-    async def go() -> None:
-        server = await _serve(_Handler())
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-            assert await asyncio.wait_for(reader.read(10), 5) == b""  # closed by the server
-            writer.close()
-        finally:
-            await server.stop()
-    asyncio.run(go())
+    async def body(server: peers.PeerServer, h: _Handler) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        assert await asyncio.wait_for(reader.read(10), 5) == b""  # closed by the server
+        writer.close()
+    _with_server(body)
 
 
 def test_a_step_that_fails_here_asks_the_originator_to_use_zookeeper():
-    async def go() -> None:
-        server = await _serve(_Handler(fail=True))
-        try:
-            got, closed = await _talk(server.port, wire.encode(wire.hello("cluster-1", "dble-1", server.token)),
-                                      _step(9))
-            assert not closed
-            assert got[0]["id"] == 9 and got[0]["ok"] is None and "RuntimeError" in got[0]["message"]
-        finally:
-            await server.stop()
-    asyncio.run(go())
+    async def body(server: peers.PeerServer, h: _Handler) -> None:
+        got, closed = await _talk(server.port, wire.encode(wire.hello("cluster-1", "dble-1", server.token)),
+                                  _step(9))
+        assert not closed
+        assert got[0]["id"] == 9 and got[0]["ok"] is None and "RuntimeError" in got[0]["message"]
+    _with_server(body, _Handler(fail=True))
 
 
 # --- three real instances --------------------------------------------------------------------
