@@ -115,7 +115,7 @@ class Cluster:
 
     def __init__(self, config: Config, registry: Registry, locks: MetaLocks,
                  load_all: Callable[[], Awaitable[None]],
-                 refresh: Callable[[list[tuple[str, str]]], Awaitable[None]]) -> None:
+                 refresh: Callable[..., Awaitable[None]]) -> None:   # refresh(keys, texts=None)
         assert config.cluster is not None
         self.config = config
         self.cc = config.cluster

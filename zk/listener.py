@@ -207,10 +207,7 @@ class DdlListener(PassLoop):
         message = ""
         if rec.status in (SUCCESS, FAILED):
             try:
-                if texts is not None:
-                    await c.refresh([(schema, table)], texts)
-                else:
-                    await c.refresh([(schema, table)])
+                await c.refresh([(schema, table)], texts)   # texts None: from the backends
             except Exception as e:  # noqa: BLE001 - reported in the ack
                 message = f"refresh failed: {e}"
                 rlog.warning("refresh after ddl failed", error=str(e))
