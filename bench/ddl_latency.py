@@ -152,6 +152,7 @@ def report(times: dict[str, dict[str, list[float]]], runs: int, rows: int) -> di
 
 # -- --profile: where the time of a cluster DDL goes, from the instances' JSON logs ----------------
 
+# (the profile runs the instances with --log-level debug: the per-step lines are debug lines)
 EVENTS = {"ddl INIT: table locked": "sub_locked", "ddl finished here: metadata refreshed, table unlocked": "sub_done",
           "ddl INIT acknowledged": "init_acked", "ddl executed": "executed", "metadata published": "published"}
 
@@ -188,21 +189,19 @@ def profile(through: Through, others: list[ProxyProcess], single: Through | None
         phases.setdefault(name, []).append(seconds * 1000)
 
     for lo, hi in through.windows[2 * WARMUP:]:
-        init = _in(orig, "init_acked", lo, hi)
         exe = _in(orig, "executed", lo, hi)
         pub = [t for t in _in(orig, "published", lo, hi) if exe and t >= exe[0]]
         locked = [max(ts) for ts in (_in(e, "sub_locked", lo, hi) for e in subs) if ts]
         done = [max(ts) for ts in (_in(e, "sub_done", lo, hi) for e in subs) if ts]
-        if not (init and exe and pub and len(locked) == len(subs) and len(done) == len(subs)):
+        if not (exe and pub and len(locked) == len(subs) and len(done) == len(subs)):
             continue
-        add("1 send -> last subscriber locked (lock, INIT write, watch, local lock)", max(locked) - lo)
-        add("2 last subscriber locked -> originator sees INIT acks", init[0] - max(locked))
-        add("3 run the DDL on the 4 nodes", exe[0] - init[0])
-        add("4 originator refreshes its metadata", pub[0] - exe[0])
-        add("5 SUCCESS written -> last subscriber refreshed", max(done) - pub[0])
-        add("6 last subscriber refreshed -> client has OK (acks, history, cleanup)", hi - max(done))
+        add("1 send -> executed on the nodes (local lock, INIT write, DDL)", exe[0] - lo)
+        add("  (send -> last subscriber locked INIT, while the DDL runs)", max(locked) - lo)
+        add("2 originator refreshes its metadata", pub[0] - exe[0])
+        add("3 refreshed -> last subscriber applied the outcome", max(done) - pub[0])
+        add("4 last subscriber applied -> client has OK (final transaction)", hi - max(done))
         add("total", hi - lo)
-    result = {name: round(statistics.median(v), 1) for name, v in sorted(phases.items())}
+    result = {name: round(statistics.median(v), 1) for name, v in phases.items()}
     if single is not None:
         evs = _events(single.proxy)
         sp: dict[str, list[float]] = {}
@@ -218,6 +217,58 @@ def profile(through: Through, others: list[ProxyProcess], single: Through | None
     out(f"where the time goes (median ms over {len(phases.get('total', []))} cluster DDLs):")
     for k, v in result.items():
         out(f"  {k:<75}{v:>7.1f}")
+    return result
+
+
+# -- --cpu: CPU time each process spends per DDL ---------------------------------------------------
+
+def _cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of a process (all its threads) so far."""
+    if pid is None:
+        return 0.0
+    import os
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _zk_packets(zk: ZooKeeperServer) -> int:
+    """Packets ZooKeeper has received so far (its `mntr` four-letter word)."""
+    import socket
+    with socket.create_connection((zk.host, zk.port), timeout=5) as s:
+        s.sendall(b"mntr")
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    for line in data.decode().splitlines():
+        if line.startswith("zk_packets_received"):
+            return int(line.split()[1])
+    return 0
+
+
+def cpu_profile(paths: dict[str, Callable[[str], float]], cols: dict[str, str],
+                procs: dict[str, int | None], runs: int, zk: ZooKeeperServer) -> dict[str, dict[str, float]]:
+    """Per path, CPU milliseconds per DDL of every process (and wall ms), over `runs` ADD+DROP pairs."""
+    import os
+    result: dict[str, dict[str, float]] = {}
+    procs = {**procs, "bench client": os.getpid()}
+    for p, fn in paths.items():
+        before = {name: _cpu_s(pid) for name, pid in procs.items()}
+        packets = _zk_packets(zk)
+        wall = time.perf_counter()
+        for i in range(runs):
+            fn(f"ALTER TABLE {TABLE} ADD COLUMN {cols[p]}_cpu INT")
+            fn(f"ALTER TABLE {TABLE} DROP COLUMN {cols[p]}_cpu")
+        n = 2 * runs
+        row = {name: (_cpu_s(pid) - before[name]) * 1000 / n for name, pid in procs.items()}
+        row["wall"] = (time.perf_counter() - wall) * 1000 / n
+        row["zk requests"] = (_zk_packets(zk) - packets - 1) / n
+        result[p] = {k: round(v, 2) for k, v in row.items()}
+    names = list(procs) + ["wall", "zk requests"]
+    out()
+    out(f"CPU ms per DDL ({2 * runs} DDLs per path; clock ticks of 10 ms, so small figures are coarse):")
+    out(f"{'path':<22}" + "".join(f"{n[:11]:>12}" for n in names))
+    for p, row in result.items():
+        out(f"{p:<22}" + "".join(f"{row[n]:>12.2f}" for n in names))
     return result
 
 
@@ -291,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="break a cluster DDL down into phases (JSON logs)")
     ap.add_argument("--trace", action="store_true", help="with --profile: log every ZooKeeper call and watch "
                                                          "wait in the instances (slower; use with --logs)")
+    ap.add_argument("--cpu", type=int, default=0, metavar="PAIRS",
+                    help="after the timed rounds, CPU time per DDL of every process over PAIRS ADD+DROP pairs")
     ap.add_argument("--switch-interval", type=float, default=None, metavar="SECONDS",
                     help="sys.setswitchinterval in the instances (GIL hand-over to kazoo's thread)")
     args = ap.parse_args(argv)
@@ -300,9 +353,9 @@ def main(argv: list[str] | None = None) -> int:
         serve_argv = [sys.executable, str(Path(__file__).resolve()), "--serve-instrumented"]
         serve_argv += ["--switch-interval", str(args.switch_interval)] if args.switch_interval else []
         serve_argv += ["--trace"] if args.trace else []
-        serve_argv += ["serve", "--config", "{config}"] + (["--log-json"] if args.profile else [])
+        serve_argv += ["serve", "--config", "{config}"] + (["--log-json", "--log-level", "debug"] if args.profile else [])
     elif args.profile:
-        serve_argv = [sys.executable, "-m", "cli", "serve", "--config", "{config}", "--log-json"]
+        serve_argv = [sys.executable, "-m", "cli", "serve", "--config", "{config}", "--log-json", "--log-level", "debug"]
     zk = ZooKeeperServer("bench-zk")
     backends = [MariaDBServer("bench-b1"), MariaDBServer("bench-b2")]
     proxies: list[ProxyProcess] = []
@@ -353,6 +406,10 @@ def main(argv: list[str] | None = None) -> int:
         summary = report(times, args.runs, args.rows)
         if args.profile:
             summary["profile_ms"] = profile(through, proxies[1:args.instances], s)
+        if args.cpu:
+            procs = {p.name: p.pid for p in proxies}
+            procs.update({"zookeeper": zk.pid, "mariadb-1": backends[0].pid, "mariadb-2": backends[1].pid})
+            summary["cpu_ms_per_ddl"] = cpu_profile(paths, cols, procs, args.cpu, zk)
         summary["date"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
         summary["warnings"] = through.warnings
         if args.json:

@@ -9,6 +9,7 @@ from typing import Any
 from meta.config import ConfigError, load_config
 from meta.history import DdlHistory
 from zk.ops import ZkOps
+from zk.paths import history_order
 from zk.records import BadRecord, HistoryEntry
 
 from .cluster_ops import (EXIT_NOTHING, EXIT_OK, EXIT_USAGE, Output, Target, add_connection_options, fmt_time,
@@ -29,7 +30,7 @@ HEADERS = ["finished", "instance", "user", "tables", "outcome", "total_ms", "sql
 def from_zookeeper(ops: ZkOps, target: Target, out: Output, args: argparse.Namespace) -> int:
     """The cluster-wide history kept in ddl_history (every instance's DDLs), newest first."""
     entries: list[HistoryEntry] = []
-    for name in sorted(ops.children(target.paths.history), reverse=True)[:args.limit]:
+    for name in list(reversed(history_order(ops.children(target.paths.history))))[:args.limit]:
         got = ops.get(f"{target.paths.history}/{name}")
         if got is None:
             continue

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import structlog
@@ -14,6 +16,7 @@ import structlog
 log = structlog.get_logger("pydble.meta.history")
 
 HISTORY_FILE = "ddl_history.jsonl"
+CLOSE_WAIT_S = 10.0   # how long close() waits for the last entries to reach the disk
 
 
 @dataclass
@@ -44,6 +47,13 @@ class DdlHistoryEntry:
         except (ValueError, TypeError, KeyError):
             return None
 
+    def to_json(self) -> str:
+        """One line of the file (dataclasses.asdict deep-copies; the fields are flat)."""
+        return json.dumps({f.name: getattr(self, f.name) for f in _FIELDS}, separators=(",", ":"))
+
+
+_FIELDS = fields(DdlHistoryEntry)
+
 
 class DdlHistory:
     """A bounded JSON-lines file plus the newest entries in memory."""
@@ -54,6 +64,8 @@ class DdlHistory:
         self._entries: deque[DdlHistoryEntry] = deque(maxlen=max_entries)
         self._lines = 0
         self._next_id = 1
+        self._writer: ThreadPoolExecutor | None = None   # one thread: lines reach the file in order
+        self._writer_lock = threading.Lock()
         self._load()
 
     def _load(self) -> None:
@@ -72,16 +84,27 @@ class DdlHistory:
                 self._next_id = max(self._next_id, entry.id + 1)
 
     def append(self, entry: DdlHistoryEntry) -> DdlHistoryEntry:
-        """Record a finished DDL (durably: written and fsynced before this returns)."""
+        """Record a finished DDL: in memory at once, on disk (written and fsynced) by a writer thread,
+        so the client's answer does not wait for the disk."""
         entry.id = self._next_id
         self._next_id += 1
         self._entries.append(entry)
         if self.path is None:
             return entry
+        line = entry.to_json() + "\n"
+        with self._writer_lock:
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(1, thread_name_prefix="ddl-history")
+            self._writer.submit(self._write, line)
+        return entry
+
+    def _write(self, line: str) -> None:
+        """Writer thread: append one line durably; compact when the file has grown to twice the bound."""
+        assert self.path is not None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(asdict(entry), separators=(",", ":")) + "\n")
+                f.write(line)
                 f.flush()
                 os.fsync(f.fileno())
             self._lines += 1
@@ -89,19 +112,31 @@ class DdlHistory:
                 self._compact()
         except OSError as e:
             log.warning("cannot write ddl history", path=str(self.path), error=str(e))
-        return entry
 
     def _compact(self) -> None:
         """Rewrite the file with only the newest max_entries lines (atomically)."""
         assert self.path is not None
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w", encoding="utf-8") as f:
-            for e in self._entries:
-                f.write(json.dumps(asdict(e), separators=(",", ":")) + "\n")
+            for e in list(self._entries):
+                f.write(e.to_json() + "\n")
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
         self._lines = len(self._entries)
+
+    def close(self) -> None:
+        """Wait (bounded) until every entry appended so far is on disk, then stop the writer thread."""
+        with self._writer_lock:
+            writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        done = writer.submit(lambda: None)
+        try:
+            done.result(CLOSE_WAIT_S)
+        except TimeoutError:
+            log.warning("ddl history writer still busy at shutdown", path=str(self.path))
+        writer.shutdown(wait=False)
 
     def entries(self, limit: int | None = None) -> list[DdlHistoryEntry]:
         """Newest first."""

@@ -172,8 +172,10 @@ class Registry:
             loaded_at = (max(result.started_at, old.last_load_time or 0.0) if loaded
                          else old.last_load_time)
             snap = self._publish(old, tables, version, loaded_at, changed)
-        log.info("metadata published", version=version, scope=scope.describe(),
-                 tables=len(result.tables), dropped=len(dropped))
+        # a DDL's refresh is logged by the DDL itself; whole or partial loads are worth a line of their own
+        (log.debug if scope.kind == "tables" else log.info)(
+            "metadata published", version=version, scope=scope.describe(), tables=len(result.tables),
+            dropped=len(dropped))
         self._notify(MetaChange(snap.version, tuple(upserted), dropped, scope.kind == "all"))
         return snap.version
 

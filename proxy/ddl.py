@@ -135,10 +135,10 @@ class DdlRunner:
                 trace.mark("cluster_init")
                 await cd.ensure_held()
                 err, texts = await self._apply(plan, keys, dlog, started, owner, trace)
+                cd.details = trace.details(plan, self.server.registry.version)   # for ddl_history
                 await cd.complete(err is None, err.message if err is not None else "", texts=texts)
                 trace.mark("publish")
                 warning, laggards = cd.warning(), sorted(cd.laggards)
-                cd.details = trace.details(plan, self.server.registry.version)
                 return err, warning
         except ProxyError as e:
             err = e

@@ -118,6 +118,7 @@ class ProxyServer:
             await self.cluster.stop()
         self.backends.close()
         self.meta_backend.close()
+        await asyncio.to_thread(self.history.close)
 
     # -- sessions -------------------------------------------------------------------------------
     def next_conn_id(self) -> int:

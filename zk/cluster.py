@@ -24,7 +24,7 @@ from meta.locks import MetaLocks
 from meta.registry import MetaChange, Registry
 
 from .aio import Zk, ZkTimeout
-from .paths import Paths, parse_table_node
+from .paths import Paths, history_order, history_seq, parse_table_node
 from .peers import PeerLinks, PeerServer
 from .records import INIT, Ack, BadRecord, DdlLockInfo, DdlRecord, HistoryEntry, OnlineInfo
 
@@ -33,6 +33,7 @@ log = structlog.get_logger("pydble.cluster")
 ZK_ERRORS = (KazooException, ZkTimeout)
 SAFETY_POLL_S = 2.0   # level-triggered loops re-read state at least this often, watches or not
 PEER_GRACE_S = 0.2    # how long acks are awaited on the peer channel alone before ZooKeeper is read too
+PEER_RETRY_S = 0.1    # a final step that found no usable link is sent again this much later
 HISTORY_MAX = 1000    # finished DDLs kept in ddl_history for instances that must catch up
 HISTORY_PRUNE_EVERY = 100
 
@@ -43,6 +44,7 @@ class AckOutcome:
 
     laggards: tuple[str, ...] = ()            # online instances that did not ack in time
     refusals: tuple[tuple[str, str], ...] = ()  # (instance, message) that acked ok=false
+    by_peer: frozenset[str] = frozenset()     # instances that acked every record over the peer channel
 
 
 def drop_tasks(tasks: dict) -> None:
@@ -242,6 +244,16 @@ class Cluster:
             except (asyncio.TimeoutError, *ZK_ERRORS):
                 pass
 
+    def spawn_quietly(self, coro: Awaitable) -> None:
+        """Background ZooKeeper housekeeping (owned by this instance, stopped with it) whose failure
+        is only worth a debug line: the next run does the same work."""
+        async def run() -> None:
+            try:
+                await coro
+            except ZK_ERRORS as e:
+                self.log.debug("background zookeeper work failed", error=str(e))
+        self._spawn(run())
+
     def _spawn(self, coro: Awaitable) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
         self._tasks.add(task)
@@ -432,8 +444,10 @@ class Cluster:
         self._online_view = None
 
     def ask_peers(self, keys: list[tuple[str, str]], records: dict[tuple[str, str], tuple[DdlRecord, int]],
-                  instances: set[str], texts: dict | None = None) -> dict[tuple[tuple[str, str], str], asyncio.Task]:
-        """Send a step of our DDL straight to each instance (zk/peers.py); each task gives its ack."""
+                  instances: set[str], texts: dict | None = None,
+                  final: bool = False) -> dict[tuple[tuple[str, str], str], asyncio.Task]:
+        """Send a step of our DDL straight to each instance (zk/peers.py); each task gives its ack.
+        `final`: the record is removed without waiting for ZooKeeper acks, so the peer writes none."""
         tasks: dict[tuple[tuple[str, str], str], asyncio.Task] = {}
         if self.cc.peer_port < 0:
             return tasks   # the channel is off on this instance: ZooKeeper acks only
@@ -442,8 +456,45 @@ class Cluster:
             rec, czxid = records[key]
             for inst in instances:
                 tasks[(key, inst)] = loop.create_task(
-                    self.peers.ask(inst, self.paths.ddl_record(*key), czxid, rec, texts))
+                    self.peers.ask(inst, self.paths.ddl_record(*key), czxid, rec, texts, final))
         return tasks
+
+    async def deliver(self, keys: list[tuple[str, str]], records: dict[tuple[str, str], tuple[DdlRecord, int]],
+                      instances: set[str], texts: dict | None, timeout: float) -> AckOutcome:
+        """Hand a final step to each instance over the peer channel alone, until it answers (bounded).
+
+        A link that breaks is opened again and the step re-sent; an instance that goes offline is
+        no longer waited for. Instances that never answered in time come back as laggards."""
+        deadline = time.monotonic() + timeout
+        tasks = self.ask_peers(keys, records, instances, texts, final=True)
+        refusals: list[tuple[str, str]] = []
+        try:
+            while tasks:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                done, _ = await asyncio.wait(tasks.values(), timeout=min(remaining, SAFETY_POLL_S),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                online = await self.online_now()
+                retry: set[tuple[tuple[str, str], str]] = set()
+                for (key, inst), task in list(tasks.items()):
+                    if inst not in online:
+                        del tasks[(key, inst)]
+                        task.cancel()
+                    elif task in done:
+                        del tasks[(key, inst)]
+                        answer = None if task.cancelled() or task.exception() is not None else task.result()
+                        if answer is None or answer[0] is None:
+                            retry.add((key, inst))   # broken link, or not ready for peer steps right now
+                        elif not answer[0]:
+                            refusals.append((inst, answer[1]))
+                if retry:
+                    await asyncio.sleep(min(PEER_RETRY_S, max(0.0, deadline - time.monotonic())))
+                    for key, inst in retry:
+                        tasks.update(self.ask_peers([key], records, {inst}, texts, final=True))
+            return AckOutcome(tuple(sorted({inst for _, inst in tasks})), tuple(refusals))
+        finally:
+            drop_tasks(tasks)
 
     async def wait_acks(self, keys: list[tuple[str, str]], status: str, expected: set[str],
                         timeout: float, peer: dict[tuple[tuple[str, str], str], asyncio.Task] | None = None
@@ -465,7 +516,11 @@ class Cluster:
         deadline = time.monotonic() + timeout
         wake = Waker()
         acked: dict[tuple[str, str], set[str]] = {key: set() for key in keys}  # counted once, kept
+        by_peer: dict[tuple[str, str], set[str]] = {key: set() for key in keys}
         refusals: list[tuple[str, str]] = []
+
+        def result(laggards: tuple[str, ...] = ()) -> AckOutcome:
+            return AckOutcome(laggards, tuple(refusals), frozenset(set.intersection(*by_peer.values()) if by_peer else ()))
 
         def absorb() -> None:
             for (key, inst), task in list(peer.items()):
@@ -477,6 +532,7 @@ class Cluster:
                 ok, message = task.result()
                 if ok is not None and inst not in acked[key]:
                     acked[key].add(inst)
+                    by_peer[key].add(inst)
                     if not ok:
                         refusals.append((inst, message))
 
@@ -486,7 +542,7 @@ class Cluster:
                 await asyncio.wait(wanted, timeout=min(PEER_GRACE_S, timeout))
             absorb()
             if all(expected <= acked[key] for key in keys):
-                return AckOutcome((), tuple(refusals))
+                return result()
             for task in peer.values():
                 task.add_done_callback(wake)
         while True:
@@ -514,10 +570,10 @@ class Cluster:
                         refusals.append((inst, ack.message))
             pending = set().union(*(waiting - acked[key] for key in keys))
             if not pending:
-                return AckOutcome((), tuple(refusals))
+                return result()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return AckOutcome(tuple(sorted(pending)), tuple(refusals))
+                return result(tuple(sorted(pending)))
             await wake.wait(min(remaining, SAFETY_POLL_S))
 
     def own_ack(self, schema: str, table: str, status: str, ok: bool = True, message: str = "") -> tuple[str, bytes]:
@@ -545,20 +601,17 @@ class Cluster:
         """Record a finished DDL in ddl_history."""
         zk = self.zk
         assert zk is not None
-        path = await zk.create(f"{self.paths.history}/h-", entry.encode(), sequence=True)
+        path = await zk.create(self.paths.history_entry_prefix(entry.record_czxid), entry.encode(), sequence=True)
         await self.prune_history(path)
 
     async def prune_history(self, created: str) -> None:
         """Every HISTORY_PRUNE_EVERY entries, drop those beyond HISTORY_MAX (oldest first)."""
         zk = self.zk
         assert zk is not None
-        try:
-            seq = int(created.rsplit("-", 1)[-1])
-        except ValueError:
+        seq = history_seq(created)
+        if seq < 0 or seq % HISTORY_PRUNE_EVERY:
             return
-        if seq % HISTORY_PRUNE_EVERY:
-            return
-        names = sorted(await zk.children(self.paths.history))
+        names = history_order(await zk.children(self.paths.history))
         for name in names[:max(0, len(names) - HISTORY_MAX)]:
             await zk.delete(f"{self.paths.history}/{name}")
 

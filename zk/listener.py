@@ -20,7 +20,7 @@ from kazoo.exceptions import NoNodeError
 from meta.errors import DdlInProgress
 
 from .cluster import PassLoop
-from .paths import parse_table_node
+from .paths import history_czxid, history_order, history_seq, parse_table_node
 from .records import FAILED, INIT, SUCCESS, BadRecord, DdlRecord, HistoryEntry
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ class DdlListener(PassLoop):
         super().__init__(cluster)
         self.handled: dict[tuple[str, int], str] = {}   # (record path, czxid) -> last status handled
         self.finished: dict[int, None] = {}             # czxids of records whose outcome we applied
-        self.history_seen: str | None = None            # newest ddl_history entry looked at
+        self.history_seen: int | None = None            # sequence of the newest ddl_history entry looked at
         self.caught_up_at = 0.0                         # monotonic time of the last ddl_history read
         self.results: dict[tuple[str, int], tuple[bool, str]] = {}  # what we acked for the step handled
         self._record_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -109,9 +109,10 @@ class DdlListener(PassLoop):
             self.caught_up_at = time.monotonic()
             await self._catch_up()
 
-    async def on_peer_step(self, path: str, czxid: int, rec: DdlRecord,
-                           texts: dict | None) -> tuple[bool | None, str]:
-        """A step sent by its originator over the peer channel: apply it, answer, then ack in ZooKeeper.
+    async def on_peer_step(self, path: str, czxid: int, rec: DdlRecord, texts: dict | None,
+                           final: bool = False) -> tuple[bool | None, str]:
+        """A step sent by its originator over the peer channel: apply it, answer, then ack in ZooKeeper
+        (unless `final`: the originator removes the record without waiting for ZooKeeper acks).
 
         ok None tells the originator to wait for our ZooKeeper ack instead (we are not in the cluster
         right now, or the step is not one we may take from a peer)."""
@@ -127,6 +128,8 @@ class DdlListener(PassLoop):
                 return True, ""  # a late or repeated step of a DDL we already finished
             ok, message = await self.handle(rec, last, texts)
             self._handled(key, rec.status, ok, message)
+        if final:
+            return ok, message
         task = asyncio.get_running_loop().create_task(self._ack_after_reply(key, rec, ok, message))
         self._acks.add(task)
         task.add_done_callback(self._acks.discard)
@@ -158,6 +161,10 @@ class DdlListener(PassLoop):
         if status in (SUCCESS, FAILED):
             self._finished(key[1])
 
+    def ran_here(self, czxid: int) -> None:
+        """This instance originated (and finished) the record with that czxid: nothing to catch up on."""
+        self._finished(czxid)
+
     def _finished(self, czxid: int) -> None:
         self.finished[czxid] = None
         while len(self.finished) > 10_000:
@@ -168,15 +175,18 @@ class DdlListener(PassLoop):
         c = self.cluster
         zk = c.zk
         assert zk is not None
-        names = sorted(await zk.children(c.paths.history))  # read on every pass; a watch would only add wake-ups
+        names = history_order(await zk.children(c.paths.history))
         if self.history_seen is None:
-            self.history_seen = names[-1] if names else ""
+            self.history_seen = history_seq(names[-1]) if names else -1
             return
         for name in names:
-            if name <= self.history_seen:
+            seq = history_seq(name)
+            if seq <= self.history_seen:
                 continue
+            self.history_seen = seq
+            if history_czxid(name) in self.finished:
+                continue  # a DDL we applied (or ran): no need to read its entry
             got = await zk.get_or_none(f"{c.paths.history}/{name}")
-            self.history_seen = name
             if got is None:
                 continue
             try:
@@ -202,7 +212,10 @@ class DdlListener(PassLoop):
         owner = f"instance:{rec.instance}"
         if rec.status == INIT:
             ok, message = await self._lock(schema, table, rec.sql, owner, rec.instance)
-            rlog.info("ddl INIT: table locked" if ok else "ddl INIT: could not lock", message=message or None)
+            if ok:
+                rlog.debug("ddl INIT: table locked")
+            else:
+                rlog.warning("ddl INIT: could not lock", message=message)
             return ok, message
         message = ""
         if rec.status in (SUCCESS, FAILED):

@@ -369,7 +369,8 @@ class ZkOps:
                 if self.get(self.paths.ddl_acks(schema, table)) is not None:
                     ops.append(("delete", self.paths.ddl_acks(schema, table), -1))
                 ops.append(("delete", self.paths.ddl_record(schema, table), now.record.stat.version))
-                ops.append(("append", f"{self.paths.history}/h-", self._history(now, why).encode()))
+                entry = self._history(now, why)
+                ops.append(("append", self.paths.history_entry_prefix(entry.record_czxid), entry.encode()))
             if lock_ok and now.lock is not None:
                 ops.append(("delete", self.paths.ddl_lock(schema, table), now.lock.stat.version))
             if not ops:

@@ -1,12 +1,19 @@
 """The originator side of cluster DDL (DESIGN.md §6), as an async context manager.
 
-    async with ClusterDdl(cluster, keys, sql, ddl_type) as cd:   # ddl_lock, INIT, INIT acks
-        ...run the DDL on the backends, refresh own metadata...
-        await cd.complete(success, message)                      # SUCCESS/FAILED, acks again
+    async with ClusterDdl(cluster, keys, sql, ddl_type) as cd:   # ddl_lock + INIT; peers told INIT
+        await cd.ensure_held()
+        ...run the DDL on the backends, refresh own metadata...  # INIT acks come in meanwhile
+        await cd.complete(success, message, texts)               # INIT acks, then the outcome
     # record deleted, ddl_lock released
 
-Every status change is a transaction that also checks our ddl_lock is still there, so an
-instance that lost its session (and so its lock) can never write a decision.
+The INIT acks are collected while the backends run the DDL, and the outcome goes out only once
+every instance online at INIT has acked it (or timed out). When every one of them acked INIT over
+the peer channel, the outcome goes to them over the channel while one conditional transaction
+decides and removes the record, lock and acks and appends ddl_history (the fast end). Otherwise
+(an instance that acks through ZooKeeper only) the decision is written as SUCCESS/FAILED, acked in
+ZooKeeper, and then removed (the classic end). Every write that decides checks that this instance
+still holds the ZooKeeper session of its INIT write and that the lock and record are still there,
+so an instance that lost its session (and so its lock) can never decide.
 """
 
 from __future__ import annotations
@@ -17,14 +24,15 @@ import time
 from typing import TYPE_CHECKING
 
 import structlog
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import NodeExistsError, NotEmptyError
 
 from meta.errors import DdlInProgress, ProxyError
 
-from .cluster import ZK_ERRORS, drop_tasks
+from .cluster import ZK_ERRORS, AckOutcome, drop_tasks
 from .records import FAILED, INIT, SUCCESS, DdlLockInfo, DdlRecord, HistoryEntry
 
 if TYPE_CHECKING:
+    from .aio import Zk
     from .cluster import Cluster
 
 log = structlog.get_logger("pydble.cluster.ddl")
@@ -33,12 +41,20 @@ PAUSE_ENV = "PYDBLE_TEST_PAUSE"
 PAUSE_PHASES = ("before_init", "after_init_acks", "after_execute", "after_success", "during_final_acks")
 PAUSE_SECONDS_ENV = "PYDBLE_TEST_PAUSE_S"   # how long the pause lasts (default 600 s)
 LEASE_MAX_S = 1.0   # an answer from ZooKeeper this recent proves our session (and its locks) alive
+# test pauses that need the strict order: INIT acked before the DDL runs; a SUCCESS record to stop after
+STRICT_INIT_PHASES = ("after_init_acks",)
+CLASSIC_END_PHASES = ("after_success", "during_final_acks")
 
 
 class LostDecision(ProxyError):
     """The DDL ran but this instance could not record the outcome (session or lock lost)."""
 
     code, sqlstate = 4006, "HY000"
+
+
+def _pausing_at(phases: tuple[str, ...]) -> bool:
+    """Test-only: a pause is set at one of these phases."""
+    return os.environ.get(PAUSE_ENV) in phases
 
 
 async def test_pause(phase: str) -> None:
@@ -64,7 +80,12 @@ class ClusterDdl:
         self.expected: set[str] = set()   # the other instances online at INIT: they ack every step
         self.czxids: dict[tuple[str, str], int] = {}
         self.ack_listing: dict[tuple[str, str], asyncio.Task] = {}   # ack names, read while peers apply
+        self.init_acks: asyncio.Task | None = None   # the wait for INIT acks, running while the DDL runs
+        self.init_asked: dict = {}                   # the INIT steps sent over the peer channel
+        self.init_seen = False                       # the INIT acks' outcome has been taken in
+        self.refusals: list[tuple[str, str]] = []    # instances that could not lock the table at INIT
         self.lease_from = 0.0          # monotonic time our INIT write was sent
+        self.zk = cluster.zk           # the client (and below, the session) our INIT was written with
         self.session: int | None = None
         self.message = ""
         self.details: dict = {}   # user, nodes, phases_ms, meta_version, started_at for ddl_history
@@ -90,6 +111,8 @@ class ClusterDdl:
         try:
             await test_pause("before_init")
             c.check_ddl_allowed()
+            zk = self.zk = c.zk
+            assert zk is not None
             self.lease_from = time.monotonic()
             self.session = zk.session_id
             for schema, table in self.keys:
@@ -123,29 +146,42 @@ class ClusterDdl:
             self.status = INIT
             # the peers we have links to hear INIT at once, while `online` is read
             steps = {key: (rec, self.czxids[key]) for key, (rec, _) in self.records.items()}
-            asked = c.ask_peers(self.keys, steps, c.peers.live() - {c.instance})
-            try:
-                # read after the write, while the others lock: an instance that joins later drains this
-                # record before it goes online, so this is exactly who must ack
-                self.expected = await c.online_now() - {c.instance}
-                asked.update(c.ask_peers(self.keys, steps, self.expected - {inst for _, inst in asked}))
-                outcome = await c.wait_acks(self.keys, INIT, self.expected, c.cc.ack_timeout_s, peer=asked)
-            finally:
-                drop_tasks(asked)
+            self.init_asked = c.ask_peers(self.keys, steps, c.peers.live() - {c.instance})
+            # read after the write, while the others lock: an instance that joins later drains this
+            # record before it goes online, so this is exactly who must ack
+            self.expected = await c.online_now() - {c.instance}
+            self.init_asked.update(c.ask_peers(self.keys, steps,
+                                               self.expected - {inst for _, inst in self.init_asked}))
+            self.init_acks = asyncio.get_running_loop().create_task(
+                c.wait_acks(self.keys, INIT, self.expected, c.cc.ack_timeout_s, peer=self.init_asked))
+            if _pausing_at(STRICT_INIT_PHASES):
+                outcome = await self._init_outcome()
         except ProxyError:
             raise
         except ZK_ERRORS as e:
             raise DdlInProgress(f"ZooKeeper is unreachable ({e.__class__.__name__}): DDL is refused") from None
-        self.laggards |= set(outcome.laggards)
-        if outcome.refusals:
-            msg = "; ".join(f"{i}: {m}" for i, m in outcome.refusals)
-            await self._decide(FAILED, f"refused by {msg}")
-            raise DdlInProgress(f"DDL refused by another instance: {msg}")
-        if outcome.laggards:
-            self.log.warning("instances did not ack INIT in time; going on without them",
-                             laggards=list(outcome.laggards))
-        self.log.info("ddl INIT acknowledged", phase=INIT)
-        await test_pause("after_init_acks")
+        if _pausing_at(STRICT_INIT_PHASES):
+            if outcome.refusals:
+                msg = "; ".join(f"{i}: {m}" for i, m in outcome.refusals)
+                await self._decide(FAILED, f"refused by {msg}")
+                raise DdlInProgress(f"DDL refused by another instance: {msg}")
+            await test_pause("after_init_acks")
+
+    async def _init_outcome(self) -> AckOutcome:
+        """The INIT acks (bounded by ack_timeout_s from the INIT write); logged the first time."""
+        assert self.init_acks is not None
+        outcome = await self.init_acks
+        if not self.init_seen:
+            self.init_seen = True
+            self.laggards |= set(outcome.laggards)
+            self.refusals = list(outcome.refusals)
+            if outcome.laggards:
+                self.log.warning("instances did not ack INIT in time; going on without them",
+                                 laggards=list(outcome.laggards))
+            if outcome.refusals:
+                self.log.warning("instances could not lock the table at INIT", refusals=self.refusals)
+            self.log.debug("ddl INIT acknowledged", phase=INIT)
+        return outcome
 
     async def ensure_held(self) -> None:
         """Fencing before the backends are touched: our session is live and still owns every lock.
@@ -160,7 +196,7 @@ class ClusterDdl:
         # a lease: ZooKeeper expires a session only after session_timeout_s without hearing from it,
         # and it heard our INIT write (sent at lease_from) on this very session
         lease = min(c.cc.session_timeout_s / 3, LEASE_MAX_S)
-        if zk.session_id == self.session and time.monotonic() - self.lease_from < lease:
+        if zk is self.zk and zk.session_id == self.session and time.monotonic() - self.lease_from < lease:
             return
         try:
             stats = await asyncio.gather(*(zk.exists(c.paths.ddl_lock(*key)) for key in self.locked))
@@ -177,15 +213,21 @@ class ClusterDdl:
             why = failed[0].__class__.__name__ if failed else "RolledBackError"
             raise LostDecision(f"could not {what}: {why} (this instance lost its ZooKeeper session or DDL lock)")
 
+    def _own_session(self, status: str) -> Zk:
+        """The ZooKeeper client of our INIT write, if its session is still ours and connected: a
+        decision written on any other session could land on a record that is no longer ours."""
+        zk = self.cluster.zk
+        if zk is None or zk is not self.zk or not zk.connected or zk.session_id != self.session:
+            raise LostDecision(f"this instance lost the ZooKeeper session it started the DDL with: the outcome "
+                               f"({status}) could not be published; another instance will reconcile it from the "
+                               f"backends")
+        return zk
+
     async def _decide(self, status: str, message: str) -> None:
         """Conditionally write SUCCESS/FAILED: only while our lock and the record's version are ours."""
         c = self.cluster
-        zk = c.zk
-        assert zk is not None
-        if not zk.connected:
-            raise LostDecision(f"ZooKeeper is unreachable: the outcome ({status}) of this DDL could not be "
-                               f"published; another instance will reconcile it from the backends")
         for key, (rec, version) in list(self.records.items()):
+            zk = self._own_session(status)
             new = rec.with_status(status, message)
             path = c.paths.ddl_record(*key)
             lock_path = c.paths.ddl_lock(*key)
@@ -204,20 +246,94 @@ class ClusterDdl:
         self.status = status
 
     async def complete(self, success: bool, message: str = "", texts: dict | None = None) -> None:
-        """Publish the outcome and wait (bounded) until every online instance has applied it.
+        """Publish the outcome once the INIT acks are in, and wait (bounded) until every instance
+        online at INIT has applied it.
 
         The peers hear the outcome straight away, with `texts` (the CREATE texts this instance read
-        back from the nodes: node -> table -> text or None) so they need not ask the backends, while
-        the decision is written to ZooKeeper."""
+        back from the nodes: node -> table -> text or None) so they need not ask the backends."""
         c = self.cluster
         await test_pause("after_execute")
         status = SUCCESS if success else FAILED
+        try:
+            init = await self._init_outcome()
+        except ZK_ERRORS as e:
+            raise LostDecision(f"ZooKeeper failed while the INIT acks were awaited ({e.__class__.__name__}); "
+                               f"another instance will reconcile the DDL from the backends") from None
         # those online at INIT (no instance can join while a record is in flight: a join drains
         # first) but not the INIT laggards, which never locked and will catch up from ddl_history:
-        # a stuck instance costs the client one ack_timeout_s, not two; wait_acks drops any that
-        # went offline since
+        # a stuck instance costs the client one ack_timeout_s, not two; waits drop any that went
+        # offline since
         targets = self.expected - self.laggards
         steps = {key: (rec.with_status(status, message), self.czxids[key]) for key, (rec, _) in self.records.items()}
+        if c.cc.peer_port >= 0 and targets <= init.by_peer and not _pausing_at(CLASSIC_END_PHASES):
+            outcome = await self._fast_end(status, message, steps, targets, texts)
+        else:
+            outcome = await self._classic_end(status, message, steps, targets, texts)
+        self.laggards |= set(outcome.laggards)
+        if outcome.laggards:
+            self.log.warning("instances did not ack the outcome in time", laggards=list(outcome.laggards),
+                             phase=status)
+        self.message = message
+
+    async def _fast_end(self, status: str, message: str, steps: dict, targets: set[str],
+                        texts: dict | None) -> AckOutcome:
+        """Every target took INIT over the peer channel: hand them the outcome there while one
+        transaction per table decides and removes the record (no SUCCESS/FAILED state in ZooKeeper)."""
+        c = self.cluster
+        delivery = asyncio.get_running_loop().create_task(
+            c.deliver(list(self.records), steps, targets, texts, c.cc.ack_timeout_s))
+        try:
+            for key in list(self.records):
+                await self._finish(key, status, message)
+            self.status = status
+            return await delivery
+        except ZK_ERRORS as e:
+            raise LostDecision(f"ZooKeeper failed while publishing the outcome ({e.__class__.__name__}); "
+                               f"another instance will reconcile it from the backends") from None
+        finally:
+            if not delivery.done():
+                delivery.cancel()
+
+    async def _finish(self, key: tuple[str, str], status: str, message: str) -> None:
+        """Decide and remove one table's record, acks and lock, with its ddl_history entry, in one
+        conditional transaction on our INIT session. Peers' ZooKeeper acks (written only when the
+        DDL outlasted their reply delay) are listed when the first try finds the ack folder not empty."""
+        c = self.cluster
+        rec, version = self.records[key]
+        decided = rec.with_status(status, message)
+        entry = self._history_entry(key, decided)
+        names = [c.instance]
+        for attempt in (1, 2):
+            zk = self._own_session(status)
+
+            def build(tx, names=names) -> None:
+                for name in names:
+                    tx.delete(c.paths.ddl_ack(key[0], key[1], name))
+                tx.delete(c.paths.ddl_acks(*key))
+                tx.delete(c.paths.ddl_record(*key), version)
+                tx.delete(c.paths.ddl_lock(*key))
+                tx.create(c.paths.history_entry_prefix(entry.record_czxid), entry.encode(), sequence=True)
+
+            results = await zk.commit(build)
+            failed = [r for r in results if isinstance(r, Exception) and r.__class__.__name__ != "RolledBackError"]
+            if not any(isinstance(r, Exception) for r in results):
+                break
+            if attempt == 1 and failed and isinstance(failed[0], NotEmptyError):
+                names = await zk.children(c.paths.ddl_acks(*key))
+                if c.instance in names:
+                    continue
+            self._check_tx(results, f"publish {status} for {key[0]}.{key[1]}")
+        self.records.pop(key)
+        self.locked.remove(key)
+        c.active_ddls.discard(c.paths.ddl_record(*key))
+        c.listener.ran_here(self.czxids[key])
+        c.spawn_quietly(c.prune_history(results[-1]))
+
+    async def _classic_end(self, status: str, message: str, steps: dict, targets: set[str],
+                           texts: dict | None) -> AckOutcome:
+        """An instance acks through ZooKeeper only: SUCCESS/FAILED is written and acked there (the
+        peers hear it over the channel too); __aexit__ removes the record afterwards."""
+        c = self.cluster
         peer = c.ask_peers(list(self.records), steps, targets, texts)
         zk = c.zk
         if zk is not None:
@@ -232,12 +348,8 @@ class ClusterDdl:
                                f"another instance will reconcile it from the backends") from None
         finally:
             drop_tasks(peer)
-        self.laggards |= set(outcome.laggards)
-        if outcome.laggards:
-            self.log.warning("instances did not ack the outcome in time", laggards=list(outcome.laggards),
-                             phase=status)
-        self.message = message
         await test_pause("during_final_acks")
+        return outcome
 
     async def _cleanup(self) -> None:
         """Delete our records and locks (only if still ours) with the history entry, in one transaction
@@ -274,6 +386,9 @@ class ClusterDdl:
         self.records = {}
         drop_tasks(self.ack_listing)
         self.ack_listing = {}
+        if self.init_acks is not None:
+            drop_tasks({0: self.init_acks})
+        drop_tasks(self.init_asked)
 
     async def _remove_decided(self, key: tuple[str, str]) -> bool:
         """The common end of a DDL: decided, the ack names read while the peers applied it, and one
@@ -312,12 +427,13 @@ class ClusterDdl:
             tx.delete(c.paths.ddl_acks(*key))
             tx.delete(c.paths.ddl_record(*key))
             tx.delete(c.paths.ddl_lock(*key))
-            tx.create(f"{c.paths.history}/h-", entry.encode(), sequence=True)
+            tx.create(c.paths.history_entry_prefix(entry.record_czxid), entry.encode(), sequence=True)
 
         results = await zk.commit(build)
         if any(isinstance(r, Exception) for r in results):
             return False
-        await c.prune_history(results[-1])
+        c.listener.ran_here(self.czxids.get(key, 0))
+        c.spawn_quietly(c.prune_history(results[-1]))
         return True
 
     async def _remove(self, key: tuple[str, str], rec: DdlRecord, acks: list[str]) -> None:
@@ -333,11 +449,16 @@ class ClusterDdl:
         await c.append_history(self._history_entry(key, rec))
 
     def warning(self) -> str | None:
-        """The note for the client when some instance lagged."""
-        if not self.laggards:
-            return None
-        return (f"instance(s) {', '.join(sorted(self.laggards))} did not acknowledge within "
-                f"{self.cluster.cc.ack_timeout_s:g}s; they will catch up when they recover")
+        """The note for the client when some instance lagged or could not lock the table at INIT."""
+        notes = []
+        if self.laggards:
+            notes.append(f"instance(s) {', '.join(sorted(self.laggards))} did not acknowledge within "
+                         f"{self.cluster.cc.ack_timeout_s:g}s; they will catch up when they recover")
+        if self.refusals:
+            who = "; ".join(f"{inst}: {msg}" for inst, msg in self.refusals)
+            notes.append(f"instance(s) could not lock the table while the DDL ran ({who}); "
+                         f"they refreshed its structure afterwards")
+        return "; ".join(notes) or None
 
 
 __all__ = ["ClusterDdl", "LostDecision", "PAUSE_PHASES"]

@@ -60,6 +60,29 @@ class Paths:
     def history(self) -> str:
         return f"{self.base}/ddl_history"
 
+    def history_entry_prefix(self, record_czxid: int) -> str:
+        """A new ddl_history entry (created sequential): h-{record czxid}-{sequence}, so an instance
+        that already applied that DDL can skip the entry without reading it."""
+        return f"{self.history}/h-{record_czxid}-"
+
+
+def history_seq(name: str) -> int:
+    """The sequence number ZooKeeper appended to a ddl_history entry's name (entries sort by it);
+    -1 for a name that is not one."""
+    tail = name.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
+
+
+def history_czxid(name: str) -> int | None:
+    """The record czxid in a ddl_history entry's name (h-{czxid}-{seq}); None if it carries none."""
+    parts = name.split("-")
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+
+
+def history_order(names: list[str]) -> list[str]:
+    """ddl_history entry names, oldest first."""
+    return sorted(names, key=history_seq)
+
 
 def table_node(schema: str, table: str) -> str:
     """The znode name of a table: schema.table (table lower-cased, as the config matches it)."""

@@ -37,7 +37,7 @@ CONNECT_TIMEOUT_S = 1.0
 HELLO_TIMEOUT_S = 5.0          # a connection that does not authenticate in time is dropped
 MAX_STEPS_IN_FLIGHT = 256      # per connection; more is a misbehaving peer
 
-StepHandler = Callable[[str, int, DdlRecord, "dict | None"], Awaitable[tuple["bool | None", str]]]
+StepHandler = Callable[[str, int, DdlRecord, "dict | None", bool], Awaitable[tuple["bool | None", str]]]
 
 
 class PeerUnavailable(Exception):
@@ -99,19 +99,21 @@ class _Inbound(asyncio.Protocol):
             texts = msg.get("texts")
             if texts is not None and not _texts_ok(texts):
                 raise ValueError("bad texts")
+            final = msg.get("final", False) is True
         except (KeyError, TypeError, ValueError, BadRecord) as e:
             self._drop(f"bad step: {e}")
             return
         if len(self.tasks) >= MAX_STEPS_IN_FLIGHT:
             self._drop("too many steps in flight")
             return
-        task = asyncio.get_running_loop().create_task(self._run(msg_id, path, czxid, rec, texts))
+        task = asyncio.get_running_loop().create_task(self._run(msg_id, path, czxid, rec, texts, final))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _run(self, msg_id: int, path: str, czxid: int, rec: DdlRecord, texts: dict | None) -> None:
+    async def _run(self, msg_id: int, path: str, czxid: int, rec: DdlRecord, texts: dict | None,
+                   final: bool) -> None:
         try:
-            ok, message = await self.server.handler(path, czxid, rec, texts)
+            ok, message = await self.server.handler(path, czxid, rec, texts, final)
         except Exception as e:  # noqa: BLE001 - the caller falls back to ZooKeeper
             log.exception("peer step failed", instance=self.server.instance, caller=self.caller, path=path)
             ok, message = None, f"step failed here: {e.__class__.__name__}"
@@ -299,11 +301,11 @@ class PeerLinks:
             log.debug("peer link not opened", instance=self.cluster.instance, peer=instance, error=str(e))
 
     async def ask(self, instance: str, path: str, czxid: int, rec: DdlRecord,
-                  texts: dict | None) -> tuple[bool | None, str]:
+                  texts: dict | None, final: bool = False) -> tuple[bool | None, str]:
         """Send a step; (ok, message) as the peer's ack, ok None when it wants the ZooKeeper path."""
         link = await self.link(instance)
         msg_id = next(self._ids)
-        fut = link.send(msg_id, wire.step(msg_id, path, czxid, rec.encode().decode(), texts))
+        fut = link.send(msg_id, wire.step(msg_id, path, czxid, rec.encode().decode(), texts, final))
         try:
             return await fut
         finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
 API_VERSION = 1
 
@@ -26,8 +26,15 @@ def _load(data: bytes | None) -> dict:
     return obj
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _dump(obj: object) -> bytes:
-    return json.dumps(asdict(obj), separators=(",", ":"), sort_keys=True).encode()  # type: ignore[arg-type]
+    """A flat record as JSON (dataclasses.asdict deep-copies every value: a tenth of a DDL's CPU)."""
+    names = _FIELD_NAMES.get(type(obj))
+    if names is None:
+        names = _FIELD_NAMES[type(obj)] = tuple(f.name for f in fields(obj))  # type: ignore[arg-type]
+    return json.dumps({n: getattr(obj, n) for n in names}, separators=(",", ":"), sort_keys=True).encode()
 
 
 @dataclass(frozen=True)

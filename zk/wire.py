@@ -69,10 +69,14 @@ def hello(cluster_id: str, instance: str, token: str) -> dict:
     return {"t": HELLO, "cluster": cluster_id, "from": instance, "token": token}
 
 
-def step(msg_id: int, path: str, czxid: int, record: str, texts: dict | None) -> dict:
+def step(msg_id: int, path: str, czxid: int, record: str, texts: dict | None, final: bool = False) -> dict:
     """A DDL step for the receiver to apply: the record's JSON as written to ZooKeeper, and on SUCCESS or
-    FAILED the CREATE texts the originator read back from the nodes (node -> table -> text|None)."""
-    return {"t": STEP, "id": msg_id, "path": path, "czxid": czxid, "record": record, "texts": texts}
+    FAILED the CREATE texts the originator read back from the nodes (node -> table -> text|None).
+    `final` (sent only when true): the originator removes the record itself, so no ZooKeeper ack is wanted."""
+    msg = {"t": STEP, "id": msg_id, "path": path, "czxid": czxid, "record": record, "texts": texts}
+    if final:
+        msg["final"] = True
+    return msg
 
 
 def reply(msg_id: int, ok: bool | None, message: str = "", meta_version: int = 0) -> dict:

@@ -23,7 +23,8 @@ class _Handler:
         self.calls: list[tuple[str, int, DdlRecord, Any]] = []
         self.fail = fail
 
-    async def __call__(self, path: str, czxid: int, rec: DdlRecord, texts: Any) -> tuple[bool | None, str]:
+    async def __call__(self, path: str, czxid: int, rec: DdlRecord, texts: Any,
+                       final: bool = False) -> tuple[bool | None, str]:
         self.calls.append((path, czxid, rec, texts))
         if self.fail:
             raise RuntimeError("boom")
