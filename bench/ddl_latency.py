@@ -201,7 +201,21 @@ def profile(through: Through, others: list[ProxyProcess], single: Through | None
         add("3 refreshed -> last subscriber applied the outcome", max(done) - pub[0])
         add("4 last subscriber applied -> client has OK (final transaction)", hi - max(done))
         add("total", hi - lo)
+    # the originator's own clock (ddl_history phases_ms: each phase from the end of the one before)
+    conn = through.proxy.manager()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("show @@ddl_history")
+            cols = [d[0] for d in cur.description]
+            rows = [dict(zip(cols, r)) for r in cur.fetchall()]
+    finally:
+        conn.close()
+    own: dict[str, list[float]] = {}
+    for row in rows[:2 * len(through.windows)]:
+        for k, v in json.loads(row["phases_ms"]).items():
+            own.setdefault(f"originator's clock: {k}", []).append(float(v))
     result = {name: round(statistics.median(v), 1) for name, v in phases.items()}
+    result.update({name: round(statistics.median(v), 2) for name, v in own.items()})
     if single is not None:
         evs = _events(single.proxy)
         sp: dict[str, list[float]] = {}

@@ -10,13 +10,13 @@ import asyncio
 import re
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Awaitable, Callable, Mapping
 
 import structlog
 
-from meta.errors import BackendError, BackendUnavailable, MetaLost, ProxyError, TableExists
+from meta.errors import BackendUnavailable, MetaLost, ProxyError, TableExists
 from meta.history import DdlHistoryEntry
-from meta.loader import load_tables, node_tables, result_from_texts
+from meta.loader import LoadResult, load_tables, node_tables, result_from_texts
 from meta.locks import MetaLocks
 from zk.originator import ClusterDdl
 
@@ -25,6 +25,7 @@ from .protocol.packets import frame
 
 if TYPE_CHECKING:
     from .backend import BackendConnection
+    from .protocol.response import ResponseScanner
     from .reply import Reply
     from .router import Plan
     from .server import ProxyServer
@@ -129,14 +130,17 @@ class DdlRunner:
             self._precheck(plan)
             cluster = self.server.cluster
             if cluster is None:
-                err, _ = await self._apply(plan, keys, dlog, started, owner, trace)
+                err = await self._apply(plan, keys, dlog, started, owner, trace)
                 return err, None
             async with ClusterDdl(cluster, keys, sql, plan.ddl or "UNKNOWN") as cd:
                 trace.mark("cluster_init")
                 await cd.ensure_held()
-                err, texts = await self._apply(plan, keys, dlog, started, owner, trace)
-                cd.details = trace.details(plan, self.server.registry.version)   # for ddl_history
-                await cd.complete(err is None, err.message if err is not None else "", texts=texts)
+
+                async def publish(err: ProxyError | None, texts: Texts | None) -> None:
+                    cd.details = trace.details(plan, self.server.registry.version)   # for ddl_history
+                    await cd.complete(err is None, err.message if err is not None else "", texts=texts)
+
+                err = await self._apply(plan, keys, dlog, started, owner, trace, publish)
                 trace.mark("publish")
                 warning, laggards = cd.warning(), sorted(cd.laggards)
                 return err, warning
@@ -164,10 +168,14 @@ class DdlRunner:
             trace.started_at, time.time(), laggards))
 
     async def _apply(self, plan: Plan, keys: list[tuple[str, str]], dlog: structlog.stdlib.BoundLogger,
-                     started: float, owner: str = "", trace: DdlTrace | None = None
-                     ) -> tuple[ProxyError | None, Texts | None]:
-        """Run on the backends, then refresh this instance's metadata (persist before publish); the
-        texts the refresh was built from go back too (None: it loaded), for the other instances."""
+                     started: float, owner: str = "", trace: DdlTrace | None = None,
+                     publish: Callable[[ProxyError | None, Texts | None], Awaitable[None]] | None = None
+                     ) -> ProxyError | None:
+        """Run on the backends, then refresh this instance's metadata (persist before publish).
+
+        `publish` (a cluster's: the outcome, with the CREATE texts the refresh is built from or None
+        when it loads, to the other instances) starts as soon as the backends answered, while this
+        instance refreshes, and is awaited before returning."""
         self._phase(keys, owner, "EXECUTING")
         results = await self.execute(plan, keys)
         if trace is not None:
@@ -175,11 +183,21 @@ class DdlRunner:
         dlog.info("ddl executed", phase="EXECUTED", seconds=round(time.monotonic() - started, 3),
                   failed=[x.node for x in results if x.error])
         self._phase(keys, owner, "REFRESHING")
+        err = self._outcome(plan, results)
         texts: Texts = {x.node: x.texts for x in results if x.texts is not None}
-        used = await self._refresh(keys, texts)
-        if trace is not None:
-            trace.mark("refresh")
-        return self._outcome(plan, results), texts if used else None
+        ready = result_from_texts(self.server.config, keys, texts) if keys else None
+        task = None
+        if publish is not None:
+            task = asyncio.get_running_loop().create_task(publish(err, texts if ready is not None else None))
+            await asyncio.sleep(0)   # let it put the outcome on the wire before the local refresh
+        try:
+            await self._publish_locally(keys, ready)
+            if trace is not None:
+                trace.mark("refresh")
+        finally:
+            if task is not None:
+                await task   # bounded by the cluster's own waits (ack_timeout_s)
+        return err
 
     def keys_of(self, plan: Plan, sql: str) -> list[tuple[str, str]]:
         """The tables a DDL locks and refreshes: its own, plus the new name of an ALTER ... RENAME."""
@@ -209,8 +227,9 @@ class DdlRunner:
                 raise TableExists(f"Table '{schema}.{table}' or table meta already exists")
 
     async def execute(self, plan: Plan, keys: list[tuple[str, str]] | None = None) -> list[NodeResult]:
-        """Run the DDL on every target node in parallel, on connections of its own; then each
-        connection reads the structure of the keys' tables on its node (the refresh's input)."""
+        """Run the DDL on every target node in parallel, on connections of its own; in the same
+        command each connection reads the structure of the keys' tables on its node (the refresh's
+        input): `DDL;SHOW CREATE TABLE ...` as one multi-statement, one round trip per node."""
         backends = self.server.backends
         nodes = [t.node for t in plan.targets]
         wanted = node_tables(self.server.config, plan.tables if keys is None else keys)
@@ -219,17 +238,21 @@ class DdlRunner:
 
         async def one(node: str, sql: str) -> NodeResult:
             conn = await backends.acquire(node, 0)
-            texts = None
             try:
+                tables = wanted.get(node) if _prints_plainly(conn) else None
+                if tables:
+                    db = _quote(backends.database_of(node))
+                    # a new line first: a trailing "-- comment" in the DDL must not swallow the rest
+                    sql += "".join(f"\n;SHOW CREATE TABLE {db}.{_quote(t)}" for t in tables)
                 sc = await conn.run(frame(0, b"\x03" + sql.encode("utf-8", "surrogateescape")),
                                     backends.timeout_s, collect=True)
-                if node in wanted:
-                    # only after a clean DROP (no error, no "unknown table" note) does 1146 mean gone
-                    dropped = plan.ddl == "DROP_TABLE" and sc.ok is not None and not sc.ok.warnings
-                    texts = await self._show_creates(conn, node, wanted[node], dropped)
             finally:
                 backends.release(node, conn)
-            return NodeResult(node, sc.error, texts)
+            if not tables:
+                return NodeResult(node, sc.error)
+            if not sc.results:   # the DDL itself failed: the statements after it did not run
+                return NodeResult(node, sc.error)
+            return NodeResult(node, None, _texts_after(sc, tables, plan.ddl == "DROP_TABLE"))
 
         outs = await asyncio.gather(*(one(t.node, t.sql) for t in plan.targets), return_exceptions=True)
         results: list[NodeResult] = []
@@ -242,54 +265,26 @@ class DdlRunner:
                 results.append(o)
         return results
 
-    async def _show_creates(self, conn: BackendConnection, node: str, tables: tuple[str, ...],
-                            dropped: bool) -> dict[str, str | None] | None:
-        """The tables' CREATE texts on the node right after the DDL, or None when any answer is not
-        certain (the refresh then loads): 1146 counts as "gone" only after a clean DROP, since a name
-        differing in case (the load matches names case-insensitively) gives 1146 too; a connection
-        carrying a session's variables (sql_mode, character set) may print the text differently."""
-        if conn.broken or not all(k.startswith("@") or k in _NEUTRAL_VARS for k in conn.vars):
-            return None
-        db = _quote(self.server.backends.database_of(node))
-        out: dict[str, str | None] = {}
-        for t in tables:
-            try:
-                sc = await conn.query(f"SHOW CREATE TABLE {db}.{_quote(t)}", self.server.backends.timeout_s)
-            except BackendError as e:
-                if e.code == ER_NO_SUCH_TABLE and dropped:
-                    out[t] = None
-                    continue
-                log.debug("no structure read after ddl", node=node, table=t, code=e.code, error=e.message)
-                return None
-            except Exception as e:  # noqa: BLE001 - a broken connection: the refresh loads instead
-                log.debug("no structure read after ddl", node=node, table=t, error=str(e))
-                return None
-            text = _create_text(sc.results[0].rows if sc.results else [])
-            if text is None:
-                return None
-            out[t] = text
-        return out
-
     async def refresh(self, keys: list[tuple[str, str]],
                       texts: Mapping[str, Mapping[str, str | None]] | None = None) -> None:
         """Publish the tables' structure: from SHOW CREATE texts when they answer for every node
         (this DDL's or another instance's), else re-read from the backends (persist before publish)."""
-        await self._refresh(keys, texts)
-
-    async def _refresh(self, keys: list[tuple[str, str]],
-                       texts: Mapping[str, Mapping[str, str | None]] | None) -> bool:
-        """refresh, saying whether the texts were used."""
         if not keys:
-            return False
-        config = self.server.config
-        result = result_from_texts(config, keys, texts) if texts is not None else None
-        used = result is not None
+            return
+        result = result_from_texts(self.server.config, keys, texts) if texts is not None else None
+        await self._publish_locally(keys, result)
+
+    async def _publish_locally(self, keys: list[tuple[str, str]], result: LoadResult | None) -> None:
+        """Swap the tables' new structure into the registry: `result` (built from texts), or loaded."""
+        if not keys:
+            return
         if result is None:
-            result = await load_tables(config, keys, backend=self.server.meta_backend)
-        log.debug("ddl refresh", tables=[f"{s}.{t}" for s, t in keys], source="texts" if used else "load")
+            result = await load_tables(self.server.config, keys, backend=self.server.meta_backend)
+            log.debug("ddl refresh", tables=[f"{s}.{t}" for s, t in keys], source="load")
+        else:
+            log.debug("ddl refresh", tables=[f"{s}.{t}" for s, t in keys], source="texts")
         self.server.metrics.meta_load_seconds.labels("tables").observe(result.seconds)
         self.server.registry.apply(result, loaded=False)
-        return used
 
     def _outcome(self, plan: Plan, results: list[NodeResult]) -> ProxyError | None:
         failed = [x for x in results if x.error is not None]
@@ -306,6 +301,35 @@ class DdlRunner:
             schema, table = plan.tables[0]
             return TableExists(f"Table '{schema}.{table}' or table meta already exists" + note)
         return ProxyError(first.error.message + note, first.error.code, first.error.sqlstate)
+
+
+def _prints_plainly(conn: BackendConnection) -> bool:
+    """A connection carrying a session's variables (sql_mode, character set) may print a CREATE text
+    differently from a metadata load: then the refresh loads instead of reading texts after the DDL."""
+    return not conn.broken and all(k.startswith("@") or k in _NEUTRAL_VARS for k in conn.vars)
+
+
+def _texts_after(sc: ResponseScanner, tables: tuple[str, ...], drop: bool) -> dict[str, str | None] | None:
+    """The tables' CREATE texts from the SHOW CREATE TABLE answers that followed a DDL's OK
+    (results[0]), or None when any answer is not certain (the refresh then loads). 1146 counts as
+    "gone" only after a clean DROP (no "unknown table" note), and only for the last table (an error
+    ends the batch), since a name differing in case (a load matches names case-insensitively) gives
+    1146 too."""
+    ddl_ok, shows = sc.results[0].ok, sc.results[1:]
+    out: dict[str, str | None] = {}
+    for i, t in enumerate(tables):
+        if i < len(shows):
+            text = _create_text(shows[i].rows)
+            if text is None:
+                return None
+            out[t] = text
+        elif (i == len(tables) - 1 and i == len(shows) and drop and ddl_ok is not None and not ddl_ok.warnings
+              and sc.error is not None and sc.error.code == ER_NO_SUCH_TABLE):
+            out[t] = None
+        else:
+            log.debug("no structure read after ddl", table=t, error=sc.error.message if sc.error else None)
+            return None
+    return out
 
 
 def _quote(name: str) -> str:

@@ -448,25 +448,27 @@ class Cluster:
                   final: bool = False) -> dict[tuple[tuple[str, str], str], asyncio.Task]:
         """Send a step of our DDL straight to each instance (zk/peers.py); each task gives its ack.
         `final`: the record is removed without waiting for ZooKeeper acks, so the peer writes none."""
-        tasks: dict[tuple[tuple[str, str], str], asyncio.Task] = {}
+        tasks: dict[tuple[tuple[str, str], str], asyncio.Future] = {}
         if self.cc.peer_port < 0:
             return tasks   # the channel is off on this instance: ZooKeeper acks only
         loop = asyncio.get_running_loop()
         for key in keys:
             rec, czxid = records[key]
+            path, record = self.paths.ddl_record(*key), rec.encode().decode()
             for inst in instances:
-                tasks[(key, inst)] = loop.create_task(
-                    self.peers.ask(inst, self.paths.ddl_record(*key), czxid, rec, texts, final))
+                # written right away on an open link; otherwise a task opens one first
+                sent = self.peers.send_now(inst, path, czxid, record, texts, final)
+                tasks[(key, inst)] = sent if sent is not None else loop.create_task(
+                    self.peers.ask(inst, path, czxid, record, texts, final))
         return tasks
 
-    async def deliver(self, keys: list[tuple[str, str]], records: dict[tuple[str, str], tuple[DdlRecord, int]],
-                      instances: set[str], texts: dict | None, timeout: float) -> AckOutcome:
-        """Hand a final step to each instance over the peer channel alone, until it answers (bounded).
-
-        A link that breaks is opened again and the step re-sent; an instance that goes offline is
-        no longer waited for. Instances that never answered in time come back as laggards."""
+    async def deliver(self, records: dict[tuple[str, str], tuple[DdlRecord, int]], texts: dict | None,
+                      tasks: dict[tuple[tuple[str, str], str], asyncio.Future], timeout: float) -> AckOutcome:
+        """Wait (bounded) for the answers to a final step sent with ask_peers(final=True), over the peer
+        channel alone: a link that breaks is opened again and the step re-sent; an instance that goes
+        offline is no longer waited for. Instances that never answered in time come back as laggards."""
         deadline = time.monotonic() + timeout
-        tasks = self.ask_peers(keys, records, instances, texts, final=True)
+        tasks = dict(tasks)
         refusals: list[tuple[str, str]] = []
         try:
             while tasks:

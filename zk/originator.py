@@ -280,8 +280,8 @@ class ClusterDdl:
         """Every target took INIT over the peer channel: hand them the outcome there while one
         transaction per table decides and removes the record (no SUCCESS/FAILED state in ZooKeeper)."""
         c = self.cluster
-        delivery = asyncio.get_running_loop().create_task(
-            c.deliver(list(self.records), steps, targets, texts, c.cc.ack_timeout_s))
+        sent = c.ask_peers(list(self.records), steps, targets, texts, final=True)   # on the wire before the commit
+        delivery = asyncio.get_running_loop().create_task(c.deliver(steps, texts, sent, c.cc.ack_timeout_s))
         try:
             for key in list(self.records):
                 await self._finish(key, status, message)

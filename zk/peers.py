@@ -300,16 +300,27 @@ class PeerLinks:
         except (PeerUnavailable, KazooException, ZkTimeout) as e:
             log.debug("peer link not opened", instance=self.cluster.instance, peer=instance, error=str(e))
 
-    async def ask(self, instance: str, path: str, czxid: int, rec: DdlRecord,
+    async def ask(self, instance: str, path: str, czxid: int, record: str,
                   texts: dict | None, final: bool = False) -> tuple[bool | None, str]:
-        """Send a step; (ok, message) as the peer's ack, ok None when it wants the ZooKeeper path."""
+        """Send a step (`record`: the DdlRecord's JSON); (ok, message) as the peer's ack, ok None when
+        it wants the ZooKeeper path."""
         link = await self.link(instance)
+        return await self._send(link, path, czxid, record, texts, final)
+
+    def send_now(self, instance: str, path: str, czxid: int, record: str, texts: dict | None,
+                 final: bool = False) -> asyncio.Future | None:
+        """Write a step at once on an open link (no task, no loop turn); None when there is none."""
+        link = self.links.get(instance)
+        if link is None or link.closed:
+            return None
+        return self._send(link, path, czxid, record, texts, final)
+
+    def _send(self, link: _Link, path: str, czxid: int, record: str, texts: dict | None,
+              final: bool) -> asyncio.Future:
         msg_id = next(self._ids)
-        fut = link.send(msg_id, wire.step(msg_id, path, czxid, rec.encode().decode(), texts, final))
-        try:
-            return await fut
-        finally:
-            link.pending.pop(msg_id, None)
+        fut = link.send(msg_id, wire.step(msg_id, path, czxid, record, texts, final))
+        fut.add_done_callback(lambda _f: link.pending.pop(msg_id, None))
+        return fut
 
     def close(self) -> None:
         """Drop every link (the instance is leaving or re-joining)."""
