@@ -103,12 +103,12 @@ class Through:
 
 
 def rounds(runs: int, paths: dict[str, Callable[[str], float]], cols: dict[str, str],
-           algorithm: str = "") -> dict[str, dict[str, list[float]]]:
+           algorithm: str = "", warmup: int = WARMUP) -> dict[str, dict[str, list[float]]]:
     """ADD then DROP on every path, the path order rotating each round; warm-up rounds not kept."""
     times: dict[str, dict[str, list[float]]] = {p: {"add": [], "drop": []} for p in paths}
     names = list(paths)
     algo = f", ALGORITHM={algorithm}" if algorithm else ""
-    for i in range(-WARMUP, runs):
+    for i in range(-warmup, runs):
         order = names[i % len(names):] + names[:i % len(names)]
         for p in order:
             col = cols[p]
@@ -179,7 +179,7 @@ def _in(evs: list[tuple[float, str]], key: str, lo: float, hi: float) -> list[fl
     return [t for t, k in evs if k == key and lo <= t <= hi]
 
 
-def profile(through: Through, others: list[ProxyProcess], single: Through | None) -> dict[str, Any]:
+def profile(through: Through, others: list[ProxyProcess], single: Through | None, runs: int) -> dict[str, Any]:
     """Median duration of each phase of a cluster DDL (and of a single-instance one), in ms."""
     orig = _events(through.proxy)
     subs = [_events(p) for p in others]
@@ -188,7 +188,7 @@ def profile(through: Through, others: list[ProxyProcess], single: Through | None
     def add(name: str, seconds: float) -> None:
         phases.setdefault(name, []).append(seconds * 1000)
 
-    for lo, hi in through.windows[2 * WARMUP:]:
+    for lo, hi in through.windows[-2 * runs:]:
         exe = _in(orig, "executed", lo, hi)
         pub = [t for t in _in(orig, "published", lo, hi) if exe and t >= exe[0]]
         locked = [max(ts) for ts in (_in(e, "sub_locked", lo, hi) for e in subs) if ts]
@@ -211,7 +211,7 @@ def profile(through: Through, others: list[ProxyProcess], single: Through | None
     finally:
         conn.close()
     own: dict[str, list[float]] = {}
-    for row in rows[:2 * len(through.windows)]:
+    for row in rows[:2 * runs]:
         for k, v in json.loads(row["phases_ms"]).items():
             own.setdefault(f"originator's clock: {k}", []).append(float(v))
     result = {name: round(statistics.median(v), 1) for name, v in phases.items()}
@@ -219,7 +219,7 @@ def profile(through: Through, others: list[ProxyProcess], single: Through | None
     if single is not None:
         evs = _events(single.proxy)
         sp: dict[str, list[float]] = {}
-        for lo, hi in single.windows[2 * WARMUP:]:
+        for lo, hi in single.windows[-2 * runs:]:
             exe = _in(evs, "executed", lo, hi)
             pub = [t for t in _in(evs, "published", lo, hi) if exe and t >= exe[0]]
             if exe and pub:
@@ -356,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="break a cluster DDL down into phases (JSON logs)")
     ap.add_argument("--trace", action="store_true", help="with --profile: log every ZooKeeper call and watch "
                                                          "wait in the instances (slower; use with --logs)")
+    ap.add_argument("--warmup", type=int, default=WARMUP, help="rounds run before the measured ones")
     ap.add_argument("--cpu", type=int, default=0, metavar="PAIRS",
                     help="after the timed rounds, CPU time per DDL of every process over PAIRS ADD+DROP pairs")
     ap.add_argument("--switch-interval", type=float, default=None, metavar="SECONDS",
@@ -416,10 +417,10 @@ def main(argv: list[str] | None = None) -> int:
             closers.append(s.close)
             paths["single instance"] = s.run
             cols["single instance"] = "c_single"
-        times = rounds(args.runs, paths, cols, args.algorithm or "")
+        times = rounds(args.runs, paths, cols, args.algorithm or "", args.warmup)
         summary = report(times, args.runs, args.rows)
         if args.profile:
-            summary["profile_ms"] = profile(through, proxies[1:args.instances], s)
+            summary["profile_ms"] = profile(through, proxies[1:args.instances], s, args.runs)
         if args.cpu:
             procs = {p.name: p.pid for p in proxies}
             procs.update({"zookeeper": zk.pid, "mariadb-1": backends[0].pid, "mariadb-2": backends[1].pid})
