@@ -95,10 +95,10 @@ class DdlHistory:
         with self._writer_lock:
             if self._writer is None:
                 self._writer = ThreadPoolExecutor(1, thread_name_prefix="ddl-history")
-            self._writer.submit(self._write, line)
+            self._writer.submit(self._write, entry.id, line)
         return entry
 
-    def _write(self, line: str) -> None:
+    def _write(self, entry_id: int, line: str) -> None:
         """Writer thread: append one line durably; compact when the file has grown to twice the bound."""
         assert self.path is not None
         try:
@@ -109,21 +109,23 @@ class DdlHistory:
                 os.fsync(f.fileno())
             self._lines += 1
             if self._lines > 2 * self.max_entries:
-                self._compact()
+                self._compact(entry_id)
         except OSError as e:
             log.warning("cannot write ddl history", path=str(self.path), error=str(e))
 
-    def _compact(self) -> None:
-        """Rewrite the file with only the newest max_entries lines (atomically)."""
+    def _compact(self, upto_id: int) -> None:
+        """Rewrite the file with only the newest entries written so far (atomically); entries appended
+        meanwhile are still queued for the writer and come after."""
         assert self.path is not None
         tmp = self.path.with_suffix(".tmp")
+        kept = [e for e in list(self._entries) if e.id <= upto_id]
         with open(tmp, "w", encoding="utf-8") as f:
-            for e in list(self._entries):
+            for e in kept:
                 f.write(e.to_json() + "\n")
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
-        self._lines = len(self._entries)
+        self._lines = len(kept)
 
     def close(self) -> None:
         """Wait (bounded) until every entry appended so far is on disk, then stop the writer thread."""

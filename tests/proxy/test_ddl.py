@@ -340,3 +340,23 @@ def test_ddl_refresh_falls_back_to_a_load_for_a_name_in_another_case(env: MetaPr
     assert not _refresh_loaded(env, "schema1", "dfltupper")
     assert env.show_create("dn5", "DfltUpper") is None
     assert "dfltupper" not in [r[0] for r in env.tables_through_proxy()]
+
+
+def test_a_ddl_ending_in_a_comment_or_a_semicolon_still_reads_the_structure_after_it(env: MetaProxyEnv) -> None:
+    """The refresh's SHOW CREATE TABLE rides in the DDL's own command (`DDL` newline `;SHOW ...`): a
+    trailing -- or # comment in the user's DDL does not swallow it, and a trailing `;` never turns
+    the DDL's OK into an error (at worst the refresh loads)."""
+    schema, table, nodes = "schema1", "shard_a", ALL4
+    env.reset(table, schema)
+    env.sql(f"CREATE TABLE {table} {T_DEF} -- made here", schema)
+    assert not _refresh_loaded(env, schema, table)
+    env.sql(f"ALTER TABLE {table} ADD COLUMN c1 INT # a note", schema)
+    assert not _refresh_loaded(env, schema, table)
+    env.sql(f"ALTER TABLE {table} ADD COLUMN c2 INT;", schema)
+    assert _columns(env, table, schema) == ["id", "v", "c1", "c2"]
+    row = env.row(schema, table)
+    assert row["table_structure"] == _same_everywhere(env, table, nodes)
+    assert (row["consistent_in_sharding_nodes"], row["consistent_in_memory"]) == (1, 1)
+    env.sql(f"DROP TABLE {table} -- gone", schema)
+    assert not _refresh_loaded(env, schema, table)
+    assert env.row(schema, table)["table_structure"] == "null"

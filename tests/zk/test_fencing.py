@@ -6,7 +6,7 @@ import time
 
 import pymysql
 import pytest
-from clusterkit import TABLE, Cluster, full_meta, reset_table, run_async, wait_for
+from clusterkit import TABLE, Cluster, backend_structure, full_meta, reset_table, run_async, wait_for
 
 
 @pytest.fixture
@@ -103,3 +103,26 @@ def test_a_laggard_is_named_and_catches_up(zookeeper, zk_root, fresh_proxy, back
     finally:
         p3.resume()
     wait_for(lambda: "`lag`" in full_meta(p3)[3], 10, "dble-3 to catch up")
+
+
+def test_the_ddl_runs_while_the_init_acks_come_in(zookeeper, zk_root, fresh_proxy, backends):
+    """INIT acks are collected while the backends run the DDL (they never gate it: a laggard does not
+    stop a DDL), and the outcome goes out only once they are in: a deaf instance delays the answer by
+    one ack_timeout_s, not the change on the backends."""
+    reset_table(backends)
+    cl = Cluster(fresh_proxy, zookeeper, zk_root, backends, session_timeout_s=8, ack_timeout_s=3)
+    p1, p2, p3 = cl.start()
+    p3.pause()
+    try:
+        started = time.monotonic()
+        t, out = run_async(p1, f"ALTER TABLE {TABLE} ADD COLUMN early INT")
+        wait_for(lambda: all("`early`" in text for text in backend_structure(backends)), 2,
+                 "the backends to have the column while dble-3 has not acked INIT")
+        assert time.monotonic() - started < 2.5 and "ok" not in out   # still waiting for dble-3's INIT ack
+        t.join(10)
+        assert out.get("ok"), out
+        assert time.monotonic() - started >= 3
+        assert "`early`" in full_meta(p2)[3]
+    finally:
+        p3.resume()
+    wait_for(lambda: "`early`" in full_meta(p3)[3], 10, "dble-3 to catch up")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from zk.paths import Paths, parse_table_node, table_node
+from zk.paths import Paths, history_czxid, history_order, history_seq, parse_table_node, table_node
 from zk.records import FAILED, INIT, Ack, BadRecord, DdlLockInfo, DdlRecord, HistoryEntry, OnlineInfo
 
 
@@ -16,6 +16,18 @@ def test_paths_follow_the_design():
     assert p.ddl_record("schema1", "t") == "/dble/cluster-1/ddl/schema1.t"
     assert p.ddl_ack("schema1", "t", "dble-2") == "/dble/cluster-1/ddl/schema1.t/instance/dble-2"
     assert Paths("/a/b/", "c").base == "/a/b/c"
+
+
+def test_history_entries_carry_their_record_and_sort_by_sequence():
+    """ddl_history/h-{record czxid}-{sequence}: an instance that applied the DDL skips the entry unread;
+    entries sort by the sequence ZooKeeper appended, whatever the czxid (DDLs end out of start order)."""
+    p = Paths("/dble", "cluster-1")
+    assert p.history_entry_prefix(4294967301) == "/dble/cluster-1/ddl_history/h-4294967301-"
+    names = ["h-90-0000000012", "h-7-0000000013", "h-0000000011", "h-5-0000000010"]   # h-N: older layout
+    assert history_order(names) == ["h-5-0000000010", "h-0000000011", "h-90-0000000012", "h-7-0000000013"]
+    assert [history_seq(n) for n in names] == [12, 13, 11, 10]
+    assert [history_czxid(n) for n in names] == [90, 7, None, 5]
+    assert history_seq("junk") == -1 and history_czxid("h-x-0000000001") is None
 
 
 def test_table_node_round_trip():
