@@ -470,6 +470,7 @@ class Cluster:
         deadline = time.monotonic() + timeout
         tasks = dict(tasks)
         refusals: list[tuple[str, str]] = []
+        online = {inst for _, inst in tasks}
         try:
             while tasks:
                 remaining = deadline - time.monotonic()
@@ -477,7 +478,10 @@ class Cluster:
                     break
                 done, _ = await asyncio.wait(tasks.values(), timeout=min(remaining, SAFETY_POLL_S),
                                              return_when=asyncio.FIRST_COMPLETED)
-                online = await self.online_now()
+                try:
+                    online = await self.online_now()
+                except ZK_ERRORS:
+                    pass   # the decision is ZooKeeper's business; here only who is still worth waiting for
                 retry: set[tuple[tuple[str, str], str]] = set()
                 for (key, inst), task in list(tasks.items()):
                     if inst not in online:
