@@ -245,18 +245,22 @@ def _cpu_s(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _zk_packets(zk: ZooKeeperServer) -> int:
-    """Packets ZooKeeper has received so far (its `mntr` four-letter word)."""
+def _zk_mntr(zk: ZooKeeperServer) -> dict[str, float]:
+    """ZooKeeper's own counters (its `mntr` four-letter word)."""
     import socket
     with socket.create_connection((zk.host, zk.port), timeout=5) as s:
         s.sendall(b"mntr")
         data = b""
         while chunk := s.recv(65536):
             data += chunk
+    out: dict[str, float] = {}
     for line in data.decode().splitlines():
-        if line.startswith("zk_packets_received"):
-            return int(line.split()[1])
-    return 0
+        key, _, value = line.partition("\t")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            pass
+    return out
 
 
 def cpu_profile(paths: dict[str, Callable[[str], float]], cols: dict[str, str],
@@ -267,7 +271,8 @@ def cpu_profile(paths: dict[str, Callable[[str], float]], cols: dict[str, str],
     procs = {**procs, "bench client": os.getpid()}
     for p, fn in paths.items():
         before = {name: _cpu_s(pid) for name, pid in procs.items()}
-        packets = _zk_packets(zk)
+        m0 = _zk_mntr(zk)
+        packets = int(m0.get("zk_packets_received", 0))
         wall = time.perf_counter()
         for i in range(runs):
             fn(f"ALTER TABLE {TABLE} ADD COLUMN {cols[p]}_cpu INT")
@@ -275,9 +280,16 @@ def cpu_profile(paths: dict[str, Callable[[str], float]], cols: dict[str, str],
         n = 2 * runs
         row = {name: (_cpu_s(pid) - before[name]) * 1000 / n for name, pid in procs.items()}
         row["wall"] = (time.perf_counter() - wall) * 1000 / n
-        row["zk requests"] = (_zk_packets(zk) - packets - 1) / n
+        m1 = _zk_mntr(zk)
+        row["zk requests"] = (int(m1.get("zk_packets_received", 0)) - packets - 1) / n
+        # ZooKeeper's own time per request (received to answered) over this path's requests
+        done0, done1 = m0.get("zk_cnt_updatelatency", 0) + m0.get("zk_cnt_readlatency", 0), \
+            m1.get("zk_cnt_updatelatency", 0) + m1.get("zk_cnt_readlatency", 0)
+        tot0 = m0.get("zk_sum_updatelatency", 0) + m0.get("zk_sum_readlatency", 0)
+        tot1 = m1.get("zk_sum_updatelatency", 0) + m1.get("zk_sum_readlatency", 0)
+        row["zk server ms"] = (tot1 - tot0) / (done1 - done0) if done1 > done0 else 0.0
         result[p] = {k: round(v, 2) for k, v in row.items()}
-    names = list(procs) + ["wall", "zk requests"]
+    names = list(procs) + ["wall", "zk requests", "zk server ms"]
     out()
     out(f"CPU ms per DDL ({2 * runs} DDLs per path; clock ticks of 10 ms, so small figures are coarse):")
     out(f"{'path':<22}" + "".join(f"{n[:11]:>12}" for n in names))
