@@ -19,6 +19,7 @@ class MetaLock:
     instance: str
     phase: str = "LOCKED"
     since: float = field(default_factory=time.time)
+    record: int = 0            # for a peer's DDL: the czxid of its cluster record (0: none known)
 
 
 class MetaLocks:

@@ -32,6 +32,8 @@ LOCAL_LOCK_WAIT_S = 3.0   # how long INIT waits for a local DDL on the same tabl
 CATCH_UP_EVERY_S = 1.0    # ddl_history is read at most this often, unless a record vanished unseen
 SETTLE_S = 0.1            # with the peer channel on, watch events are coalesced this long (safety net only)
 ACK_AFTER_REPLY_S = 0.05  # a step answered on the peer channel is acked in ZooKeeper this much later
+GONE_GRACE_S = 0.5        # a record removed before we saw its outcome: how long the outcome may still be
+                          # on its way over the peer channel before we read the backends ourselves
 
 
 class DdlListener(PassLoop):
@@ -45,6 +47,7 @@ class DdlListener(PassLoop):
         self.finished: dict[int, None] = {}             # czxids of records whose outcome we applied
         self.history_seen: int | None = None            # sequence of the newest ddl_history entry looked at
         self.caught_up_at = 0.0                         # monotonic time of the last ddl_history read
+        self.catch_up_due = False                       # read ddl_history at the next pass
         self.results: dict[tuple[str, int], tuple[bool, str]] = {}  # what we acked for the step handled
         self._record_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._acks: set[asyncio.Task] = set()
@@ -89,24 +92,29 @@ class DdlListener(PassLoop):
                 continue
             async with self.record_lock(path):
                 last = self.handled.get(key)
-                if rec.status == last:
-                    continue  # the peer channel brought it meanwhile
-                ok, message = await self.handle(rec, last)
+                if rec.status == last or (rec.status == INIT and (last in (SUCCESS, FAILED)
+                                                                 or stat.czxid in self.finished)):
+                    continue  # the peer channel brought it, or its outcome, while we read the record
+                ok, message = await self.handle(rec, last, czxid=stat.czxid)
                 self._handled(key, rec.status, ok, message)
                 await self._ack(rec.schema, rec.table, rec.status, ok, message)
         gone = [k for k in known if k not in seen and k in self.handled]
-        unseen_end = False
         for key in gone:
             last = self.handled.pop(key)
             self.results.pop(key, None)
-            unseen_end |= last not in (SUCCESS, FAILED)
-            await self._record_gone(key[0], last)
-            self._finished(key[1])
+            if last in (SUCCESS, FAILED):
+                self._release(key[0], key[1])
+                self._finished(key[1])
+            else:
+                # its outcome may still be on its way: an originator removes its record while it hands
+                # the outcome to us over the peer channel
+                c._spawn(self._settle_gone(key[0], key[1]))
         # DDLs that began and ended while we were deaf leave no record, only a history entry; reading
         # the history on every pass would add a ZooKeeper call to each step of every DDL
-        if (self.history_seen is None or unseen_end
+        if (self.history_seen is None or self.catch_up_due
                 or time.monotonic() - self.caught_up_at >= CATCH_UP_EVERY_S):
             self.caught_up_at = time.monotonic()
+            self.catch_up_due = False
             await self._catch_up()
 
     async def on_peer_step(self, path: str, czxid: int, rec: DdlRecord, texts: dict | None,
@@ -126,7 +134,7 @@ class DdlListener(PassLoop):
                 return self.results.get(key, (True, ""))
             if last in (SUCCESS, FAILED) or (czxid in self.finished and rec.status == INIT):
                 return True, ""  # a late or repeated step of a DDL we already finished
-            ok, message = await self.handle(rec, last, texts)
+            ok, message = await self.handle(rec, last, texts, czxid)
             self._handled(key, rec.status, ok, message)
         if final:
             return ok, message
@@ -199,11 +207,12 @@ class DdlListener(PassLoop):
                      table=f"{entry.schema}.{entry.table}", originator=entry.instance)
             self._finished(entry.record_czxid)
             lk = c.locks.get(entry.schema, entry.table)
-            if lk is not None and lk.owner == f"instance:{entry.instance}":
+            if lk is not None and lk.owner == f"instance:{entry.instance}" and lk.record in (0, entry.record_czxid):
                 c.locks.release(entry.schema, entry.table, lk.owner)
             await c.refresh([(entry.schema, entry.table)])
 
-    async def handle(self, rec: DdlRecord, last: str | None, texts: dict | None = None) -> tuple[bool, str]:
+    async def handle(self, rec: DdlRecord, last: str | None, texts: dict | None = None,
+                     czxid: int = 0) -> tuple[bool, str]:
         """One step of someone else's DDL; returns the ack to give. On SUCCESS/FAILED `texts` (from the
         peer channel: the CREATE texts the originator read back from the nodes) spare us the backends."""
         c = self.cluster
@@ -211,7 +220,7 @@ class DdlListener(PassLoop):
         rlog = log.bind(instance=c.instance, table=f"{schema}.{table}", originator=rec.instance, phase=rec.status)
         owner = f"instance:{rec.instance}"
         if rec.status == INIT:
-            ok, message = await self._lock(schema, table, rec.sql, owner, rec.instance)
+            ok, message = await self._lock(schema, table, rec.sql, owner, rec.instance, czxid)
             if ok:
                 rlog.debug("ddl INIT: table locked")
             else:
@@ -224,24 +233,30 @@ class DdlListener(PassLoop):
             except Exception as e:  # noqa: BLE001 - reported in the ack
                 message = f"refresh failed: {e}"
                 rlog.warning("refresh after ddl failed", error=str(e))
-            c.locks.release(schema, table, owner)
+            lk = c.locks.get(schema, table)
+            if lk is not None and lk.owner == owner and lk.record in (0, czxid):
+                c.locks.release(schema, table, owner)   # not a lock that instance's next DDL holds
             if rec.reconciled_by:
                 c.locks.release_owned_by(f"instance:{rec.instance}")
             rlog.info("ddl finished here: metadata refreshed, table unlocked", reconciled_by=rec.reconciled_by or None,
                       via="peer" if texts is not None else "zookeeper")
         return not message, message
 
-    async def _lock(self, schema: str, table: str, sql: str, owner: str, instance: str) -> tuple[bool, str]:
-        """Take the local lock for a peer's DDL, waiting briefly for a local DDL that is about to fail."""
+    async def _lock(self, schema: str, table: str, sql: str, owner: str, instance: str,
+                    czxid: int = 0) -> tuple[bool, str]:
+        """Take the local lock for a peer's DDL (record czxid), waiting briefly for a local DDL that is
+        about to fail."""
         locks = self.cluster.locks
         held = locks.get(schema, table)
         if held is not None and held.owner == owner:
+            held.record = czxid   # that instance's newer DDL on the table: the lock is this record's now
             return True, ""
         deadline = asyncio.get_running_loop().time() + LOCAL_LOCK_WAIT_S
         while True:
             try:
                 lk = locks.acquire(schema, table, sql, owner, instance)
                 lk.phase = INIT
+                lk.record = czxid
                 return True, ""
             except DdlInProgress as e:
                 if asyncio.get_running_loop().time() > deadline:
@@ -254,16 +269,28 @@ class DdlListener(PassLoop):
         except NoNodeError:
             pass  # the record is already gone: nothing to acknowledge
 
-    async def _record_gone(self, path: str, last: str) -> None:
-        """A record vanished: if we never saw its outcome (paused, lagging), catch up now."""
-        c = self.cluster
+    def _release(self, path: str, czxid: int) -> None:
+        """Release the local lock a peer's DDL record (path, czxid) holds here, and no other: by now the
+        table may be locked again for that instance's next DDL."""
         parts = parse_table_node(path.rsplit("/", 1)[-1])
         if parts is None:
             return
-        lk = c.locks.get(*parts)
-        if lk is not None and lk.owner.startswith("instance:"):
-            c.locks.release(*parts, lk.owner)
-        if last not in (SUCCESS, FAILED):
-            log.info("ddl record gone before its outcome reached us: refreshing", instance=c.instance,
+        lk = self.cluster.locks.get(*parts)
+        if lk is not None and lk.owner.startswith("instance:") and lk.record in (0, czxid):
+            self.cluster.locks.release(*parts, lk.owner)
+
+    async def _settle_gone(self, path: str, czxid: int) -> None:
+        """A record vanished before we saw its outcome (paused, lagging, or the outcome is still on the
+        peer channel): unless the outcome arrives within GONE_GRACE_S, read the table from the backends."""
+        await asyncio.sleep(GONE_GRACE_S)
+        parts = parse_table_node(path.rsplit("/", 1)[-1])
+        async with self.record_lock(path):
+            self._release(path, czxid)   # only a lock of that very record
+            if czxid in self.finished or parts is None:
+                return
+            self._finished(czxid)
+            log.info("ddl record gone before its outcome reached us: refreshing", instance=self.cluster.instance,
                      table=f"{parts[0]}.{parts[1]}")
-            await c.refresh([parts])
+            await self.cluster.refresh([parts])
+        self.catch_up_due = True   # a DDL we half missed: others may have ended unseen too
+        self.wake()

@@ -137,3 +137,21 @@ def test_a_ddl_that_fails_on_the_backends_is_failed_everywhere(cluster):
     assert full_meta(p2)[4:] == (1, 1)
     assert not cluster.zk_children("ddl")
     p2.query(f"ALTER TABLE {TABLE} ADD COLUMN fine INT")
+
+
+def test_back_to_back_ddls_from_alternating_instances_find_the_table_free(cluster):
+    """Right after OK the table is free on every instance: a subscriber whose safety pass read a record
+    while its outcome came over the peer channel must not lock the table again for that finished DDL
+    (chaos finding: the next DDL there got 4006 `is doing DDL`)."""
+    procs = cluster.start()
+    conns = [p.connect() for p in procs]
+    try:
+        for i in range(40):
+            with conns[i % 3].cursor() as cur:
+                cur.execute(f"ALTER TABLE {TABLE} ADD COLUMN b2b_{i} INT")
+            with conns[(i + 1) % 3].cursor() as cur:
+                cur.execute(f"ALTER TABLE {TABLE} DROP COLUMN b2b_{i}")
+    finally:
+        for c in conns:
+            c.close()
+    assert all("b2b_" not in full_meta(p)[3] and full_meta(p)[4:] == (1, 1) for p in procs)
