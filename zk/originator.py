@@ -284,7 +284,7 @@ class ClusterDdl:
         delivery = asyncio.get_running_loop().create_task(c.deliver(steps, texts, sent, c.cc.ack_timeout_s))
         try:
             for key in list(self.records):
-                await self._finish(key, status, message)
+                await self._finish(key, steps[key][0])
             self.status = status
             return await delivery
         except ZK_ERRORS as e:
@@ -294,40 +294,26 @@ class ClusterDdl:
             if not delivery.done():
                 delivery.cancel()
 
-    async def _finish(self, key: tuple[str, str], status: str, message: str) -> None:
+    async def _finish(self, key: tuple[str, str], decided: DdlRecord) -> None:
         """Decide and remove one table's record, acks and lock, with its ddl_history entry, in one
         conditional transaction on our INIT session. Peers' ZooKeeper acks (written only when the
         DDL outlasted their reply delay) are listed when the first try finds the ack folder not empty."""
         c = self.cluster
-        rec, version = self.records[key]
-        decided = rec.with_status(status, message)
-        entry = self._history_entry(key, decided)
         names = [c.instance]
         for attempt in (1, 2):
-            zk = self._own_session(status)
-
-            def build(tx, names=names) -> None:
-                for name in names:
-                    tx.delete(c.paths.ddl_ack(key[0], key[1], name))
-                tx.delete(c.paths.ddl_acks(*key))
-                tx.delete(c.paths.ddl_record(*key), version)
-                tx.delete(c.paths.ddl_lock(*key))
-                tx.create(c.paths.history_entry_prefix(entry.record_czxid), entry.encode(), sequence=True)
-
-            results = await zk.commit(build)
-            failed = [r for r in results if isinstance(r, Exception) and r.__class__.__name__ != "RolledBackError"]
+            zk = self._own_session(decided.status)
+            results = await self._remove_tx(key, decided, names, self.records[key][1], zk)
             if not any(isinstance(r, Exception) for r in results):
                 break
+            failed = [r for r in results if isinstance(r, Exception) and r.__class__.__name__ != "RolledBackError"]
             if attempt == 1 and failed and isinstance(failed[0], NotEmptyError):
                 names = await zk.children(c.paths.ddl_acks(*key))
                 if c.instance in names:
                     continue
-            self._check_tx(results, f"publish {status} for {key[0]}.{key[1]}")
+            self._check_tx(results, f"publish {decided.status} for {key[0]}.{key[1]}")
         self.records.pop(key)
         self.locked.remove(key)
         c.active_ddls.discard(c.paths.ddl_record(*key))
-        c.listener.ran_here(self.czxids[key])
-        c.spawn_quietly(c.prune_history(results[-1]))
 
     async def _classic_end(self, status: str, message: str, steps: dict, targets: set[str],
                            texts: dict | None) -> AckOutcome:
@@ -405,7 +391,8 @@ class ClusterDdl:
             return False
         if self.cluster.instance not in acks:
             return False
-        return await self._remove_tx(key, self.records[key][0].with_status(self.status, self.message), acks)
+        results = await self._remove_tx(key, self.records[key][0].with_status(self.status, self.message), acks)
+        return not any(isinstance(r, Exception) for r in results)
 
     def _history_entry(self, key: tuple[str, str], rec: DdlRecord) -> HistoryEntry:
         d = self.details
@@ -414,10 +401,12 @@ class ClusterDdl:
                             phases_ms=d.get("phases_ms", {}), meta_version=d.get("meta_version", 0),
                             started_at=d.get("started_at", 0.0))
 
-    async def _remove_tx(self, key: tuple[str, str], rec: DdlRecord, acks: list[str]) -> bool:
-        """Record, acks, lock and a ddl_history entry, all in one transaction; False if it failed."""
+    async def _remove_tx(self, key: tuple[str, str], rec: DdlRecord, acks: list[str], version: int = -1,
+                         zk: Zk | None = None) -> list:
+        """Record (at `version`, -1 any), acks, lock and a ddl_history entry, all in one transaction;
+        its results (a failure changes nothing)."""
         c = self.cluster
-        zk = c.zk
+        zk = zk or c.zk
         assert zk is not None
         entry = self._history_entry(key, rec)
 
@@ -425,23 +414,22 @@ class ClusterDdl:
             for name in acks:
                 tx.delete(c.paths.ddl_ack(key[0], key[1], name))
             tx.delete(c.paths.ddl_acks(*key))
-            tx.delete(c.paths.ddl_record(*key))
+            tx.delete(c.paths.ddl_record(*key), version)
             tx.delete(c.paths.ddl_lock(*key))
             tx.create(c.paths.history_entry_prefix(entry.record_czxid), entry.encode(), sequence=True)
 
         results = await zk.commit(build)
-        if any(isinstance(r, Exception) for r in results):
-            return False
-        c.listener.ran_here(self.czxids.get(key, 0))
-        c.spawn_quietly(c.prune_history(results[-1]))
-        return True
+        if not any(isinstance(r, Exception) for r in results):
+            c.listener.ran_here(self.czxids.get(key, 0))
+            c.spawn_quietly(c.prune_history(results[-1]))
+        return results
 
     async def _remove(self, key: tuple[str, str], rec: DdlRecord, acks: list[str]) -> None:
         """Record, acks, lock and a ddl_history entry, all in one transaction (ours: checked by the caller)."""
         c = self.cluster
         zk = c.zk
         assert zk is not None
-        if await self._remove_tx(key, rec, acks):
+        if not any(isinstance(r, Exception) for r in await self._remove_tx(key, rec, acks)):
             return
         # an ack came or went meanwhile: slow path
         await zk.delete(c.paths.ddl_record(*key), recursive=True)
