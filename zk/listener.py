@@ -103,7 +103,9 @@ class DdlListener(PassLoop):
             last = self.handled.pop(key)
             self.results.pop(key, None)
             if last in (SUCCESS, FAILED):
-                self._release(key[0], key[1])
+                parts = parse_table_node(key[0].rsplit("/", 1)[-1])
+                if parts is not None:
+                    self._release(*parts, key[1])
                 self._finished(key[1])
             else:
                 # its outcome may still be on its way: an originator removes its record while it hands
@@ -206,9 +208,7 @@ class DdlListener(PassLoop):
             log.info("catching up on a ddl finished while this instance lagged", instance=c.instance,
                      table=f"{entry.schema}.{entry.table}", originator=entry.instance)
             self._finished(entry.record_czxid)
-            lk = c.locks.get(entry.schema, entry.table)
-            if lk is not None and lk.owner == f"instance:{entry.instance}" and lk.record in (0, entry.record_czxid):
-                c.locks.release(entry.schema, entry.table, lk.owner)
+            self._release(entry.schema, entry.table, entry.record_czxid, f"instance:{entry.instance}")
             await c.refresh([(entry.schema, entry.table)])
 
     async def handle(self, rec: DdlRecord, last: str | None, texts: dict | None = None,
@@ -233,9 +233,7 @@ class DdlListener(PassLoop):
             except Exception as e:  # noqa: BLE001 - reported in the ack
                 message = f"refresh failed: {e}"
                 rlog.warning("refresh after ddl failed", error=str(e))
-            lk = c.locks.get(schema, table)
-            if lk is not None and lk.owner == owner and lk.record in (0, czxid):
-                c.locks.release(schema, table, owner)   # not a lock that instance's next DDL holds
+            self._release(schema, table, czxid, owner)
             if rec.reconciled_by:
                 c.locks.release_owned_by(f"instance:{rec.instance}")
             rlog.info("ddl finished here: metadata refreshed, table unlocked", reconciled_by=rec.reconciled_by or None,
@@ -269,24 +267,24 @@ class DdlListener(PassLoop):
         except NoNodeError:
             pass  # the record is already gone: nothing to acknowledge
 
-    def _release(self, path: str, czxid: int) -> None:
-        """Release the local lock a peer's DDL record (path, czxid) holds here, and no other: by now the
-        table may be locked again for that instance's next DDL."""
-        parts = parse_table_node(path.rsplit("/", 1)[-1])
-        if parts is None:
-            return
-        lk = self.cluster.locks.get(*parts)
-        if lk is not None and lk.owner.startswith("instance:") and lk.record in (0, czxid):
-            self.cluster.locks.release(*parts, lk.owner)
+    def _release(self, schema: str, table: str, czxid: int, owner: str | None = None) -> None:
+        """Release the local lock a peer's DDL record (czxid) holds here (that instance's, when `owner`
+        is given), and no other: by now the table may be locked again for that instance's next DDL."""
+        lk = self.cluster.locks.get(schema, table)
+        if (lk is not None and lk.record in (0, czxid)
+                and (lk.owner == owner if owner is not None else lk.owner.startswith("instance:"))):
+            self.cluster.locks.release(schema, table, lk.owner)
 
     async def _settle_gone(self, path: str, czxid: int) -> None:
         """A record vanished before we saw its outcome (paused, lagging, or the outcome is still on the
         peer channel): unless the outcome arrives within GONE_GRACE_S, read the table from the backends."""
         await asyncio.sleep(GONE_GRACE_S)
         parts = parse_table_node(path.rsplit("/", 1)[-1])
+        if parts is None:
+            return
         async with self.record_lock(path):
-            self._release(path, czxid)   # only a lock of that very record
-            if czxid in self.finished or parts is None:
+            self._release(*parts, czxid)   # only a lock of that very record
+            if czxid in self.finished:
                 return
             self._finished(czxid)
             log.info("ddl record gone before its outcome reached us: refreshing", instance=self.cluster.instance,
