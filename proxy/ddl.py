@@ -248,9 +248,7 @@ class DdlRunner:
                                     backends.timeout_s, collect=True)
             finally:
                 backends.release(node, conn)
-            if not tables:
-                return NodeResult(node, sc.error)
-            if not sc.results:   # the DDL itself failed: the statements after it did not run
+            if not tables or not sc.results:   # no texts asked for, or the DDL failed (nothing after it ran)
                 return NodeResult(node, sc.error)
             return NodeResult(node, None, _texts_after(sc, tables, plan.ddl == "DROP_TABLE"))
 
@@ -278,11 +276,9 @@ class DdlRunner:
         """Swap the tables' new structure into the registry: `result` (built from texts), or loaded."""
         if not keys:
             return
+        log.debug("ddl refresh", tables=[f"{s}.{t}" for s, t in keys], source="load" if result is None else "texts")
         if result is None:
             result = await load_tables(self.server.config, keys, backend=self.server.meta_backend)
-            log.debug("ddl refresh", tables=[f"{s}.{t}" for s, t in keys], source="load")
-        else:
-            log.debug("ddl refresh", tables=[f"{s}.{t}" for s, t in keys], source="texts")
         self.server.metrics.meta_load_seconds.labels("tables").observe(result.seconds)
         self.server.registry.apply(result, loaded=False)
 

@@ -445,8 +445,8 @@ class Cluster:
 
     def ask_peers(self, keys: list[tuple[str, str]], records: dict[tuple[str, str], tuple[DdlRecord, int]],
                   instances: set[str], texts: dict | None = None,
-                  final: bool = False) -> dict[tuple[tuple[str, str], str], asyncio.Task]:
-        """Send a step of our DDL straight to each instance (zk/peers.py); each task gives its ack.
+                  final: bool = False) -> dict[tuple[tuple[str, str], str], asyncio.Future]:
+        """Send a step of our DDL straight to each instance (zk/peers.py); each future gives its ack.
         `final`: the record is removed without waiting for ZooKeeper acks, so the peer writes none."""
         tasks: dict[tuple[tuple[str, str], str], asyncio.Future] = {}
         if self.cc.peer_port < 0:
@@ -503,7 +503,7 @@ class Cluster:
             drop_tasks(tasks)
 
     async def wait_acks(self, keys: list[tuple[str, str]], status: str, expected: set[str],
-                        timeout: float, peer: dict[tuple[tuple[str, str], str], asyncio.Task] | None = None
+                        timeout: float, peer: dict[tuple[tuple[str, str], str], asyncio.Future] | None = None
                         ) -> AckOutcome:
         """Wait until every expected instance still online has acked status on every record (bounded).
 
@@ -516,7 +516,7 @@ class Cluster:
             drop_tasks(peer)
 
     async def _wait_acks(self, keys: list[tuple[str, str]], status: str, expected: set[str],
-                         timeout: float, peer: dict[tuple[tuple[str, str], str], asyncio.Task]) -> AckOutcome:
+                         timeout: float, peer: dict[tuple[tuple[str, str], str], asyncio.Future]) -> AckOutcome:
         zk = self.zk
         assert zk is not None
         deadline = time.monotonic() + timeout
