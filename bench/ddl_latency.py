@@ -298,6 +298,34 @@ def cpu_profile(paths: dict[str, Callable[[str], float]], cols: dict[str, str],
     return result
 
 
+def warm_zookeeper(zk: ZooKeeperServer, n: int) -> None:
+    """Serve n requests (transactions like a DDL's, reads, watches) on a throwaway node, 200 in flight."""
+    client = zk.client()
+    try:
+        client.ensure_path("/warmup")
+        done = 0
+        while done < n:
+            results = []
+            for i in range(min(200, n - done) // 4):
+                tx = client.transaction()
+                tx.create(f"/warmup/n{i}", b"x" * 200, ephemeral=True)
+                tx.set_data(f"/warmup/n{i}", b"y" * 200)
+                results.append(tx.commit_async())
+                results.append(client.get_children_async("/warmup", watch=lambda e: None))
+                results.append(client.exists_async(f"/warmup/n{i}"))
+                tx = client.transaction()
+                tx.check(f"/warmup/n{i}", 1)
+                tx.delete(f"/warmup/n{i}")
+                results.append(tx.commit_async())
+            for r in results:
+                r.get(timeout=30)
+            done += max(4, len(results))
+        client.delete("/warmup", recursive=True)
+    finally:
+        client.stop()
+        client.close()
+
+
 # -- --trace: instances that log every ZooKeeper call and every watch wait ------------------------
 
 def serve_instrumented(argv: list[str]) -> int:
@@ -368,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="break a cluster DDL down into phases (JSON logs)")
     ap.add_argument("--trace", action="store_true", help="with --profile: log every ZooKeeper call and watch "
                                                          "wait in the instances (slower; use with --logs)")
+    ap.add_argument("--zk-warmup", type=int, default=0, metavar="N",
+                    help="requests sent to the fresh ZooKeeper first (its JVM compiles its request path)")
     ap.add_argument("--warmup", type=int, default=WARMUP, help="rounds run before the measured ones")
     ap.add_argument("--cpu", type=int, default=0, metavar="PAIRS",
                     help="after the timed rounds, CPU time per DDL of every process over PAIRS ADD+DROP pairs")
@@ -389,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     closers: list[Callable[[], None]] = []
     try:
         zk.start()
+        if args.zk_warmup:
+            warm_zookeeper(zk, args.zk_warmup)
         start_all(backends)
         for b in backends:
             b.create_databases("db1", "db2", "db3")

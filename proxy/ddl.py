@@ -180,9 +180,6 @@ class DdlRunner:
         results = await self.execute(plan, keys)
         if trace is not None:
             trace.mark("execute")
-        dlog.info("ddl executed", phase="EXECUTED", seconds=round(time.monotonic() - started, 3),
-                  failed=[x.node for x in results if x.error])
-        self._phase(keys, owner, "REFRESHING")
         err = self._outcome(plan, results)
         texts: Texts = {x.node: x.texts for x in results if x.texts is not None}
         ready = result_from_texts(self.server.config, keys, texts) if keys else None
@@ -190,6 +187,9 @@ class DdlRunner:
         if publish is not None:
             task = asyncio.get_running_loop().create_task(publish(err, texts if ready is not None else None))
             await asyncio.sleep(0)   # let it put the outcome on the wire before the local refresh
+        self._phase(keys, owner, "REFRESHING")
+        dlog.info("ddl executed", phase="EXECUTED", seconds=round(time.monotonic() - started, 3),
+                  failed=[x.node for x in results if x.error])
         try:
             await self._publish_locally(keys, ready)
             if trace is not None:

@@ -1,198 +1,465 @@
-"""kazoo from asyncio: every call is bounded, and kazoo's threads hand results back to the loop.
+"""A ZooKeeper session driven by the event loop itself: kazoo's codec and types, no kazoo thread.
 
-Results and watch events are handed to the loop straight from kazoo's connection thread (one
-`call_soon_threadsafe`), not through kazoo's callback threads: one thread hop less per call, and
-a watch event reaches the loop before the answer to any request sent after it, as ZooKeeper
-orders them on the wire.
+kazoo's client runs its connection in a thread of its own, so every call crosses two thread hops
+and the GIL each way: 0.8-1.2 ms per round trip here against 0.15-0.4 ms for the same bytes written
+from the loop (bench/RESULTS.md, session 5), and a cluster DDL has two such writes on its critical
+path. This client writes each request on the loop's own transport and settles its future straight
+from `data_received`; the wire format is zk/jute.py plus kazoo's serializers, and callers see
+kazoo's states, stats and exceptions, so it behaves like the KazooClient it replaces:
+
+- states go LOST → CONNECTED; a dropped connection is SUSPENDED (requests wait for it, bounded);
+  the same session back is CONNECTED again; an expired one is LOST, then a new session CONNECTED;
+- a dropped connection fails the requests in flight with ConnectionLoss and fires every watch with
+  a NONE event (watches are one-shot and gone: the owner re-arms them), as kazoo does;
+- a request made under one session never goes out under the next (SessionExpiredError);
+- every call is bounded (OP_TIMEOUT_S), and a connection that hears nothing for two thirds of the
+  session timeout is dropped (a ping goes out after a third of it without a request).
+
+Watch events and answers reach their callers in the order ZooKeeper sent them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
-import select
-import weakref
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any, Callable
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError, NotEmptyError
-from kazoo.handlers.threading import AsyncResult, SequentialThreadingHandler
-from kazoo.protocol.states import KazooState, ZnodeStat
-from kazoo.retry import KazooRetry
-from kazoo.security import make_digest_acl
+import structlog
+from kazoo.exceptions import (AuthFailedError, ConnectionClosedError, ConnectionDropped, ConnectionLoss,
+                              NodeExistsError, NoNodeError, NotEmptyError, SessionExpiredError)
+from kazoo.hosts import collect_hosts
+from kazoo.protocol.serialization import (CheckVersion, Create, Delete, Exists, GetChildren, GetData, SetData,
+                                          Transaction)
+from kazoo.protocol.states import EVENT_TYPE_MAP, EventType, KazooState, KeeperState, WatchedEvent, ZnodeStat
+from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
+
+from . import jute
 
 OP_TIMEOUT_S = 5.0
+RETRY_DELAY_S, RETRY_MAX_S = 0.2, 1.0   # between rounds of connection attempts
+CLOSE_WAIT_S = 1.0                       # how long stop() waits for ZooKeeper to confirm the close
+
+log = structlog.get_logger("pydble.zk")
 
 
 class ZkTimeout(Exception):
     """A ZooKeeper call did not complete within its bound."""
 
 
-class _InlineResult(AsyncResult):
-    """Runs callbacks marked `inline` in the thread that sets the result (they only schedule work on
-    the loop); any other callback goes through kazoo's completion thread as usual."""
+class _Link(asyncio.Protocol):
+    """One TCP connection to a server: whole frames to the session, its end reported once."""
 
-    def _do_callbacks(self) -> None:
-        for callback in self._callbacks:
-            if getattr(callback, "inline", False) or not self._handler.running:
-                callback(self)
-            else:
-                self._handler.completion_queue.put(lambda cb=callback: cb(self))
+    def __init__(self, on_frame: Callable[[_Link, bytes], None], on_end: Callable[[_Link, Exception], None]) -> None:
+        self.framer = jute.Framer()
+        self.on_frame = on_frame
+        self.on_end = on_end
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.ended: asyncio.Future = asyncio.get_running_loop().create_future()
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
 
-_READABLE = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR | select.POLLNVAL
-_WRITABLE = select.POLLOUT | select.POLLHUP | select.POLLERR | select.POLLNVAL
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.framer.feed(data)
+        except jute.FrameError as e:
+            self.abort(ConnectionDropped(str(e)))
+            return
+        for payload in frames:
+            if self.closed:
+                return
+            try:
+                self.on_frame(self, payload)
+            except jute.FrameError as e:
+                self.abort(ConnectionDropped(str(e)))
+                return
 
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end(ConnectionDropped(f"connection closed: {exc}" if exc else "connection closed by the server"))
 
-def _fd(obj: Any) -> int:
-    fd = obj if isinstance(obj, int) else obj.fileno()
-    if fd < 0:
-        raise ValueError(f"invalid file descriptor {fd}")
-    return fd
+    def write(self, data: bytes) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.write(data)
 
+    def abort(self, why: Exception) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+        self._end(why)
 
-def poll_select(rlist: list, wlist: list, xlist: list, timeout: float | None = None) -> tuple[list, list, list]:
-    """select() for kazoo's connection thread with one poll() call, for any fd number.
-
-    kazoo's default builds and closes an epoll selector for every call (four system calls), and its
-    connection thread selects before every read and write: about a quarter of the CPU a ZooKeeper
-    round trip costs here. Like kazoo's, exceptional conditions come back as readable/writable."""
-    poller = select.poll()
-    masks: dict[int, int] = {}
-    for f in rlist:
-        masks[_fd(f)] = masks.get(_fd(f), 0) | select.POLLIN | select.POLLPRI
-    for f in wlist:
-        masks[_fd(f)] = masks.get(_fd(f), 0) | select.POLLOUT
-    for fd, mask in masks.items():
-        poller.register(fd, mask)
-    ready = dict(poller.poll(None if timeout is None else max(0.0, timeout) * 1000))
-    readable = [f for f in rlist if ready.get(_fd(f), 0) & _READABLE]
-    writable = [f for f in wlist if ready.get(_fd(f), 0) & _WRITABLE]
-    return readable, writable, []
-
-
-class _Handler(SequentialThreadingHandler):
-    """kazoo's threading handler, with inline delivery for callbacks marked `inline` and a cheaper select."""
-
-    def async_result(self) -> AsyncResult:
-        return _InlineResult(self)
-
-    def select(self, *args: Any, **kwargs: Any) -> tuple[list, list, list]:
-        return poll_select(*args, **kwargs)
-
-    def dispatch_callback(self, callback: Any) -> None:
-        if getattr(callback.func, "inline", False):
-            callback.func(*callback.args)
-        else:
-            super().dispatch_callback(callback)
+    def _end(self, why: Exception) -> None:
+        if not self.closed:
+            self.closed = True
+            if not self.ended.done():
+                self.ended.set_result(why)
+            self.on_end(self, why)
 
 
-def _inline(fn: Callable) -> Callable:
-    """Mark a callback as safe to run in kazoo's connection thread (it must not block)."""
-    fn.inline = True  # type: ignore[attr-defined]
-    return fn
+@dataclass
+class _Pending:
+    request: Any
+    future: asyncio.Future
+    watcher: Callable | None
 
 
-def _post(loop: asyncio.AbstractEventLoop, fn: Callable, *args: Any) -> None:
-    """Schedule fn on the loop from a kazoo thread; a loop already closed (shutdown) is ignored."""
-    try:
-        loop.call_soon_threadsafe(fn, *args)
-    except RuntimeError:
-        pass
+class Tx:
+    """The operations of one multi-op transaction (kazoo's TransactionRequest methods)."""
+
+    def __init__(self, zk: Zk) -> None:
+        self.zk = zk
+        self.ops: list[Any] = []
+
+    def create(self, path: str, value: bytes = b"", acl: list | None = None, ephemeral: bool = False,
+               sequence: bool = False) -> None:
+        self.ops.append(Create(self.zk._full(path), _bytes(value), acl or self.zk.acl,
+                               (1 if ephemeral else 0) | (2 if sequence else 0)))
+
+    def delete(self, path: str, version: int = -1) -> None:
+        self.ops.append(Delete(self.zk._full(path), version))
+
+    def set_data(self, path: str, value: bytes, version: int = -1) -> None:
+        self.ops.append(SetData(self.zk._full(path), _bytes(value), version))
+
+    def check(self, path: str, version: int) -> None:
+        self.ops.append(CheckVersion(self.zk._full(path), version))
 
 
-def make_client(hosts: str, session_timeout_s: float, auth: str | None = None) -> KazooClient:
-    """A kazoo client that retries connecting forever; with auth ("user:password") every node it
-    creates is readable and writable by that digest identity only."""
-    auth_data = None
-    default_acl = None
-    if auth:
-        user, _, password = auth.partition(":")
-        auth_data = [("digest", auth)]
-        default_acl = [make_digest_acl(user, password, all=True)]
-    return KazooClient(hosts=hosts, timeout=session_timeout_s, handler=_Handler(),
-                       connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=1.0),
-                       auth_data=auth_data, default_acl=default_acl)
+def _bytes(value: Any) -> bytes:
+    if not isinstance(value, bytes):
+        raise TypeError(f"a znode's value must be bytes, not {type(value).__name__}")
+    return value
 
 
 class Zk:
-    """A kazoo client with awaitable, bounded operations and loop-side state callbacks."""
+    """One ZooKeeper session, kept alive and reconnected by a task on the loop."""
 
     def __init__(self, hosts: str, session_timeout_s: float, loop: asyncio.AbstractEventLoop,
                  auth: str | None = None) -> None:
         self.loop = loop
-        self.client = make_client(hosts, session_timeout_s, auth)
+        self.hosts = hosts
+        self._servers, self._chroot = collect_hosts(hosts)
+        self._timeout_ms = int(session_timeout_s * 1000)
+        self._auth: list[tuple[str, str]] = [("digest", auth)] if auth else []
+        if auth:
+            user, _, password = auth.partition(":")
+            self.acl = [make_digest_acl(user, password, all=True)]
+        else:
+            self.acl = OPEN_ACL_UNSAFE
         self.state = KazooState.LOST
         self._state_callbacks: list[Callable[[str], None]] = []
-        self._wrapped: weakref.WeakKeyDictionary[Callable, Callable] = weakref.WeakKeyDictionary()
-        self.client.add_listener(self._on_state)
+        self._session_id: int | None = None
+        self._passwd = b"\x00" * 16
+        self._last_zxid = 0
+        self._link: _Link | None = None
+        self._live = asyncio.Event()       # a connection with a session, ready for requests
+        self._handshake: asyncio.Future | None = None
+        self._xid = 0
+        self._pending: dict[int, _Pending] = {}
+        self._data_watchers: defaultdict[str, set[Callable]] = defaultdict(set)
+        self._child_watchers: defaultdict[str, set[Callable]] = defaultdict(set)
+        self._read_timeout = session_timeout_s * 2 / 3
+        self._last_recv = self._last_send = 0.0
+        self._runner: asyncio.Task | None = None
+        self._stopped = False
+        self.log = log.bind(zk=hosts)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self, timeout: float) -> None:
         """Connect (bounded); raises ZkTimeout if ZooKeeper cannot be reached in time."""
+        self._runner = self.loop.create_task(self._run())
         try:
-            await asyncio.to_thread(self.client.start, timeout)
-        except Exception as e:  # kazoo raises its own timeout type
-            await asyncio.to_thread(self.client.stop)
-            raise ZkTimeout(f"cannot connect to ZooKeeper {self.client.hosts}: {e}") from None
-        self.state = self.client.state
+            await asyncio.wait_for(self._live.wait(), timeout)
+        except asyncio.TimeoutError:
+            await self.stop()
+            raise ZkTimeout(f"cannot connect to ZooKeeper {self.hosts} within {timeout:g}s") from None
 
     async def stop(self) -> None:
-        """Close the session (its ephemeral nodes go at once) and stop kazoo's threads."""
-        def _stop() -> None:
+        """Close the session (its ephemeral nodes go at once) and stop reconnecting."""
+        self._stopped = True
+        link = self._link
+        if link is not None and self._live.is_set():
+            xid = self._next_xid()
+            fut = self.loop.create_future()
+            self._pending[xid] = _Pending(_Close, fut, None)
+            link.write(jute.close(xid))
             try:
-                self.client.stop()
-            finally:
-                self.client.close()
-        await asyncio.to_thread(_stop)
+                await asyncio.wait_for(asyncio.shield(fut), CLOSE_WAIT_S)
+            except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - closing anyway
+                pass
+        if link is not None:
+            link.abort(ConnectionClosedError("the ZooKeeper client was stopped"))
+        if self._runner is not None:
+            self._runner.cancel()
+            try:
+                await self._runner
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - the runner's end is not news
+                pass
+        self._fail_pending(ConnectionClosedError("the ZooKeeper client was stopped"))
+        self._fire_watchers(KeeperState.CLOSED)
+        self._session_id = None
+        self._set_state(KazooState.LOST)
 
     @property
     def session_id(self) -> int | None:
         """The current session id (ephemeral owner of our nodes)."""
-        sid = self.client.client_id
-        return sid[0] if sid else None
+        return self._session_id
 
     def on_state(self, fn: Callable[[str], None]) -> None:
         """Call fn(state) on the loop whenever the connection state changes."""
         self._state_callbacks.append(fn)
 
-    def _on_state(self, state: str) -> None:  # kazoo thread
-        _post(self.loop, self._deliver_state, state)
-
-    def _deliver_state(self, state: str) -> None:
-        self.state = state
-        for fn in list(self._state_callbacks):
-            fn(state)
-
     @property
     def connected(self) -> bool:
-        return self.state == KazooState.CONNECTED and self.client.connected
+        return self.state == KazooState.CONNECTED and self._live.is_set()
 
-    # -- operations -----------------------------------------------------------------------------
-    async def _await(self, async_result: Any, timeout: float = OP_TIMEOUT_S) -> Any:
-        fut: asyncio.Future = self.loop.create_future()
+    def _set_state(self, state: str) -> None:
+        if state == self.state:
+            return
+        self.state = state
+        for fn in list(self._state_callbacks):
+            self.loop.call_soon(fn, state)
 
-        def settle() -> None:
-            if fut.done():
-                return
-            try:
-                fut.set_result(async_result.get_nowait())
-            except Exception as e:  # noqa: BLE001 - handed to the awaiting coroutine
-                fut.set_exception(e)
+    # -- the connection loop --------------------------------------------------------------------
+    async def _run(self) -> None:
+        delay = RETRY_DELAY_S
+        while not self._stopped:
+            servers = list(self._servers)
+            random.shuffle(servers)
+            reached = False
+            for host, port in servers:
+                if self._stopped:
+                    return
+                began = time.monotonic()
+                try:
+                    if await self._connection(host, port, len(servers)):
+                        reached = True
+                        if time.monotonic() - began < RETRY_DELAY_S:
+                            await asyncio.sleep(RETRY_DELAY_S)   # a connection that ends at once: no spin
+                except SessionExpiredError:
+                    self._expired()
+                    reached = True   # a new session at once
+                except (OSError, asyncio.TimeoutError, ConnectionDropped, AuthFailedError) as e:
+                    self.log.debug("zookeeper connection attempt failed", server=f"{host}:{port}",
+                                   error=f"{e.__class__.__name__}: {e}")
+            if reached:
+                delay = RETRY_DELAY_S
+                continue
+            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+            delay = min(delay * 2, RETRY_MAX_S)
 
-        async_result.rawlink(_inline(lambda _r: _post(self.loop, settle)))
+    async def _connection(self, host: str, port: int, n_servers: int) -> bool:
+        """One connection: handshake, then heartbeats until it ends. True if the handshake succeeded."""
+        connect_timeout = max(self._timeout_ms / 1000 / n_servers, 0.5)
+        _, link = await asyncio.wait_for(
+            self.loop.create_connection(lambda: _Link(self._on_frame, self._on_end), host, port), connect_timeout)
+        self._link = link
+        self._handshake = self.loop.create_future()
         try:
-            return await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError:
-            raise ZkTimeout("ZooKeeper did not answer in time") from None
+            link.write(jute.connect_request(self._last_zxid, self._timeout_ms, self._session_id or 0, self._passwd))
+            done, _ = await asyncio.wait({self._handshake, link.ended}, timeout=connect_timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if self._handshake not in done:
+                link.abort(ConnectionDropped("no handshake from ZooKeeper"))
+                return False
+            hs: jute.Handshake = self._handshake.result()
+        finally:
+            self._handshake = None
+        if hs.timeout_ms <= 0:
+            link.abort(ConnectionDropped("session expired"))
+            raise SessionExpiredError("session expired")
+        self._session_id, self._passwd = hs.session_id, hs.passwd
+        self._read_timeout = hs.timeout_ms / 1000 * 2 / 3
+        for scheme, credential in self._auth:
+            link.write(jute.auth(scheme, credential))
+        self._last_recv = self._last_send = time.monotonic()
+        self._live.set()
+        self.log.debug("zookeeper session connected", server=f"{host}:{port}", session=hex(hs.session_id),
+                       timeout_ms=hs.timeout_ms)
+        self._set_state(KazooState.CONNECTED)
+        await self._heartbeat(link)
+        return True
+
+    async def _heartbeat(self, link: _Link) -> None:
+        """Ping after a third of the session timeout without a request; drop the connection after
+        two thirds without hearing from the server."""
+        rt = self._read_timeout
+        while not link.closed:
+            now = time.monotonic()
+            if now - self._last_recv >= rt:
+                link.abort(ConnectionDropped(f"no answer from ZooKeeper for {rt:.1f}s"))
+                break
+            if now - self._last_send >= rt / 2:
+                link.write(jute.ping())
+                self._last_send = now
+            wait = min(self._last_send + rt / 2, self._last_recv + rt) - now
+            await asyncio.wait({link.ended}, timeout=max(wait, 0.01))
+
+    def _expired(self) -> None:
+        """The server says our session is gone: everything tied to it goes too."""
+        self.log.warning("zookeeper session expired", session=hex(self._session_id or 0))
+        self._session_id = None
+        self._passwd = b"\x00" * 16
+        self._last_zxid = 0
+        self._fail_pending(SessionExpiredError("the ZooKeeper session expired"))
+        self._fire_watchers(KeeperState.EXPIRED_SESSION)
+        self._set_state(KazooState.LOST)
+
+    def _on_end(self, link: _Link, why: Exception) -> None:
+        if link is not self._link:
+            return
+        self._link = None
+        was_live = self._live.is_set()
+        self._live.clear()
+        self._fail_pending(ConnectionLoss(str(why)))
+        if was_live:
+            if not self._stopped:
+                self.log.debug("zookeeper connection lost", error=str(why))
+            self._fire_watchers(KeeperState.CONNECTING)
+            if not self._stopped:
+                self._set_state(KazooState.SUSPENDED)
+
+    def _fail_pending(self, exc: Exception) -> None:
+        pending, self._pending = self._pending, {}
+        for p in pending.values():
+            if not p.future.done():
+                p.future.set_exception(exc)
+
+    def _fire_watchers(self, state: str) -> None:
+        """As kazoo: a connection's end fires every watch once with a NONE event and forgets it."""
+        watchers = [w for ws in self._data_watchers.values() for w in ws]
+        watchers += [w for ws in self._child_watchers.values() for w in ws]
+        self._data_watchers.clear()
+        self._child_watchers.clear()
+        event = WatchedEvent(EventType.NONE, state, None)
+        for w in watchers:
+            self.loop.call_soon(w, event)
+
+    # -- frames from the server -----------------------------------------------------------------
+    def _on_frame(self, link: _Link, payload: bytes) -> None:
+        self._last_recv = time.monotonic()
+        if self._handshake is not None:
+            if not self._handshake.done():
+                self._handshake.set_result(jute.parse_handshake(payload))
+            return
+        header, offset = jute.parse_reply(payload)
+        if header.zxid > 0:
+            self._last_zxid = header.zxid
+        xid = header.xid
+        if xid == jute.PING_XID:
+            return
+        if xid == jute.AUTH_XID:
+            if header.err:
+                self.log.error("zookeeper refused our credentials")
+                link.abort(AuthFailedError("ZooKeeper refused the configured auth"))
+            return
+        if xid == jute.WATCH_XID:
+            self._on_watch(jute.parse_watch(payload, offset))
+            return
+        p = self._pending.pop(xid, None)
+        if p is None or p.future.done():
+            return   # its caller gave up (timed out or cancelled)
+        if p.request is _Close:
+            p.future.set_result(True)
+            return
+        try:
+            value = jute.reply_value(p.request, header.err, payload, offset)
+        except jute.FrameError as e:
+            p.future.set_exception(ConnectionLoss(str(e)))
+            raise   # the connection is dropped: nothing after this frame can be trusted
+        if isinstance(value, BaseException):
+            p.future.set_exception(value)
+            return
+        if p.watcher is not None:
+            table = self._child_watchers if isinstance(p.request, GetChildren) else self._data_watchers
+            table[p.request.path].add(p.watcher)
+        if jute.is_transaction(p.request):
+            value = [self._unchroot(v) if isinstance(v, str) else v for v in value]
+        elif isinstance(p.request, Create):
+            value = self._unchroot(value)
+        p.future.set_result(value)
+
+    def _on_watch(self, watch: Any) -> None:
+        if watch.type in (1, 3):        # created, changed
+            fns = self._data_watchers.pop(watch.path, set())
+        elif watch.type == 2:           # deleted
+            fns = self._data_watchers.pop(watch.path, set()) | self._child_watchers.pop(watch.path, set())
+        elif watch.type == 4:           # children
+            fns = self._child_watchers.pop(watch.path, set())
+        else:
+            return
+        event = WatchedEvent(EVENT_TYPE_MAP[watch.type], KeeperState.CONNECTED, self._unchroot(watch.path))
+        for fn in fns:
+            self.loop.call_soon(fn, event)
+
+    # -- requests -------------------------------------------------------------------------------
+    def _next_xid(self) -> int:
+        self._xid = self._xid % 2147483647 + 1
+        return self._xid
+
+    def _full(self, path: str) -> str:
+        if not path.startswith("/"):
+            raise ValueError(f"a ZooKeeper path starts with '/': {path!r}")
+        if self._chroot:
+            return self._chroot + path if path != "/" else self._chroot
+        return path
+
+    def _unchroot(self, path: str) -> str:
+        if self._chroot and path.startswith(self._chroot):
+            return path[len(self._chroot):] or "/"
+        return path
+
+    async def _call(self, req: Any, watcher: Callable | None = None, timeout: float = OP_TIMEOUT_S) -> Any:
+        """Send one request on the session this call began under and await its answer (bounded)."""
+        loop = self.loop
+        deadline = loop.time() + timeout
+        began = self._session_id
+        if not self._live.is_set():
+            if self._stopped:
+                raise ConnectionClosedError("the ZooKeeper client is stopped")
+            try:
+                await asyncio.wait_for(self._live.wait(), timeout)
+            except asyncio.TimeoutError:
+                raise ZkTimeout("ZooKeeper did not answer in time") from None
+            if began is not None and self._session_id != began:
+                raise SessionExpiredError("the ZooKeeper session this call began under expired")
+        return await self._send(req, watcher, deadline)
+
+    def _send(self, req: Any, watcher: Callable | None, deadline: float) -> asyncio.Future:
+        """Write a request now; its answer (or ZkTimeout at `deadline`) settles the future."""
+        link = self._link
+        if link is None or not self._live.is_set():
+            raise ConnectionLoss("not connected to ZooKeeper")
+        xid = self._next_xid()
+        fut = self.loop.create_future()
+        self._pending[xid] = _Pending(req, fut, watcher)
+        link.write(jute.request(xid, req))
+        self._last_send = time.monotonic()
+        timer = self.loop.call_at(deadline, self._timed_out, xid)
+        fut.add_done_callback(lambda _f: timer.cancel())
+        return fut
+
+    def _timed_out(self, xid: int) -> None:
+        p = self._pending.pop(xid, None)
+        if p is not None and not p.future.done():
+            p.future.set_exception(ZkTimeout("ZooKeeper did not answer in time"))
 
     async def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False, sequence: bool = False,
                      makepath: bool = True) -> str:
-        return await self._await(self.client.create_async(path, value, ephemeral=ephemeral, sequence=sequence,
-                                                          makepath=makepath))
+        req = Create(self._full(path), _bytes(value), self.acl, (1 if ephemeral else 0) | (2 if sequence else 0))
+        try:
+            return await self._call(req)
+        except NoNodeError:
+            parent = path.rsplit("/", 1)[0]
+            if not makepath or not parent:
+                raise
+        await self.ensure_path(parent)
+        return await self._call(req)
 
     async def get(self, path: str, watch: Callable | None = None) -> tuple[bytes, ZnodeStat]:
-        return await self._await(self.client.get_async(path, watch=self._wrap(watch)))
+        return await self._call(GetData(self._full(path), watch is not None), watch)
 
     async def get_or_none(self, path: str, watch: Callable | None = None) -> tuple[bytes, ZnodeStat] | None:
         """get, or None when the node does not exist."""
@@ -202,15 +469,15 @@ class Zk:
             return None
 
     async def set(self, path: str, value: bytes, version: int = -1) -> ZnodeStat:
-        return await self._await(self.client.set_async(path, value, version))
+        return await self._call(SetData(self._full(path), _bytes(value), version))
 
     async def exists(self, path: str, watch: Callable | None = None) -> ZnodeStat | None:
-        return await self._await(self.client.exists_async(path, watch=self._wrap(watch)))
+        return await self._call(Exists(self._full(path), watch is not None), watch)
 
     async def children(self, path: str, watch: Callable | None = None) -> list[str]:
         """Children of a node ([] when it does not exist)."""
         try:
-            return await self._await(self.client.get_children_async(path, watch=self._wrap(watch)))
+            return await self._call(GetChildren(self._full(path), watch is not None), watch)
         except NoNodeError:
             return []
 
@@ -220,7 +487,7 @@ class Zk:
             if recursive:
                 for child in await self.children(path):
                     await self.delete(f"{path}/{child}", recursive=True)
-            await self._await(self.client.delete_async(path, version))
+            await self._call(Delete(self._full(path), version))
             return True
         except NoNodeError:
             return False
@@ -228,28 +495,39 @@ class Zk:
             return await self.delete(path, version, recursive=True) if recursive else False
 
     async def ensure_path(self, path: str) -> None:
-        await self._await(self.client.ensure_path_async(path))
+        """Create the node and any missing parents (empty values)."""
+        if path in ("", "/"):
+            return
+        try:
+            await self._call(Create(self._full(path), b"", self.acl, 0))
+        except NodeExistsError:
+            return
+        except NoNodeError:
+            await self.ensure_path(path.rsplit("/", 1)[0])
+            try:
+                await self._call(Create(self._full(path), b"", self.acl, 0))
+            except NodeExistsError:
+                pass
 
-    async def commit(self, build: Callable[[Any], None]) -> list[Any]:
-        """Run a multi-op transaction; build(tx) adds the operations."""
-        tx = self.client.transaction()
+    async def commit(self, build: Callable[[Tx], None]) -> list[Any]:
+        """Run a multi-op transaction; build(tx) adds the operations. The results are kazoo's: the
+        created path, True, or a stat per operation, or exception instances when it failed."""
+        tx = Tx(self)
         build(tx)
-        return await self._await(tx.commit_async())
+        return await self._call(Transaction(tx.ops))
 
-    def _wrap(self, watch: Callable | None) -> Callable | None:
-        """Watches fire in kazoo's thread; run them on the loop instead (one wrapper per callable,
-        so re-arming a watch does not pile up callbacks in kazoo's watcher sets)."""
-        if watch is None:
-            return None
-        wrapped = self._wrapped.get(watch)
-        if wrapped is None:
-            ref = weakref.WeakMethod(watch) if inspect.ismethod(watch) else weakref.ref(watch)
-            loop = self.loop
+    def commit_now(self, build: Callable[[Tx], None], timeout: float = OP_TIMEOUT_S) -> asyncio.Future:
+        """commit, written before this returns (ConnectionLoss if not connected): a caller that has
+        more to send can put this one on the wire first."""
+        tx = Tx(self)
+        build(tx)
+        return self._send(Transaction(tx.ops), None, self.loop.time() + timeout)
 
-            @_inline
-            def wrapped(event: Any) -> None:  # holds the watch weakly, so the cache entry can die
-                target = ref()
-                if target is not None:
-                    _post(loop, target, event)
-            self._wrapped[watch] = wrapped
-        return wrapped
+
+class _CloseRequest:
+    type = jute.CLOSE_TYPE
+
+
+_Close = _CloseRequest()
+
+__all__ = ["OP_TIMEOUT_S", "Tx", "Zk", "ZkTimeout"]

@@ -15,8 +15,9 @@ import structlog
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import ZnodeStat
+from kazoo.retry import KazooRetry
+from kazoo.security import make_digest_acl
 
-from .aio import make_client
 from .paths import Paths, parse_table_node, table_node
 from .records import FAILED, Ack, BadRecord, DdlLockInfo, DdlRecord, HistoryEntry, OnlineInfo
 
@@ -26,6 +27,20 @@ CONNECT_TIMEOUT_S = 10.0
 OP_TIMEOUT_S = 10.0
 SESSION_TIMEOUT_S = 10.0
 DELETE_ATTEMPTS = 3
+
+
+def make_client(hosts: str, session_timeout_s: float, auth: str | None = None) -> KazooClient:
+    """A kazoo client for the CLI that retries connecting; with auth ("user:password") every node it
+    creates is readable and writable by that digest identity only (as the proxy's)."""
+    auth_data = None
+    default_acl = None
+    if auth:
+        user, _, password = auth.partition(":")
+        auth_data = [("digest", auth)]
+        default_acl = [make_digest_acl(user, password, all=True)]
+    return KazooClient(hosts=hosts, timeout=session_timeout_s,
+                       connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=1.0),
+                       auth_data=auth_data, default_acl=default_acl)
 
 LOCKED, UNREADABLE = "LOCKED", "UNREADABLE"
 

@@ -24,7 +24,7 @@ import time
 from typing import TYPE_CHECKING
 
 import structlog
-from kazoo.exceptions import NodeExistsError, NotEmptyError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError, NotEmptyError
 
 from meta.errors import DdlInProgress, ProxyError
 
@@ -278,13 +278,21 @@ class ClusterDdl:
     async def _fast_end(self, status: str, message: str, steps: dict, targets: set[str],
                         texts: dict | None) -> AckOutcome:
         """Every target took INIT over the peer channel: hand them the outcome there while one
-        transaction per table decides and removes the record (no SUCCESS/FAILED state in ZooKeeper)."""
+        transaction per table decides and removes the record (no SUCCESS/FAILED state in ZooKeeper).
+        The transactions go on the wire first: ZooKeeper's answer is the longer wait."""
         c = self.cluster
-        sent = c.ask_peers(list(self.records), steps, targets, texts, final=True)   # on the wire before the commit
+        try:
+            zk = self._own_session(status)
+            first = {key: self._send_remove(key, steps[key][0], [c.instance], self.records[key][1], zk)
+                     for key in self.records}
+        except ZK_ERRORS as e:
+            raise LostDecision(f"ZooKeeper failed while publishing the outcome ({e.__class__.__name__}); "
+                               f"another instance will reconcile it from the backends") from None
+        sent = c.ask_peers(list(self.records), steps, targets, texts, final=True)
         delivery = asyncio.get_running_loop().create_task(c.deliver(steps, texts, sent, c.cc.ack_timeout_s))
         try:
-            for key in list(self.records):
-                await self._finish(key, steps[key][0])
+            for key, answer in first.items():
+                await self._finish(key, steps[key][0], answer)
             self.status = status
             return await delivery
         except ZK_ERRORS as e:
@@ -293,24 +301,26 @@ class ClusterDdl:
         finally:
             if not delivery.done():
                 delivery.cancel()
+            for answer in first.values():
+                if not answer.done():
+                    answer.cancel()
 
-    async def _finish(self, key: tuple[str, str], decided: DdlRecord) -> None:
-        """Decide and remove one table's record, acks and lock, with its ddl_history entry, in one
-        conditional transaction on our INIT session. Peers' ZooKeeper acks (written only when the
-        DDL outlasted their reply delay) are listed when the first try finds the ack folder not empty."""
+    async def _finish(self, key: tuple[str, str], decided: DdlRecord, answer: asyncio.Future) -> None:
+        """The answer to one table's removal transaction (_send_remove); if it failed only because
+        peers' ZooKeeper acks (written only when the DDL outlasted their reply delay) are in the ack
+        folder, once more with their names."""
         c = self.cluster
-        names = [c.instance]
-        for attempt in (1, 2):
-            zk = self._own_session(decided.status)
-            results = await self._remove_tx(key, decided, names, self.records[key][1], zk)
-            if not any(isinstance(r, Exception) for r in results):
-                break
+        results = await answer
+        if any(isinstance(r, Exception) for r in results):
             failed = [r for r in results if isinstance(r, Exception) and r.__class__.__name__ != "RolledBackError"]
-            if attempt == 1 and failed and isinstance(failed[0], NotEmptyError):
+            if failed and isinstance(failed[0], NotEmptyError):
+                zk = self._own_session(decided.status)
                 names = await zk.children(c.paths.ddl_acks(*key))
                 if c.instance in names:
-                    continue
+                    results = await self._send_remove(key, decided, names, self.records[key][1],
+                                                      self._own_session(decided.status))
             self._check_tx(results, f"publish {decided.status} for {key[0]}.{key[1]}")
+        self._removed(key, results)
         self.records.pop(key)
         self.locked.remove(key)
         c.active_ddls.discard(c.paths.ddl_record(*key))
@@ -401,13 +411,14 @@ class ClusterDdl:
                             phases_ms=d.get("phases_ms", {}), meta_version=d.get("meta_version", 0),
                             started_at=d.get("started_at", 0.0))
 
-    async def _remove_tx(self, key: tuple[str, str], rec: DdlRecord, acks: list[str], version: int = -1,
-                         zk: Zk | None = None) -> list:
-        """Record (at `version`, -1 any), acks, lock and a ddl_history entry, all in one transaction;
-        its results (a failure changes nothing)."""
+    def _send_remove(self, key: tuple[str, str], rec: DdlRecord, acks: list[str], version: int = -1,
+                     zk: Zk | None = None) -> asyncio.Future:
+        """Write, now, the transaction that removes record (at `version`, -1 any), acks and lock and
+        appends a ddl_history entry; the future gives its results (a failure changes nothing)."""
         c = self.cluster
         zk = zk or c.zk
-        assert zk is not None
+        if zk is None:
+            raise ConnectionLoss("no ZooKeeper client")
         entry = self._history_entry(key, rec)
 
         def build(tx) -> None:
@@ -418,10 +429,19 @@ class ClusterDdl:
             tx.delete(c.paths.ddl_lock(*key))
             tx.create(c.paths.history_entry_prefix(entry.record_czxid), entry.encode(), sequence=True)
 
-        results = await zk.commit(build)
+        return zk.commit_now(build)
+
+    def _removed(self, key: tuple[str, str], results: list) -> None:
+        """After a removal transaction that went through: our catch-up skips it, old history goes."""
         if not any(isinstance(r, Exception) for r in results):
+            c = self.cluster
             c.listener.ran_here(self.czxids.get(key, 0))
             c.spawn_quietly(c.prune_history(results[-1]))
+
+    async def _remove_tx(self, key: tuple[str, str], rec: DdlRecord, acks: list[str]) -> list:
+        """_send_remove, awaited."""
+        results = await self._send_remove(key, rec, acks)
+        self._removed(key, results)
         return results
 
     async def _remove(self, key: tuple[str, str], rec: DdlRecord, acks: list[str]) -> None:

@@ -1,62 +1,295 @@
-"""kazoo's connection thread selects through poll_select: the same answers as select() for sockets, at
-any fd number, and a closed peer or socket reads as ready (kazoo then finds the error itself)."""
+"""zk/aio.py against a real ZooKeeper: answers, watches and session states as kazoo gives them, and a
+session that survives a dropped connection, a frozen server, a frozen client and a server that talks
+nonsense (a clear state or error each time, never a hang)."""
 
 from __future__ import annotations
 
-import os
-import resource
-import socket
+import asyncio
 import time
+import uuid
+from typing import Any, Awaitable, Callable, Iterator
 
 import pytest
+from harness import ZooKeeperServer, free_port
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.protocol.states import EventType, KazooState
 
-from zk.aio import poll_select
+from zk.aio import Zk, ZkTimeout
 
 
-def test_readable_and_writable_like_select() -> None:
-    a, b = socket.socketpair()
+def run(coro: Awaitable[Any]) -> Any:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+async def until(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s: {what}")
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def own_zookeeper() -> Iterator[ZooKeeperServer]:
+    """A ZooKeeper of this module's own: its tests stop and freeze it."""
+    zk = ZooKeeperServer("zookeeper-aio")
     try:
-        assert poll_select([a], [], [], 0) == ([], [], [])
-        assert poll_select([a], [b], [], 0) == ([], [b], [])
-        b.send(b"x")
-        assert poll_select([a, b], [], [], 0.5) == ([a], [], [])
-        assert poll_select([a], [a], [], 0) == ([a], [a], [])   # one fd asked both ways
+        zk.start()
+        yield zk
     finally:
-        a.close()
-        b.close()
+        zk.cleanup()
 
 
-def test_a_closed_peer_reads_as_ready_and_a_timeout_comes_back_empty() -> None:
-    a, b = socket.socketpair()
+def test_answers_are_kazoos(zookeeper: ZooKeeperServer) -> None:
+    root = f"/aio-{uuid.uuid4().hex[:8]}"
+
+    async def go() -> None:
+        zk = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
+        await zk.start(10)
+        try:
+            assert zk.connected and zk.session_id
+            assert await zk.create(f"{root}/a/b", b"v1") == f"{root}/a/b"        # parents made
+            data, stat = await zk.get(f"{root}/a/b")
+            assert data == b"v1" and stat.version == 0
+            assert (await zk.set(f"{root}/a/b", b"v2", 0)).version == 1
+            with pytest.raises(BadVersionError):
+                await zk.set(f"{root}/a/b", b"v3", 0)
+            assert await zk.exists(f"{root}/nope") is None
+            assert await zk.get_or_none(f"{root}/nope") is None
+            with pytest.raises(NoNodeError):
+                await zk.get(f"{root}/nope")
+            assert await zk.children(f"{root}/nope") == []
+            seq = await zk.create(f"{root}/a/s-", b"", sequence=True)
+            assert seq.startswith(f"{root}/a/s-") and len(seq) == len(f"{root}/a/s-") + 10
+            eph = await zk.create(f"{root}/a/e", b"", ephemeral=True)
+            assert (await zk.exists(eph)).ephemeralOwner == zk.session_id
+
+            def tx_ok(tx: Any) -> None:
+                tx.check(f"{root}/a/b", 1)
+                tx.create(f"{root}/a/c", b"c")
+                tx.set_data(f"{root}/a/c", b"c2")
+                tx.delete(seq)
+            ok = await zk.commit(tx_ok)
+            assert ok[0] is True and ok[1] == f"{root}/a/c" and ok[2].version == 1 and ok[3] is True
+
+            def tx_bad(tx: Any) -> None:
+                tx.create(f"{root}/a/d", b"")
+                tx.create(f"{root}/a/c", b"")     # exists: the whole transaction changes nothing
+            bad = await zk.commit(tx_bad)
+            assert isinstance(bad[0], RolledBackError) and isinstance(bad[1], NodeExistsError)
+            assert await zk.exists(f"{root}/a/d") is None
+            assert sorted(await zk.children(f"{root}/a")) == ["b", "c", "e"]
+            await zk.ensure_path(f"{root}/x/y/z")
+            await zk.ensure_path(f"{root}/x/y/z")
+            assert await zk.delete(f"{root}/a", recursive=True) is True
+            assert await zk.delete(f"{root}/a") is False
+            with pytest.raises(TypeError):
+                await zk.create(f"{root}/str", "not bytes")  # type: ignore[arg-type]
+        finally:
+            await zk.stop()
+        assert not zk.connected and zk.state == KazooState.LOST
+        # the session is closed, not left to expire: its ephemeral node is gone at once
+        other = zookeeper.client()
+        try:
+            assert other.exists(f"{root}/a/e") is None and other.exists(f"{root}/x/y/z") is not None
+        finally:
+            other.stop()
+            other.close()
+
+    run(go())
+
+
+def test_a_chroot_is_invisible_to_the_caller(zookeeper: ZooKeeperServer) -> None:
+    chroot = f"/aio-chroot-{uuid.uuid4().hex[:8]}"
+    other = zookeeper.client()
+    other.ensure_path(chroot)
+
+    async def go() -> None:
+        zk = Zk(zookeeper.hosts + chroot, 10, asyncio.get_running_loop())
+        await zk.start(10)
+        events: list[Any] = []
+        try:
+            assert await zk.create("/n", b"x") == "/n"
+            assert await zk.commit(lambda tx: tx.create("/m", b"")) == ["/m"]
+            await zk.children("/", watch=events.append)
+            await asyncio.to_thread(other.delete, f"{chroot}/m")
+            await until(lambda: events, 5, "the child watch")
+            assert events[0].path == "/"
+        finally:
+            await zk.stop()
+
     try:
-        started = time.monotonic()
-        assert poll_select([a], [], [], 0.05) == ([], [], [])
-        assert time.monotonic() - started >= 0.04
-        b.close()
-        assert poll_select([a], [], [], 1) == ([a], [], [])
-        assert a.recv(1) == b""
+        run(go())
+        assert other.get(f"{chroot}/n")[0] == b"x"
     finally:
-        a.close()
+        other.delete(chroot, recursive=True)
+        other.stop()
+        other.close()
 
 
-def test_an_fd_number_over_select_limit_works() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft <= 1500:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
-    a, b = socket.socketpair()
-    high = os.dup2(a.fileno(), 1500)   # select() cannot watch fds >= 1024
-    try:
-        b.send(b"x")
-        assert poll_select([high], [], [], 0.5) == ([high], [], [])
-    finally:
-        os.close(high)
-        a.close()
-        b.close()
+def test_a_watch_fires_once_on_the_loop_with_its_event(zookeeper: ZooKeeperServer) -> None:
+    root = f"/aio-w-{uuid.uuid4().hex[:8]}"
+
+    async def go() -> None:
+        zk = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
+        await zk.start(10)
+        data_events: list[Any] = []
+        child_events: list[Any] = []
+        try:
+            await zk.create(f"{root}/n", b"1")
+            await zk.get(f"{root}/n", watch=data_events.append)
+            await zk.children(root, watch=child_events.append)
+            await zk.exists(f"{root}/later", watch=data_events.append)
+            await zk.set(f"{root}/n", b"2")
+            await zk.set(f"{root}/n", b"3")          # a watch is one-shot: no second event
+            await zk.create(f"{root}/later", b"")
+            await until(lambda: len(data_events) >= 2 and child_events, 5, "the watches")
+            await asyncio.sleep(0.1)
+            assert [(e.type, e.path) for e in data_events] == [(EventType.CHANGED, f"{root}/n"),
+                                                                (EventType.CREATED, f"{root}/later")]
+            assert [(e.type, e.path) for e in child_events] == [(EventType.CHILD, root)]
+        finally:
+            await zk.delete(root, recursive=True)
+            await zk.stop()
+
+    run(go())
 
 
-def test_a_closed_socket_is_refused_like_kazoos_select() -> None:
-    a, b = socket.socketpair()
-    a.close()
-    b.close()
-    with pytest.raises(ValueError):
-        poll_select([a], [], [], 0)
+def test_a_frozen_client_loses_its_session_and_gets_a_new_one(zookeeper: ZooKeeperServer) -> None:
+    """The loop blocked past the session timeout (a GC pause, SIGSTOP): the server expires the
+    session; the client says SUSPENDED, LOST, then CONNECTED with a new session, fires its watch once, and
+    its ephemeral nodes are gone."""
+    root = f"/aio-x-{uuid.uuid4().hex[:8]}"
+
+    async def go() -> None:
+        zk = Zk(zookeeper.hosts, 2, asyncio.get_running_loop())
+        states: list[str] = []
+        zk.on_state(states.append)
+        await zk.start(10)
+        fired: list[Any] = []
+        try:
+            await zk.create(f"{root}/e", b"", ephemeral=True)
+            await zk.exists(f"{root}/e", watch=fired.append)
+            old = zk.session_id
+            time.sleep(4.0)                     # the whole loop stands still, heartbeats included
+            await until(lambda: zk.connected and zk.session_id != old, 15, "a new session")
+            assert states == [KazooState.CONNECTED, KazooState.SUSPENDED, KazooState.LOST, KazooState.CONNECTED]
+            # the server may get the node's deletion out before it closes the connection
+            assert len(fired) == 1 and fired[0].type in (EventType.NONE, EventType.DELETED)
+            assert await zk.exists(f"{root}/e") is None
+        finally:
+            await zk.delete(root, recursive=True)
+            await zk.stop()
+
+    run(go())
+
+
+def test_a_server_gone_and_back_keeps_the_session(own_zookeeper: ZooKeeperServer) -> None:
+    """ZooKeeper restarted within the session timeout: SUSPENDED while it is down (DDL is refused on
+    that), the same session CONNECTED again after, its ephemeral node still there; a call made while
+    it was down goes out once it is back."""
+    async def go() -> None:
+        zk = Zk(own_zookeeper.hosts, 20, asyncio.get_running_loop())
+        states: list[str] = []
+        zk.on_state(states.append)
+        await zk.start(10)
+        try:
+            await zk.create("/aio-restart", b"", ephemeral=True)
+            sid = zk.session_id
+            await asyncio.to_thread(own_zookeeper.stop)
+            await until(lambda: not zk.connected, 10, "the drop noticed")
+            assert states[-1] == KazooState.SUSPENDED
+            waiting = asyncio.get_running_loop().create_task(zk.exists("/aio-restart"))
+            await asyncio.to_thread(own_zookeeper.start)
+            assert (await waiting) is not None
+            await until(lambda: zk.connected, 10, "connected again")
+            assert zk.session_id == sid and states[-1] == KazooState.CONNECTED
+        finally:
+            await zk.stop()
+
+    run(go())
+
+
+def test_a_frozen_server_is_dropped_within_the_read_timeout(own_zookeeper: ZooKeeperServer) -> None:
+    async def go() -> None:
+        zk = Zk(own_zookeeper.hosts, 3, asyncio.get_running_loop())
+        await zk.start(10)
+        try:
+            own_zookeeper.pause()
+            t0 = time.monotonic()
+            try:
+                await until(lambda: not zk.connected, 6, "the silence noticed")
+                assert time.monotonic() - t0 < 3 * 2 / 3 + 1.0
+                with pytest.raises((ZkTimeout, Exception)):
+                    await asyncio.wait_for(zk.children("/"), 6)
+            finally:
+                own_zookeeper.resume()
+            await until(lambda: zk.connected, 15, "connected again")
+            assert await zk.children("/") is not None
+        finally:
+            await zk.stop()
+
+    run(go())
+
+
+def test_a_server_that_talks_nonsense_is_a_failed_start_not_a_crash() -> None:
+    async def go() -> None:
+        async def nonsense(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(100)
+            writer.write(b"\xff\xff\xff\xf0garbage")
+            await writer.drain()
+            await asyncio.sleep(0.5)
+            writer.close()
+
+        port = free_port()
+        server = await asyncio.start_server(nonsense, "127.0.0.1", port)
+        try:
+            zk = Zk(f"127.0.0.1:{port}", 2, asyncio.get_running_loop())
+            t0 = time.monotonic()
+            with pytest.raises(ZkTimeout):
+                await zk.start(1.5)
+            assert time.monotonic() - t0 < 3 and not zk.connected
+            with pytest.raises(Exception):
+                await zk.children("/")          # a stopped client refuses at once
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    run(go())
+
+
+def test_a_reply_that_cannot_be_read_fails_its_call_and_drops_the_connection() -> None:
+    """A server that completes the handshake, then answers a read with a truncated value: the call
+    gets ConnectionLoss at once (not a hang, not a wrong value) and the session is SUSPENDED."""
+    import struct
+
+    from kazoo.exceptions import ConnectionLoss
+
+    async def go() -> None:
+        async def truncating(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readexactly(4 + 45)     # the connect request
+            hs = struct.pack("!iiq", 0, 4000, 0x42) + struct.pack("!i", 16) + b"p" * 16 + b"\x00"
+            writer.write(struct.pack("!i", len(hs)) + hs)
+            (n,) = struct.unpack("!i", await reader.readexactly(4))
+            (xid,) = struct.unpack("!i", (await reader.readexactly(n))[:4])
+            bad = struct.pack("!iqi", xid, 5, 0) + struct.pack("!i", 100) + b"short"
+            writer.write(struct.pack("!i", len(bad)) + bad)
+            await writer.drain()
+            await asyncio.sleep(5)
+
+        port = free_port()
+        server = await asyncio.start_server(truncating, "127.0.0.1", port)
+        zk = Zk(f"127.0.0.1:{port}", 4, asyncio.get_running_loop())
+        states: list[str] = []
+        zk.on_state(states.append)
+        try:
+            await zk.start(5)
+            with pytest.raises(ConnectionLoss):
+                await asyncio.wait_for(zk.get("/x"), 3)
+            await until(lambda: KazooState.SUSPENDED in states, 2, "the connection dropped")
+        finally:
+            await zk.stop()
+            server.close()
+            await server.wait_closed()
+
+    run(go())
