@@ -339,10 +339,13 @@ class BackendConnection(asyncio.Protocol):
         return fut
 
     async def run(self, packet: bytes, timeout: float, *, kind: str = "query", sink: Sink | None = None,
-                  collect: bool = False, budget: Budget | None = None) -> ResponseScanner:
-        """Send a command and wait (bounded) for its whole response."""
+                  collect: bool = False, budget: Budget | None = None,
+                  sent: Callable[[], None] | None = None) -> ResponseScanner:
+        """Send a command and wait (bounded) for its whole response; `sent` is called once it is written."""
         fut = self.start(packet, kind=kind, sink=sink, collect=collect, budget=budget, timeout=timeout)
         assert fut is not None
+        if sent is not None:
+            sent()
         try:
             return await fut
         except BaseException:

@@ -140,7 +140,7 @@ class DdlRunner:
                     cd.details = trace.details(plan, self.server.registry.version)   # for ddl_history
                     await cd.complete(err is None, err.message if err is not None else "", texts=texts)
 
-                err = await self._apply(plan, keys, dlog, started, owner, trace, publish)
+                err = await self._apply(plan, keys, dlog, started, owner, trace, publish, cd.announce)
                 trace.mark("publish")
                 warning, laggards = cd.warning(), sorted(cd.laggards)
                 return err, warning
@@ -169,15 +169,16 @@ class DdlRunner:
 
     async def _apply(self, plan: Plan, keys: list[tuple[str, str]], dlog: structlog.stdlib.BoundLogger,
                      started: float, owner: str = "", trace: DdlTrace | None = None,
-                     publish: Callable[[ProxyError | None, Texts | None], Awaitable[None]] | None = None
-                     ) -> ProxyError | None:
+                     publish: Callable[[ProxyError | None, Texts | None], Awaitable[None]] | None = None,
+                     sent: Callable[[], None] | None = None) -> ProxyError | None:
         """Run on the backends, then refresh this instance's metadata (persist before publish).
 
-        `publish` (a cluster's: the outcome, with the CREATE texts the refresh is built from or None
-        when it loads, to the other instances) starts as soon as the backends answered, while this
+        `sent` (a cluster's: tell the other instances INIT) is called once the DDL is written to every
+        node. `publish` (a cluster's: the outcome, with the CREATE texts the refresh is built from or
+        None when it loads, to the other instances) starts as soon as the backends answered, while this
         instance refreshes, and is awaited before returning."""
         self._phase(keys, owner, "EXECUTING")
-        results = await self.execute(plan, keys)
+        results = await self.execute(plan, keys, sent)
         if trace is not None:
             trace.mark("execute")
         err = self._outcome(plan, results)
@@ -226,12 +227,24 @@ class DdlRunner:
             if plan.ddl == "CREATE_TABLE" and not plan.if_exists and reg.get(schema, table) is not None:
                 raise TableExists(f"Table '{schema}.{table}' or table meta already exists")
 
-    async def execute(self, plan: Plan, keys: list[tuple[str, str]] | None = None) -> list[NodeResult]:
+    async def execute(self, plan: Plan, keys: list[tuple[str, str]] | None = None,
+                      sent: Callable[[], None] | None = None) -> list[NodeResult]:
         """Run the DDL on every target node in parallel, on connections of its own; in the same
         command each connection reads the structure of the keys' tables on its node (the refresh's
-        input): `DDL;SHOW CREATE TABLE ...` as one multi-statement, one round trip per node."""
+        input): `DDL;SHOW CREATE TABLE ...` as one multi-statement, one round trip per node.
+        `sent()` is called once every node's command is written."""
         backends = self.server.backends
         nodes = [t.node for t in plan.targets]
+        unsent = len(plan.targets)
+
+        def one_sent() -> None:
+            nonlocal unsent
+            unsent -= 1
+            if unsent == 0 and sent is not None:
+                try:
+                    sent()
+                except Exception:  # noqa: BLE001 - the DDL runs anyway; complete() tells the peers
+                    log.exception("telling the other instances INIT failed")
         wanted = node_tables(self.server.config, plan.tables if keys is None else keys)
         for n in {n for n in nodes if nodes.count(n) > 1}:
             wanted.pop(n, None)  # two statements on one node in parallel: no single "after"
@@ -245,7 +258,7 @@ class DdlRunner:
                     # a new line first: a trailing "-- comment" in the DDL must not swallow the rest
                     sql += "".join(f"\n;SHOW CREATE TABLE {db}.{_quote(t)}" for t in tables)
                 sc = await conn.run(frame(0, b"\x03" + sql.encode("utf-8", "surrogateescape")),
-                                    backends.timeout_s, collect=True)
+                                    backends.timeout_s, collect=True, sent=one_sent)
             finally:
                 backends.release(node, conn)
             if not tables or not sc.results:   # no texts asked for, or the DDL failed (nothing after it ran)

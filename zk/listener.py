@@ -236,8 +236,11 @@ class DdlListener(PassLoop):
             self._release(schema, table, czxid, owner)
             if rec.reconciled_by:
                 c.locks.release_owned_by(f"instance:{rec.instance}")
-            rlog.info("ddl finished here: metadata refreshed, table unlocked", reconciled_by=rec.reconciled_by or None,
-                      via="peer" if texts is not None else "zookeeper")
+            # logged after the answer has gone back: the originator is waiting for it
+            via = "peer" if texts is not None else "zookeeper"
+            asyncio.get_running_loop().call_soon(lambda: rlog.info(
+                "ddl finished here: metadata refreshed, table unlocked", reconciled_by=rec.reconciled_by or None,
+                via=via))
         return not message, message
 
     async def _lock(self, schema: str, table: str, sql: str, owner: str, instance: str,

@@ -1,8 +1,9 @@
 """The originator side of cluster DDL (DESIGN.md §6), as an async context manager.
 
-    async with ClusterDdl(cluster, keys, sql, ddl_type) as cd:   # ddl_lock + INIT; peers told INIT
+    async with ClusterDdl(cluster, keys, sql, ddl_type) as cd:   # ddl_lock + INIT
         await cd.ensure_held()
-        ...run the DDL on the backends, refresh own metadata...  # INIT acks come in meanwhile
+        ...send the DDL to the backends, cd.announce()...        # peers told INIT, acks come in meanwhile
+        ...refresh own metadata...
         await cd.complete(success, message, texts)               # INIT acks, then the outcome
     # record deleted, ddl_lock released
 
@@ -144,17 +145,8 @@ class ClusterDdl:
                 self.czxids[(schema, table)] = results[-1].czxid
                 c.active_ddls.add(path)
             self.status = INIT
-            # the peers we have links to hear INIT at once, while `online` is read
-            steps = {key: (rec, self.czxids[key]) for key, (rec, _) in self.records.items()}
-            self.init_asked = c.ask_peers(self.keys, steps, c.peers.live() - {c.instance})
-            # read after the write, while the others lock: an instance that joins later drains this
-            # record before it goes online, so this is exactly who must ack
-            self.expected = await c.online_now() - {c.instance}
-            self.init_asked.update(c.ask_peers(self.keys, steps,
-                                               self.expected - {inst for _, inst in self.init_asked}))
-            self.init_acks = asyncio.get_running_loop().create_task(
-                c.wait_acks(self.keys, INIT, self.expected, c.cc.ack_timeout_s, peer=self.init_asked))
             if _pausing_at(STRICT_INIT_PHASES):
+                self.announce()
                 outcome = await self._init_outcome()
         except ProxyError:
             raise
@@ -166,6 +158,25 @@ class ClusterDdl:
                 await self._decide(FAILED, f"refused by {msg}")
                 raise DdlInProgress(f"DDL refused by another instance: {msg}")
             await test_pause("after_init_acks")
+
+    def announce(self) -> None:
+        """Hand INIT to the other instances (called once the DDL is on its way to the nodes: an INIT
+        ack never decides whether it runs): those we have links to at once, the rest once `online` is
+        read; their acks are collected in the background (init_acks). Idempotent."""
+        if self.init_acks is not None or self.status != INIT:
+            return
+        c = self.cluster
+        steps = {key: (rec, self.czxids[key]) for key, (rec, _) in self.records.items()}
+        self.init_asked = c.ask_peers(self.keys, steps, c.peers.live() - {c.instance})
+        self.init_acks = asyncio.get_running_loop().create_task(self._collect_init_acks(steps))
+
+    async def _collect_init_acks(self, steps: dict) -> AckOutcome:
+        c = self.cluster
+        # read after the INIT write: an instance that joins later drains this record before it goes
+        # online, so this is exactly who must ack
+        self.expected = await c.online_now() - {c.instance}
+        self.init_asked.update(c.ask_peers(self.keys, steps, self.expected - {inst for _, inst in self.init_asked}))
+        return await c.wait_acks(self.keys, INIT, self.expected, c.cc.ack_timeout_s, peer=self.init_asked)
 
     async def _init_outcome(self) -> AckOutcome:
         """The INIT acks (bounded by ack_timeout_s from the INIT write); logged the first time."""
@@ -254,6 +265,7 @@ class ClusterDdl:
         c = self.cluster
         await test_pause("after_execute")
         status = SUCCESS if success else FAILED
+        self.announce()   # when no node was reached, nobody has been told yet
         try:
             init = await self._init_outcome()
         except ZK_ERRORS as e:
