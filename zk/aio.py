@@ -1,7 +1,7 @@
 """A ZooKeeper session driven by the event loop itself: kazoo's codec and types, no kazoo thread.
 
 kazoo's client runs its connection in a thread of its own, so every call crosses two thread hops
-and the GIL each way: 0.8-1.2 ms per round trip here against 0.15-0.4 ms for the same bytes written
+and the GIL each way: 0.8-1.2 ms per round trip here against 0.15-0.7 ms for the same bytes written
 from the loop (bench/RESULTS.md, session 5), and a cluster DDL has two such writes on its critical
 path. This client writes each request on the loop's own transport and settles its future straight
 from `data_received`; the wire format is zk/jute.py plus kazoo's serializers, and callers see

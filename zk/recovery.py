@@ -85,12 +85,21 @@ class Recovery(PassLoop):
         try:
             await zk.create(c.paths.reconcile_lock, c.instance.encode(), ephemeral=True)
         except NodeExistsError:
-            return
+            stat = await zk.exists(c.paths.reconcile_lock)
+            if stat is None or stat.ephemeralOwner != zk.session_id:
+                return   # another survivor reconciles (or just did: the next pass looks again)
+            # ours: a reconcile that lost ZooKeeper for a moment could not release it, and a session
+            # that survived the outage keeps it; nobody else may take it, so we carry on
+            log.info("reconcile.lock left by our own interrupted reconcile; going on", instance=c.instance)
         try:
             for schema, table in orphans:
                 await self.reconcile(schema, table)
         finally:
-            await zk.delete(c.paths.reconcile_lock)
+            try:
+                await zk.delete(c.paths.reconcile_lock)
+            except ZK_ERRORS as e:
+                log.warning("could not release reconcile.lock; our next pass takes it up again",
+                            instance=c.instance, error=str(e))
 
     async def reconcile(self, schema: str, table: str) -> None:
         """Bring one orphaned DDL to an end from the backends' real state."""

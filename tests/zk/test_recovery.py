@@ -1,0 +1,67 @@
+"""The reconciling side in process, against a real ZooKeeper: a reconcile that ZooKeeper cut short
+must not leave its instance (whose session survived the outage) unable to ever reconcile again."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from harness import cluster_section, free_port, proxy_config
+
+from meta.config import parse_config
+from meta.locks import MetaLocks
+from meta.registry import Registry
+from zk.aio import Zk
+from zk.cluster import Cluster
+from zk.records import INIT, DdlRecord
+
+
+def test_a_reconcile_lock_our_own_session_still_holds_is_taken_up_again(
+        zookeeper: Any, zk_root: str, backends: list[Any]) -> None:
+    """The elected survivor lost ZooKeeper in the middle of a reconcile: its `finally` could not
+    delete reconcile.lock, and the session came back, so the ephemeral lock stays, held by us. The
+    next pass must go on with it (before: NodeExists, "someone else reconciles", forever) and the
+    orphaned record must end; another session's lock is still respected."""
+    raw = proxy_config(backends, free_port(), free_port(), instance="dble-2",
+                       cluster=cluster_section(zookeeper, root=zk_root + "-recovery"))
+    config = parse_config(raw)
+
+    async def go() -> None:
+        refreshed: list[Any] = []
+
+        async def refresh(keys: list[tuple[str, str]], texts: Any = None) -> None:
+            refreshed.append(keys)
+
+        async def load_all() -> None:
+            pass
+
+        c = Cluster(config, Registry(config), MetaLocks("dble-2"), load_all, refresh)
+        c.zk = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
+        await c.zk.start(10)
+        other = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
+        await other.start(10)
+        c.ready = True
+        try:
+            for p in (c.paths.ddl, c.paths.history, c.paths.online):
+                await c.zk.ensure_path(p)
+            path = c.paths.ddl_record("schema1", "sharding_4_t1")
+            rec = DdlRecord("dble-9", "schema1", "sharding_4_t1", "ALTER_TABLE",
+                            "ALTER TABLE sharding_4_t1 ADD COLUMN x INT", INIT)
+            await c.zk.create(path, rec.encode())            # its originator dble-9 is not online
+
+            await other.create(c.paths.reconcile_lock, b"dble-3", ephemeral=True)   # someone else's
+            await c.recovery.pass_once()
+            assert await c.zk.exists(path) is not None and refreshed == []
+            await other.delete(c.paths.reconcile_lock)
+
+            await c.zk.create(c.paths.reconcile_lock, b"dble-2", ephemeral=True)    # our own, left over
+            await c.recovery.pass_once()
+            assert await c.zk.exists(path) is None, "the orphaned record was not reconciled"
+            assert refreshed == [[("schema1", "sharding_4_t1")]]
+            assert await c.zk.exists(c.paths.reconcile_lock) is None
+        finally:
+            await c.zk.delete(zk_root + "-recovery", recursive=True)
+            await other.stop()
+            await c.zk.stop()
+
+    asyncio.run(go())
