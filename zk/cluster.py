@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 import structlog
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
 from meta.config import Config
@@ -329,7 +329,9 @@ class Cluster:
             try:
                 await zk.delete(self.paths.sync_meta_lock)
             except ZK_ERRORS:
-                pass
+                # our session may outlive the outage that made this fail, and every DDL in the
+                # cluster is refused while syncMeta.lock is held: keep trying
+                self._spawn(self._release_sync_meta_lock(zk))
         self.ready = True
         jlog.info("joined the cluster", initial=initial, session=hex(zk.session_id or 0))
 
@@ -377,6 +379,22 @@ class Cluster:
                 return  # left by an earlier join of ours that failed before releasing it: still ours
             if stat is not None:
                 await wake.wait(SAFETY_POLL_S)
+
+    async def _release_sync_meta_lock(self, zk: Zk) -> None:
+        """Delete a syncMeta.lock a join could not release, while it is still our session's."""
+        while not self._stopping and zk is self.zk:
+            await asyncio.sleep(1.0)
+            try:
+                stat = await zk.exists(self.paths.sync_meta_lock)
+                if stat is None or stat.ephemeralOwner != zk.session_id or self._join_lock.locked():
+                    return   # gone, another instance's, or a new join of ours owns it now
+                await zk.delete(self.paths.sync_meta_lock, stat.version)
+                self.log.info("syncMeta.lock released after a failed attempt")
+                return
+            except (NoNodeError, BadVersionError):
+                return
+            except ZK_ERRORS:
+                continue
 
     async def _register_online(self) -> None:
         zk = self.zk

@@ -1,5 +1,5 @@
-"""The reconciling side in process, against a real ZooKeeper: a reconcile that ZooKeeper cut short
-must not leave its instance (whose session survived the outage) unable to ever reconcile again."""
+"""Locks an instance's own session keeps after a ZooKeeper outage cut short the step that should have
+released them (in process, against a real ZooKeeper): they must not block the cluster forever."""
 
 from __future__ import annotations
 
@@ -61,6 +61,39 @@ def test_a_reconcile_lock_our_own_session_still_holds_is_taken_up_again(
             assert await c.zk.exists(c.paths.reconcile_lock) is None
         finally:
             await c.zk.delete(zk_root + "-recovery", recursive=True)
+            await other.stop()
+            await c.zk.stop()
+
+    asyncio.run(go())
+
+
+def test_a_sync_meta_lock_a_join_could_not_release_is_released_later(
+        zookeeper: Any, zk_root: str, backends: list[Any]) -> None:
+    """A join whose final delete of syncMeta.lock failed (ZooKeeper away for a moment, the session
+    survived): every DDL in the cluster would be refused for as long as our session lives. The
+    instance keeps trying until the lock is gone, and leaves alone one that is not ours."""
+    raw = proxy_config(backends, free_port(), free_port(), instance="dble-2",
+                       cluster=cluster_section(zookeeper, root=zk_root + "-syncmeta"))
+    config = parse_config(raw)
+
+    async def go() -> None:
+        async def noop(*_a: Any, **_k: Any) -> None:
+            pass
+
+        c = Cluster(config, Registry(config), MetaLocks("dble-2"), noop, noop)
+        c.zk = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
+        await c.zk.start(10)
+        other = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
+        await other.start(10)
+        try:
+            await c.zk.create(c.paths.sync_meta_lock, b"dble-2", ephemeral=True)
+            await asyncio.wait_for(c._release_sync_meta_lock(c.zk), 5)
+            assert await c.zk.exists(c.paths.sync_meta_lock) is None
+            await other.create(c.paths.sync_meta_lock, b"dble-3", ephemeral=True)
+            await asyncio.wait_for(c._release_sync_meta_lock(c.zk), 5)
+            assert (await c.zk.exists(c.paths.sync_meta_lock)).ephemeralOwner == other.session_id
+        finally:
+            await c.zk.delete(zk_root + "-syncmeta", recursive=True)
             await other.stop()
             await c.zk.stop()
 
