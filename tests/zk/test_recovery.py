@@ -4,7 +4,8 @@ released them (in process, against a real ZooKeeper): they must not block the cl
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
 
 from harness import cluster_section, free_port, proxy_config
 
@@ -16,34 +17,44 @@ from zk.cluster import Cluster
 from zk.records import INIT, DdlRecord
 
 
+@asynccontextmanager
+async def instance_and_other(zookeeper: Any, root: str, backends: list[Any],
+                             refreshed: list[Any]) -> AsyncIterator[tuple[Cluster, Zk]]:
+    """dble-2's Cluster on a session of its own (refreshes recorded, not run), and another session."""
+    config = parse_config(proxy_config(backends, free_port(), free_port(), instance="dble-2",
+                                       cluster=cluster_section(zookeeper, root=root)))
+
+    async def refresh(keys: list[tuple[str, str]], texts: Any = None) -> None:
+        refreshed.append(keys)
+
+    async def load_all() -> None:
+        pass
+
+    c = Cluster(config, Registry(config), MetaLocks("dble-2"), load_all, refresh)
+    c.zk = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
+    await c.zk.start(10)
+    other = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
+    await other.start(10)
+    try:
+        for p in (c.paths.ddl, c.paths.history, c.paths.online):
+            await c.zk.ensure_path(p)
+        yield c, other
+    finally:
+        await c.zk.delete(root, recursive=True)
+        await other.stop()
+        await c.zk.stop()
+
+
 def test_a_reconcile_lock_our_own_session_still_holds_is_taken_up_again(
         zookeeper: Any, zk_root: str, backends: list[Any]) -> None:
     """The elected survivor lost ZooKeeper in the middle of a reconcile: its `finally` could not
     delete reconcile.lock, and the session came back, so the ephemeral lock stays, held by us. The
     next pass must go on with it (before: NodeExists, "someone else reconciles", forever) and the
     orphaned record must end; another session's lock is still respected."""
-    raw = proxy_config(backends, free_port(), free_port(), instance="dble-2",
-                       cluster=cluster_section(zookeeper, root=zk_root + "-recovery"))
-    config = parse_config(raw)
-
     async def go() -> None:
         refreshed: list[Any] = []
-
-        async def refresh(keys: list[tuple[str, str]], texts: Any = None) -> None:
-            refreshed.append(keys)
-
-        async def load_all() -> None:
-            pass
-
-        c = Cluster(config, Registry(config), MetaLocks("dble-2"), load_all, refresh)
-        c.zk = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
-        await c.zk.start(10)
-        other = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
-        await other.start(10)
-        c.ready = True
-        try:
-            for p in (c.paths.ddl, c.paths.history, c.paths.online):
-                await c.zk.ensure_path(p)
+        async with instance_and_other(zookeeper, zk_root + "-recovery", backends, refreshed) as (c, other):
+            c.ready = True
             path = c.paths.ddl_record("schema1", "sharding_4_t1")
             rec = DdlRecord("dble-9", "schema1", "sharding_4_t1", "ALTER_TABLE",
                             "ALTER TABLE sharding_4_t1 ADD COLUMN x INT", INIT)
@@ -59,10 +70,6 @@ def test_a_reconcile_lock_our_own_session_still_holds_is_taken_up_again(
             assert await c.zk.exists(path) is None, "the orphaned record was not reconciled"
             assert refreshed == [[("schema1", "sharding_4_t1")]]
             assert await c.zk.exists(c.paths.reconcile_lock) is None
-        finally:
-            await c.zk.delete(zk_root + "-recovery", recursive=True)
-            await other.stop()
-            await c.zk.stop()
 
     asyncio.run(go())
 
@@ -72,29 +79,13 @@ def test_a_sync_meta_lock_a_join_could_not_release_is_released_later(
     """A join whose final delete of syncMeta.lock failed (ZooKeeper away for a moment, the session
     survived): every DDL in the cluster would be refused for as long as our session lives. The
     instance keeps trying until the lock is gone, and leaves alone one that is not ours."""
-    raw = proxy_config(backends, free_port(), free_port(), instance="dble-2",
-                       cluster=cluster_section(zookeeper, root=zk_root + "-syncmeta"))
-    config = parse_config(raw)
-
     async def go() -> None:
-        async def noop(*_a: Any, **_k: Any) -> None:
-            pass
-
-        c = Cluster(config, Registry(config), MetaLocks("dble-2"), noop, noop)
-        c.zk = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
-        await c.zk.start(10)
-        other = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
-        await other.start(10)
-        try:
+        async with instance_and_other(zookeeper, zk_root + "-syncmeta", backends, []) as (c, other):
             await c.zk.create(c.paths.sync_meta_lock, b"dble-2", ephemeral=True)
             await asyncio.wait_for(c._release_sync_meta_lock(c.zk), 5)
             assert await c.zk.exists(c.paths.sync_meta_lock) is None
             await other.create(c.paths.sync_meta_lock, b"dble-3", ephemeral=True)
             await asyncio.wait_for(c._release_sync_meta_lock(c.zk), 5)
             assert (await c.zk.exists(c.paths.sync_meta_lock)).ephemeralOwner == other.session_id
-        finally:
-            await c.zk.delete(zk_root + "-syncmeta", recursive=True)
-            await other.stop()
-            await c.zk.stop()
 
     asyncio.run(go())
