@@ -244,6 +244,10 @@ class Zk:
                 except (OSError, asyncio.TimeoutError, ConnectionDropped, AuthFailedError) as e:
                     self.log.debug("zookeeper connection attempt failed", server=f"{host}:{port}",
                                    error=f"{e.__class__.__name__}: {e}")
+                except Exception:  # noqa: BLE001 - whatever it was, the session must keep being retried
+                    self.log.exception("zookeeper connection attempt crashed", server=f"{host}:{port}")
+                    if self._link is not None:
+                        self._link.abort(ConnectionDropped("connection attempt crashed"))
             if reached:
                 delay = RETRY_DELAY_S
                 continue

@@ -293,3 +293,32 @@ def test_a_reply_that_cannot_be_read_fails_its_call_and_drops_the_connection() -
             await server.wait_closed()
 
     run(go())
+
+
+def test_a_crash_inside_a_connection_attempt_does_not_end_reconnecting(zookeeper: ZooKeeperServer,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever goes wrong in one attempt (here: building the connect request fails twice), the client
+    keeps trying and connects once it works again."""
+    from zk import jute
+
+    real = jute.connect_request
+    calls = {"n": 0}
+
+    def flaky(*args: Any) -> bytes:
+        calls["n"] += 1
+        if calls["n"] <= 2:
+            raise RuntimeError("a bug in one attempt")
+        return real(*args)
+
+    monkeypatch.setattr(jute, "connect_request", flaky)
+
+    async def go() -> None:
+        zk = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
+        await zk.start(10)
+        try:
+            assert calls["n"] == 3 and zk.connected
+            assert await zk.exists("/") is not None
+        finally:
+            await zk.stop()
+
+    run(go())
