@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 import structlog
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NotEmptyError
@@ -423,25 +423,26 @@ class ClusterDdl:
                             phases_ms=d.get("phases_ms", {}), meta_version=d.get("meta_version", 0),
                             started_at=d.get("started_at", 0.0))
 
-    def _send_remove(self, key: tuple[str, str], rec: DdlRecord, acks: list[str], version: int = -1,
-                     zk: Zk | None = None) -> asyncio.Future:
-        """Write, now, the transaction that removes record (at `version`, -1 any), acks and lock and
-        appends a ddl_history entry; the future gives its results (a failure changes nothing)."""
+    def _removal(self, key: tuple[str, str], rec: DdlRecord, acks: list[str],
+                 version: int = -1) -> Callable[[Any], None]:
+        """The transaction that removes the record (at `version`, -1 any), its acks and the lock and
+        appends a ddl_history entry (a failure changes nothing)."""
         c = self.cluster
-        zk = zk or c.zk
-        if zk is None:
-            raise ConnectionLoss("no ZooKeeper client")
         entry = self._history_entry(key, rec)
 
-        def build(tx) -> None:
+        def build(tx: Any) -> None:
             for name in acks:
                 tx.delete(c.paths.ddl_ack(key[0], key[1], name))
             tx.delete(c.paths.ddl_acks(*key))
             tx.delete(c.paths.ddl_record(*key), version)
             tx.delete(c.paths.ddl_lock(*key))
             tx.create(c.paths.history_entry_prefix(entry.record_czxid), entry.encode(), sequence=True)
+        return build
 
-        return zk.commit_now(build)
+    def _send_remove(self, key: tuple[str, str], rec: DdlRecord, acks: list[str], version: int,
+                     zk: Zk) -> asyncio.Future:
+        """_removal written now, on `zk` (ConnectionLoss if it is not connected); the future gives its results."""
+        return zk.commit_now(self._removal(key, rec, acks, version))
 
     def _removed(self, key: tuple[str, str], results: list) -> None:
         """After a removal transaction that went through: our catch-up skips it, old history goes."""
@@ -451,8 +452,12 @@ class ClusterDdl:
             c.spawn_quietly(c.prune_history(results[-1]))
 
     async def _remove_tx(self, key: tuple[str, str], rec: DdlRecord, acks: list[str]) -> list:
-        """_send_remove, awaited."""
-        results = await self._send_remove(key, rec, acks)
+        """_removal, on whatever session we have (the caller checked the lock is ours), waiting
+        (bounded) for a connection that is momentarily down."""
+        zk = self.cluster.zk
+        if zk is None:
+            raise ConnectionLoss("no ZooKeeper client")
+        results = await zk.commit(self._removal(key, rec, acks))
         self._removed(key, results)
         return results
 
