@@ -251,24 +251,6 @@ def _cpu_s(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _zk_mntr(zk: ZooKeeperServer) -> dict[str, float]:
-    """ZooKeeper's own counters (its `mntr` four-letter word)."""
-    import socket
-    with socket.create_connection((zk.host, zk.port), timeout=5) as s:
-        s.sendall(b"mntr")
-        data = b""
-        while chunk := s.recv(65536):
-            data += chunk
-    out: dict[str, float] = {}
-    for line in data.decode().splitlines():
-        key, _, value = line.partition("\t")
-        try:
-            out[key] = float(value)
-        except ValueError:
-            pass
-    return out
-
-
 def cpu_profile(paths: dict[str, Callable[[str], float]], cols: dict[str, str],
                 procs: dict[str, int | None], runs: int, zk: ZooKeeperServer) -> dict[str, dict[str, float]]:
     """Per path, CPU milliseconds per DDL of every process (and wall ms), over `runs` ADD+DROP pairs."""
@@ -277,7 +259,7 @@ def cpu_profile(paths: dict[str, Callable[[str], float]], cols: dict[str, str],
     procs = {**procs, "bench client": os.getpid()}
     for p, fn in paths.items():
         before = {name: _cpu_s(pid) for name, pid in procs.items()}
-        m0 = _zk_mntr(zk)
+        m0 = zk.mntr()
         packets = int(m0.get("zk_packets_received", 0))
         wall = time.perf_counter()
         for i in range(runs):
@@ -286,7 +268,7 @@ def cpu_profile(paths: dict[str, Callable[[str], float]], cols: dict[str, str],
         n = 2 * runs
         row = {name: (_cpu_s(pid) - before[name]) * 1000 / n for name, pid in procs.items()}
         row["wall"] = (time.perf_counter() - wall) * 1000 / n
-        m1 = _zk_mntr(zk)
+        m1 = zk.mntr()
         row["zk requests"] = (int(m1.get("zk_packets_received", 0)) - packets - 1) / n
         # ZooKeeper's own time per request (received to answered) over this path's requests
         done0, done1 = m0.get("zk_cnt_updatelatency", 0) + m0.get("zk_cnt_readlatency", 0), \

@@ -114,8 +114,7 @@ class Tx:
 
     def create(self, path: str, value: bytes = b"", acl: list | None = None, ephemeral: bool = False,
                sequence: bool = False) -> None:
-        self.ops.append(Create(self.zk._full(path), _bytes(value), acl or self.zk.acl,
-                               (1 if ephemeral else 0) | (2 if sequence else 0)))
+        self.ops.append(self.zk._create_op(path, value, acl, ephemeral, sequence))
 
     def delete(self, path: str, version: int = -1) -> None:
         self.ops.append(Delete(self.zk._full(path), version))
@@ -410,6 +409,11 @@ class Zk:
             return self._chroot + path if path != "/" else self._chroot
         return path
 
+    def _create_op(self, path: str, value: bytes, acl: list | None, ephemeral: bool, sequence: bool) -> Create:
+        """A create request (ACL: ours unless given)."""
+        flags = (1 if ephemeral else 0) | (2 if sequence else 0)
+        return Create(self._full(path), _bytes(value), acl or self.acl, flags)
+
     def _unchroot(self, path: str) -> str:
         if self._chroot and path.startswith(self._chroot):
             return path[len(self._chroot):] or "/"
@@ -452,7 +456,7 @@ class Zk:
 
     async def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False, sequence: bool = False,
                      makepath: bool = True) -> str:
-        req = Create(self._full(path), _bytes(value), self.acl, (1 if ephemeral else 0) | (2 if sequence else 0))
+        req = self._create_op(path, value, None, ephemeral, sequence)
         try:
             return await self._call(req)
         except NoNodeError:
@@ -503,15 +507,9 @@ class Zk:
         if path in ("", "/"):
             return
         try:
-            await self._call(Create(self._full(path), b"", self.acl, 0))
+            await self.create(path)   # its parents first when they are missing
         except NodeExistsError:
-            return
-        except NoNodeError:
-            await self.ensure_path(path.rsplit("/", 1)[0])
-            try:
-                await self._call(Create(self._full(path), b"", self.acl, 0))
-            except NodeExistsError:
-                pass
+            pass
 
     async def commit(self, build: Callable[[Tx], None]) -> list[Any]:
         """Run a multi-op transaction; build(tx) adds the operations. The results are kazoo's: the

@@ -544,7 +544,8 @@ class Cluster:
         refusals: list[tuple[str, str]] = []
 
         def result(laggards: tuple[str, ...] = ()) -> AckOutcome:
-            return AckOutcome(laggards, tuple(refusals), frozenset(set.intersection(*by_peer.values()) if by_peer else ()))
+            over_peer = set.intersection(*by_peer.values()) if by_peer else set()
+            return AckOutcome(laggards, tuple(refusals), frozenset(over_peer))
 
         def absorb() -> None:
             for (key, inst), task in list(peer.items()):

@@ -25,7 +25,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 import structlog
-from kazoo.exceptions import ConnectionLoss, NodeExistsError, NotEmptyError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError, NotEmptyError, RolledBackError
 
 from meta.errors import DdlInProgress, ProxyError
 
@@ -51,6 +51,22 @@ class LostDecision(ProxyError):
     """The DDL ran but this instance could not record the outcome (session or lock lost)."""
 
     code, sqlstate = 4006, "HY000"
+
+
+def _went_through(results: list) -> bool:
+    """A transaction's results say it was applied (a failed one has an exception per operation)."""
+    return not any(isinstance(r, Exception) for r in results)
+
+
+def _failures(results: list) -> list[Exception]:
+    """The operations that made a transaction fail (the others only say they were rolled back)."""
+    return [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+
+
+def _publish_failed(e: Exception) -> LostDecision:
+    """ZooKeeper failed us after the DDL ran: the outcome is left for reconciliation."""
+    return LostDecision(f"ZooKeeper failed while publishing the outcome ({e.__class__.__name__}); "
+                        f"another instance will reconcile it from the backends")
 
 
 def _pausing_at(phases: tuple[str, ...]) -> bool:
@@ -219,8 +235,8 @@ class ClusterDdl:
                                "the DDL was not run")
 
     def _check_tx(self, results: list, what: str) -> None:
-        failed = [r for r in results if isinstance(r, Exception) and r.__class__.__name__ != "RolledBackError"]
-        if failed or any(isinstance(r, Exception) for r in results):
+        if not _went_through(results):
+            failed = _failures(results)
             why = failed[0].__class__.__name__ if failed else "RolledBackError"
             raise LostDecision(f"could not {what}: {why} (this instance lost its ZooKeeper session or DDL lock)")
 
@@ -298,8 +314,7 @@ class ClusterDdl:
             first = {key: self._send_remove(key, steps[key][0], [c.instance], self.records[key][1], zk)
                      for key in self.records}
         except ZK_ERRORS as e:
-            raise LostDecision(f"ZooKeeper failed while publishing the outcome ({e.__class__.__name__}); "
-                               f"another instance will reconcile it from the backends") from None
+            raise _publish_failed(e) from None
         sent = c.ask_peers(list(self.records), steps, targets, texts, final=True)
         delivery = asyncio.get_running_loop().create_task(c.deliver(steps, texts, sent, c.cc.ack_timeout_s))
         try:
@@ -308,8 +323,7 @@ class ClusterDdl:
             self.status = status
             return await delivery
         except ZK_ERRORS as e:
-            raise LostDecision(f"ZooKeeper failed while publishing the outcome ({e.__class__.__name__}); "
-                               f"another instance will reconcile it from the backends") from None
+            raise _publish_failed(e) from None
         finally:
             if not delivery.done():
                 delivery.cancel()
@@ -323,8 +337,8 @@ class ClusterDdl:
         folder, once more with their names."""
         c = self.cluster
         results = await answer
-        if any(isinstance(r, Exception) for r in results):
-            failed = [r for r in results if isinstance(r, Exception) and r.__class__.__name__ != "RolledBackError"]
+        if not _went_through(results):
+            failed = _failures(results)
             if failed and isinstance(failed[0], NotEmptyError):
                 zk = self._own_session(decided.status)
                 names = await zk.children(c.paths.ddl_acks(*key))
@@ -352,8 +366,7 @@ class ClusterDdl:
             await test_pause("after_success")
             outcome = await c.wait_acks(list(self.records), status, targets, c.cc.ack_timeout_s, peer=peer)
         except ZK_ERRORS as e:
-            raise LostDecision(f"ZooKeeper failed while publishing the outcome ({e.__class__.__name__}); "
-                               f"another instance will reconcile it from the backends") from None
+            raise _publish_failed(e) from None
         finally:
             drop_tasks(peer)
         await test_pause("during_final_acks")
@@ -414,7 +427,7 @@ class ClusterDdl:
         if self.cluster.instance not in acks:
             return False
         results = await self._remove_tx(key, self.records[key][0].with_status(self.status, self.message), acks)
-        return not any(isinstance(r, Exception) for r in results)
+        return _went_through(results)
 
     def _history_entry(self, key: tuple[str, str], rec: DdlRecord) -> HistoryEntry:
         d = self.details
@@ -446,7 +459,7 @@ class ClusterDdl:
 
     def _removed(self, key: tuple[str, str], results: list) -> None:
         """After a removal transaction that went through: our catch-up skips it, old history goes."""
-        if not any(isinstance(r, Exception) for r in results):
+        if _went_through(results):
             c = self.cluster
             c.listener.ran_here(self.czxids.get(key, 0))
             c.spawn_quietly(c.prune_history(results[-1]))
@@ -466,7 +479,7 @@ class ClusterDdl:
         c = self.cluster
         zk = c.zk
         assert zk is not None
-        if not any(isinstance(r, Exception) for r in await self._remove_tx(key, rec, acks)):
+        if _went_through(await self._remove_tx(key, rec, acks)):
             return
         # an ack came or went meanwhile: slow path
         await zk.delete(c.paths.ddl_record(*key), recursive=True)

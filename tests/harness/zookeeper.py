@@ -152,6 +152,17 @@ class ZooKeeperServer(ManagedProcess):
                 chunks.append(b)
         return b"".join(chunks)
 
+    def mntr(self) -> dict[str, float]:
+        """ZooKeeper's own numeric counters (its `mntr` four-letter word)."""
+        out: dict[str, float] = {}
+        for line in self._four_letter(b"mntr", timeout=5).decode().splitlines():
+            key, _, value = line.partition("\t")
+            try:
+                out[key] = float(value)
+            except ValueError:
+                pass
+        return out
+
     def _ping(self) -> bool:
         if self._four_letter(b"ruok") != b"imok":
             return False

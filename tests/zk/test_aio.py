@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 from harness import ZooKeeperServer, free_port
@@ -30,6 +31,22 @@ async def until(cond: Callable[[], bool], timeout: float, what: str) -> None:
         await asyncio.sleep(0.02)
 
 
+@asynccontextmanager
+async def session(hosts: str, session_timeout_s: float, states: list[str] | None = None,
+                  remove: str | None = None, start_s: float = 10) -> AsyncIterator[Zk]:
+    """A started client (its state changes appended to `states`); `remove` is deleted before it stops."""
+    zk = Zk(hosts, session_timeout_s, asyncio.get_running_loop())
+    if states is not None:
+        zk.on_state(states.append)
+    await zk.start(start_s)
+    try:
+        yield zk
+    finally:
+        if remove is not None:
+            await zk.delete(remove, recursive=True)
+        await zk.stop()
+
+
 @pytest.fixture(scope="module")
 def own_zookeeper() -> Iterator[ZooKeeperServer]:
     """A ZooKeeper of this module's own: its tests stop and freeze it."""
@@ -45,9 +62,7 @@ def test_answers_are_kazoos(zookeeper: ZooKeeperServer) -> None:
     root = f"/aio-{uuid.uuid4().hex[:8]}"
 
     async def go() -> None:
-        zk = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
-        await zk.start(10)
-        try:
+        async with session(zookeeper.hosts, 10) as zk:
             assert zk.connected and zk.session_id
             assert await zk.create(f"{root}/a/b", b"v1") == f"{root}/a/b"        # parents made
             data, stat = await zk.get(f"{root}/a/b")
@@ -86,8 +101,6 @@ def test_answers_are_kazoos(zookeeper: ZooKeeperServer) -> None:
             assert await zk.delete(f"{root}/a") is False
             with pytest.raises(TypeError):
                 await zk.create(f"{root}/str", "not bytes")  # type: ignore[arg-type]
-        finally:
-            await zk.stop()
         assert not zk.connected and zk.state == KazooState.LOST
         # the session is closed, not left to expire: its ephemeral node is gone at once
         other = zookeeper.client()
@@ -106,18 +119,14 @@ def test_a_chroot_is_invisible_to_the_caller(zookeeper: ZooKeeperServer) -> None
     other.ensure_path(chroot)
 
     async def go() -> None:
-        zk = Zk(zookeeper.hosts + chroot, 10, asyncio.get_running_loop())
-        await zk.start(10)
         events: list[Any] = []
-        try:
+        async with session(zookeeper.hosts + chroot, 10) as zk:
             assert await zk.create("/n", b"x") == "/n"
             assert await zk.commit(lambda tx: tx.create("/m", b"")) == ["/m"]
             await zk.children("/", watch=events.append)
             await asyncio.to_thread(other.delete, f"{chroot}/m")
             await until(lambda: events, 5, "the child watch")
             assert events[0].path == "/"
-        finally:
-            await zk.stop()
 
     try:
         run(go())
@@ -132,11 +141,9 @@ def test_a_watch_fires_once_on_the_loop_with_its_event(zookeeper: ZooKeeperServe
     root = f"/aio-w-{uuid.uuid4().hex[:8]}"
 
     async def go() -> None:
-        zk = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
-        await zk.start(10)
         data_events: list[Any] = []
         child_events: list[Any] = []
-        try:
+        async with session(zookeeper.hosts, 10, remove=root) as zk:
             await zk.create(f"{root}/n", b"1")
             await zk.get(f"{root}/n", watch=data_events.append)
             await zk.children(root, watch=child_events.append)
@@ -149,9 +156,6 @@ def test_a_watch_fires_once_on_the_loop_with_its_event(zookeeper: ZooKeeperServe
             assert [(e.type, e.path) for e in data_events] == [(EventType.CHANGED, f"{root}/n"),
                                                                 (EventType.CREATED, f"{root}/later")]
             assert [(e.type, e.path) for e in child_events] == [(EventType.CHILD, root)]
-        finally:
-            await zk.delete(root, recursive=True)
-            await zk.stop()
 
     run(go())
 
@@ -163,12 +167,9 @@ def test_a_frozen_client_loses_its_session_and_gets_a_new_one(zookeeper: ZooKeep
     root = f"/aio-x-{uuid.uuid4().hex[:8]}"
 
     async def go() -> None:
-        zk = Zk(zookeeper.hosts, 2, asyncio.get_running_loop())
         states: list[str] = []
-        zk.on_state(states.append)
-        await zk.start(10)
         fired: list[Any] = []
-        try:
+        async with session(zookeeper.hosts, 2, states, remove=root) as zk:
             await zk.create(f"{root}/e", b"", ephemeral=True)
             await zk.exists(f"{root}/e", watch=fired.append)
             old = zk.session_id
@@ -178,9 +179,6 @@ def test_a_frozen_client_loses_its_session_and_gets_a_new_one(zookeeper: ZooKeep
             # the server may get the node's deletion out before it closes the connection
             assert len(fired) == 1 and fired[0].type in (EventType.NONE, EventType.DELETED)
             assert await zk.exists(f"{root}/e") is None
-        finally:
-            await zk.delete(root, recursive=True)
-            await zk.stop()
 
     run(go())
 
@@ -190,11 +188,8 @@ def test_a_server_gone_and_back_keeps_the_session(own_zookeeper: ZooKeeperServer
     that), the same session CONNECTED again after, its ephemeral node still there; a call made while
     it was down goes out once it is back."""
     async def go() -> None:
-        zk = Zk(own_zookeeper.hosts, 20, asyncio.get_running_loop())
         states: list[str] = []
-        zk.on_state(states.append)
-        await zk.start(10)
-        try:
+        async with session(own_zookeeper.hosts, 20, states) as zk:
             await zk.create("/aio-restart", b"", ephemeral=True)
             sid = zk.session_id
             await asyncio.to_thread(own_zookeeper.stop)
@@ -205,17 +200,13 @@ def test_a_server_gone_and_back_keeps_the_session(own_zookeeper: ZooKeeperServer
             assert (await waiting) is not None
             await until(lambda: zk.connected, 10, "connected again")
             assert zk.session_id == sid and states[-1] == KazooState.CONNECTED
-        finally:
-            await zk.stop()
 
     run(go())
 
 
 def test_a_frozen_server_is_dropped_within_the_read_timeout(own_zookeeper: ZooKeeperServer) -> None:
     async def go() -> None:
-        zk = Zk(own_zookeeper.hosts, 3, asyncio.get_running_loop())
-        await zk.start(10)
-        try:
+        async with session(own_zookeeper.hosts, 3) as zk:
             own_zookeeper.pause()
             t0 = time.monotonic()
             try:
@@ -227,8 +218,6 @@ def test_a_frozen_server_is_dropped_within_the_read_timeout(own_zookeeper: ZooKe
                 own_zookeeper.resume()
             await until(lambda: zk.connected, 15, "connected again")
             assert await zk.children("/") is not None
-        finally:
-            await zk.stop()
 
     run(go())
 
@@ -280,16 +269,13 @@ def test_a_reply_that_cannot_be_read_fails_its_call_and_drops_the_connection() -
 
         port = free_port()
         server = await asyncio.start_server(truncating, "127.0.0.1", port)
-        zk = Zk(f"127.0.0.1:{port}", 4, asyncio.get_running_loop())
         states: list[str] = []
-        zk.on_state(states.append)
         try:
-            await zk.start(5)
-            with pytest.raises(ConnectionLoss):
-                await asyncio.wait_for(zk.get("/x"), 3)
-            await until(lambda: KazooState.SUSPENDED in states, 2, "the connection dropped")
+            async with session(f"127.0.0.1:{port}", 4, states, start_s=5) as zk:
+                with pytest.raises(ConnectionLoss):
+                    await asyncio.wait_for(zk.get("/x"), 3)
+                await until(lambda: KazooState.SUSPENDED in states, 2, "the connection dropped")
         finally:
-            await zk.stop()
             server.close()
             await server.wait_closed()
 
@@ -314,12 +300,8 @@ def test_a_crash_inside_a_connection_attempt_does_not_end_reconnecting(zookeeper
     monkeypatch.setattr(jute, "connect_request", flaky)
 
     async def go() -> None:
-        zk = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
-        await zk.start(10)
-        try:
+        async with session(zookeeper.hosts, 10) as zk:
             assert calls["n"] == 3 and zk.connected
             assert await zk.exists("/") is not None
-        finally:
-            await zk.stop()
 
     run(go())
