@@ -185,6 +185,24 @@ def _in(evs: list[tuple[float, str]], key: str, lo: float, hi: float) -> list[fl
     return [t for t, k in evs if k == key and lo <= t <= hi]
 
 
+def own_phases(through: Through, runs: int) -> dict[str, float]:
+    """The originator's own clock: median ms of each phase (ddl_history's phases_ms, each phase from
+    the end of the one before) over the last 2 * runs DDLs; cheap marks, no debug logging needed."""
+    conn = through.proxy.manager()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("show @@ddl_history")
+            cols = [d[0] for d in cur.description]
+            rows = [dict(zip(cols, r)) for r in cur.fetchall()]
+    finally:
+        conn.close()
+    own: dict[str, list[float]] = {}
+    for row in rows[:2 * runs]:
+        for k, v in json.loads(row["phases_ms"]).items():
+            own.setdefault(f"originator's clock: {k}", []).append(float(v))
+    return {name: round(statistics.median(v), 2) for name, v in own.items()}
+
+
 def profile(through: Through, others: list[ProxyProcess], single: Through | None, runs: int) -> dict[str, Any]:
     """Median duration of each phase of a cluster DDL (and of a single-instance one), in ms."""
     orig = _events(through.proxy)
@@ -207,21 +225,8 @@ def profile(through: Through, others: list[ProxyProcess], single: Through | None
         add("3 refreshed -> last subscriber applied the outcome", max(done) - pub[0])
         add("4 last subscriber applied -> client has OK (final transaction)", hi - max(done))
         add("total", hi - lo)
-    # the originator's own clock (ddl_history phases_ms: each phase from the end of the one before)
-    conn = through.proxy.manager()
-    try:
-        with conn.cursor() as cur:
-            cur.execute("show @@ddl_history")
-            cols = [d[0] for d in cur.description]
-            rows = [dict(zip(cols, r)) for r in cur.fetchall()]
-    finally:
-        conn.close()
-    own: dict[str, list[float]] = {}
-    for row in rows[:2 * runs]:
-        for k, v in json.loads(row["phases_ms"]).items():
-            own.setdefault(f"originator's clock: {k}", []).append(float(v))
     result = {name: round(statistics.median(v), 1) for name, v in phases.items()}
-    result.update({name: round(statistics.median(v), 2) for name, v in own.items()})
+    result.update(own_phases(through, runs))
     if single is not None:
         evs = _events(single.proxy)
         sp: dict[str, list[float]] = {}
@@ -378,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-single", action="store_true", help="skip the single-instance proxy path")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     ap.add_argument("--logs", metavar="DIR", help="copy the proxies' logs here (for profiling)")
+    ap.add_argument("--phases", action="store_true", help="the originator's own phase clock (ddl_history), "
+                                                         "without the debug logging --profile needs")
     ap.add_argument("--profile", action="store_true", help="break a cluster DDL down into phases (JSON logs)")
     ap.add_argument("--trace", action="store_true", help="with --profile: log every ZooKeeper call and watch "
                                                          "wait in the instances (slower; use with --logs)")
@@ -447,6 +454,11 @@ def main(argv: list[str] | None = None) -> int:
         summary = report(times, args.runs, args.rows, args.zk_warmup)
         if args.profile:
             summary["profile_ms"] = profile(through, proxies[1:args.instances], s, args.runs)
+        elif args.phases:
+            summary["phases_ms"] = own_phases(through, args.runs)
+            out()
+            for k, v in summary["phases_ms"].items():
+                out(f"  {k:<40}{v:>7.2f}")
         if args.cpu:
             procs = {p.name: p.pid for p in proxies}
             procs.update({"zookeeper": zk.pid, "mariadb-1": backends[0].pid, "mariadb-2": backends[1].pid})

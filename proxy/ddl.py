@@ -65,6 +65,8 @@ class DdlTrace:
     t0: float = field(default_factory=time.monotonic)
     last: float = 0.0
     phases_ms: dict[str, float] = field(default_factory=dict)
+    keys: list[tuple[str, str]] = field(default_factory=list)   # the tables locked and refreshed
+    laggards: list[str] = field(default_factory=list)           # instances that did not ack in time
 
     def mark(self, phase: str) -> None:
         """A phase just ended."""
@@ -102,11 +104,17 @@ class DdlRunner:
             raise
         trace = DdlTrace(session.user)
         trace.mark("lock")
-        task = asyncio.get_running_loop().create_task(self._locked(plan, sql, owner, session.schema, trace))
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self._locked(plan, sql, owner, session.schema, trace))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         status = session.status
-        err, warning = await asyncio.shield(task)
+        try:
+            err, warning = await asyncio.shield(task)
+        finally:
+            # history and metrics once the answer is written (the session writes it before its next
+            # loop turn), or once the DDL ends if the client has gone
+            task.add_done_callback(lambda t: loop.call_soon(self._remember, plan, sql, trace, t))
         if err is not None:
             r.proxy_error(err)
         elif warning:
@@ -120,12 +128,12 @@ class DdlRunner:
         """The DDL itself (through the cluster when there is one), always ending unlocked and refreshed."""
         keys = self.keys_of(plan, sql)
         trace = trace or DdlTrace("")
+        trace.keys = keys
         dlog = log.bind(instance=self.server.config.server.instance, tables=[f"{s}.{t}" for s, t in keys],
                         ddl=plan.ddl)
         started = time.monotonic()
         err: ProxyError | None = None
         warning: str | None = None
-        laggards: list[str] = []
         try:
             self._precheck(plan)
             cluster = self.server.cluster
@@ -142,7 +150,7 @@ class DdlRunner:
 
                 err = await self._apply(plan, keys, dlog, started, owner, trace, publish, cd.announce)
                 trace.mark("publish")
-                warning, laggards = cd.warning(), sorted(cd.laggards)
+                warning, trace.laggards = cd.warning(), sorted(cd.laggards)
                 return err, warning
         except ProxyError as e:
             err = e
@@ -154,11 +162,12 @@ class DdlRunner:
         finally:
             for s, t in keys:
                 self.locks.release(s, t, owner)
-            self._remember(plan, sql, keys, trace, err, laggards)
 
-    def _remember(self, plan: Plan, sql: str, keys: list[tuple[str, str]], trace: DdlTrace,
-                  err: ProxyError | None, laggards: list[str]) -> None:
-        """Append the DDL to this instance's persistent history."""
+    def _remember(self, plan: Plan, sql: str, trace: DdlTrace, task: asyncio.Task) -> None:
+        """Append the finished DDL (`task`: _locked's) to this instance's persistent history and metrics."""
+        interrupted = task.cancelled() or task.exception() is not None
+        err = ProxyError("the DDL was interrupted") if interrupted else task.result()[0]
+        keys, laggards = trace.keys, trace.laggards
         details = trace.details(plan, self.server.registry.version)
         self.server.metrics.ddl_done("OK" if err is None else "FAILED", details["phases_ms"])
         self.server.history.append(DdlHistoryEntry(
@@ -183,11 +192,13 @@ class DdlRunner:
             trace.mark("execute")
         err = self._outcome(plan, results)
         texts: Texts = {x.node: x.texts for x in results if x.texts is not None}
-        ready = result_from_texts(self.server.config, keys, texts) if keys else None
         task = None
         if publish is not None:
-            task = asyncio.get_running_loop().create_task(publish(err, texts if ready is not None else None))
-            await asyncio.sleep(0)   # let it put the outcome on the wire before the local refresh
+            # the outcome on the wire (ZooKeeper, the peers) before this instance builds its own refresh;
+            # a peer that cannot build the tables from the texts loads them from the backends
+            task = asyncio.get_running_loop().create_task(publish(err, texts if keys else None))
+            await asyncio.sleep(0)
+        ready = result_from_texts(self.server.config, keys, texts) if keys else None
         self._phase(keys, owner, "REFRESHING")
         dlog.info("ddl executed", phase="EXECUTED", seconds=round(time.monotonic() - started, 3),
                   failed=[x.node for x in results if x.error])

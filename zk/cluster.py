@@ -472,12 +472,11 @@ class Cluster:
         loop = asyncio.get_running_loop()
         for key in keys:
             rec, czxid = records[key]
-            path, record = self.paths.ddl_record(*key), rec.encode().decode()
+            step = self.peers.step(self.paths.ddl_record(*key), czxid, rec.encode().decode(), texts, final)
             for inst in instances:
                 # written right away on an open link; otherwise a task opens one first
-                sent = self.peers.send_now(inst, path, czxid, record, texts, final)
-                tasks[(key, inst)] = sent if sent is not None else loop.create_task(
-                    self.peers.ask(inst, path, czxid, record, texts, final))
+                sent = self.peers.send_now(inst, step)
+                tasks[(key, inst)] = sent if sent is not None else loop.create_task(self.peers.ask(inst, step))
         return tasks
 
     async def deliver(self, records: dict[tuple[str, str], tuple[DdlRecord, int]], texts: dict | None,

@@ -194,13 +194,15 @@ class _Link(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
-    def send(self, msg_id: int, msg: dict) -> asyncio.Future:
+    def send(self, msg_id: int, frame: bytes) -> asyncio.Future:
+        """Write an encoded step (`msg_id` inside it); the future gives the peer's (ok, message)."""
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         if self.closed or self.transport is None:
             fut.set_exception(PeerUnavailable(f"link to {self.instance} is closed"))
             return fut
         self.pending[msg_id] = fut
-        self.transport.write(wire.encode(msg))
+        fut.add_done_callback(lambda _f: self.pending.pop(msg_id, None))
+        self.transport.write(frame)
         return fut
 
     def data_received(self, data: bytes) -> None:
@@ -300,27 +302,24 @@ class PeerLinks:
         except (PeerUnavailable, KazooException, ZkTimeout) as e:
             log.debug("peer link not opened", instance=self.cluster.instance, peer=instance, error=str(e))
 
-    async def ask(self, instance: str, path: str, czxid: int, record: str,
-                  texts: dict | None, final: bool = False) -> tuple[bool | None, str]:
-        """Send a step (`record`: the DdlRecord's JSON); (ok, message) as the peer's ack, ok None when
-        it wants the ZooKeeper path."""
-        link = await self.link(instance)
-        return await self._send(link, path, czxid, record, texts, final)
+    def step(self, path: str, czxid: int, record: str, texts: dict | None, final: bool = False) -> tuple[int, bytes]:
+        """A step (`record`: the DdlRecord's JSON) encoded once for every peer it goes to: ids only
+        need to be unique per link, so one id serves them all."""
+        msg_id = next(self._ids)
+        return msg_id, wire.encode(wire.step(msg_id, path, czxid, record, texts, final))
 
-    def send_now(self, instance: str, path: str, czxid: int, record: str, texts: dict | None,
-                 final: bool = False) -> asyncio.Future | None:
+    async def ask(self, instance: str, step: tuple[int, bytes]) -> tuple[bool | None, str]:
+        """Send a step (PeerLinks.step), opening the link first if need be; (ok, message) as the
+        peer's ack, ok None when it wants the ZooKeeper path."""
+        link = await self.link(instance)
+        return await link.send(*step)
+
+    def send_now(self, instance: str, step: tuple[int, bytes]) -> asyncio.Future | None:
         """Write a step at once on an open link (no task, no loop turn); None when there is none."""
         link = self.links.get(instance)
         if link is None or link.closed:
             return None
-        return self._send(link, path, czxid, record, texts, final)
-
-    def _send(self, link: _Link, path: str, czxid: int, record: str, texts: dict | None,
-              final: bool) -> asyncio.Future:
-        msg_id = next(self._ids)
-        fut = link.send(msg_id, wire.step(msg_id, path, czxid, record, texts, final))
-        fut.add_done_callback(lambda _f: link.pending.pop(msg_id, None))
-        return fut
+        return link.send(*step)
 
     def close(self) -> None:
         """Drop every link (the instance is leaving or re-joining)."""
