@@ -12,15 +12,17 @@ What cannot be routed correctly raises NotSupported (1235) with a sentence sayin
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 
-from meta.config import Config, TableConfig
-from meta.errors import (NoDatabaseSelected, NoSuchTable, NotSupported, ParseError, ProxyError,
-                         UnknownDatabase)
-from meta.sharding import BadShardingValue, NoValidNode, ShardingFunction, make_function, node_index
-from proxy.sqltok import Token, hex_value, tokenize, unquote_ident, unquote_string
+from meta.config import Config
+from meta.errors import NoDatabaseSelected, NoSuchTable, NotSupported, ParseError, ProxyError, UnknownDatabase
+from meta.sharding import make_function, node_index
+from proxy.analysis import Analysis, Query, Ref, Scope, Table, literal_value, not_supported, same_literal
+from proxy.conditions import (conjuncts, has_sharding, join_edges, names_shard_column, query_refs,
+                              ref_partitions, table_names)
+from proxy.parser import Parser
+from proxy.sqltok import Token, tokenize, unquote_ident
 
 if TYPE_CHECKING:  # pragma: no cover
     from proxy.merge import MergePlan
@@ -48,19 +50,6 @@ SYSTEM_SCHEMAS = frozenset({"information_schema", "mysql", "performance_schema",
 _HINT_RE = re.compile(r"/\*!\s*(pydble|dble)\s*:\s*([A-Za-z_]+)\s*=\s*([^*\s]+)\s*\*/\Z", re.I)
 _HINT_PREFIX_RE = re.compile(r"/\*!\s*(pydble|dble)\s*:", re.I)
 _VERSION_COMMENT_RE = re.compile(r"/\*!(?:M!)?[0-9]*([\s\S]*)\*/\Z")
-_SETOPS = frozenset({"UNION", "EXCEPT", "INTERSECT"})
-_SELECT_CLAUSES = frozenset({"FROM", "WHERE", "GROUP", "HAVING", "WINDOW", "ORDER", "LIMIT", "INTO",
-                             "FOR", "LOCK", "PROCEDURE"})
-_JOIN_WORDS = frozenset({"JOIN", "INNER", "CROSS", "LEFT", "RIGHT", "NATURAL", "STRAIGHT_JOIN", "FULL"})
-_NOT_ALIAS = _SELECT_CLAUSES | _JOIN_WORDS | _SETOPS | frozenset({
-    "ON", "USING", "SET", "USE", "IGNORE", "FORCE", "PARTITION", "VALUES", "VALUE", "SELECT", "AS",
-    "OUTER", "WITH", "TABLE", "ROW", "DUPLICATE", "RETURNING"})
-_AGGREGATES = frozenset({"COUNT", "SUM", "MIN", "MAX", "AVG", "GROUP_CONCAT", "STD", "STDDEV", "STDDEV_POP",
-                         "STDDEV_SAMP", "VARIANCE", "VAR_POP", "VAR_SAMP", "BIT_AND", "BIT_OR", "BIT_XOR",
-                         "JSON_ARRAYAGG", "JSON_OBJECTAGG"})
-_NOT_COLUMN = frozenset({"NULL", "TRUE", "FALSE", "NOT", "EXISTS", "CASE", "INTERVAL", "BINARY", "DEFAULT",
-                         "SELECT", "ROW", "DATE", "TIME", "TIMESTAMP", "AND", "OR", "XOR", "IS", "IN",
-                         "BETWEEN", "LIKE", "REGEXP", "RLIKE", "ANY", "ALL", "SOME", "WITH", "VALUES"})
 _SESSION_WORDS = frozenset({"SET", "USE", "BEGIN", "START", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE",
                             "KILL", "RESET", "PING"})
 _UNSUPPORTED = {
@@ -82,872 +71,6 @@ _FAST_SELECT = re.compile(r"\s*SELECT\s+(?:\*|[A-Za-z_][\w$]*(?:\s*,\s*[A-Za-z_]
                           re.I)
 
 
-# ----------------------------------------------------------------------------------------------------
-# Resolved tables and the parse structures
-# ----------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True, eq=False)
-class _Table:
-    """A table reference resolved against the configuration."""
-
-    schema: str
-    name: str
-    type: str                      # sharding | global | single | default | system
-    nodes: tuple[str, ...]
-    column: str | None = None
-    fn: ShardingFunction | None = None
-    dist: tuple[Any, ...] | None = None   # equal dist = same nodes and same function: sharded alike
-    cfg: TableConfig | None = None
-
-    @property
-    def full(self) -> str:
-        return f"{self.schema}.{self.name}"
-
-
-@dataclass(eq=False)
-class _Ref:
-    """One occurrence of a table in a FROM clause (or the target of a write)."""
-
-    table: _Table
-    alias: str
-    has_alias: bool
-    scope: "_Scope"
-
-
-@dataclass(eq=False)
-class _Query:
-    """A query expression: one SELECT or the branches of a UNION."""
-
-    parent: "_Scope | None"
-    branches: list["_Scope"] = field(default_factory=list)
-    union: bool = False
-    has_ctes: bool = False
-
-
-@dataclass(eq=False)
-class _Scope:
-    """One SELECT block (or the table part of an UPDATE/DELETE): its tables, conditions, subqueries."""
-
-    parent: "_Scope | None"
-    ctes: dict[str, _Query]
-    refs: list[_Ref] = field(default_factory=list)
-    derived: list[tuple[str, _Query]] = field(default_factory=list)
-    subs: dict[int, _Query] = field(default_factory=dict)
-    where: tuple[int, int] | None = None
-    ons: list[tuple[int, int]] = field(default_factory=list)
-    usings: list[tuple[list[Any], list[str], list[Any]]] = field(default_factory=list)
-    outer: list[tuple[list[Any], list[Any]]] = field(default_factory=list)
-    select_list: tuple[int, int] | None = None
-    cond: Any = None
-    simple: bool = True
-    into: bool = False
-
-
-@dataclass(eq=False)
-class _Analysis:
-    """Everything about a statement that does not depend on its literal values (cached per shape)."""
-
-    kind: str
-    is_write: bool
-    tables: tuple[tuple[str, str], ...]
-    deletions: tuple[tuple[int, int], ...] = ()
-    mode: str = "fixed"               # fixed | query | insert
-    nodes: tuple[str, ...] = ()       # for mode fixed
-    ddl: str | None = None
-    if_exists: bool = False
-    cacheable: bool = True
-    # mode query
-    top: _Query | None = None
-    refs: list[_Ref] = field(default_factory=list)
-    scopes: list[_Scope] = field(default_factory=list)
-    queries: list[_Query] = field(default_factory=list)
-    edges: list[tuple[_Ref, _Ref]] = field(default_factory=list)
-    modified: list[_Ref] | None = None    # writes: the tables written
-    has_limit: bool = False
-    set_checks: list[tuple[_Ref, Any, list[Any]]] = field(default_factory=list)
-    single: _Ref | None = None            # the hot path: exactly one table, nothing else
-    # mode insert
-    target: _Table | None = None
-    rows: list[tuple[int, int, int]] = field(default_factory=list)   # token index of row start, '(' and ')'
-    keys: list[Any] = field(default_factory=list)               # value ref of each row's sharding key
-    sub: "_Analysis | None" = None        # subqueries inside VALUES / INSERT ... SELECT
-    # mode explain: the text before the explained statement, and that statement's SQL on its node
-    explain: tuple[int, str] | None = None
-
-
-def _not_supported(msg: str) -> NotSupported:
-    """ER_NOT_SUPPORTED_YET (1235) with a sentence saying why."""
-    return NotSupported(msg)
-
-
-# ----------------------------------------------------------------------------------------------------
-# Literal values
-# ----------------------------------------------------------------------------------------------------
-
-_NULL = ("null",)
-
-
-def _value(ref: Any, toks: list[Token]) -> Any:
-    """The Python value of a literal reference: int, Decimal, str, bytes or None."""
-    kind = ref[0]
-    if kind == "n":
-        text = toks[ref[1]][1]
-        if text.isdigit() and len(text) <= 20:
-            v: Any = int(text)
-        else:
-            try:
-                v = Decimal(text)
-            except InvalidOperation:  # pragma: no cover - the tokenizer only yields valid numbers
-                v = text
-        return -v if ref[2] else v
-    if kind == "s":
-        return unquote_string(toks[ref[1]][1])
-    if kind == "x":
-        return hex_value(toks[ref[1]][1])
-    if kind == "null":
-        return None
-    return ref[1]
-
-
-def _same_value(a: Any, b: Any) -> bool:
-    """Equal literals of the same family (numbers compare by value, strings and bytes exactly)."""
-    if isinstance(a, (int, Decimal)) and isinstance(b, (int, Decimal)):
-        return a == b
-    return type(a) is type(b) and a == b
-
-
-# ----------------------------------------------------------------------------------------------------
-# The parser: token stream -> scopes, table references, condition trees
-# ----------------------------------------------------------------------------------------------------
-
-class _Parser:
-    """A recursive-descent reader of just enough SQL structure to route a statement."""
-
-    def __init__(self, router: "Router", toks: list[Token], schema: str | None) -> None:
-        self.r = router
-        self.toks = toks
-        self.schema = schema
-        self.n = len(toks)
-        self.up = [t[1].upper() if t[0] == "w" else t[1] for t in toks]
-        self.close = self._match_parens()
-        self.refs: list[_Ref] = []
-        self.scopes: list[_Scope] = []
-        self.queries: list[_Query] = []
-
-    # -- basics ------------------------------------------------------------------------------------
-
-    def _match_parens(self) -> list[int]:
-        close = [-1] * self.n
-        stack: list[int] = []
-        for i, t in enumerate(self.toks):
-            if t[0] == "o":
-                if t[1] == "(":
-                    stack.append(i)
-                elif t[1] == ")":
-                    if not stack:
-                        raise self.syntax(i)
-                    close[stack.pop()] = i
-            elif t[0] == "e":
-                raise ParseError("You have an error in your SQL syntax; unterminated quoted string, "
-                                 f"identifier or comment near '{self.r_text(i)}'")
-        if stack:
-            raise self.syntax(stack[-1])
-        return close
-
-    def r_text(self, i: int) -> str:
-        toks = self.toks
-        return " ".join(t[1] for t in toks[i:i + 6])[:80]
-
-    def syntax(self, i: int) -> ParseError:
-        near = self.r_text(i) if i < self.n else ""
-        return ParseError(f"You have an error in your SQL syntax; check the manual that corresponds to your "
-                          f"MySQL server version for the right syntax to use near '{near}'")
-
-    def at(self, i: int) -> str:
-        return self.up[i] if i < self.n else ""
-
-    def word(self, i: int, w: str) -> bool:
-        return i < self.n and self.up[i] == w and self.toks[i][0] == "w"
-
-    def ident(self, i: int) -> str | None:
-        if i >= self.n:
-            return None
-        kind = self.toks[i][0]
-        if kind == "w":
-            return self.toks[i][1]
-        if kind == "q":
-            return unquote_ident(self.toks[i][1])
-        return None
-
-    def dotted(self, i: int, limit: int | None = None) -> tuple[list[str], int]:
-        """An identifier chain a[.b[.c]]; returns ([] , i) when there is none."""
-        end = self.n if limit is None else limit
-        name = self.ident(i) if i < end else None
-        if name is None:
-            return [], i
-        parts = [name]
-        i += 1
-        while i + 1 < end and self.up[i] == "." and self.toks[i][0] == "o":
-            nxt = self.ident(i + 1)
-            if nxt is None:
-                break
-            parts.append(nxt)
-            i += 2
-        return parts, i
-
-    def is_query(self, i: int) -> bool:
-        up = self.up
-        while i < self.n and up[i] == "(" and self.toks[i][0] == "o":
-            i += 1
-        return i < self.n and self.toks[i][0] == "w" and up[i] in ("SELECT", "WITH")
-
-    def skip_to(self, i: int, end: int, stops: Collection[str], sc: _Scope | None) -> int:
-        """Advance to the next top-level word in stops, parsing subqueries met on the way."""
-        toks, up = self.toks, self.up
-        while i < end:
-            kind = toks[i][0]
-            if kind == "o" and up[i] == "(":
-                c = self.close[i]
-                if sc is not None:
-                    self.subqueries(i, c + 1, sc)
-                i = c + 1
-                continue
-            if kind == "w" and up[i] in stops:
-                return i
-            i += 1
-        return end
-
-    def subqueries(self, i: int, end: int, sc: _Scope) -> None:
-        """Parse every parenthesised subquery in [i, end) as a child of sc."""
-        toks, up = self.toks, self.up
-        while i < end:
-            if toks[i][0] == "o" and up[i] == "(":
-                if self.is_query(i + 1):
-                    sc.subs[i] = self.query(i + 1, self.close[i], sc, sc.ctes)
-                    i = self.close[i] + 1
-                    continue
-            elif toks[i][0] == "w" and up[i] in _AGGREGATES and i + 1 < end and up[i + 1] == "(":
-                sc.simple = False
-            elif toks[i][0] == "w" and up[i] == "OVER":
-                sc.simple = False
-            i += 1
-
-    def new_scope(self, parent: _Scope | None, ctes: dict[str, _Query]) -> _Scope:
-        sc = _Scope(parent, ctes)
-        self.scopes.append(sc)
-        return sc
-
-    # -- queries -----------------------------------------------------------------------------------
-
-    def query(self, i: int, end: int, parent: _Scope | None, ctes: dict[str, _Query]) -> _Query:
-        """A query expression in [i, end): [WITH ...] branch {UNION branch} [ORDER BY/LIMIT]."""
-        q = _Query(parent)
-        self.queries.append(q)
-        up = self.up
-        if self.word(i, "WITH"):
-            q.has_ctes = True
-            ctes = dict(ctes)
-            i += 1
-            if self.word(i, "RECURSIVE"):
-                i += 1
-            while True:
-                name = self.ident(i)
-                if name is None or i >= end:
-                    raise self.syntax(i)
-                i += 1
-                if self.at(i) == "(":
-                    i = self.close[i] + 1
-                if not self.word(i, "AS") or self.at(i + 1) != "(":
-                    raise self.syntax(i)
-                body = _Query(parent)
-                ctes[name.lower()] = body
-                inner = self.query(i + 2, self.close[i + 1], parent, ctes)
-                body.branches, body.union, body.has_ctes = inner.branches, inner.union, inner.has_ctes
-                i = self.close[i + 1] + 1
-                if self.at(i) == ",":
-                    i += 1
-                    continue
-                break
-        while True:
-            if i >= end:
-                raise self.syntax(i)
-            if up[i] == "(" and self.toks[i][0] == "o":
-                c = self.close[i]
-                if not self.is_query(i + 1):
-                    raise self.syntax(i)
-                inner = self.query(i + 1, c, parent, ctes)
-                q.branches.extend(inner.branches)
-                q.union = q.union or inner.union
-                q.has_ctes = q.has_ctes or inner.has_ctes
-                i = self.skip_to(c + 1, end, _SETOPS | {"INTO"}, parent)
-                if self.word(i, "INTO"):
-                    raise _not_supported("SELECT ... INTO is not supported by pydble")
-            elif self.word(i, "SELECT"):
-                sc, i = self.select(i, end, parent, ctes)
-                q.branches.append(sc)
-            elif self.toks[i][0] == "w" and up[i] in ("VALUES", "TABLE"):
-                raise _not_supported(f"the {up[i]} statement is not supported by pydble")
-            else:
-                raise self.syntax(i)
-            if i < end and up[i] in _SETOPS and self.toks[i][0] == "w":
-                q.union = True
-                i += 1
-                if self.at(i) in ("ALL", "DISTINCT"):
-                    i += 1
-                continue
-            break
-        if i < end:
-            raise self.syntax(i)
-        return q
-
-    def select(self, i: int, end: int, parent: _Scope | None, ctes: dict[str, _Query]) -> tuple[_Scope, int]:
-        """One SELECT block, up to a set operator or the end of its range."""
-        sc = self.new_scope(parent, ctes)
-        toks, up = self.toks, self.up
-        k = i + 1
-        clause = "SELECT"
-        start = k
-        list_start = k
-        while k < end:
-            kind, t = toks[k][0], up[k]
-            if kind == "o" and t == "(":
-                c = self.close[k]
-                self.subqueries(k, c + 1, sc)
-                k = c + 1
-                continue
-            if kind == "w":
-                if t in _SETOPS:
-                    break
-                if t in _SELECT_CLAUSES:
-                    self._end_clause(sc, clause, start, k, list_start)
-                    clause, start = t, k + 1
-                    if t == "FROM":
-                        k, _ = self.from_(k + 1, end, sc)
-                        start = k
-                        clause = "AFTER_FROM"
-                        continue
-                    if t in ("GROUP", "HAVING", "WINDOW", "LIMIT"):
-                        sc.simple = False
-                    elif t == "INTO":
-                        sc.into = True
-                    k += 1
-                    continue
-                if clause == "SELECT" and t in ("DISTINCT", "DISTINCTROW"):
-                    sc.simple = False
-                elif t == "OVER" or (t in _AGGREGATES and k + 1 < end and up[k + 1] == "("):
-                    sc.simple = False
-            k += 1
-        self._end_clause(sc, clause, start, k, list_start)
-        if sc.into:
-            raise _not_supported("SELECT ... INTO is not supported by pydble")
-        return sc, k
-
-    def _end_clause(self, sc: _Scope, clause: str, start: int, k: int, list_start: int) -> None:
-        if clause == "SELECT":
-            sc.select_list = (list_start, k)
-        elif clause == "WHERE":
-            sc.where = (start, k)
-
-    # -- FROM clauses ------------------------------------------------------------------------------
-
-    def from_(self, k: int, end: int, sc: _Scope) -> tuple[int, list[Any]]:
-        """table_refs: factors joined by commas and JOINs; returns (next index, items)."""
-        up = self.up
-        left: list[Any] = []
-        k, items = self.factor(k, end, sc)
-        left.extend(items)
-        while k < end:
-            t = up[k]
-            if t == "," and self.toks[k][0] == "o":
-                k, items = self.factor(k + 1, end, sc)
-                left.extend(items)
-                continue
-            if self.toks[k][0] != "w" or t not in _JOIN_WORDS:
-                break
-            jt = "inner"
-            if t == "NATURAL":  # joins on common columns: no known sharding-column equality
-                k += 1
-                t = self.at(k)
-            if t in ("INNER", "CROSS"):
-                k += 1
-            elif t in ("LEFT", "RIGHT", "FULL"):
-                if t == "FULL":
-                    raise _not_supported("FULL OUTER JOIN is not supported")
-                jt = t.lower()
-                k += 1
-                if self.word(k, "OUTER"):
-                    k += 1
-            if self.word(k, "STRAIGHT_JOIN") or self.word(k, "JOIN"):
-                k += 1
-            else:
-                raise self.syntax(k)
-            k, right = self.factor(k, end, sc)
-            if self.word(k, "ON"):
-                s = k + 1
-                k = self._on_end(s, end, sc)
-                sc.ons.append((s, k))
-            elif self.word(k, "USING") and self.at(k + 1) == "(":
-                c = self.close[k + 1]
-                cols = [self.ident(j) or "" for j in range(k + 2, c) if self.toks[j][0] in "wq"]
-                sc.usings.append((right, [x.lower() for x in cols], list(left)))
-                k = c + 1
-            if jt == "left":
-                sc.outer.append((list(left), right))
-            elif jt == "right":
-                sc.outer.append((right, list(left)))
-            left.extend(right)
-        return k, left
-
-    def _on_end(self, i: int, end: int, sc: _Scope) -> int:
-        toks, up = self.toks, self.up
-        while i < end:
-            kind, t = toks[i][0], up[i]
-            if kind == "o":
-                if t == "(":
-                    c = self.close[i]
-                    self.subqueries(i, c + 1, sc)
-                    i = c + 1
-                    continue
-                if t == ",":
-                    return i
-            elif kind == "w":
-                if t in _JOIN_WORDS and not (i + 1 < end and up[i + 1] == "("):
-                    return i
-                if t in _SELECT_CLAUSES or t in _SETOPS or t == "SET":
-                    return i
-            i += 1
-        return end
-
-    def factor(self, k: int, end: int, sc: _Scope) -> tuple[int, list[Any]]:
-        """One table factor: a table, a derived table, a parenthesised join, DUAL or JSON_TABLE."""
-        if k >= end:
-            raise self.syntax(k)
-        toks, up = self.toks, self.up
-        t = up[k]
-        lateral = False
-        if toks[k][0] == "w" and t == "LATERAL":
-            lateral = True
-            k += 1
-            if k >= end:
-                raise self.syntax(k)
-            t = up[k]
-        if t == "(" and toks[k][0] == "o":
-            c = self.close[k]
-            if self.is_query(k + 1):
-                q = self.query(k + 1, c, sc if lateral else sc.parent, sc.ctes)
-                k, alias, _ = self.alias(c + 1, end)
-                if self.at(k) == "(":
-                    k = self.close[k] + 1
-                sc.derived.append(((alias or "").lower(), q))
-                return k, [q]
-            k2, items = self.from_(k + 1, c, sc)
-            if k2 != c:
-                raise self.syntax(k2)
-            return c + 1, items
-        if toks[k][0] == "o" and t == "{":
-            raise _not_supported("the ODBC { OJ ... } join syntax is not supported")
-        if toks[k][0] == "w" and t == "DUAL":
-            return k + 1, []
-        if toks[k][0] == "w" and t == "JSON_TABLE" and self.at(k + 1) == "(":
-            k, _, _ = self.alias(self.close[k + 1] + 1, end)
-            return k, []
-        parts, k2 = self.dotted(k, end)
-        if not parts or len(parts) > 2:
-            raise self.syntax(k)
-        if len(parts) == 1 and parts[0].lower() in sc.ctes:
-            q = sc.ctes[parts[0].lower()]
-            k2, alias, _ = self.alias(k2, end)
-            sc.derived.append(((alias or parts[0]).lower(), q))
-            return k2, [q]
-        table = self.r._resolve(parts, self.schema)
-        k = k2
-        if self.word(k, "PARTITION") and self.at(k + 1) == "(":
-            k = self.close[k + 1] + 1
-        k, alias, has_alias = self.alias(k, end)
-        k = self._index_hints(k, end)
-        ref = _Ref(table, (alias or table.name).lower(), has_alias, sc)
-        sc.refs.append(ref)
-        self.refs.append(ref)
-        return k, [ref]
-
-    def alias(self, k: int, end: int) -> tuple[int, str | None, bool]:
-        if self.word(k, "AS"):
-            name = self.ident(k + 1)
-            if name is None and k + 1 < end and self.toks[k + 1][0] == "s":
-                name = unquote_string(self.toks[k + 1][1])
-            if name is None:
-                raise self.syntax(k + 1)
-            return k + 2, name, True
-        if k < end:
-            kind = self.toks[k][0]
-            if kind == "q" or (kind == "w" and self.up[k] not in _NOT_ALIAS):
-                return k + 1, self.ident(k), True
-            if kind == "s":
-                return k + 1, unquote_string(self.toks[k][1]), True
-        return k, None, False
-
-    def _index_hints(self, k: int, end: int) -> int:
-        while k < end and self.toks[k][0] == "w" and self.up[k] in ("USE", "IGNORE", "FORCE") \
-                and self.at(k + 1) in ("INDEX", "KEY"):
-            k += 2
-            if self.word(k, "FOR"):
-                k += 3 if self.at(k + 1) in ("ORDER", "GROUP") else 2
-            if self.at(k) == "(":
-                k = self.close[k] + 1
-            if self.at(k) == "," and self.at(k + 1) in ("USE", "IGNORE", "FORCE"):
-                k += 1
-        return k
-
-    # -- conditions --------------------------------------------------------------------------------
-
-    def cond(self, i: int, j: int, sc: _Scope) -> Any:
-        """A condition tree: ('or'|'and', [..]), atoms ('eq'|'in'|'range'|'isnull'|'ceq'|'insub'|'empty'), or None."""
-        parts = self._split(i, j, ("OR", "||"), True)
-        if parts is None:
-            return None
-        if len(parts) > 1:
-            return ("or", [self._conj(a, b, sc) for a, b in parts])
-        return self._conj(i, j, sc)
-
-    def _conj(self, i: int, j: int, sc: _Scope) -> Any:
-        parts = self._split(i, j, ("AND", "&&"), False)
-        if parts is None:
-            return None
-        if len(parts) > 1:
-            return ("and", [self._atom(a, b, sc) for a, b in parts])
-        return self._atom(i, j, sc)
-
-    def _split(self, i: int, j: int, seps: tuple[str, str], xor_fails: bool) -> list[tuple[int, int]] | None:
-        toks, up, close = self.toks, self.up, self.close
-        out: list[tuple[int, int]] = []
-        a = k = i
-        between = case = 0
-        while k < j:
-            kind, t = toks[k][0], up[k]
-            if kind == "o":
-                if t == "(":
-                    k = close[k] + 1
-                    continue
-                if t == seps[1] and not case:
-                    out.append((a, k))
-                    a = k + 1
-            elif kind == "w":
-                if t == "CASE":
-                    case += 1
-                elif t == "END" and case:
-                    case -= 1
-                elif t == "BETWEEN":
-                    between += 1
-                elif t == "XOR" and xor_fails and not case:
-                    return None
-                elif t == seps[0] and not case:
-                    if t == "AND" and between:
-                        between -= 1
-                    else:
-                        out.append((a, k))
-                        a = k + 1
-            k += 1
-        out.append((a, j))
-        return out
-
-    def colref(self, k: int, end: int) -> tuple[tuple[tuple[str, ...], str] | None, int]:
-        if k >= end:
-            return None, k
-        kind = self.toks[k][0]
-        if kind not in "wq" or (kind == "w" and self.up[k] in _NOT_COLUMN):
-            return None, k
-        parts, k2 = self.dotted(k, end)
-        if not parts or len(parts) > 3:
-            return None, k
-        low = [p.lower() for p in parts]
-        return (tuple(low[:-1]), low[-1]), k2
-
-    def literal(self, k: int, end: int) -> tuple[Any, int]:
-        if k >= end:
-            return None, k
-        kind, t = self.toks[k][0], self.up[k]
-        if kind in ("n", "s", "x"):
-            return (kind, k, False), k + 1
-        if kind == "o" and t in ("-", "+") and k + 1 < end and self.toks[k + 1][0] == "n":
-            return ("n", k + 1, t == "-"), k + 2
-        if kind == "w":
-            if t == "NULL":
-                return _NULL, k + 1
-            if t in ("TRUE", "FALSE"):
-                return ("const", 1 if t == "TRUE" else 0), k + 1
-            if (t[:1] == "_" or t == "N") and k + 1 < end and self.toks[k + 1][0] == "s":
-                return ("s", k + 1, False), k + 2
-        return None, k
-
-    def _atom(self, a: int, b: int, sc: _Scope) -> Any:
-        if a >= b:
-            return None
-        up = self.up
-        if up[a] == "(" and self.toks[a][0] == "o" and self.close[a] == b - 1:
-            return None if self.is_query(a + 1) else self.cond(a + 1, b - 1, sc)
-        c1, k = self.colref(a, b)
-        if c1 is not None and k < b:
-            op = up[k]
-            if op in ("=", "<=>"):
-                v, k2 = self.literal(k + 1, b)
-                if v is not None and k2 == b:
-                    if v is _NULL:
-                        return ("isnull", c1) if op == "<=>" else ("empty", c1)
-                    return ("eq", c1, v)
-                c2, k2 = self.colref(k + 1, b)
-                if c2 is not None and k2 == b and op == "=":
-                    return ("ceq", c1, c2)
-                return None
-            if op == "IN" and self.at(k + 1) == "(" and self.close[k + 1] == b - 1:
-                if self.is_query(k + 2):
-                    sub = sc.subs.get(k + 1)
-                    return ("insub", c1, sub) if sub is not None else None
-                vals = []
-                m = k + 2
-                while m < b - 1:
-                    v, m = self.literal(m, b - 1)
-                    if v is None:
-                        return None
-                    vals.append(v)
-                    if m < b - 1:
-                        if up[m] != ",":
-                            return None
-                        m += 1
-                return ("in", c1, tuple(vals)) if vals else None
-            if op == "BETWEEN":
-                lo, m = self.literal(k + 1, b)
-                if lo is None or lo is _NULL or not self.word(m, "AND"):
-                    return None
-                hi, m = self.literal(m + 1, b)
-                if hi is None or hi is _NULL or m != b:
-                    return None
-                return ("range", c1, lo, hi)
-            if op in ("<", "<=", ">", ">="):
-                v, m = self.literal(k + 1, b)
-                if v is None or v is _NULL or m != b:
-                    return None
-                return ("range", c1, v, None) if op[0] == ">" else ("range", c1, None, v)
-            if op == "IS" and k + 2 == b and up[k + 1] == "NULL":
-                return ("isnull", c1)
-            return None
-        v, k = self.literal(a, b)
-        if v is not None and k == b:
-            return ("lit", "truth", v, None)            # WHERE 0 / WHERE FALSE
-        if v is not None and k < b:
-            op = up[k]
-            if op in ("=", "<>", "!="):
-                v2, m = self.literal(k + 1, b)
-                if v2 is not None and m == b:
-                    return ("lit", op, v, v2)           # WHERE 1=0, Spark's schema probe
-            c, m = self.colref(k + 1, b)
-            if c is not None and m == b:
-                if op == "=":
-                    return ("empty", c) if v is _NULL else ("eq", c, v)
-                if op == "<=>":
-                    return ("isnull", c) if v is _NULL else ("eq", c, v)
-                if v is not _NULL and op in ("<", "<="):
-                    return ("range", c, v, None)
-                if v is not _NULL and op in (">", ">="):
-                    return ("range", c, None, v)
-        return None
-
-
-# ----------------------------------------------------------------------------------------------------
-# Evaluating conditions and co-location
-# ----------------------------------------------------------------------------------------------------
-
-def _applies(col: tuple[tuple[str, ...], str], ref: _Ref) -> bool:
-    """Whether a column reference names ref's sharding column."""
-    quals, name = col
-    if name != ref.table.column:
-        return False
-    if not quals:
-        return True
-    if len(quals) == 1:
-        return quals[0] == ref.alias
-    return not ref.has_alias and quals[1] == ref.table.name and quals[0] == ref.table.schema.lower()
-
-
-def _partitions(c: Any, ref: _Ref, toks: list[Token], outer: bool) -> frozenset[int] | None:
-    """The partitions of ref that rows satisfying condition c can live on; None = all of them."""
-    if c is None:
-        return None
-    op = c[0]
-    if op == "and":
-        acc: frozenset[int] | None = None
-        for x in c[1]:
-            r = _partitions(x, ref, toks, outer)
-            if r is not None:
-                acc = r if acc is None else acc & r
-        return acc
-    if op == "or":
-        parts: set[int] = set()
-        for x in c[1]:
-            r = _partitions(x, ref, toks, outer)
-            if r is None:
-                return None
-            parts |= r
-        return frozenset(parts)
-    if op == "lit":
-        return frozenset() if _literal_false(c, toks) else None
-    if op in ("ceq", "insub") or not _applies(c[1], ref):
-        return None
-    fn = ref.table.fn
-    assert fn is not None
-    try:
-        if op == "eq":
-            return frozenset((fn.partition(_value(c[2], toks)),))
-        if op == "in":
-            found = set()
-            for v in c[2]:
-                if v is _NULL:
-                    continue
-                try:
-                    found.add(fn.partition(_value(v, toks)))
-                except NoValidNode:
-                    pass
-            return frozenset(found)
-        if op == "range":
-            lo = None if c[2] is None else _value(c[2], toks)
-            hi = None if c[3] is None else _value(c[3], toks)
-            r = fn.partitions_for_range(lo, hi)
-            return None if r is None else frozenset(r)
-        if op == "isnull":
-            # A NULL-extended row of an outer join also satisfies IS NULL, wherever it comes from.
-            return None if outer else frozenset((fn.partition(None),))
-        if op == "empty":
-            return frozenset()
-    except NoValidNode:
-        return frozenset()
-    except BadShardingValue:
-        return None  # MySQL casts such values; any node may hold a match
-    return None
-
-
-def _literal_false(c: Any, toks: list[Token]) -> bool:
-    """Whether a literal-only condition (1=0, 0, FALSE, NULL) is certainly not true; numbers only."""
-    a = _value(c[2], toks)
-    if c[1] == "truth":
-        return a is None or (isinstance(a, (int, Decimal)) and a == 0)
-    b = _value(c[3], toks)
-    if a is None or b is None:
-        return True
-    if not (isinstance(a, (int, Decimal)) and isinstance(b, (int, Decimal))):
-        return False
-    return (a != b) if c[1] == "=" else (a == b)
-
-
-def _conjuncts(c: Any) -> list[Any]:
-    if c is None:
-        return []
-    if c[0] == "and":
-        out: list[Any] = []
-        for x in c[1]:
-            out.extend(_conjuncts(x))
-        return out
-    return [c]
-
-
-def _resolve_col(col: tuple[tuple[str, ...], str], sc: _Scope) -> _Ref | None:
-    """The sharding table whose sharding column col names, searching outwards for qualified names."""
-    quals, name = col
-    if not quals:
-        cands = [r for r in sc.refs if r.table.type == "sharding" and r.table.column == name]
-        return cands[0] if len(cands) == 1 else None
-    s: _Scope | None = sc
-    while s is not None:
-        cands = [r for r in s.refs if (len(quals) == 1 and r.alias == quals[0]) or
-                 (len(quals) == 2 and not r.has_alias and r.table.name == quals[1]
-                  and r.table.schema.lower() == quals[0])]
-        if cands:
-            r = cands[0]
-            ok = len(cands) == 1 and r.table.type == "sharding" and r.table.column == name
-            return r if ok else None
-        if len(quals) == 1 and any(alias == quals[0] for alias, _ in s.derived):
-            return None
-        s = s.parent
-    return None
-
-
-def _sub_column(q: _Query, p: _Parser) -> _Ref | None:
-    """For `x IN (SELECT col FROM ...)`: the sharding table whose sharding column the subquery selects."""
-    if q.union or len(q.branches) != 1:
-        return None
-    sc = q.branches[0]
-    if sc.select_list is None:
-        return None
-    a, b = sc.select_list
-    if p.word(a, "DISTINCT"):
-        a += 1
-    col, k = p.colref(a, b)
-    if col is None or k != b:
-        return None
-    return _resolve_col(col, sc)
-
-
-def _edges(p: _Parser) -> list[tuple[_Ref, _Ref]]:
-    """Equalities between sharding columns that make two tables' rows meet on the same node."""
-    out: list[tuple[_Ref, _Ref]] = []
-    for sc in p.scopes:
-        conds = [sc.cond] + [p.cond(a, b, sc) for a, b in sc.ons]
-        for c in conds:
-            for atom in _conjuncts(c):
-                if atom is None:
-                    continue
-                if atom[0] == "ceq":
-                    x, y = _resolve_col(atom[1], sc), _resolve_col(atom[2], sc)
-                elif atom[0] == "insub":
-                    x, y = _resolve_col(atom[1], sc), _sub_column(atom[2], p)
-                else:
-                    continue
-                if x is not None and y is not None and x is not y:
-                    out.append((x, y))
-        for right, cols, left in sc.usings:
-            for col in cols:
-                for r in right:
-                    for lft in left:
-                        if isinstance(r, _Ref) and isinstance(lft, _Ref) and r.table.column == col \
-                                and lft.table.column == col and r.table.type == lft.table.type == "sharding":
-                            out.append((lft, r))
-    return out
-
-
-def _query_refs(q: _Query) -> list[_Ref]:
-    out: list[_Ref] = []
-    seen: set[int] = set()
-
-    def walk(qq: _Query) -> None:
-        if id(qq) in seen:
-            return
-        seen.add(id(qq))
-        for sc in qq.branches:
-            out.extend(sc.refs)
-            for _, d in sc.derived:
-                walk(d)
-            for s in sc.subs.values():
-                walk(s)
-    walk(q)
-    return out
-
-
-def _has_sharding(items: list[Any]) -> bool:
-    for it in items:
-        if isinstance(it, _Ref):
-            if it.table.type == "sharding":
-                return True
-        elif any(r.table.type == "sharding" for r in _query_refs(it)):
-            return True
-    return False
-
-
-def _names(refs: Sequence[_Ref]) -> str:
-    return " and ".join(dict.fromkeys(r.table.full for r in refs))
-
-
-# ----------------------------------------------------------------------------------------------------
-# The router
-# ----------------------------------------------------------------------------------------------------
-
 class Router:
     """Plans statements against a Config; thread-compatible, with a bounded shape cache."""
 
@@ -960,8 +83,8 @@ class Router:
         self.default_tables = default_tables
         self.table_columns = table_columns
         self.cache_size = cache_size
-        self._cache: dict[tuple[str | None, str], _Analysis] = {}
-        self._tables: dict[tuple[str, str], _Table] = {}
+        self._cache: dict[tuple[str | None, str], Analysis] = {}
+        self._tables: dict[tuple[str, str], Table] = {}
         self._points: dict[tuple[str, str, str], Any] = {}   # point_read's table entries
         self._schema_names = {name.lower(): name for name in config.schemas}
 
@@ -1063,13 +186,13 @@ class Router:
 
     # -- tables ------------------------------------------------------------------------------------
 
-    def _resolve(self, parts: list[str], schema: str | None) -> _Table:
+    def _resolve(self, parts: list[str], schema: str | None) -> Table:
         """Resolve [schema.]table to its configuration (or the schema's default node)."""
         if len(parts) == 2:
             real = self._schema_names.get(parts[0].lower())
             if real is None:
                 if parts[0].lower() in SYSTEM_SCHEMAS:
-                    return _Table(parts[0].lower(), parts[1].lower(), "system", ())
+                    return Table(parts[0].lower(), parts[1].lower(), "system", ())
                 raise UnknownDatabase(f"Unknown database '{parts[0]}'")
             schema = real
         elif schema is None:
@@ -1089,9 +212,9 @@ class Router:
                 dist = (cfg.nodes, fcfg.type, fcfg.partition_count, fcfg.partition_length,
                         fcfg.hash_slice if fcfg.type == "stringhash" else None, fcfg.ranges,
                         fcfg.default_partition)
-            t = _Table(schema, name, cfg.type, cfg.nodes, cfg.column, fn, dist, cfg)
+            t = Table(schema, name, cfg.type, cfg.nodes, cfg.column, fn, dist, cfg)
         elif sc.default_node is not None:
-            t = _Table(schema, name, "default", (sc.default_node,))
+            t = Table(schema, name, "default", (sc.default_node,))
         else:
             raise NoSuchTable(f"Table '{schema}.{name}' doesn't exist in the config of sharding")
         self._tables[key] = t
@@ -1121,8 +244,8 @@ class Router:
 
     # -- analysis ----------------------------------------------------------------------------------
 
-    def _analyze(self, sql: str, toks: list[Token], schema: str | None) -> _Analysis:
-        p = _Parser(self, toks, schema)
+    def _analyze(self, sql: str, toks: list[Token], schema: str | None) -> Analysis:
+        p = Parser(self._resolve, toks, schema)
         first = p.up[0] if toks[0][0] == "w" else toks[0][1]
         if first in ("SELECT", "WITH", "("):
             an = self._an_select(p)
@@ -1139,11 +262,11 @@ class Router:
         elif first in ("ANALYZE", "OPTIMIZE", "REPAIR", "CHECK", "CHECKSUM"):
             an = self._an_maintenance(p, sql, first)
         elif first == "DO":
-            an = _Analysis("other", False, (), nodes=(self._home(schema),))
+            an = Analysis("other", False, (), nodes=(self._home(schema),))
         elif first in _UNSUPPORTED:
-            raise _not_supported(f"{_UNSUPPORTED[first]} is not supported by pydble")
+            raise not_supported(f"{_UNSUPPORTED[first]} is not supported by pydble")
         elif first in _SESSION_WORDS:
-            raise _not_supported(f"{first} is a session statement: the session handles it, the router does not")
+            raise not_supported(f"{first} is a session statement: the session handles it, the router does not")
         else:
             raise p.syntax(0)
         if not an.deletions:
@@ -1152,7 +275,7 @@ class Router:
             an.deletions = tuple(sorted(set(an.deletions) | set(self._strips(toks))))
         return an
 
-    def _finish_query(self, p: _Parser, an: _Analysis) -> _Analysis:
+    def _finish_query(self, p: Parser, an: Analysis) -> Analysis:
         for sc in p.scopes:
             if sc.where is not None:
                 sc.cond = p.cond(sc.where[0], sc.where[1], sc)
@@ -1160,7 +283,7 @@ class Router:
         an.refs = p.refs
         an.scopes = p.scopes
         an.queries = p.queries
-        an.edges = _edges(p)
+        an.edges = join_edges(p)
         if not an.tables:
             an.tables = tuple(dict.fromkeys((r.table.schema, r.table.name) for r in p.refs
                                             if r.table.type != "system"))
@@ -1168,13 +291,13 @@ class Router:
             an.single = p.refs[0]
         return an
 
-    def _an_select(self, p: _Parser) -> _Analysis:
+    def _an_select(self, p: Parser) -> Analysis:
         q = p.query(0, p.n, None, {})
-        an = _Analysis("select", False, ())
+        an = Analysis("select", False, ())
         an.top = q
         return self._finish_query(p, an)
 
-    def _an_update(self, p: _Parser) -> _Analysis:
+    def _an_update(self, p: Parser) -> Analysis:
         k = 1
         while p.at(k) in ("LOW_PRIORITY", "IGNORE"):
             k += 1
@@ -1184,9 +307,9 @@ class Router:
             raise p.syntax(k)
         end = p.skip_to(k + 1, p.n, ("WHERE", "ORDER", "LIMIT"), sc)
         assigns = self._assignments(p, k + 1, end)
-        an = _Analysis("update", True, ())
+        an = Analysis("update", True, ())
         multi = len(sc.refs) > 1 or bool(sc.derived)
-        modified: list[_Ref] = []
+        modified: list[Ref] = []
         for col, (a, b) in assigns:
             target = self._assign_target(col, sc.refs, multi)
             for r in target:
@@ -1197,21 +320,21 @@ class Router:
                     an.set_checks.append((r, v if m == b else None, []))
         an.modified = modified or list(sc.refs)
         self._tail(p, end, sc, an)
-        q = _Query(None, [sc])
+        q = Query(None, [sc])
         an.top = q
         self._finish_query(p, an)
         for r, v, wheres in an.set_checks:
-            for atom in _conjuncts(r.scope.cond):
-                if atom is not None and atom[0] == "eq" and _applies(atom[1], r):
+            for atom in conjuncts(r.scope.cond):
+                if atom is not None and atom[0] == "eq" and names_shard_column(atom[1], r):
                     wheres.append(atom[2])
             if v is None or not wheres:
                 raise self._shard_update(r)
         return an
 
-    def _shard_update(self, r: _Ref) -> NotSupported:
-        return _not_supported(f"Sharding column can't be updated {r.table.name}->{(r.table.column or '').upper()}")
+    def _shard_update(self, r: Ref) -> NotSupported:
+        return not_supported(f"Sharding column can't be updated {r.table.name}->{(r.table.column or '').upper()}")
 
-    def _assign_target(self, col: tuple[tuple[str, ...], str], refs: list[_Ref], multi: bool) -> list[_Ref]:
+    def _assign_target(self, col: tuple[tuple[str, ...], str], refs: list[Ref], multi: bool) -> list[Ref]:
         quals, name = col
         if not quals:
             if not multi:
@@ -1221,7 +344,7 @@ class Router:
         return [r for r in refs if (len(quals) == 1 and r.alias == quals[0]) or
                 (len(quals) == 2 and r.table.name == quals[1])] or list(refs)
 
-    def _assignments(self, p: _Parser, k: int, end: int) -> list[tuple[tuple[tuple[str, ...], str], tuple[int, int]]]:
+    def _assignments(self, p: Parser, k: int, end: int) -> list[tuple[tuple[tuple[str, ...], str], tuple[int, int]]]:
         """col = expr, ... in [k, end): each column with the token range of its value."""
         out = []
         while k < end:
@@ -1243,7 +366,7 @@ class Router:
             k = b + 1
         return out
 
-    def _tail(self, p: _Parser, k: int, sc: _Scope, an: _Analysis) -> None:
+    def _tail(self, p: Parser, k: int, sc: Scope, an: Analysis) -> None:
         """WHERE / ORDER BY / LIMIT of an UPDATE or DELETE."""
         if p.word(k, "WHERE"):
             end = p.skip_to(k + 1, p.n, ("ORDER", "LIMIT"), sc)
@@ -1257,12 +380,12 @@ class Router:
         if k < p.n:
             raise p.syntax(k)
 
-    def _an_delete(self, p: _Parser) -> _Analysis:
+    def _an_delete(self, p: Parser) -> Analysis:
         k = 1
         while p.at(k) in ("LOW_PRIORITY", "QUICK", "IGNORE"):
             k += 1
         sc = p.new_scope(None, {})
-        an = _Analysis("delete", True, ())
+        an = Analysis("delete", True, ())
         using = p.skip_to(k, p.n, ("USING",), None)
         names: list[list[str]] = []
         if p.word(k, "FROM") and using == p.n:
@@ -1298,12 +421,12 @@ class Router:
         else:
             an.modified = list(sc.refs)
         self._tail(p, k, sc, an)
-        an.top = _Query(None, [sc])
+        an.top = Query(None, [sc])
         return self._finish_query(p, an)
 
     # -- INSERT / REPLACE --------------------------------------------------------------------------
 
-    def _an_insert(self, p: _Parser, kind: str) -> _Analysis:
+    def _an_insert(self, p: Parser, kind: str) -> Analysis:
         k = 1
         while p.at(k) in ("LOW_PRIORITY", "DELAYED", "HIGH_PRIORITY", "IGNORE"):
             k += 1
@@ -1314,7 +437,7 @@ class Router:
             raise p.syntax(k)
         table = self._resolve(parts, p.schema)
         if table.type == "system":
-            raise _not_supported(f"writing to {table.full} is not supported by pydble")
+            raise not_supported(f"writing to {table.full} is not supported by pydble")
         if p.word(k, "PARTITION") and p.at(k + 1) == "(":
             k = p.close[k + 1] + 1
         cols: list[str] | None = None
@@ -1330,7 +453,7 @@ class Router:
                 if j < c and p.at(j) == ",":
                     j += 1
             k = c + 1
-        an = _Analysis(kind, True, ((table.schema, table.name),), mode="insert", target=table)
+        an = Analysis(kind, True, ((table.schema, table.name),), mode="insert", target=table)
         sc = p.new_scope(None, {})
         if p.at(k) in ("VALUES", "VALUE"):
             k = self._rows(p, k + 1, an, sc)
@@ -1348,7 +471,7 @@ class Router:
                     v, m = p.literal(a, b)
                     if v is None or m != b:
                         text = " ".join(t[1] for t in p.toks[a:b])
-                        raise _not_supported(f"Not Supported of Sharding Value EXPR :{text}")
+                        raise not_supported(f"Not Supported of Sharding Value EXPR :{text}")
                     an.keys.append(v)
         elif p.word(k, "SET"):
             end = self._odku(p, k + 1, sc)
@@ -1359,7 +482,7 @@ class Router:
                     v, m = p.literal(a, b)
                     if v is None or m != b:
                         text = " ".join(t[1] for t in p.toks[a:b])
-                        raise _not_supported(f"Not Supported of Sharding Value EXPR :{text}")
+                        raise not_supported(f"Not Supported of Sharding Value EXPR :{text}")
                     key = v
             if table.type == "sharding" and key is None:
                 raise self._no_key(table)
@@ -1369,7 +492,7 @@ class Router:
         elif p.is_query(k) or p.word(k, "WITH"):
             end = self._odku(p, k, None)
             q = p.query(k, end, None, {})
-            sub = _Analysis(kind, True, ())
+            sub = Analysis(kind, True, ())
             sub.top = q
             self._finish_query(p, sub)
             an.sub = sub
@@ -1387,14 +510,14 @@ class Router:
                 raise p.syntax(k)
             for col, _ in self._assignments(p, k + 4, p.n):
                 if table.type == "sharding" and col[1] == table.column:
-                    raise _not_supported(f"Sharding column can't be updated: {table.name.upper()} -> "
+                    raise not_supported(f"Sharding column can't be updated: {table.name.upper()} -> "
                                          f"{(table.column or '').upper()}")
             p.skip_to(k + 4, p.n, (), sc)
         elif k < p.n:
             raise p.syntax(k)
         if sc.subs and an.mode == "insert":
-            sub = _Analysis(kind, True, ())
-            sub.top = _Query(None, [sc])
+            sub = Analysis(kind, True, ())
+            sub.top = Query(None, [sc])
             self._finish_query(p, sub)
             an.sub = sub
             an.tables = an.tables + tuple(t for t in sub.tables if t not in an.tables)
@@ -1402,7 +525,7 @@ class Router:
             an.cacheable = False  # the key's position came from metadata, which can change
         return an
 
-    def _odku(self, p: _Parser, k: int, sc: _Scope | None) -> int:
+    def _odku(self, p: Parser, k: int, sc: Scope | None) -> int:
         """Where a top-level ON DUPLICATE KEY UPDATE starts (or the end)."""
         while True:
             k = p.skip_to(k, p.n, ("ON",), sc)
@@ -1410,14 +533,14 @@ class Router:
                 return k
             k += 1
 
-    def _no_key(self, table: _Table) -> NotSupported:
-        return _not_supported(f"bad insert sql, sharding column/joinKey:{(table.column or '').upper()} not provided")
+    def _no_key(self, table: Table) -> NotSupported:
+        return not_supported(f"bad insert sql, sharding column/joinKey:{(table.column or '').upper()} not provided")
 
-    def _key_index(self, table: _Table, cols: list[str] | None, an: _Analysis) -> int:
+    def _key_index(self, table: Table, cols: list[str] | None, an: Analysis) -> int:
         if cols is None:
             known = self.table_columns(table.schema, table.name) if self.table_columns else None
             if not known:
-                raise _not_supported(f"bad insert sql, sharding column/joinKey:{(table.column or '').upper()} "
+                raise not_supported(f"bad insert sql, sharding column/joinKey:{(table.column or '').upper()} "
                                      f"not provided: INSERT into {table.full} without a column list needs the "
                                      f"table's metadata, which is not loaded")
             cols = [c.lower() for c in known]
@@ -1426,7 +549,7 @@ class Router:
         except ValueError:
             raise self._no_key(table) from None
 
-    def _rows(self, p: _Parser, k: int, an: _Analysis, sc: _Scope) -> int:
+    def _rows(self, p: Parser, k: int, an: Analysis, sc: Scope) -> int:
         while True:
             start = k
             if p.word(k, "ROW"):
@@ -1442,7 +565,7 @@ class Router:
                 continue
             return k
 
-    def _split_commas(self, p: _Parser, a: int, b: int) -> list[tuple[int, int]]:
+    def _split_commas(self, p: Parser, a: int, b: int) -> list[tuple[int, int]]:
         out = []
         j = s = a
         while j < b:
@@ -1459,21 +582,21 @@ class Router:
 
     # -- DDL ---------------------------------------------------------------------------------------
 
-    def _ddl_table(self, p: _Parser, k: int) -> tuple[_Table, int]:
+    def _ddl_table(self, p: Parser, k: int) -> tuple[Table, int]:
         parts, k2 = p.dotted(k)
         if not parts or len(parts) > 2:
             raise p.syntax(k)
         table = self._resolve(parts, p.schema)
         if table.type == "system":
-            raise _not_supported(f"DDL on {table.full} is not supported by pydble")
+            raise not_supported(f"DDL on {table.full} is not supported by pydble")
         return table, k2
 
-    def _ddl(self, table: _Table, ddl: str, if_exists: bool = False,
-             tables: tuple[tuple[str, str], ...] | None = None) -> _Analysis:
-        return _Analysis("ddl", True, tables or ((table.schema, table.name),), nodes=table.nodes, ddl=ddl,
+    def _ddl(self, table: Table, ddl: str, if_exists: bool = False,
+             tables: tuple[tuple[str, str], ...] | None = None) -> Analysis:
+        return Analysis("ddl", True, tables or ((table.schema, table.name),), nodes=table.nodes, ddl=ddl,
                          if_exists=if_exists)
 
-    def _an_ddl(self, p: _Parser, first: str) -> _Analysis:
+    def _an_ddl(self, p: Parser, first: str) -> Analysis:
         k = 1
         if first == "CREATE":
             if p.word(k, "OR") and p.word(k + 1, "REPLACE"):
@@ -1481,7 +604,7 @@ class Router:
             while p.at(k) in ("UNIQUE", "FULLTEXT", "SPATIAL", "ONLINE", "OFFLINE"):
                 k += 1
             if p.word(k, "TEMPORARY"):
-                raise _not_supported("CREATE TEMPORARY TABLE is not supported by pydble: backend connections "
+                raise not_supported("CREATE TEMPORARY TABLE is not supported by pydble: backend connections "
                                      "are shared, so a temporary table would not follow the session")
             if p.word(k, "TABLE"):
                 return self._an_create_table(p, k + 1)
@@ -1489,30 +612,30 @@ class Router:
                 on = p.skip_to(k + 1, p.n, ("ON",), None)
                 table, _ = self._ddl_table(p, on + 1)
                 return self._ddl(table, "CREATE_INDEX")
-            raise _not_supported(f"CREATE {self._what(p, k)} is not supported by pydble")
+            raise not_supported(f"CREATE {self._what(p, k)} is not supported by pydble")
         if first == "ALTER":
             while p.at(k) in ("ONLINE", "OFFLINE", "IGNORE"):
                 k += 1
             if not p.word(k, "TABLE"):
-                raise _not_supported(f"ALTER {self._what(p, k)} is not supported by pydble")
+                raise not_supported(f"ALTER {self._what(p, k)} is not supported by pydble")
             table, k = self._ddl_table(p, k + 1)
             j = k
             while j < p.n:
                 j = p.skip_to(j, p.n, ("RENAME",), None)
                 if j < p.n and p.at(j + 1) not in ("COLUMN", "INDEX", "KEY") and table.type != "default":
-                    raise _not_supported(f"renaming {table.full} is not supported: it would leave its "
+                    raise not_supported(f"renaming {table.full} is not supported: it would leave its "
                                          f"sharding configuration behind")
                 j += 1
             return self._ddl(table, "ALTER_TABLE")
         if first == "DROP":
             if p.word(k, "TEMPORARY"):
-                raise _not_supported("DROP TEMPORARY TABLE is not supported by pydble")
+                raise not_supported("DROP TEMPORARY TABLE is not supported by pydble")
             if p.at(k) in ("TABLE", "TABLES"):
                 k += 1
                 if_exists = p.word(k, "IF") and p.word(k + 1, "EXISTS")
                 if if_exists:
                     k += 2
-                tables: list[_Table] = []
+                tables: list[Table] = []
                 while k < p.n and p.at(k) not in ("RESTRICT", "CASCADE", "WAIT", "NOWAIT"):
                     t, k = self._ddl_table(p, k)
                     tables.append(t)
@@ -1523,7 +646,7 @@ class Router:
                 first_t = tables[0]
                 for t in tables[1:]:
                     if set(t.nodes) != set(first_t.nodes):
-                        raise _not_supported(f"DROP TABLE of {first_t.full} and {t.full} is not supported: they "
+                        raise not_supported(f"DROP TABLE of {first_t.full} and {t.full} is not supported: they "
                                              f"live on different shardingNodes; drop them one at a time")
                 names = tuple(dict.fromkeys((t.schema, t.name) for t in tables))
                 return self._ddl(first_t, "DROP_TABLE", if_exists, names)
@@ -1531,7 +654,7 @@ class Router:
                 on = p.skip_to(k + 1, p.n, ("ON",), None)
                 table, _ = self._ddl_table(p, on + 1)
                 return self._ddl(table, "DROP_INDEX")
-            raise _not_supported(f"DROP {self._what(p, k)} is not supported by pydble")
+            raise not_supported(f"DROP {self._what(p, k)} is not supported by pydble")
         if first == "TRUNCATE":
             if p.word(k, "TABLE"):
                 k += 1
@@ -1539,9 +662,9 @@ class Router:
             return self._ddl(table, "TRUNCATE_TABLE")
         # RENAME TABLE a TO b [, c TO d]
         if p.at(k) not in ("TABLE", "TABLES"):
-            raise _not_supported(f"RENAME {self._what(p, k)} is not supported by pydble")
+            raise not_supported(f"RENAME {self._what(p, k)} is not supported by pydble")
         k += 1
-        seen: list[_Table] = []
+        seen: list[Table] = []
         while k < p.n:
             a, k = self._ddl_table(p, k)
             if not p.word(k, "TO"):
@@ -1549,7 +672,7 @@ class Router:
             b, k = self._ddl_table(p, k + 1)
             for t in (a, b):
                 if t.type != "default":
-                    raise _not_supported(f"RENAME TABLE of {t.full} is not supported: it is a configured "
+                    raise not_supported(f"RENAME TABLE of {t.full} is not supported: it is a configured "
                                          f"{t.type} table and would leave its configuration behind")
             seen += [a, b]
             if p.at(k) == ",":
@@ -1557,10 +680,10 @@ class Router:
         if not seen:
             raise p.syntax(k)
         if len({t.nodes for t in seen}) > 1:
-            raise _not_supported("RENAME TABLE across schemas with different default shardingNodes is not supported")
+            raise not_supported("RENAME TABLE across schemas with different default shardingNodes is not supported")
         return self._ddl(seen[0], "RENAME_TABLE", False, tuple(dict.fromkeys((t.schema, t.name) for t in seen)))
 
-    def _what(self, p: _Parser, k: int) -> str:
+    def _what(self, p: Parser, k: int) -> str:
         w = p.at(k)
         if w in ("DEFINER", "ALGORITHM", "SQL"):
             j = k
@@ -1569,7 +692,7 @@ class Router:
             w = p.at(j) or w
         return w or "statement"
 
-    def _an_create_table(self, p: _Parser, k: int) -> _Analysis:
+    def _an_create_table(self, p: Parser, k: int) -> Analysis:
         if_exists = p.word(k, "IF") and p.word(k + 1, "NOT") and p.word(k + 2, "EXISTS")
         if if_exists:
             k += 3
@@ -1578,7 +701,7 @@ class Router:
         if like_at > 0:
             src, _ = self._ddl_table(p, like_at)
             if not set(table.nodes) <= set(src.nodes):
-                raise _not_supported(f"CREATE TABLE {table.full} LIKE {src.full} is not supported: {src.full} "
+                raise not_supported(f"CREATE TABLE {table.full} LIKE {src.full} is not supported: {src.full} "
                                      f"is not on every shardingNode of {table.full}")
         else:
             j = k
@@ -1590,30 +713,30 @@ class Router:
                 sel = p.close[sel] + 1 if p.at(sel) == "(" else sel + 1
             if sel < p.n:
                 q = p.query(sel, p.n, None, {})
-                sub = _Analysis("select", False, ())
+                sub = Analysis("select", False, ())
                 sub.top = q
                 self._finish_query(p, sub)
                 src_nodes = {n for r in sub.refs if r.table.type in _LOCAL for n in r.table.nodes}
                 globals_ok = all(set(table.nodes) <= set(r.table.nodes) for r in sub.refs
                                  if r.table.type == "global")
                 if len(table.nodes) != 1 or not src_nodes <= set(table.nodes) or not globals_ok:
-                    raise _not_supported(f"CREATE TABLE {table.full} ... SELECT is only supported when the new "
+                    raise not_supported(f"CREATE TABLE {table.full} ... SELECT is only supported when the new "
                                          f"table and every table it reads live on one shardingNode")
         return self._ddl(table, "CREATE_TABLE", if_exists)
 
     # -- SHOW / DESC / EXPLAIN / maintenance -------------------------------------------------------
 
-    def _one(self, table: _Table, schema: str | None) -> str:
+    def _one(self, table: Table, schema: str | None) -> str:
         return table.nodes[0] if table.nodes else self._home(schema)
 
-    def _an_show(self, p: _Parser, sql: str, first: str) -> _Analysis:
+    def _an_show(self, p: Parser, sql: str, first: str) -> Analysis:
         k = 1
         if first == "SHOW":
             while p.at(k) in ("EXTENDED", "FULL"):
                 k += 1
             if p.word(k, "CREATE") and p.word(k + 1, "TABLE"):
                 table, _ = self._ddl_or_system(p, k + 2, p.schema)
-                return _Analysis("other", False, self._names_of(table), nodes=(self._one(table, p.schema),))
+                return Analysis("other", False, self._names_of(table), nodes=(self._one(table, p.schema),))
             if p.at(k) in ("COLUMNS", "FIELDS", "INDEX", "INDEXES", "KEYS") and p.at(k + 1) in ("FROM", "IN"):
                 parts, j = p.dotted(k + 2)
                 if not parts or len(parts) > 2:
@@ -1625,9 +748,9 @@ class Router:
                 table = self._resolve(parts, p.schema)
                 if dels and table.type == "system":
                     dels = []
-                return _Analysis("other", False, self._names_of(table), nodes=(self._one(table, p.schema),),
+                return Analysis("other", False, self._names_of(table), nodes=(self._one(table, p.schema),),
                                  deletions=tuple(dels))
-            return _Analysis("other", False, (), nodes=(self._home(p.schema),))
+            return Analysis("other", False, (), nodes=(self._home(p.schema),))
         # DESC/DESCRIBE/EXPLAIN: a table, or a statement to explain
         while p.at(k) in ("EXTENDED", "PARTITIONS", "ANALYZE", "FORMAT"):
             if p.word(k, "FORMAT") and p.at(k + 1) == "=":
@@ -1635,32 +758,32 @@ class Router:
             else:
                 k += 1
         if p.word(k, "FOR"):
-            raise _not_supported("EXPLAIN FOR CONNECTION is not supported by pydble")
+            raise not_supported("EXPLAIN FOR CONNECTION is not supported by pydble")
         if k < p.n and p.at(k) in ("SELECT", "WITH", "(", "INSERT", "REPLACE", "UPDATE", "DELETE", "TABLE"):
             inner = self.route(sql[p.toks[k][2]:], p.schema)
             t0 = inner.targets[0]
-            return _Analysis("other", False, inner.tables, mode="explain", cacheable=False, nodes=(t0.node,),
+            return Analysis("other", False, inner.tables, mode="explain", cacheable=False, nodes=(t0.node,),
                              explain=(p.toks[k][2], t0.sql))
         table, _ = self._ddl_or_system(p, k, p.schema)
-        return _Analysis("other", False, self._names_of(table), nodes=(self._one(table, p.schema),))
+        return Analysis("other", False, self._names_of(table), nodes=(self._one(table, p.schema),))
 
-    def _ddl_or_system(self, p: _Parser, k: int, schema: str | None) -> tuple[_Table, int]:
+    def _ddl_or_system(self, p: Parser, k: int, schema: str | None) -> tuple[Table, int]:
         parts, k2 = p.dotted(k)
         if not parts or len(parts) > 2:
             raise p.syntax(k)
         return self._resolve(parts, schema), k2
 
-    def _names_of(self, table: _Table) -> tuple[tuple[str, str], ...]:
+    def _names_of(self, table: Table) -> tuple[tuple[str, str], ...]:
         return () if table.type == "system" else ((table.schema, table.name),)
 
-    def _an_maintenance(self, p: _Parser, sql: str, first: str) -> _Analysis:
+    def _an_maintenance(self, p: Parser, sql: str, first: str) -> Analysis:
         k = 1
         while p.at(k) in ("NO_WRITE_TO_BINLOG", "LOCAL"):
             k += 1
         if first == "ANALYZE" and p.at(k) in ("SELECT", "UPDATE", "DELETE", "INSERT", "REPLACE", "FORMAT"):
             return self._an_show(p, sql, "EXPLAIN")
         if not p.word(k, "TABLE"):
-            raise _not_supported(f"{first} {self._what(p, k)} is not supported by pydble")
+            raise not_supported(f"{first} {self._what(p, k)} is not supported by pydble")
         k += 1
         tables = []
         while k < p.n:
@@ -1673,9 +796,9 @@ class Router:
             raise p.syntax(k)
         for t in tables[1:]:
             if set(t.nodes) != set(tables[0].nodes):
-                raise _not_supported(f"{first} TABLE of {tables[0].full} and {t.full} is not supported: they live "
+                raise not_supported(f"{first} TABLE of {tables[0].full} and {t.full} is not supported: they live "
                                      f"on different shardingNodes")
-        return _Analysis("other", first in ("ANALYZE", "OPTIMIZE", "REPAIR"),
+        return Analysis("other", first in ("ANALYZE", "OPTIMIZE", "REPAIR"),
                          tuple(dict.fromkeys((t.schema, t.name) for t in tables)), nodes=tables[0].nodes)
 
     # -- hints -------------------------------------------------------------------------------------
@@ -1683,7 +806,7 @@ class Router:
     def _hint(self, sql: str, toks: list[Token], schema: str | None) -> Plan:
         m = _HINT_RE.match(toks[0][1])
         if m is None or m.group(2).lower() not in ("shardingnode", "datanode"):
-            raise _not_supported(f"hint {toks[0][1]} is not supported: use /*!pydble:shardingNode=<name>*/")
+            raise not_supported(f"hint {toks[0][1]} is not supported: use /*!pydble:shardingNode=<name>*/")
         node = m.group(3)
         if node not in self.config.sharding_nodes:
             raise ProxyError(f"shardingNode '{node}' named in the hint does not exist", code=1105)
@@ -1692,7 +815,7 @@ class Router:
             raise ProxyError("Query was empty", code=1065, sqlstate="42000")
         word = toks[1][1].upper() if toks[1][0] == "w" else toks[1][1]
         if word in _UNSUPPORTED or word in _SESSION_WORDS:
-            raise _not_supported(f"{word} cannot be sent through a shardingNode hint")
+            raise not_supported(f"{word} cannot be sent through a shardingNode hint")
         kind, is_write, ddl = "other", True, None
         if word in ("SELECT", "WITH", "("):
             kind, is_write = "select", False
@@ -1737,7 +860,7 @@ class Router:
         out.append(sql[pos:end])
         return "".join(out)
 
-    def _plan(self, an: _Analysis, sql: str, toks: list[Token], schema: str | None) -> Plan:
+    def _plan(self, an: Analysis, sql: str, toks: list[Token], schema: str | None) -> Plan:
         mode = an.mode
         if mode == "query":
             return self._plan_query(an, sql, toks, schema)
@@ -1753,13 +876,13 @@ class Router:
         return Plan(an.kind, tuple(Target(n, phys) for n in an.nodes), an.is_write, an.tables, None, an.ddl,
                     an.if_exists)
 
-    def _plan_query(self, an: _Analysis, sql: str, toks: list[Token], schema: str | None) -> Plan:
+    def _plan_query(self, an: Analysis, sql: str, toks: list[Token], schema: str | None) -> Plan:
         ref = an.single
         if ref is not None and not an.has_limit and not an.queries[1:]:
             t = ref.table
             nodes = t.nodes
             if t.type == "sharding":
-                parts = _partitions(ref.scope.cond, ref, toks, bool(ref.scope.outer))
+                parts = ref_partitions(ref.scope.cond, ref, toks, bool(ref.scope.outer))
                 if parts is None:
                     targets = nodes
                 elif len(parts) == 1:
@@ -1772,7 +895,7 @@ class Router:
                 targets = nodes if an.is_write else nodes[:1]
             elif t.type == "system":
                 if an.is_write:
-                    raise _not_supported(f"writing {t.full} is not supported by pydble")
+                    raise not_supported(f"writing {t.full} is not supported by pydble")
                 targets = (self._home(schema),)
             else:
                 targets = nodes
@@ -1785,25 +908,25 @@ class Router:
             return Plan(an.kind, tuple(Target(n, send) for n in targets), False, an.tables, merge)
         return Plan(an.kind, tuple(Target(n, phys) for n in targets), an.is_write, an.tables)
 
-    def _check_sets(self, an: _Analysis, toks: list[Token]) -> None:
+    def _check_sets(self, an: Analysis, toks: list[Token]) -> None:
         """UPDATE may set the sharding column only to the value its WHERE already pins (DBLE's rule)."""
         for r, v, wheres in an.set_checks:
-            new = _value(v, toks)
-            if not any(_same_value(new, _value(w, toks)) for w in wheres):
+            new = literal_value(v, toks)
+            if not any(same_literal(new, literal_value(w, toks)) for w in wheres):
                 raise self._shard_update(r)
 
-    def _decide(self, an: _Analysis, toks: list[Token], schema: str | None) -> tuple[str, ...]:
+    def _decide(self, an: Analysis, toks: list[Token], schema: str | None) -> tuple[str, ...]:
         """Pick the nodes for a query or write touching several tables, or refuse with 1235."""
         if an.set_checks:
             self._check_sets(an, toks)
         refs = an.refs
         nodesets: dict[int, tuple[str, ...]] = {}
-        local: list[_Ref] = []
-        glob: list[_Ref] = []
+        local: list[Ref] = []
+        glob: list[Ref] = []
         for r in refs:
             t = r.table
             if t.type == "sharding":
-                parts = _partitions(r.scope.cond, r, toks, bool(r.scope.outer))
+                parts = ref_partitions(r.scope.cond, r, toks, bool(r.scope.outer))
                 nodesets[id(r)] = t.nodes if parts is None else tuple(t.nodes[i] for i in sorted(parts))
                 local.append(r)
             elif t.type in _LOCAL:
@@ -1813,7 +936,7 @@ class Router:
                 glob.append(r)
         modified = an.modified
         if modified is not None and any(r.table.type == "system" for r in modified):
-            raise _not_supported(f"writing {modified[0].table.full} is not supported by pydble")
+            raise not_supported(f"writing {modified[0].table.full} is not supported by pydble")
         if modified is not None and any(r.table.type == "global" for r in modified):
             return self._global_write(an, modified, local, glob)
         if not local:
@@ -1821,7 +944,7 @@ class Router:
                 return (self._home(schema),)
             common = [n for n in glob[0].table.nodes if all(n in g.table.nodes for g in glob)]
             if not common:
-                raise _not_supported(f"JOIN of global tables {_names(glob)} is not supported: they share no "
+                raise not_supported(f"JOIN of global tables {table_names(glob)} is not supported: they share no "
                                      f"shardingNode")
             return (common[0],)
         union: dict[str, None] = {}
@@ -1833,63 +956,63 @@ class Router:
             for r in local:
                 if node not in r.table.nodes:
                     other = next(x for x in local if node in x.table.nodes)
-                    raise _not_supported(f"cross-node JOIN of {other.table.full} and {r.table.full} is not "
+                    raise not_supported(f"cross-node JOIN of {other.table.full} and {r.table.full} is not "
                                          f"supported: {r.table.full} is not on shardingNode {node}")
             for g in glob:
                 if node not in g.table.nodes:
                     other = next((r for r in local if node in r.table.nodes), local[0])
-                    raise _not_supported(f"cross-node JOIN of {g.table.full} and {other.table.full} is not "
+                    raise not_supported(f"cross-node JOIN of {g.table.full} and {other.table.full} is not "
                                          f"supported: global table {g.table.full} is not on shardingNode {node}")
             return (node,)
         return self._co_located(an, local, glob, nodesets)
 
-    def _empty_choice(self, local: list[_Ref], glob: list[_Ref]) -> str:
+    def _empty_choice(self, local: list[Ref], glob: list[Ref]) -> str:
         """No row can match: any node that every table of the statement exists on answers correctly."""
         for n in local[0].table.nodes:
             if all(n in r.table.nodes for r in local) and all(n in g.table.nodes for g in glob):
                 return n
-        names = _names(local + glob)
-        raise _not_supported(f"cross-node JOIN of {names} is not supported: no shardingNode holds all of them")
+        names = table_names(local + glob)
+        raise not_supported(f"cross-node JOIN of {names} is not supported: no shardingNode holds all of them")
 
-    def _global_write(self, an: _Analysis, modified: list[_Ref], local: list[_Ref], glob: list[_Ref]) -> tuple[str, ...]:
+    def _global_write(self, an: Analysis, modified: list[Ref], local: list[Ref], glob: list[Ref]) -> tuple[str, ...]:
         if local:
-            raise _not_supported(f"writing global table {modified[0].table.full} together with "
+            raise not_supported(f"writing global table {modified[0].table.full} together with "
                                  f"{local[0].table.full} is not supported: every copy of a global table must "
                                  f"get the same change, so it can only be written with other global tables")
         nodes = modified[0].table.nodes
         for r in modified[1:]:
             if set(r.table.nodes) != set(nodes):
-                raise _not_supported(f"writing global tables {_names(modified)} in one statement is not "
+                raise not_supported(f"writing global tables {table_names(modified)} in one statement is not "
                                      f"supported: they live on different shardingNodes")
         for g in glob:
             if not set(nodes) <= set(g.table.nodes):
-                raise _not_supported(f"writing global table {modified[0].table.full} using {g.table.full} is "
+                raise not_supported(f"writing global table {modified[0].table.full} using {g.table.full} is "
                                      f"not supported: {g.table.full} is not on every node of "
                                      f"{modified[0].table.full}")
         return nodes
 
-    def _co_located(self, an: _Analysis, local: list[_Ref], glob: list[_Ref],
+    def _co_located(self, an: Analysis, local: list[Ref], glob: list[Ref],
                     nodesets: dict[int, tuple[str, ...]]) -> tuple[str, ...]:
         """A multi-node plan is correct only when every row's partners live on the same node."""
         top = an.top
         assert top is not None
         kind = "JOIN" if an.kind == "select" else an.kind.upper()
         if any(q.union for q in an.queries):
-            raise _not_supported("UNION across shardingNodes is not supported: each branch must route to the "
+            raise not_supported("UNION across shardingNodes is not supported: each branch must route to the "
                                  "same single shardingNode")
         if any(q.has_ctes for q in an.queries):
-            raise _not_supported("WITH (common table expressions) over sharding tables on several "
+            raise not_supported("WITH (common table expressions) over sharding tables on several "
                                  "shardingNodes is not supported")
         shard = [r for r in local if r.table.type == "sharding"]
         for r in local:
             if r.table.type != "sharding":
                 other = shard[0] if shard else next(x for x in local if x.table.nodes != r.table.nodes)
-                raise _not_supported(f"cross-node {kind} of {other.table.full} and {r.table.full} is not "
+                raise not_supported(f"cross-node {kind} of {other.table.full} and {r.table.full} is not "
                                      f"supported: {r.table.full} lives on shardingNode {r.table.nodes[0]} only")
         base = shard[0]
         for r in shard[1:]:
             if r.table.dist != base.table.dist:
-                raise _not_supported(f"cross-node {kind} of {base.table.full} and {r.table.full} is not "
+                raise not_supported(f"cross-node {kind} of {base.table.full} and {r.table.full} is not "
                                      f"supported: they are not sharded alike")
         parent = {id(r): id(r) for r in shard}
 
@@ -1904,25 +1027,25 @@ class Router:
         root = find(id(base))
         for r in shard[1:]:
             if find(id(r)) != root:
-                raise _not_supported(f"cross-node {kind} of {base.table.full} and {r.table.full} is not "
+                raise not_supported(f"cross-node {kind} of {base.table.full} and {r.table.full} is not "
                                      f"supported: they are not joined on their sharding columns")
         for q in an.queries:
-            if any(r.table.type == "sharding" for r in _query_refs(q)) and q is not top and self._is_derived(an, q):
+            if any(r.table.type == "sharding" for r in query_refs(q)) and q is not top and self._is_derived(an, q):
                 if q.union or any(not sc.simple for sc in q.branches):
-                    raise _not_supported(f"a derived table over {base.table.full} on several shardingNodes is "
+                    raise not_supported(f"a derived table over {base.table.full} on several shardingNodes is "
                                          f"not supported when it aggregates, groups, uses DISTINCT or LIMIT")
         driver = an.modified if an.modified is not None else None
         top_scope = top.branches[0]
         if driver is None:
             items: list[Any] = list(top_scope.refs) + [q for _, q in top_scope.derived]
-            if not _has_sharding(items):
-                raise _not_supported(f"subquery on {base.table.full} is not supported here: the outer query "
+            if not has_sharding(items):
+                raise not_supported(f"subquery on {base.table.full} is not supported here: the outer query "
                                      f"reads no sharding table, so its rows would repeat on every shardingNode")
         for sc in an.scopes:
             for preserved, nullable in sc.outer:
-                if _has_sharding(nullable) and not _has_sharding(preserved):
-                    names = ", ".join(it.table.full for it in preserved if isinstance(it, _Ref)) or "a derived table"
-                    raise _not_supported(f"outer JOIN keeping every row of {names} with sharding table "
+                if has_sharding(nullable) and not has_sharding(preserved):
+                    names = ", ".join(it.table.full for it in preserved if isinstance(it, Ref)) or "a derived table"
+                    raise not_supported(f"outer JOIN keeping every row of {names} with sharding table "
                                          f"{base.table.full} on several shardingNodes is not supported")
         targets = self._driver_targets(top_scope, nodesets)
         if targets is None:
@@ -1934,30 +1057,30 @@ class Router:
         for g in glob:
             missing = [n for n in chosen if n not in g.table.nodes]
             if missing:
-                raise _not_supported(f"cross-node {kind} of {base.table.full} and {g.table.full} is not "
+                raise not_supported(f"cross-node {kind} of {base.table.full} and {g.table.full} is not "
                                      f"supported: global table {g.table.full} is not on shardingNode {missing[0]}")
         if an.is_write and an.has_limit and len(chosen) > 1:
-            raise _not_supported(f"{an.kind.upper()} with LIMIT on {base.table.full} across several "
+            raise not_supported(f"{an.kind.upper()} with LIMIT on {base.table.full} across several "
                                  f"shardingNodes is not supported")
         return tuple(chosen)
 
-    def _is_derived(self, an: _Analysis, q: _Query) -> bool:
+    def _is_derived(self, an: Analysis, q: Query) -> bool:
         return any(d is q for sc in an.scopes for _, d in sc.derived)
 
-    def _driver_targets(self, sc: _Scope, nodesets: dict[int, tuple[str, ...]]) -> set[str] | None:
+    def _driver_targets(self, sc: Scope, nodesets: dict[int, tuple[str, ...]]) -> set[str] | None:
         acc: set[str] | None = None
         for r in sc.refs:
             if r.table.type == "sharding":
                 s = set(nodesets[id(r)])
                 acc = s if acc is None else acc & s
         for _, q in sc.derived:
-            if not q.union and q.branches and any(r.table.type == "sharding" for r in _query_refs(q)):
+            if not q.union and q.branches and any(r.table.type == "sharding" for r in query_refs(q)):
                 s2 = self._driver_targets(q.branches[0], nodesets)
                 if s2 is not None:
                     acc = s2 if acc is None else acc & s2
         return acc
 
-    def _plan_insert(self, an: _Analysis, sql: str, toks: list[Token], schema: str | None) -> Plan:
+    def _plan_insert(self, an: Analysis, sql: str, toks: list[Token], schema: str | None) -> Plan:
         table = an.target
         assert table is not None
         if table.type != "sharding":
@@ -1970,7 +1093,7 @@ class Router:
         groups: dict[str, list[int]] = {}
         nodes = table.nodes
         for i, ref in enumerate(an.keys):
-            node = nodes[node_index(table.cfg, table.fn, _value(ref, toks))]
+            node = nodes[node_index(table.cfg, table.fn, literal_value(ref, toks))]
             g = groups.get(node)
             if g is None:
                 groups[node] = [i]
@@ -1978,7 +1101,7 @@ class Router:
                 g.append(i)
         if an.sub is not None:
             if len(groups) != 1:
-                raise _not_supported(f"INSERT into {table.full} with a subquery in VALUES is only supported when "
+                raise not_supported(f"INSERT into {table.full} with a subquery in VALUES is only supported when "
                                      f"all rows go to one shardingNode")
             self._sub_on(an.sub, toks, schema, tuple(groups))
         if len(groups) == 1:
@@ -1992,7 +1115,7 @@ class Router:
                         for node, idx in groups.items())
         return Plan(an.kind, targets, True, an.tables)
 
-    def _sub_on(self, sub: _Analysis, toks: list[Token], schema: str | None, nodes: tuple[str, ...]) -> None:
+    def _sub_on(self, sub: Analysis, toks: list[Token], schema: str | None, nodes: tuple[str, ...]) -> None:
         """The tables a write reads (subqueries, INSERT ... SELECT) must all be on the written node."""
         sub.modified = None
         local = [r for r in sub.refs if r.table.type in _LOCAL]
@@ -2001,23 +1124,23 @@ class Router:
             if local:
                 got = self._decide(sub, toks, schema)
                 if got != nodes:
-                    raise _not_supported(f"{sub.kind.upper()} into a table on {nodes[0]} reading "
-                                         f"{_names(local)} on {', '.join(got)} is not supported: it must run on "
+                    raise not_supported(f"{sub.kind.upper()} into a table on {nodes[0]} reading "
+                                         f"{table_names(local)} on {', '.join(got)} is not supported: it must run on "
                                          f"one shardingNode")
             for g in glob:
                 if nodes[0] not in g.table.nodes:
-                    raise _not_supported(f"{sub.kind.upper()} reading global table {g.table.full} is not supported "
+                    raise not_supported(f"{sub.kind.upper()} reading global table {g.table.full} is not supported "
                                          f"on shardingNode {nodes[0]}, which it does not cover")
             return
         if local:
-            raise _not_supported(f"{sub.kind.upper()} into a global table reading {_names(local)} is not "
+            raise not_supported(f"{sub.kind.upper()} into a global table reading {table_names(local)} is not "
                                  f"supported: every copy of the global table must get the same rows")
         for g in glob:
             if not set(nodes) <= set(g.table.nodes):
-                raise _not_supported(f"{sub.kind.upper()} reading global table {g.table.full} is not supported: "
+                raise not_supported(f"{sub.kind.upper()} reading global table {g.table.full} is not supported: "
                                      f"it is not on every node written")
 
-    def _plan_insert_select(self, an: _Analysis, sql: str, toks: list[Token], schema: str | None) -> Plan:
+    def _plan_insert_select(self, an: Analysis, sql: str, toks: list[Token], schema: str | None) -> Plan:
         table = an.target
         assert table is not None and an.sub is not None
         if table.type == "global":
@@ -2025,7 +1148,7 @@ class Router:
         elif len(table.nodes) == 1:
             nodes = table.nodes
         else:
-            raise _not_supported(f"INSERT ... SELECT into sharding table {table.full} is not supported: the "
+            raise not_supported(f"INSERT ... SELECT into sharding table {table.full} is not supported: the "
                                  f"rows would have to be routed one by one")
         self._sub_on(an.sub, toks, schema, nodes)
         phys = self._render(sql, toks, an.deletions)
