@@ -14,6 +14,23 @@ from meta.sharding import ShardingFunction
 from proxy.sqltok import Token, hex_value, unquote_string
 
 
+# words and table types the analyzer and the planner both judge statements by
+SYSTEM_SCHEMAS = frozenset({"information_schema", "mysql", "performance_schema", "sys"})
+SESSION_WORDS = frozenset({"SET", "USE", "BEGIN", "START", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE",
+                           "KILL", "RESET", "PING"})
+UNSUPPORTED = {
+    "LOCK": "LOCK TABLES", "UNLOCK": "UNLOCK TABLES", "LOAD": "LOAD DATA", "HANDLER": "HANDLER",
+    "CALL": "CALL (stored procedures)", "GRANT": "GRANT", "REVOKE": "REVOKE", "XA": "XA transactions",
+    "PREPARE": "SQL-level PREPARE", "EXECUTE": "SQL-level EXECUTE", "DEALLOCATE": "DEALLOCATE PREPARE",
+    "FLUSH": "FLUSH", "PURGE": "PURGE", "INSTALL": "INSTALL", "UNINSTALL": "UNINSTALL", "CHANGE": "CHANGE",
+    "CACHE": "CACHE INDEX", "BINLOG": "BINLOG", "SHUTDOWN": "SHUTDOWN", "IMPORT": "IMPORT TABLE",
+    "CLONE": "CLONE", "RESTART": "RESTART", "HELP": "HELP", "SIGNAL": "SIGNAL", "RESIGNAL": "RESIGNAL",
+    "GET": "GET DIAGNOSTICS", "TABLE": "the TABLE statement", "VALUES": "the VALUES statement",
+    "BACKUP": "BACKUP",
+}
+LOCAL_TYPES = frozenset({"sharding", "single", "default"})   # tables whose rows live on some nodes only
+
+
 @dataclass(frozen=True, eq=False)
 class Table:
     """A table reference resolved against the configuration."""
@@ -106,6 +123,11 @@ class Analysis:
 def not_supported(msg: str) -> NotSupported:
     """ER_NOT_SUPPORTED_YET (1235) with a sentence saying why."""
     return NotSupported(msg)
+
+
+def shard_update_error(r: Ref) -> NotSupported:
+    """DBLE's refusal of an UPDATE that moves a row to another shard."""
+    return not_supported(f"Sharding column can't be updated {r.table.name}->{(r.table.column or '').upper()}")
 
 
 NULL_LITERAL = ("null",)

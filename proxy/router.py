@@ -7,6 +7,10 @@ Work is split so the per-query hot path stays small:
 - planning (compute partitions from the literal values, pick the nodes, render the physical SQL) runs
   on every call.
 What cannot be routed correctly raises NotSupported (1235) with a sentence saying why.
+
+Reading order: proxy/sqltok.py (tokens), proxy/parser.py (structure), proxy/analysis.py (its records),
+proxy/analyzer.py (a statement's Analysis), proxy/conditions.py (partitions, co-location), then the
+planning here.
 """
 
 from __future__ import annotations
@@ -16,13 +20,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 
 from meta.config import Config
-from meta.errors import NoDatabaseSelected, NoSuchTable, NotSupported, ParseError, ProxyError, UnknownDatabase
-from meta.sharding import make_function, node_index
-from proxy.analysis import Analysis, Query, Ref, Scope, Table, literal_value, not_supported, same_literal
-from proxy.conditions import (conjuncts, has_sharding, join_edges, names_shard_column, query_refs,
-                              ref_partitions, table_names)
-from proxy.parser import Parser
-from proxy.sqltok import Token, tokenize, unquote_ident
+from meta.errors import ParseError, ProxyError, UnknownDatabase
+from meta.sharding import node_index
+from proxy.analysis import (LOCAL_TYPES, SESSION_WORDS, UNSUPPORTED, Analysis, Query, Ref, Scope, literal_value,
+                            not_supported, same_literal, shard_update_error)
+from proxy.analyzer import Analyzer
+from proxy.conditions import has_sharding, query_refs, ref_partitions, table_names
+from proxy.sqltok import Token, tokenize
 
 if TYPE_CHECKING:  # pragma: no cover
     from proxy.merge import MergePlan
@@ -46,23 +50,9 @@ class Plan:
     hint: bool = False             # came from a shardingNode hint
 
 
-SYSTEM_SCHEMAS = frozenset({"information_schema", "mysql", "performance_schema", "sys"})
 _HINT_RE = re.compile(r"/\*!\s*(pydble|dble)\s*:\s*([A-Za-z_]+)\s*=\s*([^*\s]+)\s*\*/\Z", re.I)
 _HINT_PREFIX_RE = re.compile(r"/\*!\s*(pydble|dble)\s*:", re.I)
 _VERSION_COMMENT_RE = re.compile(r"/\*!(?:M!)?[0-9]*([\s\S]*)\*/\Z")
-_SESSION_WORDS = frozenset({"SET", "USE", "BEGIN", "START", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE",
-                            "KILL", "RESET", "PING"})
-_UNSUPPORTED = {
-    "LOCK": "LOCK TABLES", "UNLOCK": "UNLOCK TABLES", "LOAD": "LOAD DATA", "HANDLER": "HANDLER",
-    "CALL": "CALL (stored procedures)", "GRANT": "GRANT", "REVOKE": "REVOKE", "XA": "XA transactions",
-    "PREPARE": "SQL-level PREPARE", "EXECUTE": "SQL-level EXECUTE", "DEALLOCATE": "DEALLOCATE PREPARE",
-    "FLUSH": "FLUSH", "PURGE": "PURGE", "INSTALL": "INSTALL", "UNINSTALL": "UNINSTALL", "CHANGE": "CHANGE",
-    "CACHE": "CACHE INDEX", "BINLOG": "BINLOG", "SHUTDOWN": "SHUTDOWN", "IMPORT": "IMPORT TABLE",
-    "CLONE": "CLONE", "RESTART": "RESTART", "HELP": "HELP", "SIGNAL": "SIGNAL", "RESIGNAL": "RESIGNAL",
-    "GET": "GET DIAGNOSTICS", "TABLE": "the TABLE statement", "VALUES": "the VALUES statement",
-    "BACKUP": "BACKUP",
-}
-_LOCAL = frozenset({"sharding", "single", "default"})
 _CACHE_MAX_TOKENS = 512
 # The point read sysbench and OLTP applications send most: plain column names, one unqualified table,
 # one `column = integer` condition, nothing after it (see Router._fast_select).
@@ -84,9 +74,9 @@ class Router:
         self.table_columns = table_columns
         self.cache_size = cache_size
         self._cache: dict[tuple[str | None, str], Analysis] = {}
-        self._tables: dict[tuple[str, str], Table] = {}
         self._points: dict[tuple[str, str, str], Any] = {}   # point_read's table entries
         self._schema_names = {name.lower(): name for name in config.schemas}
+        self.analyzer = Analyzer(config, table_columns, self.route)
 
     # -- public ------------------------------------------------------------------------------------
 
@@ -123,13 +113,13 @@ class Router:
                 key = (schema, "\x00".join([_SHAPE.get(t[0]) or t[1] for t in toks]))
                 an = self._cache.get(key)
                 if an is None:
-                    an = self._analyze(sql, toks, schema)
+                    an = self.analyzer.analyze(sql, toks, schema)
                     if an.cacheable:
                         if len(self._cache) >= self.cache_size:
                             self._cache.clear()
                         self._cache[key] = an
             else:
-                an = self._analyze(sql, toks, schema)
+                an = self.analyzer.analyze(sql, toks, schema)
             return self._plan(an, sql, toks, schema)
         except RecursionError:
             raise ParseError("You have an error in your SQL syntax: the statement nests parentheses or "
@@ -173,7 +163,7 @@ class Router:
         if schema not in self.config.schemas:
             return False
         try:
-            t = self._resolve([name], schema)
+            t = self.analyzer.resolve([name], schema)
         except ProxyError:
             return False
         if t.type == "sharding":
@@ -183,623 +173,6 @@ class Router:
         if t.type in ("single", "default", "global"):
             return t.nodes, None, (t.schema, t.name)
         return False
-
-    # -- tables ------------------------------------------------------------------------------------
-
-    def _resolve(self, parts: list[str], schema: str | None) -> Table:
-        """Resolve [schema.]table to its configuration (or the schema's default node)."""
-        if len(parts) == 2:
-            real = self._schema_names.get(parts[0].lower())
-            if real is None:
-                if parts[0].lower() in SYSTEM_SCHEMAS:
-                    return Table(parts[0].lower(), parts[1].lower(), "system", ())
-                raise UnknownDatabase(f"Unknown database '{parts[0]}'")
-            schema = real
-        elif schema is None:
-            raise NoDatabaseSelected("No database selected")
-        name = parts[-1].lower()
-        key = (schema, name)
-        t = self._tables.get(key)
-        if t is not None:
-            return t
-        sc = self.config.schemas[schema]
-        cfg = sc.tables.get(name)
-        if cfg is not None:
-            fn = dist = None
-            if cfg.type == "sharding":
-                fcfg = self.config.functions[cfg.function or ""]
-                fn = make_function(fcfg)
-                dist = (cfg.nodes, fcfg.type, fcfg.partition_count, fcfg.partition_length,
-                        fcfg.hash_slice if fcfg.type == "stringhash" else None, fcfg.ranges,
-                        fcfg.default_partition)
-            t = Table(schema, name, cfg.type, cfg.nodes, cfg.column, fn, dist, cfg)
-        elif sc.default_node is not None:
-            t = Table(schema, name, "default", (sc.default_node,))
-        else:
-            raise NoSuchTable(f"Table '{schema}.{name}' doesn't exist in the config of sharding")
-        self._tables[key] = t
-        return t
-
-    def _home(self, schema: str | None) -> str:
-        """The node for statements that touch no table: default node, else the schema's first node."""
-        node = self.config.home_node(schema)
-        if node is None:
-            raise ProxyError("no shardingNode is configured", code=1105)
-        return node
-
-    def _strips(self, toks: list[Token]) -> list[tuple[int, int]]:
-        """Token ranges of `schema.` qualifiers naming a logical schema: physical SQL drops them."""
-        out = []
-        names = self._schema_names
-        n = len(toks)
-        for i in range(n - 2):
-            t = toks[i]
-            if t[0] in "wq" and toks[i + 1][1] == "." and toks[i + 1][0] == "o" and toks[i + 2][0] in "wq":
-                if i and toks[i - 1][1] == "." and toks[i - 1][0] == "o":
-                    continue
-                name = unquote_ident(t[1]).lower()
-                if name in names:
-                    out.append((i, i + 2))
-        return out
-
-    # -- analysis ----------------------------------------------------------------------------------
-
-    def _analyze(self, sql: str, toks: list[Token], schema: str | None) -> Analysis:
-        p = Parser(self._resolve, toks, schema)
-        first = p.up[0] if toks[0][0] == "w" else toks[0][1]
-        if first in ("SELECT", "WITH", "("):
-            an = self._an_select(p)
-        elif first in ("INSERT", "REPLACE"):
-            an = self._an_insert(p, first.lower())
-        elif first == "UPDATE":
-            an = self._an_update(p)
-        elif first == "DELETE":
-            an = self._an_delete(p)
-        elif first in ("CREATE", "ALTER", "DROP", "TRUNCATE", "RENAME"):
-            an = self._an_ddl(p, first)
-        elif first in ("SHOW", "DESC", "DESCRIBE", "EXPLAIN"):
-            an = self._an_show(p, sql, first)
-        elif first in ("ANALYZE", "OPTIMIZE", "REPAIR", "CHECK", "CHECKSUM"):
-            an = self._an_maintenance(p, sql, first)
-        elif first == "DO":
-            an = Analysis("other", False, (), nodes=(self._home(schema),))
-        elif first in _UNSUPPORTED:
-            raise not_supported(f"{_UNSUPPORTED[first]} is not supported by pydble")
-        elif first in _SESSION_WORDS:
-            raise not_supported(f"{first} is a session statement: the session handles it, the router does not")
-        else:
-            raise p.syntax(0)
-        if not an.deletions:
-            an.deletions = tuple(self._strips(toks))
-        else:
-            an.deletions = tuple(sorted(set(an.deletions) | set(self._strips(toks))))
-        return an
-
-    def _finish_query(self, p: Parser, an: Analysis) -> Analysis:
-        for sc in p.scopes:
-            if sc.where is not None:
-                sc.cond = p.cond(sc.where[0], sc.where[1], sc)
-        an.mode = "query"
-        an.refs = p.refs
-        an.scopes = p.scopes
-        an.queries = p.queries
-        an.edges = join_edges(p)
-        if not an.tables:
-            an.tables = tuple(dict.fromkeys((r.table.schema, r.table.name) for r in p.refs
-                                            if r.table.type != "system"))
-        if len(p.refs) == 1 and len(p.scopes) == 1 and not p.scopes[0].derived and not p.scopes[0].subs:
-            an.single = p.refs[0]
-        return an
-
-    def _an_select(self, p: Parser) -> Analysis:
-        q = p.query(0, p.n, None, {})
-        an = Analysis("select", False, ())
-        an.top = q
-        return self._finish_query(p, an)
-
-    def _an_update(self, p: Parser) -> Analysis:
-        k = 1
-        while p.at(k) in ("LOW_PRIORITY", "IGNORE"):
-            k += 1
-        sc = p.new_scope(None, {})
-        k, items = p.from_(k, p.n, sc)
-        if not p.word(k, "SET"):
-            raise p.syntax(k)
-        end = p.skip_to(k + 1, p.n, ("WHERE", "ORDER", "LIMIT"), sc)
-        assigns = self._assignments(p, k + 1, end)
-        an = Analysis("update", True, ())
-        multi = len(sc.refs) > 1 or bool(sc.derived)
-        modified: list[Ref] = []
-        for col, (a, b) in assigns:
-            target = self._assign_target(col, sc.refs, multi)
-            for r in target:
-                if r not in modified:
-                    modified.append(r)
-                if r.table.type == "sharding" and col[1] == r.table.column:
-                    v, m = p.literal(a, b)
-                    an.set_checks.append((r, v if m == b else None, []))
-        an.modified = modified or list(sc.refs)
-        self._tail(p, end, sc, an)
-        q = Query(None, [sc])
-        an.top = q
-        self._finish_query(p, an)
-        for r, v, wheres in an.set_checks:
-            for atom in conjuncts(r.scope.cond):
-                if atom is not None and atom[0] == "eq" and names_shard_column(atom[1], r):
-                    wheres.append(atom[2])
-            if v is None or not wheres:
-                raise self._shard_update(r)
-        return an
-
-    def _shard_update(self, r: Ref) -> NotSupported:
-        return not_supported(f"Sharding column can't be updated {r.table.name}->{(r.table.column or '').upper()}")
-
-    def _assign_target(self, col: tuple[tuple[str, ...], str], refs: list[Ref], multi: bool) -> list[Ref]:
-        quals, name = col
-        if not quals:
-            if not multi:
-                return list(refs)
-            shard = [r for r in refs if r.table.column == name]
-            return shard or list(refs)
-        return [r for r in refs if (len(quals) == 1 and r.alias == quals[0]) or
-                (len(quals) == 2 and r.table.name == quals[1])] or list(refs)
-
-    def _assignments(self, p: Parser, k: int, end: int) -> list[tuple[tuple[tuple[str, ...], str], tuple[int, int]]]:
-        """col = expr, ... in [k, end): each column with the token range of its value."""
-        out = []
-        while k < end:
-            col, m = p.colref(k, end)
-            if col is None or p.at(m) not in ("=", ":="):
-                raise p.syntax(k)
-            a = m + 1
-            j = a
-            while j < end:
-                if p.toks[j][0] == "o":
-                    if p.up[j] == "(":
-                        j = p.close[j] + 1
-                        continue
-                    if p.up[j] == ",":
-                        break
-                j += 1
-            b = j
-            out.append((col, (a, b)))
-            k = b + 1
-        return out
-
-    def _tail(self, p: Parser, k: int, sc: Scope, an: Analysis) -> None:
-        """WHERE / ORDER BY / LIMIT of an UPDATE or DELETE."""
-        if p.word(k, "WHERE"):
-            end = p.skip_to(k + 1, p.n, ("ORDER", "LIMIT"), sc)
-            sc.where = (k + 1, end)
-            k = end
-        if p.word(k, "ORDER"):
-            k = p.skip_to(k + 1, p.n, ("LIMIT",), sc)
-        if p.word(k, "LIMIT"):
-            an.has_limit = True
-            k = p.skip_to(k + 1, p.n, (), sc)
-        if k < p.n:
-            raise p.syntax(k)
-
-    def _an_delete(self, p: Parser) -> Analysis:
-        k = 1
-        while p.at(k) in ("LOW_PRIORITY", "QUICK", "IGNORE"):
-            k += 1
-        sc = p.new_scope(None, {})
-        an = Analysis("delete", True, ())
-        using = p.skip_to(k, p.n, ("USING",), None)
-        names: list[list[str]] = []
-        if p.word(k, "FROM") and using == p.n:
-            k, _ = p.from_(k + 1, p.n, sc)
-            multi = False
-        else:
-            if p.word(k, "FROM"):
-                k += 1
-                stop = using
-            else:
-                stop = p.skip_to(k, p.n, ("FROM",), None)
-                if stop == p.n:
-                    raise p.syntax(k)
-            while k < stop:
-                parts, k2 = p.dotted(k, stop)
-                if not parts:
-                    raise p.syntax(k)
-                if p.at(k2) == "." and p.at(k2 + 1) == "*":
-                    k2 += 2
-                names.append([x.lower() for x in parts])
-                k = k2 + 1 if p.at(k2) == "," else k2
-            k, _ = p.from_(stop + 1, p.n, sc)
-            multi = True
-        if multi:
-            modified = []
-            for parts in names:
-                hit = [r for r in sc.refs if (len(parts) == 1 and r.alias == parts[0]) or
-                       (len(parts) == 2 and r.table.name == parts[1] and not r.has_alias)]
-                if not hit:
-                    raise NoSuchTable(f"Unknown table '{'.'.join(parts)}' in MULTI DELETE")
-                modified.extend(hit)
-            an.modified = modified
-        else:
-            an.modified = list(sc.refs)
-        self._tail(p, k, sc, an)
-        an.top = Query(None, [sc])
-        return self._finish_query(p, an)
-
-    # -- INSERT / REPLACE --------------------------------------------------------------------------
-
-    def _an_insert(self, p: Parser, kind: str) -> Analysis:
-        k = 1
-        while p.at(k) in ("LOW_PRIORITY", "DELAYED", "HIGH_PRIORITY", "IGNORE"):
-            k += 1
-        if p.word(k, "INTO"):
-            k += 1
-        parts, k = p.dotted(k)
-        if not parts or len(parts) > 2:
-            raise p.syntax(k)
-        table = self._resolve(parts, p.schema)
-        if table.type == "system":
-            raise not_supported(f"writing to {table.full} is not supported by pydble")
-        if p.word(k, "PARTITION") and p.at(k + 1) == "(":
-            k = p.close[k + 1] + 1
-        cols: list[str] | None = None
-        if p.at(k) == "(" and not p.is_query(k + 1):
-            c = p.close[k]
-            cols = []
-            j = k + 1
-            while j < c:
-                col, j = p.colref(j, c)
-                if col is None:
-                    raise p.syntax(j)
-                cols.append(col[1])
-                if j < c and p.at(j) == ",":
-                    j += 1
-            k = c + 1
-        an = Analysis(kind, True, ((table.schema, table.name),), mode="insert", target=table)
-        sc = p.new_scope(None, {})
-        if p.at(k) in ("VALUES", "VALUE"):
-            k = self._rows(p, k + 1, an, sc)
-            key_idx = self._key_index(table, cols, an) if table.type == "sharding" else -1
-            for _, row_open, row_end in an.rows:
-                values = self._split_commas(p, row_open + 1, row_end)
-                if cols is not None and len(values) != len(cols):
-                    raise ProxyError(f"Column count doesn't match value count at row {len(an.keys) + 1}",
-                                     code=1136, sqlstate="21S01")
-                if key_idx >= 0:
-                    if key_idx >= len(values):
-                        raise ProxyError(f"Column count doesn't match value count at row {len(an.keys) + 1}",
-                                         code=1136, sqlstate="21S01")
-                    a, b = values[key_idx]
-                    v, m = p.literal(a, b)
-                    if v is None or m != b:
-                        text = " ".join(t[1] for t in p.toks[a:b])
-                        raise not_supported(f"Not Supported of Sharding Value EXPR :{text}")
-                    an.keys.append(v)
-        elif p.word(k, "SET"):
-            end = self._odku(p, k + 1, sc)
-            assigns = self._assignments(p, k + 1, end)
-            key = None
-            for col, (a, b) in assigns:
-                if table.type == "sharding" and col[1] == table.column:
-                    v, m = p.literal(a, b)
-                    if v is None or m != b:
-                        text = " ".join(t[1] for t in p.toks[a:b])
-                        raise not_supported(f"Not Supported of Sharding Value EXPR :{text}")
-                    key = v
-            if table.type == "sharding" and key is None:
-                raise self._no_key(table)
-            an.rows = [(k, k, k)]
-            an.keys = [key] if key is not None else []
-            k = end
-        elif p.is_query(k) or p.word(k, "WITH"):
-            end = self._odku(p, k, None)
-            q = p.query(k, end, None, {})
-            sub = Analysis(kind, True, ())
-            sub.top = q
-            self._finish_query(p, sub)
-            an.sub = sub
-            an.mode = "insert_select"
-            an.tables = an.tables + tuple(t for t in sub.tables if t not in an.tables)
-            k = end
-        else:
-            raise p.syntax(k)
-        if p.word(k, "AS"):  # MySQL 8 row alias: INSERT ... VALUES (...) AS new [(cols)]
-            k += 2
-            if p.at(k) == "(":
-                k = p.close[k] + 1
-        if p.word(k, "ON"):
-            if not (p.word(k + 1, "DUPLICATE") and p.word(k + 2, "KEY") and p.word(k + 3, "UPDATE")):
-                raise p.syntax(k)
-            for col, _ in self._assignments(p, k + 4, p.n):
-                if table.type == "sharding" and col[1] == table.column:
-                    raise not_supported(f"Sharding column can't be updated: {table.name.upper()} -> "
-                                         f"{(table.column or '').upper()}")
-            p.skip_to(k + 4, p.n, (), sc)
-        elif k < p.n:
-            raise p.syntax(k)
-        if sc.subs and an.mode == "insert":
-            sub = Analysis(kind, True, ())
-            sub.top = Query(None, [sc])
-            self._finish_query(p, sub)
-            an.sub = sub
-            an.tables = an.tables + tuple(t for t in sub.tables if t not in an.tables)
-        if cols is None and table.type == "sharding" and an.mode == "insert":
-            an.cacheable = False  # the key's position came from metadata, which can change
-        return an
-
-    def _odku(self, p: Parser, k: int, sc: Scope | None) -> int:
-        """Where a top-level ON DUPLICATE KEY UPDATE starts (or the end)."""
-        while True:
-            k = p.skip_to(k, p.n, ("ON",), sc)
-            if k >= p.n or p.word(k + 1, "DUPLICATE"):
-                return k
-            k += 1
-
-    def _no_key(self, table: Table) -> NotSupported:
-        return not_supported(f"bad insert sql, sharding column/joinKey:{(table.column or '').upper()} not provided")
-
-    def _key_index(self, table: Table, cols: list[str] | None, an: Analysis) -> int:
-        if cols is None:
-            known = self.table_columns(table.schema, table.name) if self.table_columns else None
-            if not known:
-                raise not_supported(f"bad insert sql, sharding column/joinKey:{(table.column or '').upper()} "
-                                     f"not provided: INSERT into {table.full} without a column list needs the "
-                                     f"table's metadata, which is not loaded")
-            cols = [c.lower() for c in known]
-        try:
-            return cols.index(table.column or "")
-        except ValueError:
-            raise self._no_key(table) from None
-
-    def _rows(self, p: Parser, k: int, an: Analysis, sc: Scope) -> int:
-        while True:
-            start = k
-            if p.word(k, "ROW"):
-                k += 1
-            if p.at(k) != "(":
-                raise p.syntax(k)
-            c = p.close[k]
-            p.subqueries(k + 1, c, sc)
-            an.rows.append((start, k, c))
-            k = c + 1
-            if p.at(k) == "," and p.toks[k][0] == "o":
-                k += 1
-                continue
-            return k
-
-    def _split_commas(self, p: Parser, a: int, b: int) -> list[tuple[int, int]]:
-        out = []
-        j = s = a
-        while j < b:
-            if p.toks[j][0] == "o":
-                if p.up[j] == "(":
-                    j = p.close[j] + 1
-                    continue
-                if p.up[j] == ",":
-                    out.append((s, j))
-                    s = j + 1
-            j += 1
-        out.append((s, b))
-        return out
-
-    # -- DDL ---------------------------------------------------------------------------------------
-
-    def _ddl_table(self, p: Parser, k: int) -> tuple[Table, int]:
-        parts, k2 = p.dotted(k)
-        if not parts or len(parts) > 2:
-            raise p.syntax(k)
-        table = self._resolve(parts, p.schema)
-        if table.type == "system":
-            raise not_supported(f"DDL on {table.full} is not supported by pydble")
-        return table, k2
-
-    def _ddl(self, table: Table, ddl: str, if_exists: bool = False,
-             tables: tuple[tuple[str, str], ...] | None = None) -> Analysis:
-        return Analysis("ddl", True, tables or ((table.schema, table.name),), nodes=table.nodes, ddl=ddl,
-                         if_exists=if_exists)
-
-    def _an_ddl(self, p: Parser, first: str) -> Analysis:
-        k = 1
-        if first == "CREATE":
-            if p.word(k, "OR") and p.word(k + 1, "REPLACE"):
-                k += 2
-            while p.at(k) in ("UNIQUE", "FULLTEXT", "SPATIAL", "ONLINE", "OFFLINE"):
-                k += 1
-            if p.word(k, "TEMPORARY"):
-                raise not_supported("CREATE TEMPORARY TABLE is not supported by pydble: backend connections "
-                                     "are shared, so a temporary table would not follow the session")
-            if p.word(k, "TABLE"):
-                return self._an_create_table(p, k + 1)
-            if p.word(k, "INDEX"):
-                on = p.skip_to(k + 1, p.n, ("ON",), None)
-                table, _ = self._ddl_table(p, on + 1)
-                return self._ddl(table, "CREATE_INDEX")
-            raise not_supported(f"CREATE {self._what(p, k)} is not supported by pydble")
-        if first == "ALTER":
-            while p.at(k) in ("ONLINE", "OFFLINE", "IGNORE"):
-                k += 1
-            if not p.word(k, "TABLE"):
-                raise not_supported(f"ALTER {self._what(p, k)} is not supported by pydble")
-            table, k = self._ddl_table(p, k + 1)
-            j = k
-            while j < p.n:
-                j = p.skip_to(j, p.n, ("RENAME",), None)
-                if j < p.n and p.at(j + 1) not in ("COLUMN", "INDEX", "KEY") and table.type != "default":
-                    raise not_supported(f"renaming {table.full} is not supported: it would leave its "
-                                         f"sharding configuration behind")
-                j += 1
-            return self._ddl(table, "ALTER_TABLE")
-        if first == "DROP":
-            if p.word(k, "TEMPORARY"):
-                raise not_supported("DROP TEMPORARY TABLE is not supported by pydble")
-            if p.at(k) in ("TABLE", "TABLES"):
-                k += 1
-                if_exists = p.word(k, "IF") and p.word(k + 1, "EXISTS")
-                if if_exists:
-                    k += 2
-                tables: list[Table] = []
-                while k < p.n and p.at(k) not in ("RESTRICT", "CASCADE", "WAIT", "NOWAIT"):
-                    t, k = self._ddl_table(p, k)
-                    tables.append(t)
-                    if p.at(k) == ",":
-                        k += 1
-                if not tables:
-                    raise p.syntax(k)
-                first_t = tables[0]
-                for t in tables[1:]:
-                    if set(t.nodes) != set(first_t.nodes):
-                        raise not_supported(f"DROP TABLE of {first_t.full} and {t.full} is not supported: they "
-                                             f"live on different shardingNodes; drop them one at a time")
-                names = tuple(dict.fromkeys((t.schema, t.name) for t in tables))
-                return self._ddl(first_t, "DROP_TABLE", if_exists, names)
-            if p.word(k, "INDEX"):
-                on = p.skip_to(k + 1, p.n, ("ON",), None)
-                table, _ = self._ddl_table(p, on + 1)
-                return self._ddl(table, "DROP_INDEX")
-            raise not_supported(f"DROP {self._what(p, k)} is not supported by pydble")
-        if first == "TRUNCATE":
-            if p.word(k, "TABLE"):
-                k += 1
-            table, _ = self._ddl_table(p, k)
-            return self._ddl(table, "TRUNCATE_TABLE")
-        # RENAME TABLE a TO b [, c TO d]
-        if p.at(k) not in ("TABLE", "TABLES"):
-            raise not_supported(f"RENAME {self._what(p, k)} is not supported by pydble")
-        k += 1
-        seen: list[Table] = []
-        while k < p.n:
-            a, k = self._ddl_table(p, k)
-            if not p.word(k, "TO"):
-                raise p.syntax(k)
-            b, k = self._ddl_table(p, k + 1)
-            for t in (a, b):
-                if t.type != "default":
-                    raise not_supported(f"RENAME TABLE of {t.full} is not supported: it is a configured "
-                                         f"{t.type} table and would leave its configuration behind")
-            seen += [a, b]
-            if p.at(k) == ",":
-                k += 1
-        if not seen:
-            raise p.syntax(k)
-        if len({t.nodes for t in seen}) > 1:
-            raise not_supported("RENAME TABLE across schemas with different default shardingNodes is not supported")
-        return self._ddl(seen[0], "RENAME_TABLE", False, tuple(dict.fromkeys((t.schema, t.name) for t in seen)))
-
-    def _what(self, p: Parser, k: int) -> str:
-        w = p.at(k)
-        if w in ("DEFINER", "ALGORITHM", "SQL"):
-            j = k
-            while j < p.n and p.at(j) not in ("VIEW", "PROCEDURE", "FUNCTION", "TRIGGER", "EVENT"):
-                j += 1
-            w = p.at(j) or w
-        return w or "statement"
-
-    def _an_create_table(self, p: Parser, k: int) -> Analysis:
-        if_exists = p.word(k, "IF") and p.word(k + 1, "NOT") and p.word(k + 2, "EXISTS")
-        if if_exists:
-            k += 3
-        table, k = self._ddl_table(p, k)
-        like_at = k + 1 if p.word(k, "LIKE") else k + 2 if p.at(k) == "(" and p.word(k + 1, "LIKE") else -1
-        if like_at > 0:
-            src, _ = self._ddl_table(p, like_at)
-            if not set(table.nodes) <= set(src.nodes):
-                raise not_supported(f"CREATE TABLE {table.full} LIKE {src.full} is not supported: {src.full} "
-                                     f"is not on every shardingNode of {table.full}")
-        else:
-            j = k
-            if p.at(j) == "(" and not p.is_query(j + 1):
-                j = p.close[j] + 1
-            sel = j
-            while sel < p.n and not (p.word(sel, "SELECT") or p.word(sel, "WITH") or
-                                     (p.at(sel) == "(" and p.is_query(sel + 1))):
-                sel = p.close[sel] + 1 if p.at(sel) == "(" else sel + 1
-            if sel < p.n:
-                q = p.query(sel, p.n, None, {})
-                sub = Analysis("select", False, ())
-                sub.top = q
-                self._finish_query(p, sub)
-                src_nodes = {n for r in sub.refs if r.table.type in _LOCAL for n in r.table.nodes}
-                globals_ok = all(set(table.nodes) <= set(r.table.nodes) for r in sub.refs
-                                 if r.table.type == "global")
-                if len(table.nodes) != 1 or not src_nodes <= set(table.nodes) or not globals_ok:
-                    raise not_supported(f"CREATE TABLE {table.full} ... SELECT is only supported when the new "
-                                         f"table and every table it reads live on one shardingNode")
-        return self._ddl(table, "CREATE_TABLE", if_exists)
-
-    # -- SHOW / DESC / EXPLAIN / maintenance -------------------------------------------------------
-
-    def _one(self, table: Table, schema: str | None) -> str:
-        return table.nodes[0] if table.nodes else self._home(schema)
-
-    def _an_show(self, p: Parser, sql: str, first: str) -> Analysis:
-        k = 1
-        if first == "SHOW":
-            while p.at(k) in ("EXTENDED", "FULL"):
-                k += 1
-            if p.word(k, "CREATE") and p.word(k + 1, "TABLE"):
-                table, _ = self._ddl_or_system(p, k + 2, p.schema)
-                return Analysis("other", False, self._names_of(table), nodes=(self._one(table, p.schema),))
-            if p.at(k) in ("COLUMNS", "FIELDS", "INDEX", "INDEXES", "KEYS") and p.at(k + 1) in ("FROM", "IN"):
-                parts, j = p.dotted(k + 2)
-                if not parts or len(parts) > 2:
-                    raise p.syntax(k + 2)
-                dels: list[tuple[int, int]] = []
-                if p.at(j) in ("FROM", "IN") and p.ident(j + 1) is not None and len(parts) == 1:
-                    parts = [p.ident(j + 1) or "", parts[0]]
-                    dels.append((j, j + 2))
-                table = self._resolve(parts, p.schema)
-                if dels and table.type == "system":
-                    dels = []
-                return Analysis("other", False, self._names_of(table), nodes=(self._one(table, p.schema),),
-                                 deletions=tuple(dels))
-            return Analysis("other", False, (), nodes=(self._home(p.schema),))
-        # DESC/DESCRIBE/EXPLAIN: a table, or a statement to explain
-        while p.at(k) in ("EXTENDED", "PARTITIONS", "ANALYZE", "FORMAT"):
-            if p.word(k, "FORMAT") and p.at(k + 1) == "=":
-                k += 3
-            else:
-                k += 1
-        if p.word(k, "FOR"):
-            raise not_supported("EXPLAIN FOR CONNECTION is not supported by pydble")
-        if k < p.n and p.at(k) in ("SELECT", "WITH", "(", "INSERT", "REPLACE", "UPDATE", "DELETE", "TABLE"):
-            inner = self.route(sql[p.toks[k][2]:], p.schema)
-            t0 = inner.targets[0]
-            return Analysis("other", False, inner.tables, mode="explain", cacheable=False, nodes=(t0.node,),
-                             explain=(p.toks[k][2], t0.sql))
-        table, _ = self._ddl_or_system(p, k, p.schema)
-        return Analysis("other", False, self._names_of(table), nodes=(self._one(table, p.schema),))
-
-    def _ddl_or_system(self, p: Parser, k: int, schema: str | None) -> tuple[Table, int]:
-        parts, k2 = p.dotted(k)
-        if not parts or len(parts) > 2:
-            raise p.syntax(k)
-        return self._resolve(parts, schema), k2
-
-    def _names_of(self, table: Table) -> tuple[tuple[str, str], ...]:
-        return () if table.type == "system" else ((table.schema, table.name),)
-
-    def _an_maintenance(self, p: Parser, sql: str, first: str) -> Analysis:
-        k = 1
-        while p.at(k) in ("NO_WRITE_TO_BINLOG", "LOCAL"):
-            k += 1
-        if first == "ANALYZE" and p.at(k) in ("SELECT", "UPDATE", "DELETE", "INSERT", "REPLACE", "FORMAT"):
-            return self._an_show(p, sql, "EXPLAIN")
-        if not p.word(k, "TABLE"):
-            raise not_supported(f"{first} {self._what(p, k)} is not supported by pydble")
-        k += 1
-        tables = []
-        while k < p.n:
-            t, k = self._ddl_table(p, k)
-            tables.append(t)
-            if p.at(k) != ",":
-                break
-            k += 1
-        if not tables:
-            raise p.syntax(k)
-        for t in tables[1:]:
-            if set(t.nodes) != set(tables[0].nodes):
-                raise not_supported(f"{first} TABLE of {tables[0].full} and {t.full} is not supported: they live "
-                                     f"on different shardingNodes")
-        return Analysis("other", first in ("ANALYZE", "OPTIMIZE", "REPAIR"),
-                         tuple(dict.fromkeys((t.schema, t.name) for t in tables)), nodes=tables[0].nodes)
 
     # -- hints -------------------------------------------------------------------------------------
 
@@ -814,7 +187,7 @@ class Router:
         if len(toks) < 2:
             raise ProxyError("Query was empty", code=1065, sqlstate="42000")
         word = toks[1][1].upper() if toks[1][0] == "w" else toks[1][1]
-        if word in _UNSUPPORTED or word in _SESSION_WORDS:
+        if word in UNSUPPORTED or word in SESSION_WORDS:
             raise not_supported(f"{word} cannot be sent through a shardingNode hint")
         kind, is_write, ddl = "other", True, None
         if word in ("SELECT", "WITH", "("):
@@ -829,7 +202,7 @@ class Router:
         tables: tuple[tuple[str, str], ...] = ()
         if kind == "ddl":
             try:
-                an = self._analyze(body, tokenize(body), schema)
+                an = self.analyzer.analyze(body, tokenize(body), schema)
                 tables = an.tables
             except ProxyError:
                 pass
@@ -896,7 +269,7 @@ class Router:
             elif t.type == "system":
                 if an.is_write:
                     raise not_supported(f"writing {t.full} is not supported by pydble")
-                targets = (self._home(schema),)
+                targets = (self.analyzer.home(schema),)
             else:
                 targets = nodes
         else:
@@ -913,7 +286,7 @@ class Router:
         for r, v, wheres in an.set_checks:
             new = literal_value(v, toks)
             if not any(same_literal(new, literal_value(w, toks)) for w in wheres):
-                raise self._shard_update(r)
+                raise shard_update_error(r)
 
     def _decide(self, an: Analysis, toks: list[Token], schema: str | None) -> tuple[str, ...]:
         """Pick the nodes for a query or write touching several tables, or refuse with 1235."""
@@ -929,7 +302,7 @@ class Router:
                 parts = ref_partitions(r.scope.cond, r, toks, bool(r.scope.outer))
                 nodesets[id(r)] = t.nodes if parts is None else tuple(t.nodes[i] for i in sorted(parts))
                 local.append(r)
-            elif t.type in _LOCAL:
+            elif t.type in LOCAL_TYPES:
                 nodesets[id(r)] = t.nodes
                 local.append(r)
             elif t.type == "global":
@@ -941,7 +314,7 @@ class Router:
             return self._global_write(an, modified, local, glob)
         if not local:
             if not glob:
-                return (self._home(schema),)
+                return (self.analyzer.home(schema),)
             common = [n for n in glob[0].table.nodes if all(n in g.table.nodes for g in glob)]
             if not common:
                 raise not_supported(f"JOIN of global tables {table_names(glob)} is not supported: they share no "
@@ -1118,7 +491,7 @@ class Router:
     def _sub_on(self, sub: Analysis, toks: list[Token], schema: str | None, nodes: tuple[str, ...]) -> None:
         """The tables a write reads (subqueries, INSERT ... SELECT) must all be on the written node."""
         sub.modified = None
-        local = [r for r in sub.refs if r.table.type in _LOCAL]
+        local = [r for r in sub.refs if r.table.type in LOCAL_TYPES]
         glob = [r for r in sub.refs if r.table.type == "global"]
         if len(nodes) == 1:
             if local:
