@@ -195,18 +195,8 @@ class Analyzer:
             col, m = p.colref(k, end)
             if col is None or p.at(m) not in ("=", ":="):
                 raise p.syntax(k)
-            a = m + 1
-            j = a
-            while j < end:
-                if p.toks[j][0] == "o":
-                    if p.up[j] == "(":
-                        j = p.close[j] + 1
-                        continue
-                    if p.up[j] == ",":
-                        break
-                j += 1
-            b = j
-            out.append((col, (a, b)))
+            b = p.comma(m + 1, end)
+            out.append((col, (m + 1, b)))
             k = b + 1
         return out
 
@@ -410,19 +400,14 @@ class Analyzer:
             return k
 
     def _split_commas(self, p: Parser, a: int, b: int) -> list[tuple[int, int]]:
+        """The top-level comma-separated token ranges of [a, b)."""
         out = []
-        j = s = a
-        while j < b:
-            if p.toks[j][0] == "o":
-                if p.up[j] == "(":
-                    j = p.close[j] + 1
-                    continue
-                if p.up[j] == ",":
-                    out.append((s, j))
-                    s = j + 1
-            j += 1
-        out.append((s, b))
-        return out
+        while True:
+            j = p.comma(a, b)
+            out.append((a, j))
+            if j >= b:
+                return out
+            a = j + 1
 
     # -- DDL ---------------------------------------------------------------------------------------
 

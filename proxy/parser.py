@@ -106,6 +106,19 @@ class Parser:
             i += 1
         return i < self.n and self.toks[i][0] == "w" and up[i] in ("SELECT", "WITH")
 
+    def comma(self, i: int, end: int) -> int:
+        """The next top-level comma in [i, end) (parentheses skipped), or end."""
+        toks, up = self.toks, self.up
+        while i < end:
+            if toks[i][0] == "o":
+                if up[i] == "(":
+                    i = self.close[i] + 1
+                    continue
+                if up[i] == ",":
+                    return i
+            i += 1
+        return end
+
     def skip_to(self, i: int, end: int, stops: Collection[str], sc: Scope | None) -> int:
         """Advance to the next top-level word in stops, parsing subqueries met on the way."""
         toks, up = self.toks, self.up
