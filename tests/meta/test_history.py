@@ -4,9 +4,10 @@ bounded, and read back after a restart."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
-from meta.history import HISTORY_FILE, DdlHistory, DdlHistoryEntry
+from meta.history import BATCH_S, HISTORY_FILE, DdlHistory, DdlHistoryEntry
 
 
 def _entry(i: int) -> DdlHistoryEntry:
@@ -55,3 +56,22 @@ def test_an_unwritable_directory_is_logged_not_raised(tmp_path: Path) -> None:
     h.append(_entry(1))   # the writer thread fails to create the directory: a warning, no exception
     h.close()
     assert [e.id for e in h.entries()] == [1]
+
+
+def test_a_burst_reaches_the_file_without_close(tmp_path: Path) -> None:
+    h = DdlHistory(tmp_path)
+    try:
+        for i in range(3):
+            h.append(_entry(i))
+        path = tmp_path / HISTORY_FILE
+        deadline = time.monotonic() + BATCH_S + 5
+        while time.monotonic() < deadline and not (path.exists() and len(path.read_text().splitlines()) == 3):
+            time.sleep(0.02)
+        assert [json.loads(ln)["id"] for ln in path.read_text().splitlines()] == [1, 2, 3]
+        h.append(_entry(3))   # the writer goes on after a batch
+        deadline = time.monotonic() + BATCH_S + 5
+        while time.monotonic() < deadline and len(path.read_text().splitlines()) < 4:
+            time.sleep(0.02)
+        assert len(path.read_text().splitlines()) == 4
+    finally:
+        h.close()
