@@ -160,7 +160,7 @@ def report(times: dict[str, dict[str, list[float]]], runs: int, rows: int, zk_wa
 
 # (the profile runs the instances with --log-level debug: the per-step lines are debug lines)
 EVENTS = {"ddl INIT: table locked": "sub_locked", "ddl finished here: metadata refreshed, table unlocked": "sub_done",
-          "ddl INIT acknowledged": "init_acked", "ddl executed": "executed", "metadata published": "published"}
+          "ddl INIT acknowledged": "init_acked", "ddl nodes answered": "executed", "metadata published": "published"}
 
 
 def _events(proxy: ProxyProcess) -> list[tuple[float, str]]:
