@@ -16,6 +16,7 @@ import structlog
 
 from meta.errors import BackendUnavailable, MetaLost, ProxyError, TableExists
 from meta.history import DdlHistoryEntry
+from meta.later import Later
 from meta.loader import LoadResult, load_tables, node_tables, result_from_texts
 from meta.locks import MetaLocks
 from zk.originator import ClusterDdl
@@ -90,6 +91,7 @@ class DdlRunner:
         self.server = server
         self.locks = MetaLocks(server.config.server.instance)
         self.tasks: set[asyncio.Task] = set()
+        self.later = Later()   # each DDL's info line, written a moment after its answer (flushed at stop)
 
     async def run(self, session: Session, plan: Plan, sql: str, r: Reply, more: bool) -> None:
         """Run a DDL for a session; it finishes (and unlocks) even if the client leaves meanwhile."""
@@ -170,10 +172,11 @@ class DdlRunner:
         err = ProxyError("the DDL was interrupted") if interrupted else task.result()[0]
         keys, laggards = trace.keys, trace.laggards
         if trace.executed is not None:
-            # after the answer: on a busy box one log line costs the critical path ~0.1 ms
-            log.info("ddl executed", instance=self.server.config.server.instance,
-                     tables=[f"{s}.{t}" for s, t in keys], ddl=plan.ddl, phase="EXECUTED",
-                     seconds=trace.executed[0], failed=trace.executed[1], outcome="OK" if err is None else "FAILED")
+            seconds, failed = trace.executed
+            self.later.call(lambda: log.info(
+                "ddl executed", instance=self.server.config.server.instance, tables=[f"{s}.{t}" for s, t in keys],
+                ddl=plan.ddl, phase="EXECUTED", seconds=seconds, failed=failed,
+                outcome="OK" if err is None else "FAILED"))
         details = trace.details(plan, self.server.registry.version)
         self.server.metrics.ddl_done("OK" if err is None else "FAILED", details["phases_ms"])
         self.server.history.append(DdlHistoryEntry(
@@ -208,7 +211,7 @@ class DdlRunner:
         self._phase(keys, owner, "REFRESHING")
         executed = (round(time.monotonic() - started, 3), [x.node for x in results if x.error])
         if trace is not None:
-            trace.executed = executed   # the "ddl executed" line is written after the answer (_remember)
+            trace.executed = executed   # the "ddl executed" line is written after the answer (meta/later.py)
         dlog.debug("ddl nodes answered", seconds=executed[0], failed=executed[1])
         try:
             await self._publish_locally(keys, ready)

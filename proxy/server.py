@@ -116,6 +116,7 @@ class ProxyServer:
             s.client.close()
         if self.cluster is not None:
             await self.cluster.stop()
+        self.ddl.later.flush()
         self.backends.close()
         self.meta_backend.close()
         await asyncio.to_thread(self.history.close)

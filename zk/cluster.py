@@ -235,6 +235,7 @@ class Cluster:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.listener.later.flush()
         self.peers.close()
         if self.peer_server is not None:
             await self.peer_server.stop()

@@ -18,6 +18,7 @@ import structlog
 from kazoo.exceptions import NoNodeError
 
 from meta.errors import DdlInProgress
+from meta.later import Later
 
 from .cluster import PassLoop
 from .paths import history_czxid, history_order, history_seq, parse_table_node
@@ -51,6 +52,7 @@ class DdlListener(PassLoop):
         self.results: dict[tuple[str, int], tuple[bool, str]] = {}  # what we acked for the step handled
         self._record_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._acks: set[asyncio.Task] = set()
+        self.later = Later()   # "ddl finished here" lines, written once the originator has its answer
         if cluster.cc.peer_port >= 0:
             self.settle_s = SETTLE_S
 
@@ -236,9 +238,9 @@ class DdlListener(PassLoop):
             self._release(schema, table, czxid, owner)
             if rec.reconciled_by:
                 c.locks.release_owned_by(f"instance:{rec.instance}")
-            # logged after the answer has gone back: the originator is waiting for it
+            # logged a moment after the answer (meta/later.py): the originator is waiting for it
             via = "peer" if texts is not None else "zookeeper"
-            asyncio.get_running_loop().call_soon(lambda: rlog.info(
+            self.later.call(lambda: rlog.info(
                 "ddl finished here: metadata refreshed, table unlocked", reconciled_by=rec.reconciled_by or None,
                 via=via))
         return not message, message

@@ -7,7 +7,8 @@ backends, and what the proxy believes is read from its manager port (`check full
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+import time
+from typing import Any, Callable, Iterator
 
 import pymysql
 import pytest
@@ -263,15 +264,26 @@ def test_renaming_a_default_node_table_moves_its_metadata(env: MetaProxyEnv) -> 
     env.sql("DROP TABLE dflt_r3")
 
 
-def _refresh_loaded(env: MetaProxyEnv, schema: str, table: str) -> bool:
-    """Whether the last DDL on the table refreshed by loading metadata (rather than from the SHOW
-    CREATE texts its nodes answered right after it): its request logged a "metadata loaded"."""
-    lines = env.proxy.log_text().splitlines()
-    ddl = [ln for ln in lines if "ddl executed" in ln and f"tables=['{schema}.{table}']" in ln]
-    assert ddl, f"no DDL on {schema}.{table} in the log"
-    rid = re.search(r"\brequest_id=(\S+)", ddl[-1])
-    assert rid is not None, ddl[-1]
-    return any("metadata loaded" in ln and f"request_id={rid.group(1)} " in ln for ln in lines)
+def _refresh_loaded(env: MetaProxyEnv, schema: str, table: str, ddl: Callable[[], object]) -> bool:
+    """Whether a DDL on the table (`ddl` runs it) refreshed by loading metadata (rather than from the
+    SHOW CREATE texts its nodes answered right after it): its request logged a "metadata loaded".
+    The DDL's own "ddl executed" line comes a moment after its answer (meta/later.py)."""
+    def lines() -> list[str]:
+        return [ln for ln in env.proxy.log_text().splitlines()
+                if "ddl executed" in ln and f"tables=['{schema}.{table}']" in ln]
+    before = len(lines())
+    ddl()
+    deadline = time.monotonic() + 10
+    while len(lines()) <= before:
+        assert time.monotonic() < deadline, f"no 'ddl executed' line for {schema}.{table} in the log"
+        time.sleep(0.01)
+    rid = re.search(r"\brequest_id=(\S+)", lines()[before])
+    assert rid is not None, lines()[before]
+    return any("metadata loaded" in ln and f"request_id={rid.group(1)} " in ln for ln in env.proxy.log_text().splitlines())
+
+
+def _fails_with(env: MetaProxyEnv, sql: str, code: int) -> None:
+    assert env.error_of(sql)[0] == code
 
 
 def _columns(env: MetaProxyEnv, table: str, schema: str = "schema1") -> list[str]:
@@ -290,19 +302,17 @@ def test_ddl_refresh_from_the_nodes_answers_without_a_load(
         env: MetaProxyEnv, schema: str, table: str, nodes: tuple[str, ...]) -> None:
     """CREATE / ADD COLUMN / DROP: memory is built from SHOW CREATE read on the DDL's connections."""
     env.reset(table, schema)
-    env.sql(f"CREATE TABLE {table} {T_DEF}", schema)
-    assert not _refresh_loaded(env, schema, table)
+    assert not _refresh_loaded(env, schema, table, lambda: env.sql(f"CREATE TABLE {table} {T_DEF}", schema))
     row = env.row(schema, table)
     assert row["table_structure"] == _same_everywhere(env, table, nodes)
     assert (row["consistent_in_sharding_nodes"], row["consistent_in_memory"]) == (1, 1)
-    env.sql(f"ALTER TABLE {table} ADD COLUMN added INT DEFAULT 3", schema)
-    assert not _refresh_loaded(env, schema, table)
+    assert not _refresh_loaded(env, schema, table,
+                               lambda: env.sql(f"ALTER TABLE {table} ADD COLUMN added INT DEFAULT 3", schema))
     assert _columns(env, table, schema) == ["id", "v", "added"]
     row = env.row(schema, table)
     assert row["table_structure"] == _same_everywhere(env, table, nodes)
     assert "`added` int(11) DEFAULT 3" in row["table_structure"] and row["consistent_in_memory"] == 1
-    env.sql(f"DROP TABLE {table}", schema)
-    assert not _refresh_loaded(env, schema, table)
+    assert not _refresh_loaded(env, schema, table, lambda: env.sql(f"DROP TABLE {table}", schema))
     if table.startswith("dflt"):
         assert table not in [r[0] for r in env.tables_through_proxy(schema)]
         assert env.error_of(f"SELECT * FROM {table}", schema)[0] == 1146
@@ -318,26 +328,22 @@ def test_ddl_refresh_falls_back_to_a_load_for_a_name_in_another_case(env: MetaPr
         pytest.skip("the backends fold table names to lower case")
     env.drop_everywhere("DfltUpper")
     env.reset("dfltupper")
-    env.sql(f"CREATE TABLE DfltUpper {T_DEF}")
+    assert _refresh_loaded(env, "schema1", "dfltupper", lambda: env.sql(f"CREATE TABLE DfltUpper {T_DEF}"))
     assert env.show_create("dn5", "DfltUpper") is not None and env.show_create("dn5", "dfltupper") is None
-    assert _refresh_loaded(env, "schema1", "dfltupper")
     assert "dfltupper" in [r[0] for r in env.tables_through_proxy()]
     row = env.row("schema1", "dfltupper")
     assert row["table_structure"] == env.show_create("dn5", "DfltUpper") and row["consistent_in_memory"] == 1
-    env.sql("ALTER TABLE DfltUpper ADD COLUMN z INT")
-    assert _refresh_loaded(env, "schema1", "dfltupper")
+    assert _refresh_loaded(env, "schema1", "dfltupper", lambda: env.sql("ALTER TABLE DfltUpper ADD COLUMN z INT"))
     assert "`z` int(11)" in env.row("schema1", "dfltupper")["table_structure"]
     assert _columns(env, "DfltUpper") == ["id", "v", "z"]
     # the lower-case name is not there: nothing dropped (a note, or 1051), memory keeps the table
-    env.sql("DROP TABLE IF EXISTS dfltupper")
-    assert _refresh_loaded(env, "schema1", "dfltupper")
-    assert env.error_of("DROP TABLE dfltupper")[0] == 1051
-    assert _refresh_loaded(env, "schema1", "dfltupper")
+    assert _refresh_loaded(env, "schema1", "dfltupper", lambda: env.sql("DROP TABLE IF EXISTS dfltupper"))
+    assert _refresh_loaded(env, "schema1", "dfltupper", lambda: _fails_with(env, "DROP TABLE dfltupper", 1051))
     assert env.show_create("dn5", "DfltUpper") is not None
     assert "dfltupper" in [r[0] for r in env.tables_through_proxy()]
     assert "`z` int(11)" in env.row("schema1", "dfltupper")["table_structure"]
-    env.sql("DROP TABLE DfltUpper")                          # gone: 1146 after a clean DROP is trusted
-    assert not _refresh_loaded(env, "schema1", "dfltupper")
+    # gone: 1146 after a clean DROP is trusted
+    assert not _refresh_loaded(env, "schema1", "dfltupper", lambda: env.sql("DROP TABLE DfltUpper"))
     assert env.show_create("dn5", "DfltUpper") is None
     assert "dfltupper" not in [r[0] for r in env.tables_through_proxy()]
 
@@ -348,15 +354,14 @@ def test_a_ddl_ending_in_a_comment_or_a_semicolon_still_reads_the_structure_afte
     the DDL's OK into an error (at worst the refresh loads)."""
     schema, table, nodes = "schema1", "shard_a", ALL4
     env.reset(table, schema)
-    env.sql(f"CREATE TABLE {table} {T_DEF} -- made here", schema)
-    assert not _refresh_loaded(env, schema, table)
-    env.sql(f"ALTER TABLE {table} ADD COLUMN c1 INT # a note", schema)
-    assert not _refresh_loaded(env, schema, table)
+    assert not _refresh_loaded(env, schema, table,
+                               lambda: env.sql(f"CREATE TABLE {table} {T_DEF} -- made here", schema))
+    assert not _refresh_loaded(env, schema, table,
+                               lambda: env.sql(f"ALTER TABLE {table} ADD COLUMN c1 INT # a note", schema))
     env.sql(f"ALTER TABLE {table} ADD COLUMN c2 INT;", schema)
     assert _columns(env, table, schema) == ["id", "v", "c1", "c2"]
     row = env.row(schema, table)
     assert row["table_structure"] == _same_everywhere(env, table, nodes)
     assert (row["consistent_in_sharding_nodes"], row["consistent_in_memory"]) == (1, 1)
-    env.sql(f"DROP TABLE {table} -- gone", schema)
-    assert not _refresh_loaded(env, schema, table)
+    assert not _refresh_loaded(env, schema, table, lambda: env.sql(f"DROP TABLE {table} -- gone", schema))
     assert env.row(schema, table)["table_structure"] == "null"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import time
 import urllib.request
 
 from harness import cluster_section, free_port, proxy_config
@@ -51,7 +52,13 @@ def test_prometheus_endpoint_counts_what_the_proxy_does(backends, fresh_proxy, z
 def test_json_logs_carry_a_request_id(fresh_proxy):
     p = fresh_proxy(argv=[sys.executable, "-m", "cli", "serve", "--config", "{config}", "--log-json"])
     p.query("CREATE TABLE IF NOT EXISTS sharding_2_t1 (id INT PRIMARY KEY)")
-    lines = [json.loads(line) for line in p.log_text().splitlines() if line.startswith("{")]
-    ddl = [e for e in lines if e.get("event") == "ddl executed"]
+
+    def logged() -> tuple[list[dict], list[dict]]:
+        lines = [json.loads(line) for line in p.log_text().splitlines() if line.startswith("{")]
+        return lines, [e for e in lines if e.get("event") == "ddl executed"]
+    deadline = time.monotonic() + 10   # the DDL's line comes a moment after its answer (meta/later.py)
+    while not logged()[1] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    lines, ddl = logged()
     assert ddl and re.fullmatch(r"\d+\.\d+", ddl[0]["request_id"]), ddl
     assert all("timestamp" in e and "level" in e for e in lines)

@@ -7,6 +7,7 @@ import asyncio
 import json
 import socket
 import struct
+import time
 from typing import Any, Awaitable, Callable
 
 import pytest
@@ -159,13 +160,18 @@ def test_a_step_that_fails_here_asks_the_originator_to_use_zookeeper():
 # --- three real instances --------------------------------------------------------------------
 
 
-def _finished_via(proxy: Any) -> list[str]:
-    """How each DDL outcome reached this instance, from its log ('peer' or 'zookeeper')."""
-    out = []
-    for line in proxy.log_text().splitlines():
-        if "ddl finished here" in line:
-            out.append("peer" if "via=peer" in line else "zookeeper" if "via=zookeeper" in line else "?")
-    return out
+def _finished_via(proxy: Any, expected: int = 1) -> list[str]:
+    """How each DDL outcome reached this instance, from its log ('peer' or 'zookeeper'), once
+    `expected` lines are there (they come a moment after the instance's answer: meta/later.py)."""
+    deadline = time.monotonic() + 10
+    while True:
+        out = []
+        for line in proxy.log_text().splitlines():
+            if "ddl finished here" in line:
+                out.append("peer" if "via=peer" in line else "zookeeper" if "via=zookeeper" in line else "?")
+        if len(out) >= expected or time.monotonic() > deadline:
+            return out
+        time.sleep(0.01)
 
 
 def _online_info(cluster: Any, instance: str) -> dict:
