@@ -307,6 +307,15 @@ class DdlRunner:
         result = result_from_texts(self.server.config, keys, texts) if texts is not None else None
         await self._publish_locally(keys, result)
 
+    def refresh_now(self, keys: list[tuple[str, str]], texts: Mapping[str, Mapping[str, str | None]]) -> bool:
+        """refresh without waiting (a peer's outcome handled on the spot): False, with nothing done,
+        when the texts do not answer for every table (refresh then loads)."""
+        result = result_from_texts(self.server.config, keys, texts) if keys else None
+        if result is None:
+            return False
+        self._publish(result)
+        return True
+
     async def _publish_locally(self, keys: list[tuple[str, str]], result: LoadResult | None) -> None:
         """Swap the tables' new structure into the registry: `result` (built from texts), or loaded."""
         if not keys:
@@ -314,6 +323,9 @@ class DdlRunner:
         log.debug("ddl refresh", tables=[f"{s}.{t}" for s, t in keys], source="load" if result is None else "texts")
         if result is None:
             result = await load_tables(self.server.config, keys, backend=self.server.meta_backend)
+        self._publish(result)
+
+    def _publish(self, result: LoadResult) -> None:
         self.server.metrics.meta_load_seconds.labels("tables").observe(result.seconds)
         self.server.registry.apply(result, loaded=False)
 

@@ -12,7 +12,7 @@ import asyncio
 import os
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Mapping
 
 import structlog
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
@@ -117,7 +117,8 @@ class Cluster:
 
     def __init__(self, config: Config, registry: Registry, locks: MetaLocks,
                  load_all: Callable[[], Awaitable[None]],
-                 refresh: Callable[..., Awaitable[None]]) -> None:   # refresh(keys, texts=None)
+                 refresh: Callable[..., Awaitable[None]],   # refresh(keys, texts=None)
+                 refresh_now: Callable[[list[tuple[str, str]], Mapping], bool] | None = None) -> None:
         assert config.cluster is not None
         self.config = config
         self.cc = config.cluster
@@ -127,6 +128,7 @@ class Cluster:
         self.locks = locks
         self.load_all = load_all
         self.refresh = refresh
+        self.refresh_now = refresh_now   # refresh from texts without waiting; False: refresh must load
         self.zk: Zk | None = None
         self.ready = False
         self.session_state = "NOT_CONNECTED"
@@ -177,7 +179,7 @@ class Cluster:
         if self.cc.peer_port < 0:
             return
         server = PeerServer(self.instance, self.cc.cluster_id, self.listener.on_peer_step,
-                            lambda: self.registry.version)
+                            lambda: self.registry.version, self.listener.peer_step_now)
         try:
             port = await server.start(self.config.server.bind, self.cc.peer_port)
         except OSError as e:

@@ -147,6 +147,27 @@ class DdlListener(PassLoop):
         task.add_done_callback(self._acks.discard)
         return ok, message
 
+    def peer_step_now(self, path: str, czxid: int, rec: DdlRecord, texts: dict | None) -> tuple[bool, str] | None:
+        """A final step (SUCCESS/FAILED over the peer channel) answered on the spot, with no task and no
+        loop turn while the originator waits: when its texts build the table here and no other step of
+        the record is being handled. None sends it down on_peer_step."""
+        c = self.cluster
+        held = self._record_locks.get(path)
+        if (texts is None or c.refresh_now is None or not c.ready or rec.instance == c.instance or rec.reconciled_by
+                or rec.status not in (SUCCESS, FAILED) or (held is not None and held.locked())):
+            return None
+        key = (path, czxid)
+        last = self.handled.get(key)
+        if last == rec.status:
+            return self.results.get(key, (True, ""))
+        if last in (SUCCESS, FAILED):
+            return True, ""   # a repeated step of a DDL we already finished
+        if not c.refresh_now([(rec.schema, rec.table)], texts):
+            return None
+        self._outcome_applied(rec, czxid, "peer")
+        self._handled(key, rec.status, True, "")
+        return True, ""
+
     async def _ack_after_reply(self, key: tuple[str, int], rec: DdlRecord, ok: bool, message: str) -> None:
         """Our ZooKeeper ack of a step answered on the peer channel, for operators and for an originator
         that did not hear the reply. It waits a little so that it does not compete with the DDL's own
@@ -235,15 +256,19 @@ class DdlListener(PassLoop):
             except Exception as e:  # noqa: BLE001 - reported in the ack
                 message = f"refresh failed: {e}"
                 rlog.warning("refresh after ddl failed", error=str(e))
-            self._release(schema, table, czxid, owner)
-            if rec.reconciled_by:
-                c.locks.release_owned_by(f"instance:{rec.instance}")
-            # logged a moment after the answer (meta/later.py): the originator is waiting for it
-            via = "peer" if texts is not None else "zookeeper"
-            self.later.call(lambda: rlog.info(
-                "ddl finished here: metadata refreshed, table unlocked", reconciled_by=rec.reconciled_by or None,
-                via=via))
+            self._outcome_applied(rec, czxid, "peer" if texts is not None else "zookeeper")
         return not message, message
+
+    def _outcome_applied(self, rec: DdlRecord, czxid: int, via: str) -> None:
+        """After the refresh for a SUCCESS/FAILED: release the record's local lock, and say so a moment
+        after the answer (meta/later.py): the originator is waiting for that answer."""
+        self._release(rec.schema, rec.table, czxid, f"instance:{rec.instance}")
+        if rec.reconciled_by:
+            self.cluster.locks.release_owned_by(f"instance:{rec.instance}")
+        self.later.call(lambda: log.info(
+            "ddl finished here: metadata refreshed, table unlocked", instance=self.cluster.instance,
+            table=f"{rec.schema}.{rec.table}", originator=rec.instance, phase=rec.status,
+            reconciled_by=rec.reconciled_by or None, via=via))
 
     async def _lock(self, schema: str, table: str, sql: str, owner: str, instance: str,
                     czxid: int = 0) -> tuple[bool, str]:

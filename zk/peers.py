@@ -38,6 +38,8 @@ HELLO_TIMEOUT_S = 5.0          # a connection that does not authenticate in time
 MAX_STEPS_IN_FLIGHT = 256      # per connection; more is a misbehaving peer
 
 StepHandler = Callable[[str, int, DdlRecord, "dict | None", bool], Awaitable[tuple["bool | None", str]]]
+# a final step answered on the spot, without a task; None: it needs StepHandler
+QuickHandler = Callable[[str, int, DdlRecord, "dict | None"], "tuple[bool, str] | None"]
 
 
 class PeerUnavailable(Exception):
@@ -106,6 +108,15 @@ class _Inbound(asyncio.Protocol):
         if len(self.tasks) >= MAX_STEPS_IN_FLIGHT:
             self._drop("too many steps in flight")
             return
+        if final and self.server.quick is not None:
+            try:
+                answer = self.server.quick(path, czxid, rec, texts)
+            except Exception:  # noqa: BLE001 - the usual path below tries again and reports
+                log.exception("peer step failed on the spot", instance=self.server.instance, path=path)
+                answer = None
+            if answer is not None:
+                self._reply(msg_id, *answer)
+                return
         task = asyncio.get_running_loop().create_task(self._run(msg_id, path, czxid, rec, texts, final))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -117,6 +128,9 @@ class _Inbound(asyncio.Protocol):
         except Exception as e:  # noqa: BLE001 - the caller falls back to ZooKeeper
             log.exception("peer step failed", instance=self.server.instance, caller=self.caller, path=path)
             ok, message = None, f"step failed here: {e.__class__.__name__}"
+        self._reply(msg_id, ok, message)
+
+    def _reply(self, msg_id: int, ok: bool | None, message: str) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(wire.encode(wire.reply(msg_id, ok, message, self.server.meta_version())))
 
@@ -144,10 +158,11 @@ class PeerServer:
     """Listens for peers' DDL steps and hands them to the ddl listener."""
 
     def __init__(self, instance: str, cluster_id: str, handler: StepHandler,
-                 meta_version: Callable[[], int]) -> None:
+                 meta_version: Callable[[], int], quick: QuickHandler | None = None) -> None:
         self.instance = instance
         self.cluster_id = cluster_id
         self.handler = handler
+        self.quick = quick
         self.meta_version = meta_version
         self.token = secrets.token_hex(16)
         self.port = 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from harness import cluster_section, free_port, proxy_config
 
 from meta.config import parse_config
@@ -17,11 +18,14 @@ from zk.listener import GONE_GRACE_S
 from zk.records import INIT, SUCCESS, DdlRecord
 
 
+@pytest.mark.parametrize("on_the_spot", [False, True], ids=["step-task", "on-the-spot"])
 def test_a_pass_that_read_a_record_before_its_outcome_came_does_not_lock_the_table_again(
-        zookeeper: Any, zk_root: str, backends: list[Any]) -> None:
+        zookeeper: Any, zk_root: str, backends: list[Any], on_the_spot: bool) -> None:
     """The originator removes its record while it hands the outcome to us: a safety pass that read the
     record (still INIT) just before must neither lock the table again for that finished DDL (the next
-    DDL here would get 4006 `is doing DDL`) nor, once the record is gone, read the backends again."""
+    DDL here would get 4006 `is doing DDL`) nor, once the record is gone, read the backends again.
+    The same holds when the outcome is applied on the spot (peer_step_now, no task); that path
+    declines, changing nothing, when the texts cannot build the table."""
     raw = proxy_config(backends, free_port(), free_port(), instance="dble-2",
                        cluster=cluster_section(zookeeper, root=zk_root))
     config = parse_config(raw)
@@ -32,11 +36,17 @@ def test_a_pass_that_read_a_record_before_its_outcome_came_does_not_lock_the_tab
         async def refresh(keys: list[tuple[str, str]], texts: Any = None) -> None:
             refreshed.append((keys, texts))
 
+        def refresh_now(keys: list[tuple[str, str]], texts: Any) -> bool:
+            if texts.get("dn1", {}).get("sharding_4_t1") is None:
+                return False   # these texts do not build the table: a load would be needed
+            refreshed.append((keys, texts))
+            return True
+
         async def load_all() -> None:
             pass
 
         locks = MetaLocks("dble-2")
-        c = Cluster(config, Registry(config), locks, load_all, refresh)
+        c = Cluster(config, Registry(config), locks, load_all, refresh, refresh_now if on_the_spot else None)
         c.zk = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
         await c.zk.start(10)
         c.ready = True
@@ -51,7 +61,13 @@ def test_a_pass_that_read_a_record_before_its_outcome_came_does_not_lock_the_tab
             texts = {"dn1": {"sharding_4_t1": "CREATE TABLE `sharding_4_t1` (`id` int(11))"}}
             assert await c.listener.on_peer_step(path, stat.czxid, rec, None) == (True, "")
             assert locks.is_locked("schema1", "sharding_4_t1")
-            done = await c.listener.on_peer_step(path, stat.czxid, rec.with_status(SUCCESS), texts, final=True)
+            if on_the_spot:
+                assert c.listener.peer_step_now(path, stat.czxid, rec.with_status(SUCCESS), {"dn1": {}}) is None
+                assert locks.is_locked("schema1", "sharding_4_t1") and refreshed == []
+                done = c.listener.peer_step_now(path, stat.czxid, rec.with_status(SUCCESS), texts)
+            else:
+                assert c.listener.peer_step_now(path, stat.czxid, rec.with_status(SUCCESS), texts) is None
+                done = await c.listener.on_peer_step(path, stat.czxid, rec.with_status(SUCCESS), texts, final=True)
             assert done == (True, "") and not locks.is_locked("schema1", "sharding_4_t1")
             await c.listener.pass_once()            # the record still says INIT in ZooKeeper
             assert not locks.is_locked("schema1", "sharding_4_t1")

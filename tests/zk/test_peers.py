@@ -32,12 +32,13 @@ class _Handler:
         return rec.status == INIT, "" if rec.status == INIT else "refresh failed: node down"
 
 
-def _with_server(body: Callable[[peers.PeerServer, _Handler], Awaitable[None]], handler: _Handler | None = None) -> None:
+def _with_server(body: Callable[[peers.PeerServer, _Handler], Awaitable[None]], handler: _Handler | None = None,
+                 quick: peers.QuickHandler | None = None) -> None:
     """Run body against a real PeerServer on a free port (stopped afterwards, whatever happens)."""
     h = handler or _Handler()
 
     async def go() -> None:
-        server = peers.PeerServer("dble-2", "cluster-1", h, lambda: 41)
+        server = peers.PeerServer("dble-2", "cluster-1", h, lambda: 41, quick)
         await server.start("127.0.0.1", 0)
         try:
             await body(server, h)
@@ -74,8 +75,9 @@ def _rec(status: str = INIT) -> DdlRecord:
     return DdlRecord("dble-1", "schema1", "t", "ALTER_TABLE", "ALTER TABLE t ADD c INT", status, created_at=1.5)
 
 
-def _step(msg_id: int, status: str = INIT, texts: Any = None) -> bytes:
-    return wire.encode(wire.step(msg_id, "/dble/cluster-1/ddl/schema1.t", 77, _rec(status).encode().decode(), texts))
+def _step(msg_id: int, status: str = INIT, texts: Any = None, final: bool = False) -> bytes:
+    return wire.encode(wire.step(msg_id, "/dble/cluster-1/ddl/schema1.t", 77, _rec(status).encode().decode(), texts,
+                                 final))
 
 
 def test_a_caller_with_the_token_gets_each_step_answered():
@@ -146,6 +148,33 @@ def test_a_silent_caller_is_dropped(monkeypatch):
         assert await asyncio.wait_for(reader.read(10), 5) == b""  # closed by the server
         writer.close()
     _with_server(body)
+
+
+def test_a_final_step_is_answered_on_the_spot_when_the_quick_handler_can():
+    """The quick handler answers a final step without the step handler's task; when it declines (None)
+    or fails, the step handler answers as before."""
+    seen: list[tuple[str, int]] = []
+
+    def quick(path: str, czxid: int, rec: DdlRecord, texts: Any) -> tuple[bool, str] | None:
+        seen.append((rec.status, czxid))
+        if texts == {"dn1": {"t": "boom"}}:
+            raise RuntimeError("boom")
+        return (True, "quick") if texts == {"dn1": {"t": "CREATE TABLE `t` (`id` int)"}} else None
+
+    async def body(server: peers.PeerServer, h: _Handler) -> None:
+        hello = wire.encode(wire.hello("cluster-1", "dble-1", server.token))
+        got, closed = await _talk(server.port, hello, _step(1, INIT, None, True),
+                                  _step(2, SUCCESS, {"dn1": {"t": "CREATE TABLE `t` (`id` int)"}}, True),
+                                  _step(3, SUCCESS, {"dn1": {"t": None}}, True),
+                                  _step(4, SUCCESS, {"dn1": {"t": "boom"}}, True))
+        assert not closed
+        assert {m["id"]: (m["ok"], m["message"]) for m in got} == {
+            1: (True, ""), 2: (True, "quick"), 3: (False, "refresh failed: node down"),
+            4: (False, "refresh failed: node down")}
+        assert seen == [(INIT, 77), (SUCCESS, 77), (SUCCESS, 77), (SUCCESS, 77)]
+        assert [(c[2].status, c[3]) for c in h.calls] == [
+            (INIT, None), (SUCCESS, {"dn1": {"t": None}}), (SUCCESS, {"dn1": {"t": "boom"}})]
+    _with_server(body, quick=quick)
 
 
 def test_a_step_that_fails_here_asks_the_originator_to_use_zookeeper():
