@@ -108,8 +108,7 @@ class DdlRunner:
         trace = DdlTrace(session.user)
         trace.mark("lock")
         loop = asyncio.get_running_loop()
-        cd = self._cluster_ddl(plan, sql)
-        task = loop.create_task(self._locked(plan, sql, owner, session.schema, trace, cd))
+        task = loop.create_task(self._locked(plan, sql, owner, session.schema, trace))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         status = session.status
@@ -127,23 +126,8 @@ class DdlRunner:
         else:
             r.ok(status(), more=more)
 
-    def _cluster_ddl(self, plan: Plan, sql: str) -> ClusterDdl | None:
-        """The DDL's ClusterDdl with its INIT already on the wire (send_init_now), so the ZooKeeper round
-        trip overlaps the DDL task's wait for its first loop turn; None without a cluster, or when the
-        DDL will stop before ZooKeeper anyway (its memory check fails: the task reports it)."""
-        cluster = self.server.cluster
-        if cluster is None:
-            return None
-        try:
-            self._precheck(plan)
-        except ProxyError:
-            return None
-        cd = ClusterDdl(cluster, self.keys_of(plan, sql), sql, plan.ddl or "UNKNOWN")
-        cd.send_init_now()
-        return cd
-
-    async def _locked(self, plan: Plan, sql: str, owner: str, schema: str | None, trace: DdlTrace | None = None,
-                      cd: ClusterDdl | None = None) -> tuple[ProxyError | None, str | None]:
+    async def _locked(self, plan: Plan, sql: str, owner: str, schema: str | None,
+                      trace: DdlTrace | None = None) -> tuple[ProxyError | None, str | None]:
         """The DDL itself (through the cluster when there is one), always ending unlocked and refreshed."""
         keys = self.keys_of(plan, sql)
         trace = trace or DdlTrace("")
@@ -154,13 +138,12 @@ class DdlRunner:
         err: ProxyError | None = None
         warning: str | None = None
         try:
-            if cd is None:   # (a ClusterDdl given was made after this very check passed: _cluster_ddl)
-                self._precheck(plan)
+            self._precheck(plan)
             cluster = self.server.cluster
             if cluster is None:
                 err = await self._apply(plan, keys, dlog, started, owner, trace)
                 return err, None
-            async with cd or ClusterDdl(cluster, keys, sql, plan.ddl or "UNKNOWN") as cd:
+            async with ClusterDdl(cluster, keys, sql, plan.ddl or "UNKNOWN") as cd:
                 trace.mark("cluster_init")
                 await cd.ensure_held()
 

@@ -108,7 +108,6 @@ class ClusterDdl:
         self.details: dict = {}   # user, nodes, phases_ms, meta_version, started_at for ddl_history
         self.status = "LOCKING"
         self.log = log.bind(instance=cluster.instance, tables=[f"{s}.{t}" for s, t in keys])
-        self._sent: tuple[DdlRecord, asyncio.Future] | None = None   # send_init_now's record and answer
 
     async def __aenter__(self) -> ClusterDdl:
         try:
@@ -121,65 +120,36 @@ class ClusterDdl:
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
         await self._cleanup()
 
-    def send_init_now(self) -> None:
-        """Put a one-table DDL's INIT transaction on the wire now, before the DDL's task gets its first
-        loop turn (_begin awaits its answer). Nothing is sent when that cannot be done at once (several
-        tables, a test pause, DDL refused here, ZooKeeper not connected): _begin then does it all."""
-        c = self.cluster
-        if len(self.keys) != 1 or _pausing_at(("before_init",)):
-            return
-        try:
-            c.check_ddl_allowed()
-            zk = c.zk
-            if zk is None:
-                return
-            rec, build = self._init_tx(*self.keys[0])
-            lease_from, session = time.monotonic(), zk.session_id
-            answer = zk.commit_now(build)
-        except (ProxyError, *ZK_ERRORS):
-            return
-        self.zk, self.lease_from, self.session = zk, lease_from, session
-        self._sent = (rec, answer)
-
-    def _init_tx(self, schema: str, table: str) -> tuple[DdlRecord, Callable[[Any], None]]:
-        """A table's INIT record and the transaction that writes it with the cluster lock."""
-        c = self.cluster
-        rec = DdlRecord(c.instance, schema, table, self.ddl_type, self.sql, INIT)
-        path = c.paths.ddl_record(schema, table)
-        lock = DdlLockInfo(c.instance, self.sql).encode()
-        ack_path, ack = c.own_ack(schema, table, INIT)
-
-        def build(tx: Any) -> None:
-            # "no instance is loading metadata" checked atomically with the write: creating and
-            # deleting syncMeta.lock fails (and so does everything) while a joiner holds it
-            tx.create(c.paths.sync_meta_lock, b"", ephemeral=True)
-            tx.delete(c.paths.sync_meta_lock)
-            tx.create(c.paths.ddl_lock(schema, table), lock, ephemeral=True)  # fails fast if held
-            tx.create(path, rec.encode())
-            tx.create(c.paths.ddl_acks(schema, table), b"")
-            tx.create(ack_path, ack, ephemeral=True)
-            tx.set_data(ack_path, ack)  # its stat carries the transaction's zxid: the record's czxid
-        return rec, build
-
     async def _begin(self) -> None:
         c = self.cluster
+        c.check_ddl_allowed()
+        zk = c.zk
+        assert zk is not None
         try:
-            if self._sent is None:
-                c.check_ddl_allowed()
-                await test_pause("before_init")
-                c.check_ddl_allowed()
-                zk = self.zk = c.zk
-                assert zk is not None
-                self.lease_from = time.monotonic()
-                self.session = zk.session_id
+            await test_pause("before_init")
+            c.check_ddl_allowed()
+            zk = self.zk = c.zk
+            assert zk is not None
+            self.lease_from = time.monotonic()
+            self.session = zk.session_id
             for schema, table in self.keys:
-                if self._sent is not None:   # already on the wire (send_init_now): its answer decides
-                    (rec, answer), self._sent = self._sent, None
-                    results = await answer
-                else:
-                    rec, build = self._init_tx(schema, table)
-                    results = await self.zk.commit(build)
+                rec = DdlRecord(c.instance, schema, table, self.ddl_type, self.sql, INIT)
                 path = c.paths.ddl_record(schema, table)
+                lock = DdlLockInfo(c.instance, self.sql).encode()
+                ack_path, ack = c.own_ack(schema, table, INIT)
+
+                def build(tx, path=path, rec=rec, lock=lock, ack_path=ack_path, ack=ack, schema=schema, table=table):
+                    # "no instance is loading metadata" checked atomically with the write: creating and
+                    # deleting syncMeta.lock fails (and so does everything) while a joiner holds it
+                    tx.create(c.paths.sync_meta_lock, b"", ephemeral=True)
+                    tx.delete(c.paths.sync_meta_lock)
+                    tx.create(c.paths.ddl_lock(schema, table), lock, ephemeral=True)  # fails fast if held
+                    tx.create(path, rec.encode())
+                    tx.create(c.paths.ddl_acks(schema, table), b"")
+                    tx.create(ack_path, ack, ephemeral=True)
+                    tx.set_data(ack_path, ack)  # its stat carries the transaction's zxid: the record's czxid
+
+                results = await zk.commit(build)
                 if isinstance(results[0], NodeExistsError):
                     raise DdlInProgress("Found another instance initializing metadata. Please try later")
                 if isinstance(results[2], NodeExistsError) or isinstance(results[3], NodeExistsError):

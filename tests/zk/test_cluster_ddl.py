@@ -129,18 +129,6 @@ def test_ddl_is_refused_while_an_instance_loads_metadata(cluster):
     p1.query(f"ALTER TABLE {TABLE} ADD COLUMN yes INT")
 
 
-def test_a_ddl_refused_from_memory_leaves_nothing_in_zookeeper(cluster):
-    """CREATE of a table the instance knows fails with 1050 before any INIT is written (the INIT of a
-    one-table DDL goes on the wire before its task runs: never for a DDL that stops here)."""
-    p1, p2, _ = cluster.start()
-    with pytest.raises(pymysql.MySQLError) as e:
-        p1.query(f"CREATE TABLE {TABLE} (id INT PRIMARY KEY)")
-    assert e.value.args[0] == 1050
-    assert not cluster.zk_children("ddl") and not cluster.zk_children("lock/ddl_lock")
-    p2.query(f"ALTER TABLE {TABLE} ADD COLUMN after_refusal INT")
-    assert "`after_refusal`" in full_meta(p1)[3]
-
-
 def test_a_ddl_that_fails_on_the_backends_is_failed_everywhere(cluster):
     p1, p2, _ = cluster.start()
     with pytest.raises(pymysql.MySQLError) as e:
