@@ -129,6 +129,18 @@ def test_ddl_is_refused_while_an_instance_loads_metadata(cluster):
     p1.query(f"ALTER TABLE {TABLE} ADD COLUMN yes INT")
 
 
+def test_a_ddl_refused_from_memory_leaves_nothing_in_zookeeper(cluster):
+    """CREATE of a table the instance knows fails with 1050 from memory: no INIT, record or lock is
+    written, and the table is free for the next DDL."""
+    p1, p2, _ = cluster.start()
+    with pytest.raises(pymysql.MySQLError) as e:
+        p1.query(f"CREATE TABLE {TABLE} (id INT PRIMARY KEY)")
+    assert e.value.args[0] == 1050
+    assert not cluster.zk_children("ddl") and not cluster.zk_children("lock/ddl_lock")
+    p2.query(f"ALTER TABLE {TABLE} ADD COLUMN after_refusal INT")
+    assert "`after_refusal`" in full_meta(p1)[3]
+
+
 def test_a_ddl_that_fails_on_the_backends_is_failed_everywhere(cluster):
     p1, p2, _ = cluster.start()
     with pytest.raises(pymysql.MySQLError) as e:
