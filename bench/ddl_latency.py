@@ -6,8 +6,9 @@ ADD COLUMN + DROP COLUMN through instance 1, and the same two statements directl
 shardingNodes in parallel (PyMySQL, one thread and one connection per node), alternating which goes
 first. With --single, a fourth instance without a cluster also runs them (the proxy's own DDL path:
 execute + refresh), so the cluster's share can be told apart; it is not in the default run because on a
-small box that fourth process's after-work lands in the cluster DDLs' windows. Before the runs the fresh ZooKeeper serves --zk-warmup requests
-(its JVM compiles its request path; see ZK_WARMUP). Prints p50/p95 and the p50 ratio (target <= 1.5).
+small box that fourth process's after-work lands in the cluster DDLs' windows. Before the runs the
+fresh ZooKeeper serves --zk-warmup requests (its JVM compiles its request path; see ZK_WARMUP).
+Prints p50/p95 and the p50 ratio (target <= 1.5).
 
     .venv/bin/python bench/ddl_latency.py [--runs 50] [--rows 1000] [--json FILE]
 

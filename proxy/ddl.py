@@ -302,10 +302,8 @@ class DdlRunner:
                       texts: Mapping[str, Mapping[str, str | None]] | None = None) -> None:
         """Publish the tables' structure: from SHOW CREATE texts when they answer for every node
         (this DDL's or another instance's), else re-read from the backends (persist before publish)."""
-        if not keys:
-            return
-        result = result_from_texts(self.server.config, keys, texts) if texts is not None else None
-        await self._publish_locally(keys, result)
+        if keys and (texts is None or not self.refresh_now(keys, texts)):
+            await self._publish_locally(keys, None)
 
     def refresh_now(self, keys: list[tuple[str, str]], texts: Mapping[str, Mapping[str, str | None]]) -> bool:
         """refresh without waiting (a peer's outcome handled on the spot): False, with nothing done,
@@ -313,6 +311,7 @@ class DdlRunner:
         result = result_from_texts(self.server.config, keys, texts) if keys else None
         if result is None:
             return False
+        log.debug("ddl refresh", tables=[f"{s}.{t}" for s, t in keys], source="texts")
         self._publish(result)
         return True
 

@@ -129,15 +129,14 @@ class DdlListener(PassLoop):
         ok None tells the originator to wait for our ZooKeeper ack instead (we are not in the cluster
         right now, or the step is not one we may take from a peer)."""
         c = self.cluster
-        if not c.ready or rec.instance == c.instance or rec.reconciled_by:
+        if not self._takes_peer_steps(rec):
             return None, f"{c.instance} is not ready for peer steps"
         key = (path, czxid)
         async with self.record_lock(path):
             last = self.handled.get(key)
-            if last == rec.status:
-                return self.results.get(key, (True, ""))
-            if last in (SUCCESS, FAILED) or (czxid in self.finished and rec.status == INIT):
-                return True, ""  # a late or repeated step of a DDL we already finished
+            seen = self._seen_answer(key, rec, last)
+            if seen is not None:
+                return seen
             ok, message = await self.handle(rec, last, texts, czxid)
             self._handled(key, rec.status, ok, message)
         if final:
@@ -153,20 +152,32 @@ class DdlListener(PassLoop):
         the record is being handled. None sends it down on_peer_step."""
         c = self.cluster
         held = self._record_locks.get(path)
-        if (texts is None or c.refresh_now is None or not c.ready or rec.instance == c.instance or rec.reconciled_by
+        if (texts is None or c.refresh_now is None or not self._takes_peer_steps(rec)
                 or rec.status not in (SUCCESS, FAILED) or (held is not None and held.locked())):
             return None
         key = (path, czxid)
-        last = self.handled.get(key)
-        if last == rec.status:
-            return self.results.get(key, (True, ""))
-        if last in (SUCCESS, FAILED):
-            return True, ""   # a repeated step of a DDL we already finished
+        seen = self._seen_answer(key, rec, self.handled.get(key))
+        if seen is not None:
+            return seen
         if not c.refresh_now([(rec.schema, rec.table)], texts):
             return None
         self._outcome_applied(rec, czxid, "peer")
         self._handled(key, rec.status, True, "")
         return True, ""
+
+    def _takes_peer_steps(self, rec: DdlRecord) -> bool:
+        """A step of this record may come over the peer channel: we are in the cluster, and it is
+        another instance's own DDL (a reconciled record's outcome comes through ZooKeeper)."""
+        c = self.cluster
+        return c.ready and rec.instance != c.instance and not rec.reconciled_by
+
+    def _seen_answer(self, key: tuple[str, int], rec: DdlRecord, last: str | None) -> tuple[bool, str] | None:
+        """The answer to a step already handled (repeated, or late after its outcome); None: a new one."""
+        if last == rec.status:
+            return self.results.get(key, (True, ""))
+        if last in (SUCCESS, FAILED) or (key[1] in self.finished and rec.status == INIT):
+            return True, ""  # a late or repeated step of a DDL we already finished
+        return None
 
     async def _ack_after_reply(self, key: tuple[str, int], rec: DdlRecord, ok: bool, message: str) -> None:
         """Our ZooKeeper ack of a step answered on the peer channel, for operators and for an originator

@@ -279,7 +279,8 @@ def _refresh_loaded(env: MetaProxyEnv, schema: str, table: str, ddl: Callable[[]
         time.sleep(0.01)
     rid = re.search(r"\brequest_id=(\S+)", lines()[before])
     assert rid is not None, lines()[before]
-    return any("metadata loaded" in ln and f"request_id={rid.group(1)} " in ln for ln in env.proxy.log_text().splitlines())
+    return any("metadata loaded" in ln and f"request_id={rid.group(1)} " in ln
+               for ln in env.proxy.log_text().splitlines())
 
 
 def _fails_with(env: MetaProxyEnv, sql: str, code: int) -> None:
