@@ -207,14 +207,13 @@ class DdlRunner:
             # a peer that cannot build the tables from the texts loads them from the backends
             task = asyncio.get_running_loop().create_task(publish(err, texts if keys else None))
             await asyncio.sleep(0)
-        ready = result_from_texts(self.server.config, keys, texts) if keys else None
         self._phase(keys, owner, "REFRESHING")
         executed = (round(time.monotonic() - started, 3), [x.node for x in results if x.error])
         if trace is not None:
             trace.executed = executed   # the "ddl executed" line is written after the answer (meta/later.py)
         dlog.debug("ddl nodes answered", seconds=executed[0], failed=executed[1])
         try:
-            await self._publish_locally(keys, ready)
+            await self.refresh(keys, texts)
             if trace is not None:
                 trace.mark("refresh")
         finally:
