@@ -18,6 +18,7 @@ import structlog
 
 from meta.config import Config
 from meta.consistency import Consistency
+from meta.errors import MetaLost, NoSuchTable, ProxyError
 from meta.loader import LoadResult
 from meta.model import KIND_DEFAULT, Key, TableMeta
 
@@ -87,9 +88,21 @@ class Registry:
         return format_check_time(self._snap.last_load_time)
 
     def get(self, schema: str, table: str) -> TableMeta | None:
-        """Usable metadata of a table, or None (unknown table, or no structure: error 3009)."""
+        """Metadata with a structure, or None (unknown table, or no structure: see `unusable`)."""
         m = self._snap.tables.get((schema, table.lower()))
         return m if m is not None and m.structure is not None else None
+
+    def unusable(self, schema: str, table: str) -> ProxyError | None:
+        """Why DML cannot route a configured table by memory, or None: 1146 when every node answered
+        without it (what MySQL says, and what Spark's JDBC writer creates the table on), DBLE's 3009
+        when some nodes lack it or its metadata could not be loaded."""
+        m = self._snap.tables.get((schema, table.lower()))
+        if m is not None and m.structure is not None and (
+                m.consistency is Consistency.CONSISTENT or not m.missing_nodes):   # the hot path: one compare
+            return None
+        if m is not None and m.consistency is Consistency.LOST:
+            return NoSuchTable(f"Table '{schema}.{table}' doesn't exist")
+        return MetaLost(f"Table meta '{schema}.{table}' is lost,PLEASE reload @@metadata")
 
     def record(self, schema: str, table: str) -> TableMeta | None:
         """The record even without a structure (for `check full @@metadata`)."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable, Mapping
 
 import structlog
 
-from meta.errors import BackendUnavailable, MetaLost, ProxyError, TableExists
+from meta.errors import BackendUnavailable, ProxyError, TableExists
 from meta.history import DdlHistoryEntry
 from meta.later import Later
 from meta.loader import LoadResult, load_tables, node_tables, result_from_texts
@@ -392,11 +392,11 @@ def _create_text(rows: list[list[bytes | None]]) -> str | None:
 
 
 def require_meta(server: ProxyServer, plan: Plan) -> None:
-    """DML on a configured table without metadata gets DBLE's 3009 instead of a guess."""
+    """DML on a configured table memory cannot route gets 1146 or DBLE's 3009 instead of a guess."""
     reg = server.registry
     for schema, table in plan.tables:
-        if server.config.table(schema, table) is not None and reg.get(schema, table) is None:
-            raise MetaLost(f"Table meta '{schema}.{table}' is lost,PLEASE reload @@metadata")
+        if server.config.table(schema, table) is not None and (err := reg.unusable(schema, table)):
+            raise err
 
 
 __all__ = ["DdlRunner", "require_meta", "BackendUnavailable"]

@@ -286,8 +286,8 @@ class Session:
         any_db = point is not None
         if point is not None:
             node, (schema, table), at = point
-            if server.config.table(schema, table) is not None and server.registry.get(schema, table) is None:
-                return False  # no metadata: the task answers 3009
+            if server.config.table(schema, table) is not None and server.registry.unusable(schema, table):
+                return False  # memory cannot route it: the task answers 1146 or 3009
             # Name the node's database in the statement: any pooled connection to the dbGroup can then
             # run it, so a few hot backend connections serve all shardingNodes of a server instead of
             # one set per database, each waking up cold.

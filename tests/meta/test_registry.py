@@ -62,13 +62,31 @@ def test_apply_full_load_and_reads() -> None:
     assert reg.version == 0 and reg.last_load_time is None and reg.last_load_time_text() is None
     assert reg.apply(full_result()) == 1
     assert reg.get("schema1", "TEST").structure == ddl("test")
-    assert reg.get("schema1", "lost") is None               # no structure: error 3009 territory
+    assert reg.get("schema1", "lost") is None               # no structure: see test_unusable_...
     assert reg.record("schema1", "lost").consistency is Consistency.LOST
     assert reg.get("schema1", "nope") is None
     assert reg.tables_of("schema1") == ["dflt", "lost", "test"]
     assert reg.tables_of("schema2") == ["sing"]
     assert re.fullmatch(r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d", reg.last_load_time_text())
     assert reg.get("schema1", "test").version == 1
+
+
+def test_unusable_tells_missing_everywhere_from_missing_somewhere_and_not_loaded() -> None:
+    """1146 as MySQL says it when every node answered without the table; DBLE's 3009 when some node
+    lacks it or could not be asked; nothing for a table every node has."""
+    reg = Registry(CONFIG)
+    assert reg.unusable("schema1", "test").code == 3009          # before any load: not loaded
+    reg.apply(full_result())
+    assert reg.unusable("schema1", "TEST") is None
+    lost = reg.unusable("schema1", "lost")
+    assert (lost.code, lost.sqlstate, lost.message) == (1146, "42S02", "Table 'schema1.lost' doesn't exist")
+    partial = meta("schema1", "lost", ("dn1", "dn2"), {"dn1": ddl("lost"), "dn2": None})
+    unknown = meta("schema1", "test", ("dn1", "dn2"), {"dn1": None}, unknown={"dn2": "timed out"})
+    reg.replace_tables([partial, unknown])
+    assert reg.get("schema1", "lost") is not None                # a structure, but dn2 lacks the table
+    for table in ("lost", "test"):
+        err = reg.unusable("schema1", table)
+        assert (err.code, err.message) == (3009, f"Table meta 'schema1.{table}' is lost,PLEASE reload @@metadata")
 
 
 def test_tables_of_lists_configured_before_any_load() -> None:

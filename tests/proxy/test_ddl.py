@@ -111,9 +111,8 @@ def test_ddl_lifecycle_runs_on_every_node_and_refreshes_before_answering(
             assert ei.value.args[0] == 1146
             assert table not in [r[0] for r in env.tables_through_proxy(schema)]
             assert (schema, table) not in env.check_full(f"schema='{schema}'")
-        else:                                    # configured: DBLE's "meta is lost"
-            assert ei.value.args[0] == 3009
-            assert f"Table meta '{schema}.{table}' is lost,PLEASE reload @@metadata" in ei.value.args[1]
+        else:                                    # configured, on none of its nodes: as MySQL says it
+            assert ei.value.args == (1146, f"Table '{schema}.{table}' doesn't exist")
             assert env.row(schema, table)["table_structure"] == "null"
     finally:
         c.close()
@@ -140,7 +139,7 @@ def test_create_of_table_existing_physically_without_meta_is_1050(env: MetaProxy
     env.reload("schema='schema1' and table='shard_c'")
     env.run_on(ALL4, f"CREATE TABLE shard_c {T_DEF}")
     code, msg = env.error_of("SELECT * FROM shard_c")
-    assert code == 3009                          # configured, exists physically, no metadata
+    assert code == 1146                          # memory (the last load) found it on no node
     code, msg = env.error_of(f"CREATE TABLE shard_c {T_DEF}")
     assert code == 1050 and "Table 'schema1.shard_c' or table meta already exists" in msg
     assert env.row("schema1", "shard_c")["consistent_in_sharding_nodes"] == 1
@@ -156,25 +155,28 @@ def test_create_of_table_existing_physically_without_meta_is_1050(env: MetaProxy
     assert env.row("schema1", "shard_c")["consistent_in_sharding_nodes"] == 1
 
 
-def test_configured_table_never_created_is_3009(env: MetaProxyEnv) -> None:
-    for sql in ("SELECT * FROM never_created", "INSERT INTO never_created VALUES (1)",
-                "UPDATE never_created SET a = 1", "DELETE FROM never_created"):
-        code, msg = env.error_of(sql)
-        assert code == 3009, sql
-        assert msg.startswith("Table meta 'schema1.never_created' is lost,PLEASE reload @@metadata")
+def test_configured_table_never_created_is_1146_as_in_mysql(env: MetaProxyEnv) -> None:
+    """Spark's JDBC writer (4.1+) creates a table only on 1146 from its existence probe."""
+    for sql in ("SELECT * FROM never_created", "SELECT * FROM never_created WHERE 1=0",
+                "INSERT INTO never_created VALUES (1)", "UPDATE never_created SET a = 1",
+                "DELETE FROM never_created"):
+        assert env.error_of(sql) == (1146, "Table 'schema1.never_created' doesn't exist"), sql
     row = env.row("schema1", "never_created")
     assert [row[k] for k in ("reload_time", "table_structure", "consistent_in_sharding_nodes",
                              "consistent_in_memory")] == ["null", "null", 0, 0]
 
 
-def test_configured_table_dropped_behind_the_proxy_is_3009_after_reload(env: MetaProxyEnv) -> None:
+def test_configured_table_dropped_behind_the_proxy_is_3009_on_some_nodes_1146_on_all(env: MetaProxyEnv) -> None:
     env.drop_everywhere("glob_b")
     env.sql(f"CREATE TABLE glob_b {T_DEF}")
     env.sql("INSERT INTO glob_b VALUES (1, 'x')")
-    env.run_on(["dn1", "dn2"], "DROP TABLE glob_b")
+    env.run("dn2", "DROP TABLE glob_b")
     env.reload()
-    code, msg = env.error_of("SELECT * FROM glob_b")
-    assert code == 3009 and "Table meta 'schema1.glob_b' is lost,PLEASE reload @@metadata" in msg
+    for sql in ("SELECT * FROM glob_b", "INSERT INTO glob_b VALUES (2, 'y')"):   # dn1 still has it
+        assert env.error_of(sql) == (3009, "Table meta 'schema1.glob_b' is lost,PLEASE reload @@metadata"), sql
+    env.run("dn1", "DROP TABLE glob_b")
+    env.reload()
+    assert env.error_of("SELECT * FROM glob_b") == (1146, "Table 'schema1.glob_b' doesn't exist")
     assert "glob_b" in [r[0] for r in env.tables_through_proxy()]   # still configured
     env.sql(f"CREATE TABLE glob_b {T_DEF}")                          # and CREATE brings it back
     assert env.sql("SELECT COUNT(*) FROM glob_b") == [(0,)]
@@ -319,7 +321,7 @@ def test_ddl_refresh_from_the_nodes_answers_without_a_load(
         assert env.error_of(f"SELECT * FROM {table}", schema)[0] == 1146
     else:
         assert env.row(schema, table)["table_structure"] == "null"
-        assert env.error_of(f"SELECT * FROM {table}", schema)[0] == 3009
+        assert env.error_of(f"SELECT * FROM {table}", schema)[0] == 1146
 
 
 def test_ddl_refresh_falls_back_to_a_load_for_a_name_in_another_case(env: MetaProxyEnv) -> None:
