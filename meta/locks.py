@@ -22,6 +22,11 @@ class MetaLock:
     record: int = 0            # for a peer's DDL: the czxid of its cluster record (0: none known)
 
 
+def another_instance_ddl(schema: str, table: str) -> DdlInProgress:
+    """DBLE's 4006 for a table whose DDL another instance runs (its cluster lock, or our lock taken for it)."""
+    return DdlInProgress(f"Found another instance doing ddl, due to table[{schema}.{table}]'s ddlLock is exists")
+
+
 class MetaLocks:
     """The table locks of one instance; a plain dict because every caller runs on the event loop."""
 
@@ -35,9 +40,13 @@ class MetaLocks:
         return schema, table.lower()
 
     def acquire(self, schema: str, table: str, sql: str, owner: str, instance: str | None = None) -> MetaLock:
-        """Take the lock or fail at once with DBLE's 4006 message."""
+        """Take the lock or fail at once with DBLE's 4006 message (held for another instance's DDL: the
+        message that DDL's cluster lock gives)."""
         k = self.key(schema, table)
-        if k in self._locks:
+        held = self._locks.get(k)
+        if held is not None:
+            if held.instance != self.instance:
+                raise another_instance_ddl(schema, table)
             raise DdlInProgress(f"SCHEMA[{schema}], TABLE[{table}] is doing DDL")
         lock = MetaLock(schema, table.lower(), sql, owner, instance or self.instance)
         self._locks[k] = lock

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import asyncio
-import time
 from typing import TYPE_CHECKING
 
 import structlog
@@ -30,9 +29,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("pydble.manager")
 
-FULL_TIME = "%Y-%m-%d %H:%M:%S"
-
-
 def text_result(names: list[str], rows: list[list[object]], int_columns: frozenset[int] = frozenset()) -> ResultSet:
     """A result of string columns (None as NULL); columns listed in int_columns are typed BIGINT."""
     cols = [ColumnDef(n, C.T_LONGLONG, C.CHARSET_BINARY, 21, C.BINARY_FLAG) if i in int_columns
@@ -43,10 +39,6 @@ def text_result(names: list[str], rows: list[list[object]], int_columns: frozens
 CHECK_FULL_COLUMNS = ["schema", "table", "reload_time", "table_structure", "consistent_in_sharding_nodes",
                       "consistent_in_memory"]
 ROWS_PER_STEP = 1000  # rows built between yields, so a check of 40,000 tables does not stall queries
-
-
-def _full_time(ts: float | None) -> str | None:
-    return None if ts is None else time.strftime(FULL_TIME, time.localtime(ts))
 
 
 class ManagerSession(Session):
@@ -191,7 +183,7 @@ class Manager:
             return [key[0], key[1], "null", "null", 0, 0]
         in_nodes = 1 if new is not None and new.consistency.flag == 1 else 0
         in_memory = 1 if new is not None and consistent_in_memory(mem, new) is True else 0
-        return [key[0], key[1], _full_time(mem.reload_time), mem.structure, in_nodes, in_memory]
+        return [key[0], key[1], format_check_time(mem.reload_time), mem.structure, in_nodes, in_memory]
 
     @staticmethod
     def _keep(cmd: CheckFullMetadata, row: list[object], mem: TableMeta | None) -> bool:

@@ -39,7 +39,7 @@ class CheckFullMetadata:
     consistent_in_sharding_nodes: int | None = None
     consistent_in_memory: int | None = None
     reload_time_op: str | None = None     # '>=', '<=', '=', '>', '<', 'is null'
-    reload_time: str | None = None        # as given, normalized to 'yyyy-MM-dd HH:mm:ss'
+    reload_time: str | None = None        # as given, normalized to 'yyyy/MM/dd HH:mm:ss' (as shown)
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ HELP: list[tuple[str, str]] = [
     ("reload @@metadata [where schema='?' [and table='?'] | where table in ('schema.table',...)]",
      "Reload table metadata from the backends (all, one schema, one table or a list)"),
     ("check @@metadata", "Show when metadata was last loaded"),
-    ("check full @@metadata [where schema='?' [and table='?'] | where reload_time [>=|<=|=] 'yyyy-MM-dd HH:mm:ss'"
+    ("check full @@metadata [where schema='?' [and table='?'] | where reload_time [>=|<=|=] 'yyyy/MM/dd HH:mm:ss'"
      " | where reload_time is null | where consistent_in_sharding_nodes=0|1 | where consistent_in_memory=0|1]",
      "Show every table's metadata and whether it is consistent across nodes and with memory"),
     ("show @@ddl", "Show the DDL statements in flight in the whole cluster"),
@@ -151,12 +151,13 @@ def _table_filter(where: str | None, cmd: str) -> TableFilter:
 
 
 def normalize_time(text: str) -> str | None:
-    """'2026/11/22 10:00' or '2026-11-22 10:00:05' as 'yyyy-MM-dd HH:mm:ss'; None if not a time."""
+    """'2026/11/22 10:00' or '2026-11-22 10:00:05' as 'yyyy/MM/dd HH:mm:ss', the form `check full
+    @@metadata` shows (so filters compare shown texts); None if not a time."""
     m = _TIME.match(text.strip())
     if not m:
         return None
     y, mo, d, h, mi, s = (int(x) if x else 0 for x in m.groups())
-    return f"{y:04d}-{mo:02d}-{d:02d} {h:02d}:{mi:02d}:{s:02d}"
+    return f"{y:04d}/{mo:02d}/{d:02d} {h:02d}:{mi:02d}:{s:02d}"
 
 
 def parse_manager(sql: str) -> Command:
@@ -187,7 +188,7 @@ def parse_manager(sql: str) -> Command:
         if m:
             t = normalize_time(m.group("t"))
             if t is None:
-                raise ManagerSyntaxError(f"bad time '{m.group('t')}', expected 'yyyy-MM-dd HH:mm:ss'")
+                raise ManagerSyntaxError(f"bad time '{m.group('t')}', expected 'yyyy/MM/dd HH:mm:ss'")
             return CheckFullMetadata(TableFilter(), reload_time_op=m.group("op"), reload_time=t)
         if _WHERE_RELOAD_NULL.match(where):
             return CheckFullMetadata(TableFilter(), reload_time_op="is null")

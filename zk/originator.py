@@ -28,6 +28,7 @@ import structlog
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NotEmptyError, RolledBackError
 
 from meta.errors import DdlInProgress, ProxyError
+from meta.locks import another_instance_ddl
 
 from .cluster import ZK_ERRORS, AckOutcome, drop_tasks
 from .records import FAILED, INIT, SUCCESS, DdlLockInfo, DdlRecord, HistoryEntry
@@ -153,8 +154,7 @@ class ClusterDdl:
                 if isinstance(results[0], NodeExistsError):
                     raise DdlInProgress("Found another instance initializing metadata. Please try later")
                 if isinstance(results[2], NodeExistsError) or isinstance(results[3], NodeExistsError):
-                    raise DdlInProgress(f"Found another instance doing ddl, due to table[{schema}.{table}]'s "
-                                        f"ddlLock is exists")
+                    raise another_instance_ddl(schema, table)
                 self._check_tx(results, f"write the INIT record of {schema}.{table}")
                 self.locked.append((schema, table))
                 self.records[(schema, table)] = (rec, 0)

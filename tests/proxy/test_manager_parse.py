@@ -35,9 +35,9 @@ def test_check_full_filters() -> None:
         CheckFullMetadata(TableFilter(), consistent_in_memory=1)
     for op in (">=", "<=", "="):
         assert parse_manager(f"check full @@metadata where reload_time {op} '2026-01-02 03:04:05'") == \
-            CheckFullMetadata(TableFilter(), reload_time_op=op, reload_time="2026-01-02 03:04:05")
+            CheckFullMetadata(TableFilter(), reload_time_op=op, reload_time="2026/01/02 03:04:05")
     assert parse_manager('check full @@metadata where reload_time>="2026/1/2 3:04"').reload_time == \
-        "2026-01-02 03:04:00"
+        "2026/01/02 03:04:00"
     assert parse_manager("check full @@metadata where reload_time is null") == \
         CheckFullMetadata(TableFilter(), reload_time_op="is null")
 
@@ -62,10 +62,10 @@ def test_malformed_is_a_usage_error(sql: str) -> None:
     with pytest.raises(ManagerSyntaxError) as ei:
         parse_manager(sql)
     assert ei.value.code == 1064 and ("usage:" in ei.value.message or "show @@help" in ei.value.message
-                                      or "yyyy-MM-dd HH:mm:ss" in ei.value.message)
+                                      or "yyyy/MM/dd HH:mm:ss" in ei.value.message)
 
 
 def test_normalize_time() -> None:
-    assert normalize_time("2026-11-22 10:00:05") == "2026-11-22 10:00:05"
-    assert normalize_time("2026/11/22") == "2026-11-22 00:00:00"
+    assert normalize_time("2026-11-22 10:00:05") == "2026/11/22 10:00:05"   # as check full @@metadata shows it
+    assert normalize_time("2026/11/22") == "2026/11/22 00:00:00"
     assert normalize_time("yesterday") is None
