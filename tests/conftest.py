@@ -30,6 +30,7 @@ from harness import (  # noqa: E402
     backend_rows as _backend_rows,
     cli_available,
     free_port,
+    missing,
     proxy_config,
     start_all,
 )
@@ -76,7 +77,7 @@ def zookeeper() -> Iterator[ZooKeeperServer]:
 def proxy(backends: list[MariaDBServer]) -> Iterator[ProxyProcess]:
     """One pydble instance (single-instance mode) over the two backends, for the whole session."""
     if not cli_available():
-        pytest.skip(CLI_MISSING)
+        missing(CLI_MISSING)
     p = ProxyProcess(proxy_config(backends, free_port(), free_port(), instance="pydble-1"),
                      name="proxy", release_ports=True)
     try:
@@ -127,7 +128,7 @@ def fresh_proxy(backends: list[MariaDBServer]) -> Iterator[Callable[..., ProxyPr
              backends: Sequence[MariaDBServer] | None = None, argv: Sequence[str] | None = None,
              name: str | None = None, timeout: float = 30.0) -> ProxyProcess:
         if argv is None and not cli_available():
-            pytest.skip(CLI_MISSING)
+            missing(CLI_MISSING)
         own_ports = config is None
         if config is None:
             config = proxy_config(list(backends or session_backends), free_port(), free_port(),

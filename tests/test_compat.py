@@ -13,7 +13,6 @@ import copy
 import os
 import pty
 import select
-import shutil
 import socket
 import subprocess
 import threading
@@ -23,7 +22,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from harness import ProxyProcess, free_port, proxy_config
+from harness import ProxyProcess, free_port, proxy_config, require_module, require_tool
 
 NODES = ["dn1", "dn2", "dn3", "dn4"]
 NODE_DB = {"dn1": (0, "db1"), "dn2": (1, "db1"), "dn3": (0, "db2"), "dn4": (1, "db2")}
@@ -150,8 +149,8 @@ def run_interactive(argv: list[str], lines: list[str], settle: float = 2.0) -> s
     return out.decode("utf-8", "replace")
 
 
-@pytest.mark.skipif(shutil.which("mysql") is None, reason="the mysql CLI is not installed (apt mariadb-client)")
 def test_mysql_cli(compat_proxy: ProxyProcess, backends: list[Any]) -> None:
+    require_tool("mysql", "the mysql CLI is not installed (apt mariadb-client)")
     base = ["mysql", "-h127.0.0.1", f"-P{compat_proxy.port}", "-utest", "-p111111"]
     sql = ("INSERT INTO compat_cli VALUES (1,'a'),(2,'b'),(3,'c'),(4,'d'),(5,'e'); "
            "BEGIN; DELETE FROM compat_cli WHERE id = 5; ROLLBACK; "
@@ -248,7 +247,7 @@ def test_aiomysql(compat_proxy: ProxyProcess, backends: list[Any]) -> None:
 # -- mysqlclient (MySQLdb, libmariadb) -----------------------------------------------------------
 
 def test_mysqlclient(compat_proxy: ProxyProcess, backends: list[Any]) -> None:
-    MySQLdb = pytest.importorskip("MySQLdb", reason="mysqlclient is not installed (needs libmariadb-dev)")
+    MySQLdb = require_module("MySQLdb", "mysqlclient is not installed (needs libmariadb-dev)")
 
     conn = MySQLdb.connect(host="127.0.0.1", port=compat_proxy.port, user="test", password="111111",
                            database="schema1", charset="utf8mb4")

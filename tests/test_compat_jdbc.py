@@ -8,15 +8,13 @@ prepared statements (useServerPrepStmts: the binary protocol) and both URL schem
 from __future__ import annotations
 
 import copy
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-from harness import ProxyProcess, free_port, proxy_config
-from jobs.spark import SparkUnavailable, find_jdbc_jar
+from harness import ProxyProcess, free_port, proxy_config, require_connector_j
 
 NODES = ["dn1", "dn2", "dn3", "dn4"]
 NODE_DB = {"dn1": (0, "db1"), "dn2": (1, "db1"), "dn3": (0, "db2"), "dn4": (1, "db2")}
@@ -124,12 +122,7 @@ public class JdbcCheck {
 @pytest.fixture(scope="module")
 def java_check(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     """The compiled program and the class path to run it with."""
-    try:
-        jar = find_jdbc_jar()
-    except SparkUnavailable as e:
-        pytest.skip(str(e))
-    if shutil.which("javac") is None or shutil.which("java") is None:
-        pytest.skip("needs a JDK (javac)")
+    jar = require_connector_j("java", "javac")
     d = tmp_path_factory.mktemp("jdbc")
     (d / "JdbcCheck.java").write_text(JAVA)
     subprocess.run(["javac", "-d", str(d), str(d / "JdbcCheck.java")], check=True, capture_output=True, timeout=120)

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import shutil
 from decimal import Decimal
 from typing import Any, Iterator
 
 import pytest
 
-from harness import ProxyProcess, free_port, proxy_config
+from harness import ProxyProcess, free_port, proxy_config, require_connector_j, require_module
 
-pytest.importorskip("pyspark", reason="PySpark is not installed (pip install 'pydble[spark]')")
+require_module("pyspark", "PySpark is not installed (pip install 'pydble[spark]')")
 
-from jobs.spark import Jdbc, SparkUnavailable, find_jdbc_jar, spark_session  # noqa: E402
+from jobs.spark import Jdbc, spark_session  # noqa: E402
 
 NODES = ["dn1", "dn2", "dn3", "dn4"]
 NODE_DB = {"dn1": (0, "db1"), "dn2": (1, "db1"), "dn3": (0, "db2"), "dn4": (1, "db2")}
@@ -53,12 +52,7 @@ def spark_proxy(backends: list[Any]) -> Iterator[ProxyProcess]:
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    try:
-        find_jdbc_jar()
-    except SparkUnavailable as e:
-        pytest.skip(str(e))
-    if shutil.which("java") is None:
-        pytest.skip("java is not installed")
+    require_connector_j("java")
     s = spark_session("pydble-compat", cores=2)
     try:
         yield s

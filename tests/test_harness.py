@@ -8,6 +8,7 @@ import sys
 import textwrap
 import time
 import tomllib
+from pathlib import Path
 from types import SimpleNamespace
 
 import pymysql
@@ -17,16 +18,21 @@ from harness import (
     HarnessError,
     MariaDBServer,
     ProxyProcess,
+    Terminal,
     ZooKeeperServer,
     backend_rows,
     cluster_section,
     free_port,
+    in_ci,
+    missing,
     proxy_config,
     release_port,
     to_toml,
 )
 from harness import process as harness_process
 from harness.ports import port_accepts, port_is_bindable
+
+TESTS_DIR = Path(__file__).resolve().parent
 
 
 def _gone(pid: int) -> bool:
@@ -76,7 +82,7 @@ def test_to_toml_handles_awkward_keys_values_and_nesting() -> None:
 
 
 def test_design_config_passes_the_real_config_validation() -> None:
-    config_mod = pytest.importorskip("meta.config")
+    import meta.config as config_mod
     fake = [SimpleNamespace(host="127.0.0.1", port=p) for p in (3306, 3307)]
     raw = tomllib.loads(to_toml(proxy_config(fake, 8066, 9066, cluster="127.0.0.1:2181")))
     cfg = config_mod.parse_config(raw)
@@ -337,6 +343,72 @@ def test_orphans_of_a_dead_session_are_swept(tmp_path) -> None:
     assert not d.exists()
 
 
+# -- missing components and terminals ------------------------------------------------------------
+
+def test_ci_is_set_unless_empty_or_false(monkeypatch: pytest.MonkeyPatch) -> None:
+    for value, ci in (("true", True), ("1", True), ("yes", True), ("", False), ("0", False), ("false", False)):
+        monkeypatch.setenv("CI", value)
+        assert in_ci() is ci, value
+    monkeypatch.delenv("CI")
+    assert not in_ci()
+
+
+@pytest.mark.parametrize("ci, outcome", [(None, "skipped"), ("false", "skipped"), ("true", "failed")])
+def test_a_missing_component_skips_here_and_fails_under_ci(tmp_path, ci: str | None, outcome: str) -> None:
+    """The same test file, run by pytest as CI runs it: every way of needing a part goes through harness."""
+    (tmp_path / "test_needs.py").write_text(textwrap.dedent("""
+        from harness import missing, require_connector_j, require_module, require_tool
+
+        def test_module():
+            require_module("no_such_module_pydble", "no_such_module_pydble is not installed")
+
+        def test_tool():
+            require_tool("no-such-program-pydble", "no-such-program-pydble is not installed")
+
+        def test_jar(monkeypatch):
+            monkeypatch.setenv("PYDBLE_JDBC_JAR", "/nonexistent/connector.jar")
+            require_connector_j("java")
+
+        def test_other():
+            missing("the manager port")
+    """))
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    if ci is not None:
+        env["CI"] = ci
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS_DIR), str(TESTS_DIR.parent)])
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfs",
+                          str(tmp_path / "test_needs.py")], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert f"4 {outcome}" in res.stdout, res.stdout[-3000:]
+    assert "no_such_module_pydble is not installed" in res.stdout and "the manager port" in res.stdout
+    assert "/nonexistent/connector.jar" in res.stdout
+    assert res.returncode == (1 if outcome == "failed" else 0), res.stdout[-3000:]
+
+
+def test_terminal_waits_for_text_and_types() -> None:
+    with Terminal(["sh", "-c", "echo ready; read x; echo got-$x; sleep 30"]) as term:
+        term.expect("ready")
+        term.send("hello\n")
+        assert b"got-hello" in term.expect("got-hello")
+
+
+def test_terminal_fails_at_eof_instead_of_returning() -> None:
+    """A program that ends without printing the text: a failure naming EOF, at once, not after the timeout."""
+    started = time.monotonic()
+    with Terminal(["sh", "-c", "echo bye; exit 3"]) as term:
+        with pytest.raises(AssertionError) as ei:
+            term.expect("never printed", timeout=20)
+    assert time.monotonic() - started < 10
+    assert "EOF" in str(ei.value) and "exit code 3" in str(ei.value) and "bye" in str(ei.value)
+
+
+def test_terminal_fails_at_its_timeout() -> None:
+    with Terminal(["sh", "-c", "echo quiet; sleep 30"]) as term:
+        with pytest.raises(AssertionError) as ei:
+            term.expect("never printed", timeout=1)
+    assert "after 1 s" in str(ei.value) and "quiet" in str(ei.value)
+
+
 # -- the real proxy -----------------------------------------------------------------------------
 
 def test_session_proxy_greets_and_serves(proxy: ProxyProcess) -> None:
@@ -351,7 +423,7 @@ def test_session_proxy_greets_and_serves(proxy: ProxyProcess) -> None:
 
 def test_session_proxy_manager_port(proxy: ProxyProcess) -> None:
     if not port_accepts(proxy.manager_port):
-        pytest.skip("the proxy does not listen on its manager port yet")
+        missing("the proxy does not listen on its manager port")
     mgr = proxy.manager()
     try:
         assert mgr.open

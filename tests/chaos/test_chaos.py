@@ -11,7 +11,7 @@ import os
 
 import pytest
 from chaos_run import run_chaos, seed_from_env
-from harness import cli_available
+from harness import cli_available, missing
 
 CI_SECONDS = 45.0
 
@@ -19,7 +19,7 @@ CI_SECONDS = 45.0
 def _storm(seconds: float) -> None:
     """Run one storm and fail with the seed, a reproduction line and every violation."""
     if not cli_available():
-        pytest.skip("cli/__main__.py is missing")
+        missing("cli/__main__.py is missing")
     seed = seed_from_env()
     report = run_chaos(seed, seconds, emit=print)
     print(report.summary())

@@ -13,24 +13,17 @@ from typing import Any, Iterator
 
 import pytest
 
-from harness import ProxyProcess, free_port, proxy_config
+from harness import ProxyProcess, free_port, proxy_config, require_connector_j, require_module
 from harness.proxy import REPO_ROOT
 
-pyspark = pytest.importorskip("pyspark", reason="PySpark is not installed (pip install 'pydble[spark]')")
+pyspark = require_module("pyspark", "PySpark is not installed (pip install 'pydble[spark]')")
 
 from jobs.pipeline import (Options, PipelineError, StageResult, create_table_sql, expected_per_node,  # noqa: E402
                            run, table_text)
-from jobs.spark import SparkUnavailable, find_jdbc_jar, spark_session  # noqa: E402
+from jobs.spark import spark_session  # noqa: E402
 from meta.config import load_config  # noqa: E402
 
 NODES = ["dn1", "dn2", "dn3", "dn4"]
-
-try:
-    JAR: str | None = find_jdbc_jar()
-except SparkUnavailable:
-    JAR = None
-needs_jvm = pytest.mark.skipif(JAR is None or shutil.which("java") is None,
-                               reason="needs java and MariaDB Connector/J (apt libmariadb-java)")
 
 
 def pipeline_config(backends: list[Any]) -> dict[str, Any]:
@@ -54,8 +47,7 @@ def pipeline_proxy(backends: list[Any]) -> Iterator[ProxyProcess]:
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    if JAR is None or shutil.which("java") is None:
-        pytest.skip("needs java and MariaDB Connector/J (apt libmariadb-java)")
+    require_connector_j("java")
     s = spark_session("pydble-tests", cores=2)
     try:
         yield s
@@ -110,7 +102,6 @@ def test_unconfigured_tables_are_refused_before_spark_starts(pipeline_proxy: Pro
 
 # -- the whole pipeline ----------------------------------------------------------------------------
 
-@needs_jvm
 def test_pipeline_end_to_end(pipeline_proxy: ProxyProcess, spark: Any, backends: list[Any]) -> None:
     out = io.StringIO()
     report = run(Options(str(pipeline_proxy.config_path), rows=2000, partitions=2), out=out, spark=spark)
@@ -132,7 +123,6 @@ def test_pipeline_end_to_end(pipeline_proxy: ProxyProcess, spark: Any, backends:
     assert "PRIMARY KEY (`id`)" in ddl
 
 
-@needs_jvm
 def test_pipeline_reads_a_csv_input(pipeline_proxy: ProxyProcess, spark: Any, tmp_path: Path) -> None:
     csv = tmp_path / "in.csv"
     csv.write_text("id,region,amount\n" + "".join(f"{i},r{i % 3},{i}.25\n" for i in range(1, 301)))
@@ -144,14 +134,13 @@ def test_pipeline_reads_a_csv_input(pipeline_proxy: ProxyProcess, spark: Any, tm
 
 
 @pytest.mark.slow  # a second JVM start: ~40 s; the in-process run above covers the stages
-@needs_jvm
 def test_pipeline_under_spark_submit(pipeline_proxy: ProxyProcess) -> None:
-    assert JAR is not None
+    jar = require_connector_j("java")
     # pip's pyspark puts spark-submit next to this interpreter, which may not be on PATH
     spark_submit = shutil.which("spark-submit") or str(Path(sys.executable).parent / "spark-submit")
     env = dict(os.environ, SPARK_HOME=str(Path(pyspark.__file__).parent), PYSPARK_PYTHON=sys.executable,
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    res = subprocess.run([spark_submit, "--master", "local[2]", "--jars", JAR, "--driver-class-path", JAR,
+    res = subprocess.run([spark_submit, "--master", "local[2]", "--jars", jar, "--driver-class-path", jar,
                           str(REPO_ROOT / "jobs" / "pipeline.py"), "--config", str(pipeline_proxy.config_path),
                           "--rows", "2000", "--partitions", "2"],
                          capture_output=True, text=True, timeout=300, cwd="/", env=env)

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import select
-import shutil
 import subprocess
-import time
 from typing import Iterator
 
 import pytest
+from harness import Terminal, require_tool
 
 from wire import drop_after
 
-pytestmark = pytest.mark.skipif(shutil.which("mysql") is None, reason="the mysql client is not installed")
+require_tool("mysql", "the mysql CLI is not installed (apt mariadb-client)")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -100,57 +97,19 @@ def test_interactive_session_with_tab_completion(proxy) -> None:
     proxy.query("DROP TABLE IF EXISTS cli_tab")
     proxy.query("CREATE TABLE cli_tab (cli_col_unique_name INT, other_col INT)")
     proxy.query("INSERT INTO cli_tab VALUES (41, 1)")
-    import pty
-
-    pid, fd = pty.fork()
-    if pid == 0:  # pragma: no cover - the child
-        try:
-            os.execvp("mysql", ["mysql", "--no-defaults", "-h127.0.0.1", f"-P{proxy.port}", "-utest", "-p111111",
-                                "--auto-rehash", "schema1"])
-        finally:
-            os._exit(127)
-    out = b""
-
-    def read_until(token: bytes, timeout: float = 15) -> bytes:
-        nonlocal out
-        deadline = time.monotonic() + timeout
-        while token not in out:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"no {token!r} in terminal output: {out[-2000:]!r}")
-            r, _, _ = select.select([fd], [], [], min(left, 0.2))
-            if r:
-                try:
-                    chunk = os.read(fd, 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                out += chunk
-        return out
-
-    try:
-        read_until(b"[schema1]> ")
-        os.write(fd, b"SELECT cli_col_un\t")
-        read_until(b"ique_name")           # completed from the column list the proxy sent
-        os.write(fd, b" + 1 AS v FROM cli_tab;\n")
-        read_until(b"42")
-        os.write(fd, b"use schema2\n")
-        read_until(b"[schema2]> ")
-        os.write(fd, b"show tables;\n")
-        read_until(b"sing")
-        os.write(fd, b"quit\n")
-        read_until(b"Bye")
-    finally:
-        os.close(fd)
-        for _ in range(50):
-            done, _status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            time.sleep(0.1)
-        else:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
+    with Terminal(["mysql", "--no-defaults", "-h127.0.0.1", f"-P{proxy.port}", "-utest", "-p111111",
+                   "--auto-rehash", "schema1"]) as term:
+        term.expect("[schema1]> ")
+        term.send("SELECT cli_col_un\t")
+        term.expect("ique_name")           # completed from the column list the proxy sent
+        term.send(" + 1 AS v FROM cli_tab;\n")
+        term.expect("42")
+        term.send("use schema2\n")
+        term.expect("[schema2]> ")
+        term.send("show tables;\n")
+        term.expect("sing")
+        term.send("quit\n")
+        term.expect("Bye")
 
 
 def test_manager_port_from_the_cli(proxy) -> None:

@@ -546,25 +546,11 @@ def test_distinct_without_order_equals_single_engine_as_a_set(data):
 
 # --- against MariaDB: our merge of per-shard answers equals its answer over the union ------
 
-def _mariadb():
-    try:
-        import pymysql
-        return pymysql.connect(host="127.0.0.1", port=3306, user="root", password="",
-                               connect_timeout=2, autocommit=True)
-    except Exception:
-        return None
-
-
-_probe = _mariadb()
-if _probe is not None:
-    _probe.close()
-
-
 @pytest.fixture(scope="module")
-def shards():
-    """Three shard databases and one holding all rows, dropped afterwards."""
+def shards(backends):
+    """Three shard databases and one holding all rows (on a harness MariaDB), dropped afterwards."""
     import pymysql.converters
-    conn = _mariadb()
+    conn = backends[0].connect()
     base = f"merge_check_{os.getpid()}"
     dbs = [f"{base}_{i}" for i in range(3)] + [f"{base}_all"]
     rnd = random.Random(7)
@@ -591,9 +577,7 @@ def shards():
             for r in rows:
                 cur.execute(ins.format(dbs[r[0] % 3]), r)
                 cur.execute(ins.format(dbs[-1]), r)
-        raw = pymysql.connect(host="127.0.0.1", port=3306, user="root", password="",
-                              autocommit=True, conv=dict(pymysql.converters.encoders),
-                              charset="utf8mb4")
+        raw = backends[0].connect(conv=dict(pymysql.converters.encoders))
         yield raw, dbs
         raw.close()
     finally:
@@ -659,7 +643,6 @@ def _fold(rs: ResultSet) -> list:
                     for v in r] for r in rs.rows), key=repr)
 
 
-@pytest.mark.skipif(_probe is None, reason="no MariaDB at 127.0.0.1:3306")
 @pytest.mark.parametrize("sql", EXACT)
 def test_merge_matches_mariadb_over_the_union(shards, sql):
     raw, dbs = shards
@@ -671,7 +654,6 @@ def test_merge_matches_mariadb_over_the_union(shards, sql):
         [(c.name, c.type, c.decimals) for c in want.columns]
 
 
-@pytest.mark.skipif(_probe is None, reason="no MariaDB at 127.0.0.1:3306")
 @pytest.mark.parametrize("sql", [
     "SELECT DISTINCT s FROM t ORDER BY s",
     "SELECT s, COUNT(*) FROM t GROUP BY s",
@@ -688,7 +670,6 @@ def test_case_insensitive_answers_match_mariadb_up_to_representative(shards, sql
     assert len(merged.rows) == len(want.rows)
 
 
-@pytest.mark.skipif(_probe is None, reason="no MariaDB at 127.0.0.1:3306")
 def test_group_concat_matches_mariadb_as_multisets(shards):
     raw, dbs = shards
     sql = "SELECT g, GROUP_CONCAT(v SEPARATOR ';') FROM t GROUP BY g"
@@ -701,7 +682,6 @@ def test_group_concat_matches_mariadb_as_multisets(shards):
     assert parts(merged) == parts(want)
 
 
-@pytest.mark.skipif(_probe is None, reason="no MariaDB at 127.0.0.1:3306")
 def test_double_formatting_matches_mariadb(shards):
     raw, dbs = shards
     rnd = random.Random(3)

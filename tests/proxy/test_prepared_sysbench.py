@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import copy
 import re
-import shutil
 import subprocess
 from typing import Any, Callable
 
 import pytest
 
-from harness import ProxyProcess, free_port, proxy_config
+from harness import ProxyProcess, free_port, proxy_config, require_tool
 
-pytestmark = pytest.mark.skipif(shutil.which("sysbench") is None, reason="sysbench is not installed (apt sysbench)")
+require_tool("sysbench", "sysbench is not installed (apt sysbench)")
 
 NODES = ("dn1", "dn2", "dn3", "dn4")
 NODE_DB = {"dn1": (0, "db1"), "dn2": (1, "db1"), "dn3": (0, "db2"), "dn4": (1, "db2")}

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import shutil
 
 import pytest
+from harness import require_tool
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -542,7 +542,7 @@ async def _capture(client) -> bytes:
 
 
 def test_live_pymysql_handshake_response() -> None:
-    pymysql = pytest.importorskip("pymysql")
+    import pymysql
 
     async def client(port: int) -> None:
         def connect() -> None:
@@ -559,8 +559,8 @@ def test_live_pymysql_handshake_response() -> None:
     assert r.attrs.get("_client_name") == "pymysql"
 
 
-@pytest.mark.skipif(shutil.which("mysql") is None, reason="no mysql command-line client")
 def test_live_mysql_cli_handshake_response() -> None:
+    require_tool("mysql", "the mysql CLI is not installed (apt mariadb-client)")
     async def client(port: int) -> None:
         proc = await asyncio.create_subprocess_exec(
             "mysql", "--no-defaults", "-h127.0.0.1", f"-P{port}", "-utest", "-p111111", "db1", "-e", "select 1",
