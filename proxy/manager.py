@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("pydble.manager")
 
+
 def text_result(names: list[str], rows: list[list[object]], int_columns: frozenset[int] = frozenset()) -> ResultSet:
     """A result of string columns (None as NULL); columns listed in int_columns are typed BIGINT."""
     cols = [ColumnDef(n, C.T_LONGLONG, C.CHARSET_BINARY, 21, C.BINARY_FLAG) if i in int_columns
