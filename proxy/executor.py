@@ -58,6 +58,9 @@ class Executor:
         self.broken_txn: str | None = None  # why the open transaction can only be rolled back now
         self._committing = False
         self.relay_sink: Sink | None = None  # set by a prepared EXECUTE: relayed rows go through it
+        # LOCK TABLES: the connection holding the session's locks on each node, and the tables locked
+        self.locked: dict[str, BackendConnection] = {}
+        self.locked_tables: frozenset[tuple[str, str]] = frozenset()
 
     # -- transaction state ----------------------------------------------------------------------
     def in_trans(self) -> bool:
@@ -93,8 +96,16 @@ class Executor:
 
     async def _get(self, node: str) -> BackendConnection:
         """The connection this session uses for a node: its pinned one, or a pooled one made ready."""
-        conn = self.pinned.get(node)
         s = self.session
+        conn = self.locked.get(node)
+        if conn is not None:
+            if conn.broken:
+                raise BackendUnavailable(f"shardingNode[{node}]: the connection holding this session's table "
+                                         f"locks was lost; UNLOCK TABLES")
+            if conn.vars != s.vars:
+                await self._sync(conn)
+            return conn
+        conn = self.pinned.get(node)
         if self.broken_txn is not None and self._pinning():
             raise BackendUnavailable(f"{self.broken_txn}; the transaction must be rolled back")
         if conn is not None and not conn.broken:
@@ -122,6 +133,8 @@ class Executor:
 
         With autocommit=0 a read alone opens a transaction (its snapshot) without MariaDB flagging
         IN_TRANS, so the connection stays with the session until the transaction really ends."""
+        if self.locked.get(node) is conn:
+            return  # holds the session's table locks until UNLOCK TABLES
         if self.pinned.get(node) is conn:
             if conn.broken or not self._pinning():
                 del self.pinned[node]
@@ -166,6 +179,8 @@ class Executor:
         any_db: the statement names its database, so a connection of the node's dbGroup on another
         database will do."""
         s = self.session
+        if self.locked:
+            return None
         if s.explicit_txn or not s.autocommit:
             conn = self.pinned.get(node)
             if (conn is None or conn.broken or self.broken_txn is not None or conn.vars != s.vars
@@ -195,7 +210,8 @@ class Executor:
         pinned, self.pinned = self.pinned, {}
         self.savepoints = []
         self.broken_txn = None
-        for node, conn in pinned.items():
+        locked, self.locked, self.locked_tables = self.locked, {}, frozenset()
+        for node, conn in [*pinned.items(), *locked.items()]:
             conn.close()
             self.server.backends.release(node, conn)
         for conn in self.streaming:
@@ -210,6 +226,57 @@ class Executor:
         """The client caught up."""
         for conn in self.streaming:
             conn.resume_reading()
+
+    # -- LOCK TABLES ----------------------------------------------------------------------------
+    async def lock_tables(self, sql: str) -> None:
+        """LOCK TABLES: a connection of this session on every node of the tables takes their locks
+        there and serves the session's statements on that node until UNLOCK TABLES (or BEGIN,
+        COM_RESET_CONNECTION, a new LOCK TABLES, the end of the session)."""
+        per_node, tables = self.server.router.lock_plan(sql, self.session.schema)
+        await self.unlock_tables()
+        timeout = self.server.backends.timeout_s
+        got: dict[str, BackendConnection] = {}
+
+        async def one(node: str, stmt: str) -> None:
+            conn = await self.server.backends.acquire(node, self.session.format_flags)
+            got[node] = conn
+            await self._sync(conn)
+            try:
+                await conn.query(stmt, timeout)
+            except BackendUnavailable as e:
+                raise _on_node(node, e) from None
+
+        results = await asyncio.gather(*(one(n, q) for n, q in per_node.items()), return_exceptions=True)
+        failure = next((e for e in results if isinstance(e, BaseException)), None)
+        if failure is not None:
+            for node, conn in got.items():
+                conn.close()  # whatever it locked goes with it
+                self.server.backends.release(node, conn)
+            raise failure
+        self.locked, self.locked_tables = got, tables
+
+    async def unlock_tables(self) -> None:
+        """UNLOCK TABLES on every node holding the session's locks; their connections go back."""
+        locked, self.locked, self.locked_tables = self.locked, {}, frozenset()
+
+        async def one(node: str, conn: BackendConnection) -> None:
+            try:
+                if not conn.broken:
+                    await conn.query("UNLOCK TABLES", self.server.backends.timeout_s)
+            except BaseException:  # noqa: BLE001 - a connection that may still hold locks is dropped
+                conn.close()
+            finally:
+                self.server.backends.release(node, conn)
+
+        await asyncio.gather(*(one(n, c) for n, c in locked.items()))
+
+    def check_locked(self, plan: Plan) -> None:
+        """While LOCK TABLES is held, statements use only the locked tables (MySQL's 1100)."""
+        if plan.kind == "ddl":
+            raise NotSupported("DDL while LOCK TABLES is held is not supported by pydble: UNLOCK TABLES first")
+        for schema, table in plan.tables:
+            if (schema, table) not in self.locked_tables:
+                raise ProxyError(f"Table '{table}' was not locked with LOCK TABLES", 1100, "HY000")
 
     async def check_session_state(self) -> None:
         """Apply changed session variables now, so a bad SET fails at once with the backend's error."""
@@ -234,6 +301,8 @@ class Executor:
             raise
         if self.session.read_only and (plan.is_write or plan.kind == "ddl"):
             raise ReadOnly(f"User '{self.session.user}' is read only")
+        if self.locked_tables and not plan.hint:
+            self.check_locked(plan)
         if plan.kind in ("select", "insert", "replace", "update", "delete") and not plan.hint:
             require_meta(self.server, plan)
         if plan.kind == "ddl":

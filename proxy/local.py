@@ -11,8 +11,6 @@ from .protocol.constants import T_LONGLONG, T_VAR_STRING
 from .protocol.messages import ColumnDef, ResultSet
 from .sqltok import tokenize
 
-_WS = r"(?:\s|/\*(?!!).*?\*/)*"
-
 
 @dataclass(frozen=True)
 class Assignment:
@@ -56,7 +54,6 @@ def split_top_level(text: str, sep: str = ",") -> list[str]:
     return [p.strip() for p in parts]
 
 
-_SET_HEAD = re.compile(r"^\s*SET\s+", re.I | re.S)
 _NAMES = re.compile(r"^NAMES\s+(?P<cs>'[^']*'|\"[^\"]*\"|`[^`]*`|\w+)(?:\s+COLLATE\s+(?P<co>'[^']*'|\"[^\"]*\"|\w+))?\s*$", re.I | re.S)
 _CHARSET = re.compile(r"^(?:CHARACTER\s+SET|CHARSET)\s+(?P<cs>'[^']*'|\"[^\"]*\"|\w+)\s*$", re.I | re.S)
 _TRANSACTION = re.compile(r"^(?:(?P<scope>SESSION|LOCAL|GLOBAL)\s+)?TRANSACTION\s+(?P<rest>.+)$", re.I | re.S)
@@ -69,10 +66,14 @@ _BOOL = {"0": "0", "1": "1", "off": "0", "on": "1", "false": "0", "true": "1", "
 
 def parse_set(sql: str) -> list[Assignment]:
     """Turn a SET statement into session changes; GLOBAL scope is refused."""
-    m = _SET_HEAD.match(sql)
-    if not m:
+    toks = tokenize(sql)  # version comments are opened here: /*!40101 SET NAMES utf8 */
+    while toks and toks[-1][1] == ";" and toks[-1][0] == "o":
+        toks.pop()
+    if not toks or toks[0][0] != "w" or toks[0][1].upper() != "SET":
         raise ParseError("not a SET statement")
-    body = sql[m.end():].strip().rstrip(";").strip()
+    if len(toks) < 2:
+        raise ParseError("You have an error in your SQL syntax near ''")
+    body = sql[toks[1][2]:toks[-1][3]]
     out: list[Assignment] = []
     tm = _TRANSACTION.match(body)
     if tm:

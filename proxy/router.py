@@ -52,7 +52,6 @@ class Plan:
 
 _HINT_RE = re.compile(r"/\*!\s*(pydble|dble)\s*:\s*([A-Za-z_]+)\s*=\s*([^*\s]+)\s*\*/\Z", re.I)
 _HINT_PREFIX_RE = re.compile(r"/\*!\s*(pydble|dble)\s*:", re.I)
-_VERSION_COMMENT_RE = re.compile(r"/\*!(?:M!)?[0-9]*([\s\S]*)\*/\Z")
 _CACHE_MAX_TOKENS = 512
 # The point read sysbench and OLTP applications send most: plain column names, one unqualified table,
 # one `column = integer` condition, nothing after it (see Router._fast_select).
@@ -101,13 +100,8 @@ class Router:
         if not toks:
             raise ProxyError("Query was empty", code=1065, sqlstate="42000")
         first = toks[0]
-        if first[0] == "h":
-            if _HINT_PREFIX_RE.match(first[1]):
-                return self._hint(sql, toks, schema)
-            if len(toks) == 1:
-                m = _VERSION_COMMENT_RE.match(first[1])
-                if m and m.group(1).strip():
-                    return self.route(m.group(1).strip(), schema)
+        if first[0] == "h" and _HINT_PREFIX_RE.match(first[1]):
+            return self._hint(sql, toks, schema)
         try:
             if len(toks) <= _CACHE_MAX_TOKENS:
                 key = (schema, "\x00".join([_SHAPE.get(t[0]) or t[1] for t in toks]))
@@ -124,6 +118,17 @@ class Router:
         except RecursionError:
             raise ParseError("You have an error in your SQL syntax: the statement nests parentheses or "
                              "subqueries too deeply to route") from None
+
+    def lock_plan(self, sql: str, schema: str | None) -> tuple[dict[str, str], frozenset[tuple[str, str]]]:
+        """LOCK TABLES: the statement each shardingNode of the locked tables runs, and the tables locked."""
+        per_node: dict[str, list[str]] = {}
+        tables: dict[tuple[str, str], None] = {}
+        for table, name, alias, mode in self.analyzer.lock_tables(tokenize(sql), schema):
+            tables[(table.schema, table.name)] = None
+            item = f"`{name.replace('`', '``')}`" + (f" AS `{alias.replace('`', '``')}`" if alias else "") + f" {mode}"
+            for node in table.nodes:
+                per_node.setdefault(node, []).append(item)
+        return {n: "LOCK TABLES " + ", ".join(items) for n, items in per_node.items()}, frozenset(tables)
 
     def point_read(self, sql: str, schema: str | None) -> tuple[str, tuple[str, str], int] | None:
         """(node, (schema, table), offset of the table name in sql) for `SELECT cols FROM t WHERE key =

@@ -481,6 +481,7 @@ class Session:
                     return True
             elif cmd == C.COM_RESET_CONNECTION:
                 await self.executor.rollback_all()
+                await self.executor.unlock_tables()
                 self.prepared.close_all()
                 self.vars = {}
                 self.autocommit = True
@@ -569,6 +570,7 @@ class Session:
         elif kw in ("BEGIN", "START"):
             if kw == "START" and "TRANSACTION" not in sql.upper():
                 raise NotSupported(f"unsupported statement: {sql[:60]}")
+            await self.executor.unlock_tables()  # as MySQL: a transaction starts by releasing table locks
             await self.executor.commit_all()
             self.explicit_txn = True
             r.ok(self.status(), more=more)
@@ -590,6 +592,15 @@ class Session:
             if rs is not None:
                 r.resultset(rs, self.status(), more)
                 return False
+        elif kw in ("LOCK", "UNLOCK") and _is_lock_tables(sql):
+            if kw == "LOCK":
+                await self.executor.commit_all()  # as MySQL: LOCK TABLES commits the open transaction
+                self.explicit_txn = False
+                await self.executor.lock_tables(sql)
+            else:
+                await self.executor.unlock_tables()
+            r.ok(self.status(), more=more)
+            return False
         elif kw in ("LOCK", "UNLOCK", "LOAD", "HANDLER", "KILL", "XA", "FLUSH", "GRANT", "REVOKE"):
             raise NotSupported(f"{kw} is not supported through the proxy")
         elif kw == "" and not tokenize(sql):
@@ -614,6 +625,10 @@ class Session:
                 new_autocommit = a.value == "1"
             else:
                 self.set_var(a.key, a.sql)
+        if not new_autocommit and self.autocommit and self.executor.locked:
+            self.vars = old_vars
+            raise NotSupported("SET autocommit=0 while LOCK TABLES is held is not supported by pydble: "
+                               "UNLOCK TABLES first")
         if self.vars != old_vars:
             try:
                 await self.executor.check_session_state()
@@ -644,6 +659,12 @@ class Session:
         if up in ("SHOW WARNINGS", "SHOW ERRORS"):
             return await self.executor.show_warnings(sql)
         return None
+
+
+def _is_lock_tables(sql: str) -> bool:
+    """LOCK TABLE[S] / UNLOCK TABLE[S] (not LOCK INSTANCE and the like)."""
+    toks = tokenize(sql)
+    return len(toks) >= 2 and toks[1][0] == "w" and toks[1][1].upper() in ("TABLE", "TABLES")
 
 
 __all__ = ["ClientProtocol", "Session", "BackendError"]
