@@ -96,11 +96,11 @@ class Analyzer:
         if first in ("SELECT", "WITH", "("):
             an = self._an_select(p)
         elif first in ("INSERT", "REPLACE"):
-            an = self._an_insert(p, first.lower())
+            an = self._returning(p, lambda: self._an_insert(p, first.lower()))
         elif first == "UPDATE":
             an = self._an_update(p)
         elif first == "DELETE":
-            an = self._an_delete(p)
+            an = self._returning(p, lambda: self._an_delete(p))
         elif first in ("CREATE", "ALTER", "DROP", "TRUNCATE", "RENAME"):
             an = self._an_ddl(p, first)
         elif first in ("SHOW", "DESC", "DESCRIBE", "EXPLAIN"):
@@ -119,6 +119,24 @@ class Analyzer:
             an.deletions = tuple(self.strips(toks))
         else:
             an.deletions = tuple(sorted(set(an.deletions) | set(self.strips(toks))))
+        return an
+
+    def _returning(self, p: Parser, analyze: Callable[[], Analysis]) -> Analysis:
+        """MariaDB's `... RETURNING select_list` ends an INSERT, REPLACE or DELETE: the statement is read
+        up to it (the parser's end moved there), the list goes to the backend as written."""
+        at = p.skip_to(1, p.n, ("RETURNING",), None)
+        if at >= p.n:
+            return analyze()
+        if at + 1 >= p.n:
+            raise p.syntax(at)
+        n, p.n = p.n, at
+        try:
+            an = analyze()
+        finally:
+            p.n = n
+        an.returning = True
+        an.returning_rows = (an.kind == "insert" and an.mode == "insert"
+                             and p.skip_to(1, at, ("IGNORE", "DUPLICATE"), None) >= at)
         return an
 
     def _finish_query(self, p: Parser, an: Analysis) -> Analysis:

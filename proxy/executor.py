@@ -45,6 +45,20 @@ def _on_node(node: str, e: BackendUnavailable) -> BackendUnavailable:
     return BackendUnavailable(f"shardingNode[{node}]: {e.message}", e.code, e.sqlstate)
 
 
+def _returned_in_order(order: tuple[tuple[int, ...], ...], scanners: list[ResponseScanner]) -> ResultSet:
+    """INSERT ... RETURNING over several nodes: each node's rows put back at their VALUES positions,
+    so the client reads them in the order it sent the rows, as from one MariaDB."""
+    sets = [sc.results[0] if sc.results and sc.results[0].columns else None for sc in scanners]
+    rows: list[list[bytes | None] | None] = [None] * sum(len(idx) for idx in order)
+    for idx, rs in zip(order, sets):
+        if rs is None or len(rs.rows) != len(idx):
+            raise ProxyError("INSERT ... RETURNING: a shardingNode did not return one row per inserted row",
+                             1105, "HY000")
+        for i, row in zip(idx, rs.rows):
+            rows[i] = row
+    return ResultSet(sets[0].columns, rows)  # type: ignore[union-attr,arg-type]
+
+
 class Executor:
     """Owns the backend connections a session holds and runs its statements on them."""
 
@@ -424,6 +438,9 @@ class Executor:
                 r.err_info(sc.error)
                 return
         status = self.session.status()
+        if plan.row_order is not None:
+            r.resultset(_returned_in_order(plan.row_order, scanners), status, more)
+            return
         if plan.merge is not None:
             from .merge import merge_results
             sets = [sc.results[0] for sc in scanners if sc.results and sc.results[0].columns]

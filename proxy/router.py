@@ -48,6 +48,7 @@ class Plan:
     ddl: str | None = None         # CREATE_TABLE, DROP_TABLE, ALTER_TABLE, TRUNCATE_TABLE, CREATE_INDEX, ...
     if_exists: bool = False        # DROP TABLE IF EXISTS / CREATE TABLE IF NOT EXISTS
     hint: bool = False             # came from a shardingNode hint
+    row_order: tuple[tuple[int, ...], ...] | None = None  # INSERT ... RETURNING: each target's VALUES rows
 
 
 _HINT_RE = re.compile(r"/\*!\s*(pydble|dble)\s*:\s*([A-Za-z_]+)\s*=\s*([^*\s]+)\s*\*/\Z", re.I)
@@ -114,7 +115,11 @@ class Router:
                         self._cache[key] = an
             else:
                 an = self.analyzer.analyze(sql, toks, schema)
-            return self._plan(an, sql, toks, schema)
+            plan = self._plan(an, sql, toks, schema)
+            if an.returning and len(plan.targets) > 1 and plan.row_order is None:
+                raise not_supported(f"{an.kind.upper()} ... RETURNING that writes on several shardingNodes is not "
+                                     f"supported: the rows could not come back in the order MariaDB returns them")
+            return plan
         except RecursionError:
             raise ParseError("You have an error in your SQL syntax: the statement nests parentheses or "
                              "subqueries too deeply to route") from None
@@ -491,7 +496,8 @@ class Router:
         rows = [self._render(sql, toks, an.deletions, toks[a][2], toks[c][3]) for a, _, c in an.rows]
         targets = tuple(Target(node, prefix + ", ".join(rows[i] for i in idx) + tail)
                         for node, idx in groups.items())
-        return Plan(an.kind, targets, True, an.tables)
+        order = tuple(tuple(idx) for idx in groups.values()) if an.returning_rows else None
+        return Plan(an.kind, targets, True, an.tables, row_order=order)
 
     def _sub_on(self, sub: Analysis, toks: list[Token], schema: str | None, nodes: tuple[str, ...]) -> None:
         """The tables a write reads (subqueries, INSERT ... SELECT) must all be on the written node."""
