@@ -302,3 +302,47 @@ def show_tables_result(st: ShowTables, schema: str, tables: list[str]) -> Result
                 rows.append([t.encode(), b"BASE TABLE"] if st.full else [t.encode()])
     return ResultSet(cols, rows)
 
+
+
+# -- SHOW TABLE STATUS -----------------------------------------------------------------------------
+_SHOW_STATUS = re.compile(
+    r"^\s*SHOW\s+TABLE\s+STATUS(?:\s+(?:FROM|IN)\s+`?(?P<db>[\w$]+)`?)?(?:\s+LIKE\s+'(?P<like>[^']*)'"
+    r"|\s+WHERE\s+(?P<where>.+?))?\s*;?\s*$", re.I | re.S)
+_SUMMED = ("Rows", "Data_length", "Index_length", "Data_free")
+
+
+def parse_show_table_status(sql: str) -> tuple[str | None, str | None] | None:
+    """(schema, LIKE pattern) of SHOW TABLE STATUS [FROM db] [LIKE '...'], else None."""
+    m = _SHOW_STATUS.match(sql)
+    if not m:
+        return None
+    if m.group("where"):
+        raise NotSupported("SHOW TABLE STATUS supports only LIKE through the proxy")
+    return m.group("db"), m.group("like")
+
+
+def table_status_result(columns: list[ColumnDef], rows: dict[str, list[list[bytes | None]]]) -> ResultSet:
+    """One row per logical table from its nodes' rows: a table on several nodes (sharding) shows
+    the sum of Rows, Data_length, Index_length and Data_free, Avg_row_length from those, the highest
+    Auto_increment; every other column as its first node shows it."""
+    names = [c.name for c in columns]
+    out: list[list[bytes | None]] = []
+    for name in sorted(rows):
+        parts = rows[name]
+        row = list(parts[0])
+        row[names.index("Name")] = name.encode()
+        if len(parts) > 1:
+            for col in _SUMMED:
+                if col in names:
+                    i = names.index(col)
+                    row[i] = str(sum(int(p[i] or 0) for p in parts)).encode()
+            if "Avg_row_length" in names and "Rows" in names and "Data_length" in names:
+                n = int(row[names.index("Rows")] or 0)
+                row[names.index("Avg_row_length")] = str(int(row[names.index("Data_length")] or 0) // n
+                                                         if n else 0).encode()
+            if "Auto_increment" in names:
+                i = names.index("Auto_increment")
+                ais = [int(p[i]) for p in parts if p[i] is not None]
+                row[i] = str(max(ais)).encode() if ais else None
+        out.append(row)
+    return ResultSet(list(columns), out)

@@ -168,6 +168,14 @@ class ProxyServer:
             return t.nodes[0]
         return self.config.schemas[schema].default_node
 
+    def nodes_of_table(self, schema: str, table: str) -> tuple[str, ...]:
+        """Every node holding a table (its configured nodes, or the schema's default node)."""
+        t = self.config.table(schema, table)
+        if t is not None:
+            return tuple(t.nodes)
+        node = self.config.schemas[schema].default_node
+        return (node,) if node is not None else ()
+
     def _table_columns(self, schema: str, table: str) -> tuple[str, ...] | None:
         """Column order from memory, for INSERTs without a column list."""
         meta = self.registry.get(schema, table)

@@ -641,6 +641,31 @@ class Session:
                 self.explicit_txn = False
             self.autocommit = new_autocommit
 
+    def _show_schema(self, named: str | None) -> str:
+        """The schema a SHOW ... [FROM db] is about: named or current, and granted."""
+        schema = named or self.schema
+        if schema is None:
+            raise NoDatabaseSelected("No database selected")
+        if schema not in self.schemas:
+            raise DbAccessDenied(f"Access denied for user '{self.user}'@'{self.peer}' to database '{schema}'")
+        return schema
+
+    async def _table_status(self, schema: str, like: str | None) -> ResultSet:
+        """SHOW TABLE STATUS: the tables SHOW TABLES lists, each as one row under its logical name."""
+        names = [t for t in await self.server.tables_of(schema) if like is None or local.like_match(like, t)]
+        homes = {t: self.server.nodes_of_table(schema, t) for t in names}
+        nodes = list(dict.fromkeys(n for ns in homes.values() for n in ns))
+        if not nodes:
+            nodes = [self.server.any_node(schema)]
+        scanners = await self.executor._run_on([(n, "SHOW TABLE STATUS") for n in nodes])
+        for sc in scanners:
+            if sc.error is not None:
+                raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
+        by_node = {n: {bytes(r[0] or b"").decode().lower(): r for r in sc.results[0].rows}
+                   for n, sc in zip(nodes, scanners)}
+        rows = {t: [by_node[n][t] for n in homes[t] if t in by_node[n]] for t in names}
+        return local.table_status_result(scanners[0].results[0].columns, {t: r for t, r in rows.items() if r})
+
     async def show(self, sql: str) -> ResultSet | None:
         """SHOW statements answered from the proxy's own knowledge, or None to route them."""
         rs = local.show_databases(sql, list(self.schemas))
@@ -648,13 +673,12 @@ class Session:
             return rs
         st = local.parse_show_tables(sql)
         if st is not None:
-            schema = st.schema or self.schema
-            if schema is None:
-                raise NoDatabaseSelected("No database selected")
-            if schema not in self.schemas:
-                raise DbAccessDenied(f"Access denied for user '{self.user}'@'{self.peer}' to database '{schema}'")
+            schema = self._show_schema(st.schema)
             tables = await self.server.tables_of(schema)
             return local.show_tables_result(st, schema, tables)
+        ts = local.parse_show_table_status(sql)
+        if ts is not None:
+            return await self._table_status(self._show_schema(ts[0]), ts[1])
         up = " ".join(sql.upper().split()[:2])
         if up in ("SHOW WARNINGS", "SHOW ERRORS"):
             return await self.executor.show_warnings(sql)
