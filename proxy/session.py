@@ -594,6 +594,9 @@ class Session:
                 return False
         elif kw in ("LOCK", "UNLOCK") and _is_lock_tables(sql):
             if kw == "LOCK":
+                if not self.autocommit:
+                    raise NotSupported("LOCK TABLES with autocommit=0 is not supported by pydble: the locks are "
+                                       "held outside the session's transactions; SET autocommit=1 first")
                 await self.executor.commit_all()  # as MySQL: LOCK TABLES commits the open transaction
                 self.explicit_txn = False
                 await self.executor.lock_tables(sql)

@@ -83,11 +83,15 @@ def _assert_loaded(proxy: Any, backends: list[Any], backend_rows: Any) -> None:
     assert "sharded on id" in proxy.query("SHOW CREATE TABLE sharding_4_t1")[0][1]
 
 
+@pytest.mark.parametrize("options", [[], ["--single-transaction"]], ids=["lock-tables", "single-transaction"])
 def test_mysqldump_through_pydble_then_load_it_back_with_the_mysql_cli(proxy: Any, backends: list[Any],
-                                                                       backend_rows: Any) -> None:
+                                                                       backend_rows: Any, options: list[str]) -> None:
     _make_tables(proxy.query)
-    dump = _cli("mysqldump", proxy.port, "schema1", *TABLES)   # the default options: --opt, LOCK TABLES
-    assert dump.returncode == 0, dump.stderr
+    # the default options (--opt: LOCK TABLES ... READ LOCAL while dumping), or one consistent-snapshot
+    # transaction (SET SESSION TRANSACTION ISOLATION LEVEL, START TRANSACTION WITH CONSISTENT SNAPSHOT,
+    # SAVEPOINT / ROLLBACK TO SAVEPOINT around each table)
+    dump = _cli("mysqldump", proxy.port, *options, "schema1", *TABLES)
+    assert dump.returncode == 0 and not dump.stderr, dump.stderr
     text = dump.stdout
     assert "LOCK TABLES `sharding_4_t1` WRITE;" in text and "/*!40101 SET NAMES utf8mb4 */;" in text
     assert "INSERT INTO `sharding_4_t1` VALUES" in text and "COMMENT='sharded on id'" in text
@@ -160,6 +164,10 @@ def test_lock_tables_hold_on_every_node_until_released(proxy: Any) -> None:
         cur.execute("COMMIT")
 
         cur.execute("LOCK TABLES schema1.sharding_4_t1 WRITE")
+        with pytest.raises(pymysql.err.NotSupportedError, match="while LOCK TABLES is held"):
+            cur.execute("SET autocommit = 0")   # refused: locks and transactions are kept apart
+        with pytest.raises(pymysql.err.NotSupportedError, match="while LOCK TABLES is held"):
+            cur.execute("ALTER TABLE sharding_4_t1 ADD COLUMN extra INT")
         c.close()                           # a session that ends releases its locks
         c = None
         assert not _blocked(proxy, "DELETE FROM sharding_4_t1 WHERE id = 102")

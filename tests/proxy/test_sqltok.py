@@ -169,6 +169,7 @@ HOSTILE = {
     "dq-backslash": '"\\' * 10000, "open-hints": "/*!" * 7000, "var-quote": "@'" * 10000, "x-quote": "x'" * 10000,
     "digits-then-letter": "1" * 20000 + "x", "exponents": "1e" * 10000, "blanks-then-bang": " " * 20000 + "!",
     "parens": "(" * 20000, "dots": "." * 20000, "hex-then-letter": "0x" + "f" * 20000 + "g",
+    "nested-version-comments": "/*!40101 " * 7000 + "*/" * 7000,
 }
 
 
