@@ -156,6 +156,7 @@ def test_lock_tables_hold_on_every_node_until_released(proxy: Any) -> None:
         assert _blocked(proxy, "SELECT * FROM sharding_4_t1 WHERE id = 1")
         cur.execute("UNLOCK TABLES")
         assert not _blocked(proxy, "SELECT * FROM sharding_4_t1 WHERE id = 1")
+        cur.execute("USE schema1")
 
         cur.execute("LOCK TABLES schema1.sharding_4_t1 READ")
         assert _blocked(proxy, "DELETE FROM sharding_4_t1 WHERE id = 101")
