@@ -9,7 +9,7 @@ from meta.errors import NotSupported, ParseError
 
 from .protocol.constants import T_LONGLONG, T_VAR_STRING
 from .protocol.messages import ColumnDef, ResultSet
-from .sqltok import tokenize
+from .sqltok import tokenize, unquote_ident
 
 
 @dataclass(frozen=True)
@@ -346,3 +346,14 @@ def table_status_result(columns: list[ColumnDef], rows: dict[str, list[list[byte
                 row[i] = str(max(ais)).encode() if ais else None
         out.append(row)
     return ResultSet(list(columns), out)
+
+
+# -- CREATE DATABASE IF NOT EXISTS (dumps made with --databases) ----------------------------------
+def create_database_if_not_exists(sql: str) -> str | None:
+    """The name in CREATE {DATABASE|SCHEMA} IF NOT EXISTS name [options], else None."""
+    toks = tokenize(sql)
+    words = [t[1].upper() for t in toks[:5]]
+    if len(toks) < 6 or words[0] != "CREATE" or words[1] not in ("DATABASE", "SCHEMA") or \
+            words[2:5] != ["IF", "NOT", "EXISTS"] or toks[5][0] not in "wq":
+        return None
+    return unquote_ident(toks[5][1])

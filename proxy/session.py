@@ -606,6 +606,11 @@ class Session:
             return False
         elif kw in ("LOCK", "UNLOCK", "LOAD", "HANDLER", "KILL", "XA", "FLUSH", "GRANT", "REVOKE"):
             raise NotSupported(f"{kw} is not supported through the proxy")
+        elif kw == "CREATE" and (db := local.create_database_if_not_exists(sql)) in self.schemas:
+            # what a dump made with --databases starts with: the logical schema exists, as on MariaDB
+            self.warnings = [("Note", 1007, f"Can't create database '{db}'; database exists")]
+            r.ok(self.status(), warnings=1, more=more)
+            return False
         elif kw == "" and not tokenize(sql):
             raise ProxyError("Query was empty", 1065, "42000")
         return await self.executor.execute(sql, r, more, may_relay)
