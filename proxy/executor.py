@@ -286,8 +286,10 @@ class Executor:
 
     def check_locked(self, plan: Plan) -> None:
         """While LOCK TABLES is held, statements use only the locked tables (MySQL's 1100)."""
-        if plan.kind == "ddl":
+        if plan.kind == "ddl":  # its own connections would wait on this session's locks
             raise NotSupported("DDL while LOCK TABLES is held is not supported by pydble: UNLOCK TABLES first")
+        if plan.hint:
+            return  # sent as is to the node named: its locked connection answers for it
         for schema, table in plan.tables:
             if (schema, table) not in self.locked_tables:
                 raise ProxyError(f"Table '{table}' was not locked with LOCK TABLES", 1100, "HY000")
@@ -315,7 +317,7 @@ class Executor:
             raise
         if self.session.read_only and (plan.is_write or plan.kind == "ddl"):
             raise ReadOnly(f"User '{self.session.user}' is read only")
-        if self.locked_tables and not plan.hint:
+        if self.locked_tables:
             self.check_locked(plan)
         if plan.kind in ("select", "insert", "replace", "update", "delete") and not plan.hint:
             require_meta(self.server, plan)

@@ -160,6 +160,11 @@ def test_lock_tables_hold_on_every_node_until_released(proxy: Any) -> None:
 
         cur.execute("LOCK TABLES schema1.sharding_4_t1 READ")
         assert _blocked(proxy, "DELETE FROM sharding_4_t1 WHERE id = 101")
+        with pytest.raises(pymysql.err.OperationalError) as e:   # the backend's own answer, logical name
+            cur.execute("DELETE FROM sharding_4_t1 WHERE id = 101")
+        assert e.value.args == (1099, "Table 'sharding_4_t1' was locked with a READ lock and can't be updated")
+        with pytest.raises(pymysql.err.NotSupportedError, match="while LOCK TABLES is held"):
+            cur.execute("/*!pydble:shardingNode=dn1*/ DROP TABLE sharding_4_t1")
         cur.execute("BEGIN")                # as MySQL: a transaction starts by releasing the locks
         assert not _blocked(proxy, "DELETE FROM sharding_4_t1 WHERE id = 101")
         cur.execute("COMMIT")
