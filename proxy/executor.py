@@ -59,6 +59,18 @@ def _returned_in_order(order: tuple[tuple[int, ...], ...], scanners: list[Respon
     return ResultSet(sets[0].columns, rows)  # type: ignore[union-attr,arg-type]
 
 
+def _returned_by_copies(plan: Plan, scanners: list[ResponseScanner]) -> ResultSet:
+    """... RETURNING on a global table: the copies' rows, when every node returned the same ones."""
+    sets = [sc.results[0] if sc.results and sc.results[0].columns else None for sc in scanners]
+    first = sets[0]
+    if first is None or any(rs is None or rs.rows != first.rows for rs in sets[1:]):
+        nodes = ", ".join(t.node for t in plan.targets)
+        raise ProxyError(f"{plan.kind.upper()} ... RETURNING: the copies of global table "
+                         f"{'.'.join(plan.tables[0])} on {nodes} returned different rows (a server default such "
+                         f"as NOW() differs per node); the statement ran on every node", 1105, "HY000")
+    return first
+
+
 class Executor:
     """Owns the backend connections a session holds and runs its statements on them."""
 
@@ -442,6 +454,9 @@ class Executor:
         status = self.session.status()
         if plan.row_order is not None:
             r.resultset(_returned_in_order(plan.row_order, scanners), status, more)
+            return
+        if plan.returning_copies:
+            r.resultset(_returned_by_copies(plan, scanners), status, more)
             return
         if plan.merge is not None:
             from .merge import merge_results

@@ -16,7 +16,7 @@ planning here.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 
 from meta.config import Config
@@ -49,6 +49,7 @@ class Plan:
     if_exists: bool = False        # DROP TABLE IF EXISTS / CREATE TABLE IF NOT EXISTS
     hint: bool = False             # came from a shardingNode hint
     row_order: tuple[tuple[int, ...], ...] | None = None  # INSERT ... RETURNING: each target's VALUES rows
+    returning_copies: bool = False  # ... RETURNING on a global table: every node must return the same rows
 
 
 _HINT_RE = re.compile(r"/\*!\s*(pydble|dble)\s*:\s*([A-Za-z_]+)\s*=\s*([^*\s]+)\s*\*/\Z", re.I)
@@ -117,6 +118,9 @@ class Router:
                 an = self.analyzer.analyze(sql, toks, schema)
             plan = self._plan(an, sql, toks, schema)
             if an.returning and len(plan.targets) > 1 and plan.row_order is None:
+                written = [an.target] if an.target is not None else [r.table for r in an.modified or ()]
+                if written and all(t.type == "global" for t in written):
+                    return replace(plan, returning_copies=True)
                 raise not_supported(f"{an.kind.upper()} ... RETURNING that writes on several shardingNodes is not "
                                      f"supported: the rows could not come back in the order MariaDB returns them")
             return plan

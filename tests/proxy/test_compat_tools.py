@@ -264,3 +264,14 @@ def test_sqlalchemy_orm_with_server_defaults_returning_and_reflection(proxy: Any
         assert [c.name for c in md.tables["sharding_4_t1"].columns] == ["id", "name", "created"]
     finally:
         engine.dispose()
+
+
+def test_insert_returning_on_a_global_table_answers_the_copies_rows(proxy: Any, backends: list[Any],
+                                                                   backend_rows: Any) -> None:
+    proxy.query("DROP TABLE IF EXISTS test")
+    proxy.query("CREATE TABLE test (id INT PRIMARY KEY, v VARCHAR(10) DEFAULT 'g')")
+    rows = proxy.query("INSERT INTO test (id) VALUES (7), (3) RETURNING id, v")
+    assert rows == [(7, "g"), (3, "g")]
+    for node in SHARD_NODES:
+        i, db = NODE_DB[node]
+        assert backend_rows(backends[i], db, "SELECT id, v FROM test ORDER BY id") == [(3, "g"), (7, "g")]

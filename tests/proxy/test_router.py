@@ -947,3 +947,8 @@ def test_lock_tables_syntax_errors(router: Router, sql: str) -> None:
 def test_disable_keys_is_maintenance_on_every_node_not_ddl(router: Router) -> None:
     plan = router.route("/*!40000 ALTER TABLE `sharding_4_t1` DISABLE KEYS */", "schema1")
     assert plan.kind == "other" and plan.ddl is None and nodes(plan) == ALL4
+
+
+def test_returning_on_a_global_table_asks_every_copy(router: Router) -> None:
+    plan = router.route("INSERT INTO test (id) VALUES (1), (2) RETURNING id", "schema1")
+    assert nodes(plan) == ["dn1", "dn2", "dn3", "dn4"] and plan.returning_copies and plan.row_order is None
