@@ -105,9 +105,15 @@ class Executor:
         s = self.session
         stmts: list[str] = []
         if conn.vars != s.vars:
-            if any(k not in s.vars for k in conn.vars) and not conn.in_trans:
+            gone = [k for k in conn.vars if k not in s.vars]
+            if gone and conn in self.locked.values():  # a reset would drop the session's table locks
+                if gone != ["names"]:
+                    raise NotSupported("this change of session state while LOCK TABLES is held is not "
+                                       "supported by pydble: UNLOCK TABLES first")
+                stmts.append("SET NAMES utf8mb4")   # what the session's dropped 'names' stands for
+            elif gone and not conn.in_trans:
                 await conn.reset(self.server.backends.timeout_s)
-            stmts = [sql for k, sql in s.vars.items() if conn.vars.get(k) != sql and sql]
+            stmts += [sql for k, sql in s.vars.items() if conn.vars.get(k) != sql and sql]
         if conn.autocommit != s.autocommit:
             stmts.append(f"SET autocommit={1 if s.autocommit else 0}")
         if s.explicit_txn and not conn.in_trans:
@@ -308,8 +314,8 @@ class Executor:
 
     async def check_session_state(self) -> None:
         """Apply changed session variables now, so a bad SET fails at once with the backend's error."""
-        if self.pinned:
-            for conn in self.pinned.values():
+        if self.pinned or self.locked:
+            for conn in [*self.pinned.values(), *self.locked.values()]:
                 await self._sync(conn)
             return
         node = self.server.any_node(self.session.schema)

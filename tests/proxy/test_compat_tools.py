@@ -145,6 +145,11 @@ def test_lock_tables_hold_on_every_node_until_released(proxy: Any) -> None:
         cur.execute("LOCK TABLES sharding_4_t1 WRITE")
         for i in (1, 2, 3, 4):   # each node's part of the table is locked
             assert _blocked(proxy, f"SELECT * FROM sharding_4_t1 WHERE id = {i}")
+        cur.execute("SET NAMES latin1")     # session state changes reach the locked connections...
+        cur.execute("SELECT @@character_set_client, COUNT(*) > -1 FROM sharding_4_t1 WHERE id = 1")
+        assert cur.fetchall() == (("latin1", 1),)
+        cur.execute("SET NAMES utf8mb4")    # ...and never by a reset, which would drop the locks
+        assert _blocked(proxy, "SELECT * FROM sharding_4_t1 WHERE id = 2")
         cur.execute("INSERT INTO sharding_4_t1 (id, name) VALUES (101, 'a'), (102, 'b') "
                     "ON DUPLICATE KEY UPDATE name = VALUES(name)")
         cur.execute("SELECT COUNT(*) FROM sharding_4_t1 WHERE id IN (101, 102)")
