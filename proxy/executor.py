@@ -278,13 +278,14 @@ class Executor:
             except BackendUnavailable as e:
                 raise _on_node(node, e) from None
 
-        results = await asyncio.gather(*(one(n, q) for n, q in per_node.items()), return_exceptions=True)
-        failure = next((e for e in results if isinstance(e, BaseException)), None)
-        if failure is not None:
+        try:
+            for node in sorted(per_node):  # one order for every session: two LOCK TABLES never deadlock
+                await one(node, per_node[node])
+        except BaseException:
             for node, conn in got.items():
                 conn.close()  # whatever it locked goes with it
                 self.server.backends.release(node, conn)
-            raise failure
+            raise
         self.locked, self.locked_tables = got, tables
 
     async def unlock_tables(self) -> None:
