@@ -8,6 +8,8 @@ import datetime
 import os
 import shutil
 import subprocess
+import threading
+import time
 from typing import Any, Iterator
 
 import pymysql
@@ -121,11 +123,11 @@ def _connect(proxy: Any, **kw: Any) -> Any:
 
 
 def _blocked(proxy: Any, sql: str) -> bool:
-    """True when another session's statement waits on a lock (lock_wait_timeout of one second)."""
+    """True when another session's statement would wait on a table lock."""
     c = _connect(proxy)
     try:
         with c.cursor() as cur:
-            cur.execute("SET SESSION lock_wait_timeout = 1")
+            cur.execute("SET SESSION lock_wait_timeout = 0")   # MariaDB: fail at once instead of waiting
             try:
                 cur.execute(sql)
             except pymysql.err.OperationalError as e:
@@ -185,6 +187,29 @@ def test_lock_tables_hold_on_every_node_until_released(proxy: Any) -> None:
     finally:
         if c is not None:
             c.close()
+
+
+def test_a_second_lock_tables_waits_for_the_first_and_then_gets_every_node(proxy: Any) -> None:
+    proxy.query("CREATE TABLE IF NOT EXISTS sharding_4_t1 (id INT NOT NULL PRIMARY KEY, name VARCHAR(20))")
+    a, b = _connect(proxy), _connect(proxy)
+    got: list[float] = []
+    try:
+        a.cursor().execute("LOCK TABLES sharding_4_t1 WRITE")
+        waiter = threading.Thread(target=lambda: (b.cursor().execute("LOCK TABLES sharding_4_t1 WRITE"),
+                                                  got.append(time.monotonic())))
+        waiter.start()
+        time.sleep(1.0)
+        assert not got                         # b waits while a holds the locks
+        released = time.monotonic()
+        a.cursor().execute("UNLOCK TABLES")
+        waiter.join(20)
+        assert got and got[0] >= released      # then b has them, on every node
+        for i in (1, 2, 3, 4):
+            assert _blocked(proxy, f"SELECT * FROM sharding_4_t1 WHERE id = {i}")
+        b.cursor().execute("UNLOCK TABLES")
+    finally:
+        a.close()
+        b.close()
 
 
 def test_lock_tables_is_released_by_com_reset_connection(proxy: Any) -> None:
