@@ -305,3 +305,20 @@ def test_insert_returning_on_a_global_table_answers_the_copies_rows(proxy: Any, 
     for node in SHARD_NODES:
         i, db = NODE_DB[node]
         assert backend_rows(backends[i], db, "SELECT id, v FROM test ORDER BY id") == [(3, "g"), (7, "g")]
+
+
+def test_server_side_prepare_while_lock_tables_is_held(proxy: Any) -> None:
+    """Connector/J and sysbench prepare on the server: the prepare uses the session's locked connection,
+    never a pooled one that would wait on the session's own WRITE lock."""
+    from ps_wire import PsClient, p_long
+
+    proxy.query("CREATE TABLE IF NOT EXISTS sharding_4_t1 (id INT NOT NULL PRIMARY KEY, name VARCHAR(20))")
+    proxy.query("REPLACE INTO sharding_4_t1 (id, name) VALUES (5, 'five')")
+    with PsClient(proxy.port, timeout=10) as c:
+        assert c.query("LOCK TABLES sharding_4_t1 WRITE").kind == "ok"
+        started = time.monotonic()
+        st = c.prepare("SELECT name FROM sharding_4_t1 WHERE id = ?")
+        assert time.monotonic() - started < 5 and not hasattr(st, "kind"), st
+        ans = c.execute(st.stmt_id, [p_long(5)])
+        assert ans.kind == "rows" and len(ans.rows) == 1, ans
+        assert c.query("UNLOCK TABLES").kind == "ok"
