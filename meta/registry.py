@@ -109,12 +109,17 @@ class Registry:
         return self._snap.tables.get((schema, table.lower()))
 
     def tables_of(self, schema: str) -> list[str]:
-        """What SHOW TABLES lists: configured tables and the tables found on the default node."""
+        """What SHOW TABLES lists: the tables found on some node of theirs, and those no node could
+        answer about; a configured table that no node has is left out (it answers 1146)."""
         snap = self._snap
-        names = set(snap.by_schema.get(schema, ()))
+        names = set()
+        for name in snap.by_schema.get(schema, ()):
+            m = snap.tables[(schema, name)]
+            if any(v is not None for v in m.node_sql.values()) or (m.unknown and not m.node_sql):
+                names.add(name)
         cfg = self._config
-        if cfg is not None and schema in cfg.schemas:
-            names.update(cfg.schemas[schema].tables)
+        if cfg is not None and schema in cfg.schemas:  # configured, not loaded yet: nothing is known
+            names.update(t for t in cfg.schemas[schema].tables if (schema, t) not in snap.tables)
         return sorted(names)
 
     def schemas(self) -> list[str]:

@@ -109,6 +109,8 @@ class Analysis:
     edges: list[tuple[Ref, Ref]] = field(default_factory=list)
     modified: list[Ref] | None = None    # writes: the tables written
     has_limit: bool = False
+    returning: bool = False              # INSERT/REPLACE/DELETE ... RETURNING: rows come back from the write
+    returning_rows: bool = False         # ... and the i-th row returned is the i-th row of VALUES (plain INSERT)
     set_checks: list[tuple[Ref, Any, list[Any]]] = field(default_factory=list)
     single: Ref | None = None            # the hot path: exactly one table, nothing else
     # mode insert

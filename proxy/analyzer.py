@@ -96,11 +96,11 @@ class Analyzer:
         if first in ("SELECT", "WITH", "("):
             an = self._an_select(p)
         elif first in ("INSERT", "REPLACE"):
-            an = self._an_insert(p, first.lower())
+            an = self._returning(p, lambda: self._an_insert(p, first.lower()))
         elif first == "UPDATE":
             an = self._an_update(p)
         elif first == "DELETE":
-            an = self._an_delete(p)
+            an = self._returning(p, lambda: self._an_delete(p))
         elif first in ("CREATE", "ALTER", "DROP", "TRUNCATE", "RENAME"):
             an = self._an_ddl(p, first)
         elif first in ("SHOW", "DESC", "DESCRIBE", "EXPLAIN"):
@@ -119,6 +119,24 @@ class Analyzer:
             an.deletions = tuple(self.strips(toks))
         else:
             an.deletions = tuple(sorted(set(an.deletions) | set(self.strips(toks))))
+        return an
+
+    def _returning(self, p: Parser, analyze: Callable[[], Analysis]) -> Analysis:
+        """MariaDB's `... RETURNING select_list` ends an INSERT, REPLACE or DELETE: the statement is read
+        up to it (the parser's end moved there), the list goes to the backend as written."""
+        at = p.skip_to(1, p.n, ("RETURNING",), None)
+        if at >= p.n:
+            return analyze()
+        if at + 1 >= p.n:
+            raise p.syntax(at)
+        n, p.n = p.n, at
+        try:
+            an = analyze()
+        finally:
+            p.n = n
+        an.returning = True
+        an.returning_rows = (an.kind == "insert" and an.mode == "insert"
+                             and p.skip_to(1, at, ("IGNORE", "DUPLICATE"), None) >= at)
         return an
 
     def _finish_query(self, p: Parser, an: Analysis) -> Analysis:
@@ -448,6 +466,9 @@ class Analyzer:
             if not p.word(k, "TABLE"):
                 raise not_supported(f"ALTER {self._what(p, k)} is not supported by pydble")
             table, k = self._ddl_table(p, k + 1)
+            if p.at(k) in ("DISABLE", "ENABLE") and p.word(k + 1, "KEYS") and k + 2 == p.n:
+                # what dumps wrap their rows in: no structure change, so no DDL lock and no refresh
+                return Analysis("other", True, ((table.schema, table.name),), nodes=table.nodes)
             j = k
             while j < p.n:
                 j = p.skip_to(j, p.n, ("RENAME",), None)
@@ -552,6 +573,39 @@ class Analyzer:
                     raise not_supported(f"CREATE TABLE {table.full} ... SELECT is only supported when the new "
                                          f"table and every table it reads live on one shardingNode")
         return self._ddl(table, "CREATE_TABLE", if_exists)
+
+    # -- LOCK TABLES -------------------------------------------------------------------------------
+
+    def lock_tables(self, toks: list[Token], schema: str | None) -> list[tuple[Table, str, str | None, str]]:
+        """LOCK TABLE[S] t [[AS] a] {READ [LOCAL] | [LOW_PRIORITY] WRITE [CONCURRENT]}, ...:
+        each table with its name as written, its alias and its lock type (normalized words)."""
+        p = Parser(self.resolve, toks, schema)
+        if not p.word(0, "LOCK") or p.at(1) not in ("TABLE", "TABLES"):
+            raise p.syntax(0)
+        k = 2
+        out: list[tuple[Table, str, str | None, str]] = []
+        while True:
+            table, k = self._ddl_or_system(p, k, schema)
+            name = p.ident(k - 1) or table.name
+            if table.type == "system":
+                raise not_supported(f"LOCK TABLES on {table.full} is not supported by pydble")
+            alias = None
+            if p.word(k, "AS"):
+                alias, k = p.ident(k + 1), k + 2
+                if alias is None:
+                    raise p.syntax(k - 1)
+            elif k < p.n and p.toks[k][0] in "wq" and p.at(k) not in ("READ", "WRITE", "LOW_PRIORITY"):
+                alias, k = p.ident(k), k + 1
+            j = k
+            while j < p.n and p.at(j) != ",":
+                j += 1
+            mode = " ".join(p.up[k:j])
+            if mode not in ("READ", "READ LOCAL", "WRITE", "LOW_PRIORITY WRITE", "WRITE CONCURRENT"):
+                raise p.syntax(k)
+            out.append((table, name, alias, mode))
+            if j >= p.n:
+                return out
+            k = j + 1
 
     # -- SHOW / DESC / EXPLAIN / maintenance -------------------------------------------------------
 

@@ -45,6 +45,32 @@ def _on_node(node: str, e: BackendUnavailable) -> BackendUnavailable:
     return BackendUnavailable(f"shardingNode[{node}]: {e.message}", e.code, e.sqlstate)
 
 
+def _returned_in_order(order: tuple[tuple[int, ...], ...], scanners: list[ResponseScanner]) -> ResultSet:
+    """INSERT ... RETURNING over several nodes: each node's rows put back at their VALUES positions,
+    so the client reads them in the order it sent the rows, as from one MariaDB."""
+    sets = [sc.results[0] if sc.results and sc.results[0].columns else None for sc in scanners]
+    rows: list[list[bytes | None] | None] = [None] * sum(len(idx) for idx in order)
+    for idx, rs in zip(order, sets):
+        if rs is None or len(rs.rows) != len(idx):
+            raise ProxyError("INSERT ... RETURNING: a shardingNode did not return one row per inserted row",
+                             1105, "HY000")
+        for i, row in zip(idx, rs.rows):
+            rows[i] = row
+    return ResultSet(sets[0].columns, rows)  # type: ignore[union-attr,arg-type]
+
+
+def _returned_by_copies(plan: Plan, scanners: list[ResponseScanner]) -> ResultSet:
+    """... RETURNING on a global table: the copies' rows, when every node returned the same ones."""
+    sets = [sc.results[0] if sc.results and sc.results[0].columns else None for sc in scanners]
+    first = sets[0]
+    if first is None or any(rs is None or rs.rows != first.rows for rs in sets[1:]):
+        nodes = ", ".join(t.node for t in plan.targets)
+        raise ProxyError(f"{plan.kind.upper()} ... RETURNING: the copies of global table "
+                         f"{'.'.join(plan.tables[0])} on {nodes} returned different rows (a server default such "
+                         f"as NOW() differs per node); the statement ran on every node", 1105, "HY000")
+    return first
+
+
 class Executor:
     """Owns the backend connections a session holds and runs its statements on them."""
 
@@ -58,6 +84,9 @@ class Executor:
         self.broken_txn: str | None = None  # why the open transaction can only be rolled back now
         self._committing = False
         self.relay_sink: Sink | None = None  # set by a prepared EXECUTE: relayed rows go through it
+        # LOCK TABLES: the connection holding the session's locks on each node, and the tables locked
+        self.locked: dict[str, BackendConnection] = {}
+        self.locked_tables: frozenset[tuple[str, str]] = frozenset()
 
     # -- transaction state ----------------------------------------------------------------------
     def in_trans(self) -> bool:
@@ -76,9 +105,15 @@ class Executor:
         s = self.session
         stmts: list[str] = []
         if conn.vars != s.vars:
-            if any(k not in s.vars for k in conn.vars) and not conn.in_trans:
+            gone = [k for k in conn.vars if k not in s.vars]
+            if gone and conn in self.locked.values():  # a reset would drop the session's table locks
+                if gone != ["names"]:
+                    raise NotSupported("this change of session state while LOCK TABLES is held is not "
+                                       "supported by pydble: UNLOCK TABLES first")
+                stmts.append("SET NAMES utf8mb4")   # what the session's dropped 'names' stands for
+            elif gone and not conn.in_trans:
                 await conn.reset(self.server.backends.timeout_s)
-            stmts = [sql for k, sql in s.vars.items() if conn.vars.get(k) != sql and sql]
+            stmts += [sql for k, sql in s.vars.items() if conn.vars.get(k) != sql and sql]
         if conn.autocommit != s.autocommit:
             stmts.append(f"SET autocommit={1 if s.autocommit else 0}")
         if s.explicit_txn and not conn.in_trans:
@@ -93,8 +128,16 @@ class Executor:
 
     async def _get(self, node: str) -> BackendConnection:
         """The connection this session uses for a node: its pinned one, or a pooled one made ready."""
-        conn = self.pinned.get(node)
         s = self.session
+        conn = self.locked.get(node)
+        if conn is not None:
+            if conn.broken:
+                raise BackendUnavailable(f"shardingNode[{node}]: the connection holding this session's table "
+                                         f"locks was lost; UNLOCK TABLES")
+            if conn.vars != s.vars:
+                await self._sync(conn)
+            return conn
+        conn = self.pinned.get(node)
         if self.broken_txn is not None and self._pinning():
             raise BackendUnavailable(f"{self.broken_txn}; the transaction must be rolled back")
         if conn is not None and not conn.broken:
@@ -122,6 +165,8 @@ class Executor:
 
         With autocommit=0 a read alone opens a transaction (its snapshot) without MariaDB flagging
         IN_TRANS, so the connection stays with the session until the transaction really ends."""
+        if self.locked.get(node) is conn:
+            return  # holds the session's table locks until UNLOCK TABLES
         if self.pinned.get(node) is conn:
             if conn.broken or not self._pinning():
                 del self.pinned[node]
@@ -166,6 +211,8 @@ class Executor:
         any_db: the statement names its database, so a connection of the node's dbGroup on another
         database will do."""
         s = self.session
+        if self.locked:
+            return None
         if s.explicit_txn or not s.autocommit:
             conn = self.pinned.get(node)
             if (conn is None or conn.broken or self.broken_txn is not None or conn.vars != s.vars
@@ -195,7 +242,8 @@ class Executor:
         pinned, self.pinned = self.pinned, {}
         self.savepoints = []
         self.broken_txn = None
-        for node, conn in pinned.items():
+        locked, self.locked, self.locked_tables = self.locked, {}, frozenset()
+        for node, conn in [*pinned.items(), *locked.items()]:
             conn.close()
             self.server.backends.release(node, conn)
         for conn in self.streaming:
@@ -211,10 +259,64 @@ class Executor:
         for conn in self.streaming:
             conn.resume_reading()
 
+    # -- LOCK TABLES ----------------------------------------------------------------------------
+    async def lock_tables(self, sql: str) -> None:
+        """LOCK TABLES: a connection of this session on every node of the tables takes their locks
+        there and serves the session's statements on that node until UNLOCK TABLES (or BEGIN,
+        COM_RESET_CONNECTION, a new LOCK TABLES, the end of the session)."""
+        per_node, tables = self.server.router.lock_plan(sql, self.session.schema)
+        await self.unlock_tables()
+        timeout = self.server.backends.timeout_s
+        got: dict[str, BackendConnection] = {}
+
+        async def one(node: str, stmt: str) -> None:
+            conn = await self.server.backends.acquire(node, self.session.format_flags)
+            got[node] = conn
+            await self._sync(conn)
+            try:
+                await conn.query(stmt, timeout)
+            except BackendUnavailable as e:
+                raise _on_node(node, e) from None
+
+        try:
+            for node in sorted(per_node):  # one order for every session: two LOCK TABLES never deadlock
+                await one(node, per_node[node])
+        except BaseException:
+            for node, conn in got.items():
+                conn.close()  # whatever it locked goes with it
+                self.server.backends.release(node, conn)
+            raise
+        self.locked, self.locked_tables = got, tables
+
+    async def unlock_tables(self) -> None:
+        """UNLOCK TABLES on every node holding the session's locks; their connections go back."""
+        locked, self.locked, self.locked_tables = self.locked, {}, frozenset()
+
+        async def one(node: str, conn: BackendConnection) -> None:
+            try:
+                if not conn.broken:
+                    await conn.query("UNLOCK TABLES", self.server.backends.timeout_s)
+            except BaseException:  # noqa: BLE001 - a connection that may still hold locks is dropped
+                conn.close()
+            finally:
+                self.server.backends.release(node, conn)
+
+        await asyncio.gather(*(one(n, c) for n, c in locked.items()))
+
+    def check_locked(self, plan: Plan) -> None:
+        """While LOCK TABLES is held, statements use only the locked tables (MySQL's 1100)."""
+        if plan.kind == "ddl":  # its own connections would wait on this session's locks
+            raise NotSupported("DDL while LOCK TABLES is held is not supported by pydble: UNLOCK TABLES first")
+        if plan.hint:
+            return  # sent as is to the node named: its locked connection answers for it
+        for schema, table in plan.tables:
+            if (schema, table) not in self.locked_tables:
+                raise ProxyError(f"Table '{table}' was not locked with LOCK TABLES", 1100, "HY000")
+
     async def check_session_state(self) -> None:
         """Apply changed session variables now, so a bad SET fails at once with the backend's error."""
-        if self.pinned:
-            for conn in self.pinned.values():
+        if self.pinned or self.locked:
+            for conn in [*self.pinned.values(), *self.locked.values()]:
                 await self._sync(conn)
             return
         node = self.server.any_node(self.session.schema)
@@ -234,6 +336,8 @@ class Executor:
             raise
         if self.session.read_only and (plan.is_write or plan.kind == "ddl"):
             raise ReadOnly(f"User '{self.session.user}' is read only")
+        if self.locked_tables:
+            self.check_locked(plan)
         if plan.kind in ("select", "insert", "replace", "update", "delete") and not plan.hint:
             require_meta(self.server, plan)
         if plan.kind == "ddl":
@@ -355,6 +459,12 @@ class Executor:
                 r.err_info(sc.error)
                 return
         status = self.session.status()
+        if plan.row_order is not None:
+            r.resultset(_returned_in_order(plan.row_order, scanners), status, more)
+            return
+        if plan.returning_copies:
+            r.resultset(_returned_by_copies(plan, scanners), status, more)
+            return
         if plan.merge is not None:
             from .merge import merge_results
             sets = [sc.results[0] for sc in scanners if sc.results and sc.results[0].columns]

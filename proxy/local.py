@@ -9,9 +9,7 @@ from meta.errors import NotSupported, ParseError
 
 from .protocol.constants import T_LONGLONG, T_VAR_STRING
 from .protocol.messages import ColumnDef, ResultSet
-from .sqltok import tokenize
-
-_WS = r"(?:\s|/\*(?!!).*?\*/)*"
+from .sqltok import tokenize, unquote_ident
 
 
 @dataclass(frozen=True)
@@ -56,7 +54,6 @@ def split_top_level(text: str, sep: str = ",") -> list[str]:
     return [p.strip() for p in parts]
 
 
-_SET_HEAD = re.compile(r"^\s*SET\s+", re.I | re.S)
 _NAMES = re.compile(r"^NAMES\s+(?P<cs>'[^']*'|\"[^\"]*\"|`[^`]*`|\w+)(?:\s+COLLATE\s+(?P<co>'[^']*'|\"[^\"]*\"|\w+))?\s*$", re.I | re.S)
 _CHARSET = re.compile(r"^(?:CHARACTER\s+SET|CHARSET)\s+(?P<cs>'[^']*'|\"[^\"]*\"|\w+)\s*$", re.I | re.S)
 _TRANSACTION = re.compile(r"^(?:(?P<scope>SESSION|LOCAL|GLOBAL)\s+)?TRANSACTION\s+(?P<rest>.+)$", re.I | re.S)
@@ -69,10 +66,14 @@ _BOOL = {"0": "0", "1": "1", "off": "0", "on": "1", "false": "0", "true": "1", "
 
 def parse_set(sql: str) -> list[Assignment]:
     """Turn a SET statement into session changes; GLOBAL scope is refused."""
-    m = _SET_HEAD.match(sql)
-    if not m:
+    toks = tokenize(sql)  # version comments are opened here: /*!40101 SET NAMES utf8 */
+    while toks and toks[-1][1] == ";" and toks[-1][0] == "o":
+        toks.pop()
+    if not toks or toks[0][0] != "w" or toks[0][1].upper() != "SET":
         raise ParseError("not a SET statement")
-    body = sql[m.end():].strip().rstrip(";").strip()
+    if len(toks) < 2:
+        raise ParseError("You have an error in your SQL syntax near ''")
+    body = sql[toks[1][2]:toks[-1][3]]
     out: list[Assignment] = []
     tm = _TRANSACTION.match(body)
     if tm:
@@ -301,3 +302,58 @@ def show_tables_result(st: ShowTables, schema: str, tables: list[str]) -> Result
                 rows.append([t.encode(), b"BASE TABLE"] if st.full else [t.encode()])
     return ResultSet(cols, rows)
 
+
+
+# -- SHOW TABLE STATUS -----------------------------------------------------------------------------
+_SHOW_STATUS = re.compile(
+    r"^\s*SHOW\s+TABLE\s+STATUS(?:\s+(?:FROM|IN)\s+`?(?P<db>[\w$]+)`?)?(?:\s+LIKE\s+'(?P<like>[^']*)'"
+    r"|\s+WHERE\s+(?P<where>.+?))?\s*;?\s*$", re.I | re.S)
+_SUMMED = ("Rows", "Data_length", "Index_length", "Data_free")
+
+
+def parse_show_table_status(sql: str) -> tuple[str | None, str | None] | None:
+    """(schema, LIKE pattern) of SHOW TABLE STATUS [FROM db] [LIKE '...'], else None."""
+    m = _SHOW_STATUS.match(sql)
+    if not m:
+        return None
+    if m.group("where"):
+        raise NotSupported("SHOW TABLE STATUS supports only LIKE through the proxy")
+    return m.group("db"), m.group("like")
+
+
+def table_status_result(columns: list[ColumnDef], rows: dict[str, list[list[bytes | None]]]) -> ResultSet:
+    """One row per logical table from its nodes' rows: a table on several nodes (sharding) shows
+    the sum of Rows, Data_length, Index_length and Data_free, Avg_row_length from those, the highest
+    Auto_increment; every other column as its first node shows it."""
+    names = [c.name for c in columns]
+    out: list[list[bytes | None]] = []
+    for name in sorted(rows):
+        parts = rows[name]
+        row = list(parts[0])
+        row[names.index("Name")] = name.encode()
+        if len(parts) > 1:
+            for col in _SUMMED:
+                if col in names:
+                    i = names.index(col)
+                    row[i] = str(sum(int(p[i] or 0) for p in parts)).encode()
+            if "Avg_row_length" in names and "Rows" in names and "Data_length" in names:
+                n = int(row[names.index("Rows")] or 0)
+                row[names.index("Avg_row_length")] = str(int(row[names.index("Data_length")] or 0) // n
+                                                         if n else 0).encode()
+            if "Auto_increment" in names:
+                i = names.index("Auto_increment")
+                ais = [int(p[i]) for p in parts if p[i] is not None]
+                row[i] = str(max(ais)).encode() if ais else None
+        out.append(row)
+    return ResultSet(list(columns), out)
+
+
+# -- CREATE DATABASE IF NOT EXISTS (dumps made with --databases) ----------------------------------
+def create_database_if_not_exists(sql: str) -> str | None:
+    """The name in CREATE {DATABASE|SCHEMA} IF NOT EXISTS name [options], else None."""
+    toks = tokenize(sql)
+    words = [t[1].upper() for t in toks[:5]]
+    if len(toks) < 6 or words[0] != "CREATE" or words[1] not in ("DATABASE", "SCHEMA") or \
+            words[2:5] != ["IF", "NOT", "EXISTS"] or toks[5][0] not in "wq":
+        return None
+    return unquote_ident(toks[5][1])

@@ -16,7 +16,7 @@ planning here.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 
 from meta.config import Config
@@ -48,11 +48,12 @@ class Plan:
     ddl: str | None = None         # CREATE_TABLE, DROP_TABLE, ALTER_TABLE, TRUNCATE_TABLE, CREATE_INDEX, ...
     if_exists: bool = False        # DROP TABLE IF EXISTS / CREATE TABLE IF NOT EXISTS
     hint: bool = False             # came from a shardingNode hint
+    row_order: tuple[tuple[int, ...], ...] | None = None  # INSERT ... RETURNING: each target's VALUES rows
+    returning_copies: bool = False  # ... RETURNING on a global table: every node must return the same rows
 
 
 _HINT_RE = re.compile(r"/\*!\s*(pydble|dble)\s*:\s*([A-Za-z_]+)\s*=\s*([^*\s]+)\s*\*/\Z", re.I)
 _HINT_PREFIX_RE = re.compile(r"/\*!\s*(pydble|dble)\s*:", re.I)
-_VERSION_COMMENT_RE = re.compile(r"/\*!(?:M!)?[0-9]*([\s\S]*)\*/\Z")
 _CACHE_MAX_TOKENS = 512
 # The point read sysbench and OLTP applications send most: plain column names, one unqualified table,
 # one `column = integer` condition, nothing after it (see Router._fast_select).
@@ -101,13 +102,8 @@ class Router:
         if not toks:
             raise ProxyError("Query was empty", code=1065, sqlstate="42000")
         first = toks[0]
-        if first[0] == "h":
-            if _HINT_PREFIX_RE.match(first[1]):
-                return self._hint(sql, toks, schema)
-            if len(toks) == 1:
-                m = _VERSION_COMMENT_RE.match(first[1])
-                if m and m.group(1).strip():
-                    return self.route(m.group(1).strip(), schema)
+        if first[0] == "h" and _HINT_PREFIX_RE.match(first[1]):
+            return self._hint(sql, toks, schema)
         try:
             if len(toks) <= _CACHE_MAX_TOKENS:
                 key = (schema, "\x00".join([_SHAPE.get(t[0]) or t[1] for t in toks]))
@@ -120,10 +116,28 @@ class Router:
                         self._cache[key] = an
             else:
                 an = self.analyzer.analyze(sql, toks, schema)
-            return self._plan(an, sql, toks, schema)
+            plan = self._plan(an, sql, toks, schema)
+            if an.returning and len(plan.targets) > 1 and plan.row_order is None:
+                written = [an.target] if an.target is not None else [r.table for r in an.modified or ()]
+                if written and all(t.type == "global" for t in written):
+                    return replace(plan, returning_copies=True)
+                raise not_supported(f"{an.kind.upper()} ... RETURNING that writes on several shardingNodes is not "
+                                     f"supported: the rows could not come back in the order MariaDB returns them")
+            return plan
         except RecursionError:
             raise ParseError("You have an error in your SQL syntax: the statement nests parentheses or "
                              "subqueries too deeply to route") from None
+
+    def lock_plan(self, sql: str, schema: str | None) -> tuple[dict[str, str], frozenset[tuple[str, str]]]:
+        """LOCK TABLES: the statement each shardingNode of the locked tables runs, and the tables locked."""
+        per_node: dict[str, list[str]] = {}
+        tables: dict[tuple[str, str], None] = {}
+        for table, name, alias, mode in self.analyzer.lock_tables(tokenize(sql), schema):
+            tables[(table.schema, table.name)] = None
+            item = f"`{name.replace('`', '``')}`" + (f" AS `{alias.replace('`', '``')}`" if alias else "") + f" {mode}"
+            for node in table.nodes:
+                per_node.setdefault(node, []).append(item)
+        return {n: "LOCK TABLES " + ", ".join(items) for n, items in per_node.items()}, frozenset(tables)
 
     def point_read(self, sql: str, schema: str | None) -> tuple[str, tuple[str, str], int] | None:
         """(node, (schema, table), offset of the table name in sql) for `SELECT cols FROM t WHERE key =
@@ -486,7 +500,8 @@ class Router:
         rows = [self._render(sql, toks, an.deletions, toks[a][2], toks[c][3]) for a, _, c in an.rows]
         targets = tuple(Target(node, prefix + ", ".join(rows[i] for i in idx) + tail)
                         for node, idx in groups.items())
-        return Plan(an.kind, targets, True, an.tables)
+        order = tuple(tuple(idx) for idx in groups.values()) if an.returning_rows else None
+        return Plan(an.kind, targets, True, an.tables, row_order=order)
 
     def _sub_on(self, sub: Analysis, toks: list[Token], schema: str | None, nodes: tuple[str, ...]) -> None:
         """The tables a write reads (subqueries, INSERT ... SELECT) must all be on the written node."""

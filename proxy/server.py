@@ -26,6 +26,7 @@ from .metrics import Metrics
 from .pool import Backends
 from .router import Router
 from .session import ClientProtocol, Session
+from .sqltok import set_server_version
 
 if TYPE_CHECKING:
     from .reply import Reply
@@ -56,6 +57,7 @@ class ProxyServer:
         self.sessions: set[Session] = set()
         self.user_counts: dict[str, int] = {}
         self.version = config.server.version or DEFAULT_VERSION
+        set_server_version(self.version)
         self.max_packet = 64 << 20
         self.login_timeout_s = 10.0
         self.started = time.monotonic()
@@ -68,6 +70,7 @@ class ProxyServer:
         """Learn the backend version, load every table's metadata, then open both ports."""
         if self.config.server.version is None:
             self.version = await self._backend_version()
+            set_server_version(self.version)
         if self.cluster is not None:
             await self.cluster.start()  # loads metadata under syncMeta.lock
         else:
@@ -164,6 +167,14 @@ class ProxyServer:
         if t is not None:
             return t.nodes[0]
         return self.config.schemas[schema].default_node
+
+    def nodes_of_table(self, schema: str, table: str) -> tuple[str, ...]:
+        """Every node holding a table (its configured nodes, or the schema's default node)."""
+        t = self.config.table(schema, table)
+        if t is not None:
+            return tuple(t.nodes)
+        node = self.config.schemas[schema].default_node
+        return (node,) if node is not None else ()
 
     def _table_columns(self, schema: str, table: str) -> tuple[str, ...] | None:
         """Column order from memory, for INSERTs without a column list."""

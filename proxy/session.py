@@ -481,6 +481,7 @@ class Session:
                     return True
             elif cmd == C.COM_RESET_CONNECTION:
                 await self.executor.rollback_all()
+                await self.executor.unlock_tables()
                 self.prepared.close_all()
                 self.vars = {}
                 self.autocommit = True
@@ -569,6 +570,7 @@ class Session:
         elif kw in ("BEGIN", "START"):
             if kw == "START" and "TRANSACTION" not in sql.upper():
                 raise NotSupported(f"unsupported statement: {sql[:60]}")
+            await self.executor.unlock_tables()  # as MySQL: a transaction starts by releasing table locks
             await self.executor.commit_all()
             self.explicit_txn = True
             r.ok(self.status(), more=more)
@@ -590,8 +592,25 @@ class Session:
             if rs is not None:
                 r.resultset(rs, self.status(), more)
                 return False
+        elif kw in ("LOCK", "UNLOCK") and _is_lock_tables(sql):
+            if kw == "LOCK":
+                if not self.autocommit:
+                    raise NotSupported("LOCK TABLES with autocommit=0 is not supported by pydble: the locks are "
+                                       "held outside the session's transactions; SET autocommit=1 first")
+                await self.executor.commit_all()  # as MySQL: LOCK TABLES commits the open transaction
+                self.explicit_txn = False
+                await self.executor.lock_tables(sql)
+            else:
+                await self.executor.unlock_tables()
+            r.ok(self.status(), more=more)
+            return False
         elif kw in ("LOCK", "UNLOCK", "LOAD", "HANDLER", "KILL", "XA", "FLUSH", "GRANT", "REVOKE"):
             raise NotSupported(f"{kw} is not supported through the proxy")
+        elif kw == "CREATE" and (db := local.create_database_if_not_exists(sql)) in self.schemas:
+            # what a dump made with --databases starts with: the logical schema exists, as on MariaDB
+            self.warnings = [("Note", 1007, f"Can't create database '{db}'; database exists")]
+            r.ok(self.status(), warnings=1, more=more)
+            return False
         elif kw == "" and not tokenize(sql):
             raise ProxyError("Query was empty", 1065, "42000")
         return await self.executor.execute(sql, r, more, may_relay)
@@ -614,6 +633,10 @@ class Session:
                 new_autocommit = a.value == "1"
             else:
                 self.set_var(a.key, a.sql)
+        if not new_autocommit and self.autocommit and self.executor.locked:
+            self.vars = old_vars
+            raise NotSupported("SET autocommit=0 while LOCK TABLES is held is not supported by pydble: "
+                               "UNLOCK TABLES first")
         if self.vars != old_vars:
             try:
                 await self.executor.check_session_state()
@@ -626,6 +649,31 @@ class Session:
                 self.explicit_txn = False
             self.autocommit = new_autocommit
 
+    def _show_schema(self, named: str | None) -> str:
+        """The schema a SHOW ... [FROM db] is about: named or current, and granted."""
+        schema = named or self.schema
+        if schema is None:
+            raise NoDatabaseSelected("No database selected")
+        if schema not in self.schemas:
+            raise DbAccessDenied(f"Access denied for user '{self.user}'@'{self.peer}' to database '{schema}'")
+        return schema
+
+    async def _table_status(self, schema: str, like: str | None) -> ResultSet:
+        """SHOW TABLE STATUS: the tables SHOW TABLES lists, each as one row under its logical name."""
+        names = [t for t in await self.server.tables_of(schema) if like is None or local.like_match(like, t)]
+        homes = {t: self.server.nodes_of_table(schema, t) for t in names}
+        nodes = list(dict.fromkeys(n for ns in homes.values() for n in ns))
+        if not nodes:
+            nodes = [self.server.any_node(schema)]
+        scanners = await self.executor._run_on([(n, "SHOW TABLE STATUS") for n in nodes])
+        for sc in scanners:
+            if sc.error is not None:
+                raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
+        by_node = {n: {bytes(r[0] or b"").decode().lower(): r for r in sc.results[0].rows}
+                   for n, sc in zip(nodes, scanners)}
+        rows = {t: [by_node[n][t] for n in homes[t] if t in by_node[n]] for t in names}
+        return local.table_status_result(scanners[0].results[0].columns, {t: r for t, r in rows.items() if r})
+
     async def show(self, sql: str) -> ResultSet | None:
         """SHOW statements answered from the proxy's own knowledge, or None to route them."""
         rs = local.show_databases(sql, list(self.schemas))
@@ -633,17 +681,22 @@ class Session:
             return rs
         st = local.parse_show_tables(sql)
         if st is not None:
-            schema = st.schema or self.schema
-            if schema is None:
-                raise NoDatabaseSelected("No database selected")
-            if schema not in self.schemas:
-                raise DbAccessDenied(f"Access denied for user '{self.user}'@'{self.peer}' to database '{schema}'")
+            schema = self._show_schema(st.schema)
             tables = await self.server.tables_of(schema)
             return local.show_tables_result(st, schema, tables)
+        ts = local.parse_show_table_status(sql)
+        if ts is not None:
+            return await self._table_status(self._show_schema(ts[0]), ts[1])
         up = " ".join(sql.upper().split()[:2])
         if up in ("SHOW WARNINGS", "SHOW ERRORS"):
             return await self.executor.show_warnings(sql)
         return None
+
+
+def _is_lock_tables(sql: str) -> bool:
+    """LOCK TABLE[S] / UNLOCK TABLE[S] (not LOCK INSTANCE and the like)."""
+    toks = tokenize(sql)
+    return len(toks) >= 2 and toks[1][0] == "w" and toks[1][1].upper() in ("TABLE", "TABLES")
 
 
 __all__ = ["ClientProtocol", "Session", "BackendError"]

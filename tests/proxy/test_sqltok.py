@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import timeit
+from typing import Iterator
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy import sqltok
 from proxy.sqltok import first_keyword, hex_value, split_statements, tokenize, unquote_ident, unquote_string
 
 
@@ -50,7 +52,52 @@ def test_token_kinds(sql: str, expected: list[tuple[str, str]]) -> None:
 def test_comments_are_skipped_but_hints_kept() -> None:
     sql = "/* c1 */ select -- c2\n 1 # c3\n /*!pydble:shardingNode=dn1*/ /*!40101 x */ --5"
     assert kinds(sql) == [("w", "select"), ("n", "1"), ("h", "/*!pydble:shardingNode=dn1*/"),
-                          ("h", "/*!40101 x */"), ("o", "-"), ("o", "-"), ("n", "5")]
+                          ("w", "x"), ("o", "-"), ("o", "-"), ("n", "5")]
+
+
+@pytest.fixture
+def mariadb_10_11() -> Iterator[None]:
+    """Version comments read as a MariaDB 10.11 server reads them (pydble advertises its backends' version)."""
+    sqltok.set_server_version("5.5.5-10.11.19-MariaDB-0+deb12u1")
+    yield
+    sqltok.set_server_version("5.7.21-pydble")
+
+
+@pytest.mark.parametrize("sql, words", [
+    ("/*!40100 SET @@SQL_MODE='' */", ["SET", "@@SQL_MODE", "=", "''"]),
+    ("/*!40101 SET NAMES utf8mb4 */", ["SET", "NAMES", "utf8mb4"]),
+    ("/*M!100616 SET NOTE_VERBOSITY=1 */", ["SET", "NOTE_VERBOSITY", "=", "1"]),
+    ("/*M!999999\\- enable the sandbox mode */", []),               # newer than the server: a comment
+    ("/*!50717 SELECT 1 */", []),                                    # MySQL 5.7+ versions: MariaDB ignores them
+    ("/*!80000 SET x=1 */", []),
+    ("/*! SELECT 3 */", ["SELECT", "3"]),                             # no number: always runs
+    ("/*!1234 x */", ["1234", "x"]),                                  # not five digits: no version
+    ("SELECT /*!40001 SQL_NO_CACHE */ * FROM t", ["SELECT", "SQL_NO_CACHE", "*", "FROM", "t"]),
+    ("CREATE TABLE t (a INT) /*!40101 DEFAULT CHARSET=utf8 */", ["CREATE", "TABLE", "t", "(", "a", "INT", ")",
+                                                                  "DEFAULT", "CHARSET", "=", "utf8"]),
+    ("/*!pydble:shardingNode=dn1*/ SELECT 1", ["/*!pydble:shardingNode=dn1*/", "SELECT", "1"]),
+])
+def test_version_comments_run_as_mariadb_runs_them(mariadb_10_11: None, sql: str, words: list[str]) -> None:
+    toks = sqltok.tokenize(sql)
+    assert [t[1] for t in toks] == words
+    assert all(sql[t[2]:t[3]] == t[1] for t in toks)   # offsets still point into the original text
+    first = next((w for w in words if not w.startswith("/*")), "")
+    assert sqltok.first_keyword(sql) == (first.upper() if first[:1].isalpha() else "")
+
+
+def test_version_comments_on_a_mysql_server() -> None:
+    sqltok.set_server_version("8.0.36")
+    try:
+        assert [t[1] for t in sqltok.tokenize("/*!50717 SELECT 1 */")] == ["SELECT", "1"]
+        assert sqltok.tokenize("/*M!100100 SELECT 1 */") == []          # MySQL: a plain comment
+        assert sqltok.tokenize("/*!80040 SELECT 1 */") == []
+    finally:
+        sqltok.set_server_version("5.7.21-pydble")
+
+
+def test_split_statements_sees_semicolons_inside_running_version_comments(mariadb_10_11: None) -> None:
+    assert sqltok.split_statements("/*!40101 SET @a=1 */;\n/*!50000 SELECT ';' */; SELECT 2") == [
+        "/*!40101 SET @a=1 */", "/*!50000 SELECT ';' */", "SELECT 2"]
 
 
 def test_double_dash_needs_a_space_to_be_a_comment() -> None:
@@ -122,6 +169,7 @@ HOSTILE = {
     "dq-backslash": '"\\' * 10000, "open-hints": "/*!" * 7000, "var-quote": "@'" * 10000, "x-quote": "x'" * 10000,
     "digits-then-letter": "1" * 20000 + "x", "exponents": "1e" * 10000, "blanks-then-bang": " " * 20000 + "!",
     "parens": "(" * 20000, "dots": "." * 20000, "hex-then-letter": "0x" + "f" * 20000 + "g",
+    "nested-version-comments": "/*!40101 " * 7000 + "*/" * 7000,
 }
 
 
