@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 import struct
 import time
 from typing import TYPE_CHECKING
@@ -20,8 +21,8 @@ from .executor import Executor, _com_query, _on_node as on_node
 from .log import REQUEST_ID
 from .prepared import COMMANDS as STMT_COMMANDS, PreparedStatements
 from .protocol import constants as C
-from .protocol.handshake import (build_auth_switch, build_greeting, parse_handshake_response, parse_stored_password,
-                                 verify_native_password)
+from .protocol.handshake import (build_auth_switch, build_greeting, is_ssl_request, parse_handshake_response,
+                                 parse_stored_password, verify_native_password)
 from .protocol.messages import ResultSet, eof_packet, err_packet
 from .protocol.packets import PacketFramer, PacketTooBig, ProtocolError, frame
 from .reply import Reply
@@ -40,6 +41,20 @@ _SALT_CHARS = bytes(range(33, 127)).replace(b"$", b"")
 def make_salt() -> bytes:
     """20 printable random bytes (no NUL, no '$'), as MySQL servers send."""
     return bytes(_SALT_CHARS[b % len(_SALT_CHARS)] for b in os.urandom(20))
+
+
+def _feed(protocol: asyncio.BaseProtocol, data: bytes) -> None:
+    """Give bytes to a (buffered) protocol as if its transport had read them."""
+    if hasattr(protocol, "buffer_updated"):  # asyncio's and uvloop's TLS protocols are buffered
+        view = memoryview(data)
+        while view:
+            buf = protocol.get_buffer(len(view))  # type: ignore[attr-defined]
+            n = min(len(buf), len(view))
+            buf[:n] = view[:n]
+            protocol.buffer_updated(n)  # type: ignore[attr-defined]
+            view = view[n:]
+    else:
+        protocol.data_received(data)  # type: ignore[attr-defined]
 
 
 class ClientProtocol(asyncio.Protocol):
@@ -173,6 +188,30 @@ class ClientProtocol(asyncio.Protocol):
                 except asyncio.TimeoutError:
                     return None
             self._wakeup = None
+
+    async def start_tls(self, ctx: ssl.SSLContext, timeout: float) -> bool:
+        """After the client's SSLRequest: the TLS handshake on this connection; False if it failed
+        (the connection is then closed)."""
+        loop = asyncio.get_running_loop()
+        raw = self.transport
+        assert raw is not None
+        raw.pause_reading()  # nothing more reaches the framer: what comes next is TLS
+        early = self.framer.take_rest()  # ClientHello bytes read with the SSLRequest, if any
+        upgrade = loop.create_task(loop.start_tls(raw, self, ctx, server_side=True, ssl_handshake_timeout=timeout))
+        if early:
+            # start_tls puts its TLS protocol on the transport in its first step and schedules that
+            # protocol's connection_made; hand it the early bytes right after, before any new ones
+            while raw.get_protocol() is self and not upgrade.done():
+                await asyncio.sleep(0)
+            loop.call_soon(_feed, raw.get_protocol(), early)
+        try:
+            self.transport = await upgrade
+        except (ssl.SSLError, OSError, asyncio.TimeoutError, ConnectionError) as e:
+            log.info("TLS handshake failed, closing", error=str(e) or type(e).__name__)
+            self.closed = True
+            raw.close()
+            return False
+        return True
 
     def close(self) -> None:
         """Close the client socket."""
@@ -374,8 +413,14 @@ class Session:
         """Greet, authenticate with mysql_native_password, pick the schema; False if refused."""
         salt = make_salt()
         status = C.STATUS_AUTOCOMMIT
-        self.client.write(frame(0, build_greeting(self.conn_id, self.server.version, salt, status=status)))
+        tls = self.server.tls
+        caps = C.SERVER_CAPABILITIES | (C.SSL if tls is not None else 0)
+        self.client.write(frame(0, build_greeting(self.conn_id, self.server.version, salt, caps, status=status)))
         pkt = await self.client.next_packet(timeout=self.server.login_timeout_s)
+        if pkt is not None and tls is not None and is_ssl_request(pkt[1]):
+            if not await self.client.start_tls(tls, self.server.login_timeout_s):
+                return False
+            pkt = await self.client.next_packet(timeout=self.server.login_timeout_s)
         if pkt is None:
             return False
         seq, payload = pkt

@@ -107,6 +107,15 @@ def parse_greeting(payload: bytes) -> ServerGreeting:
                           status, plugin)
 
 
+def is_ssl_request(payload: bytes) -> bool:
+    """True for an SSLRequest: the 32-byte head of a HandshakeResponse41 with CLIENT_SSL, sent in the clear
+    before the TLS handshake (the whole response follows over TLS)."""
+    if len(payload) != 32:
+        return False
+    caps = struct.unpack_from("<I", payload, 0)[0]
+    return bool(caps & C.SSL and caps & C.PROTOCOL_41)
+
+
 @dataclass(frozen=True)
 class HandshakeResponse:
     """What a client answers to the greeting (HandshakeResponse41)."""
@@ -129,7 +138,7 @@ def parse_handshake_response(payload: bytes) -> HandshakeResponse:
     if not caps & C.PROTOCOL_41:
         raise ProtocolError("client does not speak protocol 4.1")
     if caps & C.SSL and len(payload) == 32:
-        raise ProtocolError("SSL is not supported")
+        raise ProtocolError("SSL was not offered")
     pos = 32
     user_b, pos = read_nul_str(payload, pos)
     if caps & C.PLUGIN_AUTH_LENENC_CLIENT_DATA:
@@ -199,7 +208,7 @@ def parse_auth_switch(payload: bytes) -> tuple[str, bytes]:
 
 
 __all__ = [
-    "ServerGreeting", "HandshakeResponse", "build_greeting", "parse_greeting", "parse_handshake_response",
+    "ServerGreeting", "HandshakeResponse", "build_greeting", "is_ssl_request", "parse_greeting", "parse_handshake_response",
     "build_handshake_response", "build_auth_switch", "parse_auth_switch", "native_password_hash",
     "parse_stored_password", "scramble_native_password", "verify_native_password", "lenenc_int",
 ]

@@ -23,6 +23,7 @@ from proxy.protocol.handshake import (
     build_auth_switch,
     build_greeting,
     build_handshake_response,
+    is_ssl_request,
     native_password_hash,
     parse_auth_switch,
     parse_greeting,
@@ -574,3 +575,12 @@ def test_live_mysql_cli_handshake_response() -> None:
     assert r.auth_response == SCRAMBLE_111111_ABCD
     assert verify_native_password(r.auth_response, SALT, parse_stored_password("111111"))
     assert r.attrs.get("program_name") == "mysql"
+
+
+def test_an_ssl_request_is_the_32_byte_head_with_client_ssl() -> None:
+    assert is_ssl_request(_hdr(P41 | C.SSL))
+    assert not is_ssl_request(_hdr(P41))                      # no CLIENT_SSL
+    assert not is_ssl_request(_hdr(C.SSL))                    # pre-4.1
+    assert not is_ssl_request(_hdr(P41 | C.SSL) + b"root\x00\x00")  # a whole response, sent over TLS
+    greeting = parse_greeting(build_greeting(1, "5.7", b"s" * 20, C.SERVER_CAPABILITIES | C.SSL))
+    assert greeting.capabilities & C.SSL
