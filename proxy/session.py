@@ -21,8 +21,8 @@ from .executor import Executor, _com_query, _on_node as on_node
 from .log import REQUEST_ID
 from .prepared import COMMANDS as STMT_COMMANDS, PreparedStatements
 from .protocol import constants as C
-from .protocol.handshake import (build_auth_switch, build_greeting, is_ssl_request, parse_handshake_response,
-                                 parse_stored_password, verify_native_password)
+from .protocol.handshake import (build_auth_switch, build_greeting, is_ssl_request, parse_change_user,
+                                 parse_handshake_response, parse_stored_password, verify_native_password)
 from .protocol.messages import ResultSet, eof_packet, err_packet
 from .protocol.packets import PacketFramer, PacketTooBig, ProtocolError, frame
 from .reply import Reply
@@ -229,6 +229,7 @@ class Session:
         self.user = ""
         self.schema: str | None = None
         self.schemas: tuple[str, ...] = ()
+        self.salt = b""          # the handshake's scramble: COM_CHANGE_USER answers to it
         self.read_only = False
         self.capabilities = 0
         self.format_flags = 0
@@ -430,15 +431,11 @@ class Session:
             self.client.write(frame(seq + 1, b"\xff" + struct.pack("<H", 1043) + b"#08S01"
                                     + f"Bad handshake: {e}".encode()))
             return False
-        seq += 1
-        auth = resp.auth_response
-        if resp.auth_plugin and resp.auth_plugin != C.NATIVE_PASSWORD and resp.capabilities & C.PLUGIN_AUTH:
-            self.client.write(frame(seq, build_auth_switch(C.NATIVE_PASSWORD, salt)))
-            pkt = await self.client.next_packet(timeout=self.server.login_timeout_s)
-            if pkt is None:
-                return False
-            seq, auth = pkt
-            seq += 1
+        self.salt = salt
+        switched = await self._native_auth(resp.auth_plugin, resp.auth_response, seq + 1, resp.capabilities)
+        if switched is None:
+            return False
+        seq, auth = switched
         self.capabilities = resp.capabilities & C.SERVER_CAPABILITIES
         self.deprecate_eof = bool(self.capabilities & C.DEPRECATE_EOF)
         self.format_flags = self.capabilities & C.FORMAT_FLAGS
@@ -451,15 +448,59 @@ class Session:
             self.client.write(r.bytes())
             self.log.info("login refused", user=resp.user, code=e.code)
             return False
-        cs = CHARSETS.get(resp.charset, "utf8mb4")
-        if cs != "utf8mb4":
-            self.set_var("names", f"SET NAMES {cs}")
+        self.client_charset(resp.charset)
         self.log = self.log.bind(user=self.user)
         r = Reply(self.deprecate_eof)
         r.seq = seq
         r.ok(self.status())
         self.client.write(r.bytes())
         return True
+
+    async def _native_auth(self, plugin: str | None, auth: bytes, seq: int, caps: int) -> tuple[int, bytes] | None:
+        """The client's mysql_native_password answer to this session's salt: as sent, or after an auth
+        switch when it answered with another plugin; (next sequence id, answer), None if it left."""
+        if plugin and plugin != C.NATIVE_PASSWORD and caps & C.PLUGIN_AUTH:
+            self.client.write(frame(seq, build_auth_switch(C.NATIVE_PASSWORD, self.salt)))
+            pkt = await self.client.next_packet(timeout=self.server.login_timeout_s)
+            if pkt is None:
+                return None
+            seq, auth = pkt
+            seq += 1
+        return seq, auth
+
+    async def change_user(self, payload: bytes) -> bool:
+        """COM_CHANGE_USER: log in again as another user (checked against the handshake's salt), then start
+        afresh as COM_RESET_CONNECTION does, in the requested schema; a refusal ends the connection."""
+        req = parse_change_user(payload, self.capabilities | C.PROTOCOL_41)
+        switched = await self._native_auth(req.auth_plugin, req.auth_response, 1, self.capabilities)
+        if switched is None:
+            return False
+        seq, auth = switched
+        await self.reset_state()
+        old_user, self.schema = self.user, None
+        r = Reply(self.deprecate_eof)
+        r.seq = seq
+        try:
+            self.authenticate(req.user, auth, self.salt, req.database)
+        except ProxyError as e:
+            r.proxy_error(e)
+            self.client.write(r.bytes())
+            self.log.info("change user refused", user=req.user, code=e.code)
+            return False
+        if old_user:
+            self.server.count_user(old_user, -1)
+        if req.charset is not None:
+            self.client_charset(req.charset)
+        self.log = self.log.bind(user=self.user)
+        r.ok(self.status())
+        self.client.write(r.bytes())
+        return True
+
+    def client_charset(self, charset: int) -> None:
+        """The character set a client names at login: its session's, replayed on backend connections."""
+        cs = CHARSETS.get(charset, "utf8mb4")
+        if cs != "utf8mb4":
+            self.set_var("names", f"SET NAMES {cs}")
 
     def authenticate(self, user: str, auth: bytes, salt: bytes, database: str | None) -> None:
         """Check the user's password and schema grant, raising 1045/1044/1049 as MySQL does."""
@@ -485,6 +526,17 @@ class Session:
         if self.explicit_txn or self.executor.in_trans():
             st |= C.STATUS_IN_TRANS
         return st
+
+    async def reset_state(self) -> None:
+        """COM_RESET_CONNECTION (and COM_CHANGE_USER): the transaction rolls back, statements and
+        session variables are gone, autocommit is on again."""
+        await self.executor.rollback_all()
+        self.prepared.close_all()
+        self.vars = {}
+        self.autocommit = True
+        self.explicit_txn = False
+        self.last_insert_id = 0
+        self.warnings = []
 
     def set_var(self, key: str, sql: str) -> None:
         """Record a session variable to be replayed on every backend connection this session uses."""
@@ -525,13 +577,10 @@ class Session:
                 if await self.executor.field_list(payload, r):
                     return True
             elif cmd == C.COM_RESET_CONNECTION:
-                await self.executor.rollback_all()
-                self.prepared.close_all()
-                self.vars = {}
-                self.autocommit = True
-                self.explicit_txn = False
-                self.last_insert_id = 0
+                await self.reset_state()
                 r.ok(self.status())
+            elif cmd == C.COM_CHANGE_USER:
+                return await self.change_user(payload)
             elif cmd == C.COM_SET_OPTION:
                 opt = struct.unpack_from("<H", payload, 1)[0] if len(payload) >= 3 else -1
                 if opt == 0:
