@@ -297,6 +297,7 @@ class Executor:
                     sc = await conn.run(packet, self.server.backends.timeout_s, kind=kind, collect=True)
                 except BackendUnavailable as e:
                     raise _on_node(node, e) from None
+            await self.keep_warnings([(conn, sc)])
         finally:
             self._done_with(node, conn)
         self._note_ok(sc)
@@ -337,6 +338,7 @@ class Executor:
         results = await asyncio.gather(
             *(c.run(_com_query(sql), self.server.backends.timeout_s, collect=True, budget=budget)
               for c, (_, sql) in zip(conns, targets)), return_exceptions=True)
+        await self.keep_warnings(list(zip(conns, results)))
         for (node, _), c in zip(targets, conns):
             self._done_with(node, c)
         for (node, _), res in zip(targets, results):
@@ -448,14 +450,31 @@ class Executor:
             raise NoSuchTable(f"Table '{schema}.{table}' doesn't exist")
         return await self.run_single(node, frame(0, payload), r, False, True, kind="field_list")
 
-    async def show_warnings(self, sql: str) -> ResultSet:
-        """SHOW WARNINGS of the last node used, when that connection is still ours; else none."""
-        if self.session.warnings:
-            return ResultSet(list(WARNING_COLUMNS), [[lv.encode(), str(code).encode(), msg.encode()]
-                                                     for lv, code, msg in self.session.warnings])
-        conn = self.pinned.get(self.last_node or "")
-        if conn is not None and not conn.broken:
-            sc = await conn.query(sql, self.server.backends.timeout_s)
-            if sc.results:
-                return sc.results[0]
-        return ResultSet(list(WARNING_COLUMNS), [])
+    async def keep_warnings(self, done: list[tuple[BackendConnection, object]]) -> None:
+        """After a statement, before its connections go back: the warnings (or error) each node reported
+        for it, fetched with SHOW WARNINGS where the count says there are some; SHOW WARNINGS,
+        SHOW COUNT(*) WARNINGS and @@warning_count answer them next."""
+        found: list[tuple[str, int, str]] = []
+        for conn, sc in done:
+            if not isinstance(sc, ResponseScanner):
+                continue
+            if sc.warnings and not conn.broken:
+                try:
+                    shown = await conn.query("SHOW WARNINGS", self.server.backends.timeout_s)
+                except ProxyError as e:
+                    log.info("cannot fetch a statement's warnings", error=e.message)
+                    continue
+                for res in shown.results[:1]:
+                    found.extend((bytes(lv or b"").decode(), int(code or 0),
+                                  bytes(msg or b"").decode("utf-8", "replace")) for lv, code, msg in res.rows)
+            elif sc.error is not None:
+                found.append(("Error", sc.error.code, sc.error.message))
+        if found:
+            self.session.warnings = found
+
+    def show_warnings(self, sql: str) -> ResultSet:
+        """SHOW WARNINGS / SHOW ERRORS of the session's last statement (SHOW COUNT(*) ... lives in the session)."""
+        errors_only = sql.split()[1].upper() == "ERRORS"
+        rows = [[lv.encode(), str(code).encode(), msg.encode()] for lv, code, msg in self.session.warnings
+                if lv == "Error" or not errors_only]
+        return ResultSet(list(WARNING_COLUMNS), rows)

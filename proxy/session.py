@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import ssl
 import struct
 import time
@@ -21,6 +22,7 @@ from .executor import Executor, _com_query, _on_node as on_node
 from .log import REQUEST_ID
 from .prepared import COMMANDS as STMT_COMMANDS, PreparedStatements
 from .protocol import constants as C
+from .protocol.collations import COLLATIONS, charset_of
 from .protocol.handshake import (build_auth_switch, build_greeting, is_ssl_request, parse_change_user,
                                  parse_handshake_response, parse_stored_password, verify_native_password)
 from .protocol.messages import ResultSet, eof_packet, err_packet
@@ -33,9 +35,10 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("pydble.session")
 
-CHARSETS = {8: "latin1", 28: "gbk", 33: "utf8", 45: "utf8mb4", 46: "utf8mb4", 63: "binary", 83: "utf8",
-            192: "utf8", 224: "utf8mb4", 255: "utf8mb4"}
 _SALT_CHARS = bytes(range(33, 127)).replace(b"$", b"")
+
+
+_SHOW_COUNT = re.compile(r"^\s*SHOW\s+COUNT\s*\(\s*\*\s*\)\s+(WARNINGS|ERRORS)\s*;?\s*$", re.I)
 
 
 def make_salt() -> bytes:
@@ -230,6 +233,7 @@ class Session:
         self.schema: str | None = None
         self.schemas: tuple[str, ...] = ()
         self.salt = b""          # the handshake's scramble: COM_CHANGE_USER answers to it
+        self.collation_id = C.CHARSET_UTF8MB4_GENERAL_CI  # the handshake's (or COM_CHANGE_USER's)
         self.read_only = False
         self.capabilities = 0
         self.format_flags = 0
@@ -383,7 +387,21 @@ class Session:
         return True
 
     def _fast_done(self, sc: object, exc: ProxyError | None) -> None:
-        """The backend's answer has been relayed (or failed): release, count, go on with the client."""
+        """The backend's answer has been relayed (or failed): release, count, go on with the client; when
+        the backend reported warnings or an error, SHOW WARNINGS learns them first, on a task (the client
+        waits meanwhile)."""
+        if exc is None and (getattr(sc, "warnings", 0) or getattr(sc, "error", None)) and self._fast_conn is not None:
+            asyncio.get_running_loop().create_task(self._fast_warnings(sc))
+            return
+        self._fast_end(sc, exc)
+
+    async def _fast_warnings(self, sc: object) -> None:
+        try:
+            await self.executor.keep_warnings([(self._fast_conn, sc)])  # type: ignore[list-item]
+        finally:
+            self._fast_end(sc, None)
+
+    def _fast_end(self, sc: object, exc: ProxyError | None) -> None:
         conn, node = self._fast_conn, self._fast_node
         self._fast_conn = None
         client = self.client
@@ -496,11 +514,13 @@ class Session:
         self.client.write(r.bytes())
         return True
 
-    def client_charset(self, charset: int) -> None:
-        """The character set a client names at login: its session's, replayed on backend connections."""
-        cs = CHARSETS.get(charset, "utf8mb4")
-        if cs != "utf8mb4":
-            self.set_var("names", f"SET NAMES {cs}")
+    def client_charset(self, collation_id: int) -> None:
+        """The collation a client names at login (the handshake's charset byte) is its session's, replayed
+        on backend connections as SET NAMES ... COLLATE ...; an unknown id keeps the default."""
+        self.collation_id = collation_id
+        name = COLLATIONS.get(collation_id)
+        if name is not None:
+            self.set_var("names", f"SET NAMES {charset_of(name)} COLLATE {name}")
 
     def authenticate(self, user: str, auth: bytes, salt: bytes, database: str | None) -> None:
         """Check the user's password and schema grant, raising 1045/1044/1049 as MySQL does."""
@@ -529,10 +549,11 @@ class Session:
 
     async def reset_state(self) -> None:
         """COM_RESET_CONNECTION (and COM_CHANGE_USER): the transaction rolls back, statements and
-        session variables are gone, autocommit is on again."""
+        session variables are gone, autocommit is on again, the collation is the handshake's."""
         await self.executor.rollback_all()
         self.prepared.close_all()
         self.vars = {}
+        self.client_charset(self.collation_id)  # MariaDB goes back to the handshake's collation too
         self.autocommit = True
         self.explicit_txn = False
         self.last_insert_id = 0
@@ -554,7 +575,9 @@ class Session:
     def local_values(self) -> dict[str, object]:
         """Values for the locally answered probes."""
         return {"database": self.schema, "connection_id": self.conn_id, "last_insert_id": self.last_insert_id,
-                "user": f"{self.user}@{self.peer}", "version_comment": "pydble sharding proxy"}
+                "user": f"{self.user}@{self.peer}", "version_comment": "pydble sharding proxy",
+                "warning_count": len(self.warnings),
+                "error_count": sum(1 for w in self.warnings if w[0] == "Error")}
 
     # -- commands -------------------------------------------------------------------------------
     async def dispatch(self, payload: bytes) -> bool:
@@ -642,10 +665,10 @@ class Session:
     async def statement(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
         """Run one statement; True if its answer was relayed straight to the client."""
         kw = first_keyword(sql)
-        if kw != "SHOW":
+        rs = local.local_select(sql, self.local_values()) if kw == "SELECT" else None
+        if kw != "SHOW" and rs is None:  # a probe answered here (@@warning_count...) keeps them, as MariaDB does
             self.warnings = []
         if kw == "SELECT":
-            rs = local.local_select(sql, self.local_values())
             if rs is not None:
                 r.resultset(rs, self.status(), more)
                 return False
@@ -736,7 +759,10 @@ class Session:
             return local.show_tables_result(st, schema, tables)
         up = " ".join(sql.upper().split()[:2])
         if up in ("SHOW WARNINGS", "SHOW ERRORS"):
-            return await self.executor.show_warnings(sql)
+            return self.executor.show_warnings(sql)
+        m = _SHOW_COUNT.match(sql)
+        if m is not None:
+            return local.local_select(f"SELECT @@session.{m.group(1).lower()[:-1]}_count", self.local_values())
         return None
 
 

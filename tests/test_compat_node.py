@@ -9,39 +9,28 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-from harness import ProxyProcess, free_port, proxy_config
+from harness import ProxyProcess, free_port, missing, proxy_config, require_tool
 
 NODE_DIR = Path(__file__).parent / "node"
 NODES = ["dn1", "dn2", "dn3", "dn4"]
 
 
-def _missing(what: str) -> None:
-    """A missing component skips locally and fails under CI."""
-    if os.environ.get("CI"):
-        pytest.fail(what)
-    pytest.skip(what)
-
-
 @pytest.fixture(scope="module")
 def node_ready() -> str:
     """The node binary, with mysql2 installed from the lock file (`npm ci`) if it is not yet."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        _missing("node and npm are needed (Node 18+)")
+    node, npm = require_tool("node"), require_tool("npm")
     if not (NODE_DIR / "node_modules" / "mysql2").is_dir():
         res = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=NODE_DIR, capture_output=True, text=True,
                              timeout=300)
         if res.returncode != 0:
-            _missing(f"npm ci failed in {NODE_DIR}: {res.stderr[-2000:]}")
-    return node  # type: ignore[return-value]
+            missing(f"npm ci failed in {NODE_DIR}: {res.stderr[-2000:]}")
+    return node
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +56,7 @@ def test_mysql2_execute_and_change_user(node_ready: str, node_proxy: ProxyProces
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr[-4000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["collation"] == out["collation_after_change"] == "utf8mb4_unicode_ci"
     assert out["limit"] == [1, 2]
     assert out["limit_offset"] == [2, 3]
     assert out["offset"] == [4, 5]

@@ -598,7 +598,8 @@ def _read_count(p: bytes) -> tuple[int, int]:
 
 __all__ = [
     "BinaryResultConverter", "ExecuteRequest", "LONG_DATA", "LAST_STATEMENT_ID", "ParamType", "PrepareOk",
-    "binary_value", "decode_param", "encode_binary_row", "limit_literal", "limit_placeholders", "parse_execute", "parse_prepare_response",
+    "binary_value", "decode_param", "encode_binary_row", "limit_literal", "limit_placeholders", "parse_execute",
+    "parse_prepare_response",
     "parse_send_long_data", "placeholder_positions", "prepare_ok", "quote_string", "sql_literal",
     "stmt_id_of", "substitute",
 ]

@@ -15,6 +15,8 @@ async function attempt(f) {
   const out = {};
   const c = await mysql.createConnection({host: '127.0.0.1', port, user: 'test', password: '111111',
                                           database: 'schema1'});
+  // mysql2 asks for utf8mb4_unicode_ci in its handshake (and again in COM_CHANGE_USER)
+  out.collation = (await c.query('SELECT @@collation_connection AS c'))[0][0].c;
   // numbers go as DOUBLE parameters: LIMIT and OFFSET must read them as MariaDB does
   out.limit = (await c.execute('SELECT id FROM node_t ORDER BY id LIMIT ?', [2]))[0].map(r => r.id);
   out.limit_offset = (await c.execute('SELECT id FROM node_t ORDER BY id LIMIT ?, ?', [1, 2]))[0].map(r => r.id);
@@ -31,6 +33,7 @@ async function attempt(f) {
   await c.changeUser({user: 'other', password: '222222', database: 'schema2'});
   out.after_change = {...(await c.query('SELECT USER() AS u, DATABASE() AS d'))[0][0],
                       ...(await c.query('SELECT @tag AS tag, @@autocommit AS ac'))[0][0]};
+  out.collation_after_change = (await c.query('SELECT @@collation_connection AS c'))[0][0].c;
   out.prepared_after_change = (await c.execute('SELECT ? + 0 AS one', [1]))[0][0];
   await c.changeUser({user: 'test', password: '111111', database: 'schema1'});
   out.back = (await c.query('SELECT USER() AS u, DATABASE() AS d'))[0][0];

@@ -6,8 +6,6 @@ Certificates are made here with the openssl CLI: a CA and a server certificate i
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import ssl
 import struct
@@ -17,25 +15,14 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from harness import ProxyProcess
+from harness import ProxyProcess, missing, require_tool
 from wire import BASE_CAPS, RawClient, extended_config, start_proxy
 
 CLIENT_SSL = 1 << 11
 
 
-def _require(tool: str) -> str:
-    """The path of a command-line tool; a missing one skips locally and fails under CI."""
-    path = shutil.which(tool)
-    if path is None:
-        msg = f"{tool} is not installed"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return path
-
-
 def _openssl(*args: str) -> None:
-    subprocess.run([_require("openssl"), *args], check=True, capture_output=True, timeout=60)
+    subprocess.run([require_tool("openssl"), *args], check=True, capture_output=True, timeout=60)
 
 
 def _make_ca(d: Path, name: str) -> None:
@@ -74,7 +61,7 @@ def tls_proxy(certs: Path, backends: list[Any]) -> Iterator[ProxyProcess]:
 
 
 def _mysql(port: int, *args: str) -> subprocess.CompletedProcess:
-    argv = [_require("mysql"), "--no-defaults", "-h127.0.0.1", f"-P{port}", "-utest", "-p111111", *args]
+    argv = [require_tool("mysql"), "--no-defaults", "-h127.0.0.1", f"-P{port}", "-utest", "-p111111", *args]
     return subprocess.run(argv, capture_output=True, text=True, timeout=30)
 
 
@@ -235,7 +222,8 @@ public class TlsCheck {
 def _keystore(certs: Path, ca: str) -> Path:
     store = certs / f"{ca}.jks"
     if not store.exists():
-        subprocess.run([_require("keytool"), "-importcert", "-noprompt", "-alias", ca, "-file", str(certs / f"{ca}.pem"),
+        subprocess.run([require_tool("keytool"), "-importcert", "-noprompt", "-alias", ca,
+                        "-file", str(certs / f"{ca}.pem"),
                         "-keystore", str(store), "-storepass", "changeit", "-storetype", "JKS"],
                        check=True, capture_output=True, timeout=60)
     return store
@@ -247,14 +235,12 @@ def test_connector_j_verifies_the_ca(tls_proxy: ProxyProcess, certs: Path) -> No
     try:
         jar = find_jdbc_jar()
     except SparkUnavailable as e:
-        if os.environ.get("CI"):
-            pytest.fail(str(e))
-        pytest.skip(str(e))
+        missing(str(e))
     (certs / "TlsCheck.java").write_text(JAVA)
-    subprocess.run([_require("javac"), "-d", str(certs), str(certs / "TlsCheck.java")], check=True,
+    subprocess.run([require_tool("javac"), "-d", str(certs), str(certs / "TlsCheck.java")], check=True,
                    capture_output=True, timeout=120)
     run: Callable[[str], subprocess.CompletedProcess] = lambda ca: subprocess.run(  # noqa: E731
-        [_require("java"), "-cp", f"{certs}:{jar}", "TlsCheck", f"127.0.0.1:{tls_proxy.port}",
+        [require_tool("java"), "-cp", f"{certs}:{jar}", "TlsCheck", f"127.0.0.1:{tls_proxy.port}",
          str(_keystore(certs, ca))], capture_output=True, text=True, timeout=120)
     res = run("ca")
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]

@@ -597,6 +597,7 @@ def test_parse_change_user_as_drivers_send_it() -> None:
     assert (cu.user, cu.auth_response, cu.database, cu.charset, cu.auth_plugin) == (
         "other", auth, "schema2", 224, C.NATIVE_PASSWORD)
     bare = parse_change_user(b"\x11u\x00\x00\x00", P41 | C.SECURE_CONNECTION)  # no password, no schema
-    assert (bare.user, bare.auth_response, bare.database, bare.charset, bare.auth_plugin) == ("u", b"", None, None, None)
+    assert (bare.user, bare.auth_response, bare.database, bare.charset, bare.auth_plugin) == (
+        "u", b"", None, None, None)
     with pytest.raises(ProtocolError):
         parse_change_user(b"\x11u\x00\x14short", P41 | C.SECURE_CONNECTION)
