@@ -60,8 +60,8 @@ def tls_proxy(certs: Path, backends: list[Any]) -> Iterator[ProxyProcess]:
         p.cleanup()
 
 
-def _mysql(port: int, *args: str) -> subprocess.CompletedProcess:
-    argv = [require_tool("mysql"), "--no-defaults", "-h127.0.0.1", f"-P{port}", "-utest", "-p111111", *args]
+def _mysql(port: int, *args: str, user: str = "test") -> subprocess.CompletedProcess:
+    argv = [require_tool("mysql"), "--no-defaults", "-h127.0.0.1", f"-P{port}", f"-u{user}", "-p111111", *args]
     return subprocess.run(argv, capture_output=True, text=True, timeout=30)
 
 
@@ -92,6 +92,10 @@ def test_mysql_cli_over_tls_verifying_the_server(tls_proxy: ProxyProcess, certs:
     res = _mysql(tls_proxy.port, "--ssl", "--ssl-verify-server-cert", f"--ssl-ca={certs / 'other-ca.pem'}",
                  "-e", "SELECT 1")
     assert res.returncode != 0 and "certificate" in res.stderr.lower()
+    # the manager port speaks TLS too
+    res = _mysql(tls_proxy.manager_port, "--ssl-verify-server-cert", f"--ssl-ca={certs / 'ca.pem'}", "-e", "status",
+                 user="root")
+    assert res.returncode == 0 and "Cipher in use is" in res.stdout, res.stderr
 
 
 def test_a_client_that_does_not_ask_for_tls_still_works(tls_proxy: ProxyProcess) -> None:
