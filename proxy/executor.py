@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import TYPE_CHECKING
 
 import structlog
@@ -32,6 +33,9 @@ log = structlog.get_logger("pydble.executor")
 
 WARNING_COLUMNS = (ColumnDef("Level", C.T_VAR_STRING, 45, 28), ColumnDef("Code", C.T_LONG, 63, 4, 0xA1),
                    ColumnDef("Message", C.T_VAR_STRING, 45, 2048))
+
+
+_SHOW_LIMIT = re.compile(r"\bLIMIT\s+(\d+)(?:\s*,\s*(\d+))?\s*;?\s*$", re.I)
 
 
 def _com_query(sql: str) -> bytes:
@@ -477,4 +481,8 @@ class Executor:
         errors_only = sql.split()[1].upper() == "ERRORS"
         rows = [[lv.encode(), str(code).encode(), msg.encode()] for lv, code, msg in self.session.warnings
                 if lv == "Error" or not errors_only]
+        m = _SHOW_LIMIT.search(sql)
+        if m is not None:  # LIMIT [offset,] count
+            offset, count = (int(m.group(1)), int(m.group(2))) if m.group(2) else (0, int(m.group(1)))
+            rows = rows[offset:offset + count]
         return ResultSet(list(WARNING_COLUMNS), rows)

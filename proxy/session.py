@@ -206,7 +206,8 @@ class ClientProtocol(asyncio.Protocol):
             # protocol's connection_made; hand it the early bytes right after, before any new ones
             while raw.get_protocol() is self and not upgrade.done():
                 await asyncio.sleep(0)
-            loop.call_soon(_feed, raw.get_protocol(), early)
+            if raw.get_protocol() is not self:
+                loop.call_soon(_feed, raw.get_protocol(), early)
         try:
             self.transport = await upgrade
         except (ssl.SSLError, OSError, asyncio.TimeoutError, ConnectionError) as e:
@@ -495,7 +496,9 @@ class Session:
             return False
         seq, auth = switched
         await self.reset_state()
-        old_user, self.schema = self.user, None
+        if self.user:  # the old login no longer counts against its user's max_con
+            self.server.count_user(self.user, -1)
+        self.user, self.schema = "", None
         r = Reply(self.deprecate_eof)
         r.seq = seq
         try:
@@ -505,8 +508,6 @@ class Session:
             self.client.write(r.bytes())
             self.log.info("change user refused", user=req.user, code=e.code)
             return False
-        if old_user:
-            self.server.count_user(old_user, -1)
         if req.charset is not None:
             self.client_charset(req.charset)
         self.log = self.log.bind(user=self.user)

@@ -101,6 +101,8 @@ def test_show_warnings_relays_the_backends_warnings(proxy) -> None:
             got = _warnings(cur)
             assert sorted(got) == sorted(("Warning", 1292, f"Truncated incorrect INTEGER value: '{i}x'")
                                          for i in range(1, 9))
+            cur.execute("SHOW WARNINGS LIMIT 2, 3")
+            assert [tuple(r) for r in cur.fetchall()] == got[2:5]
             # every node of a streamed scatter (no ORDER BY)
             cur.execute(f"SELECT CAST(CONCAT(id, 'y') AS INT) FROM {TABLE} WHERE id IN (1, 2, 3)")
             assert len(cur.fetchall()) == 3
