@@ -86,11 +86,15 @@ class ClientProtocol(asyncio.Protocol):
             transport.close()
             self.closed = True
             return
-        buffer = self.server.config.server.client_buffer_kb << 10
-        transport.set_write_buffer_limits(high=buffer, low=buffer // 4)  # past it: backends are paused
+        self._buffer_limits(transport)
         self.session = self.session_cls(self.server, self)
         self.server.track(self.session)
         self.server.metrics.connections.inc()
+
+    def _buffer_limits(self, transport: asyncio.BaseTransport) -> None:
+        """Past client_buffer_kb queued for the client, the backends streaming to it are paused."""
+        buffer = self.server.config.server.client_buffer_kb << 10
+        transport.set_write_buffer_limits(high=buffer, low=buffer // 4)  # type: ignore[attr-defined]
 
     def data_received(self, data: bytes) -> None:
         if self.busy:
@@ -210,6 +214,7 @@ class ClientProtocol(asyncio.Protocol):
                 loop.call_soon(_feed, raw.get_protocol(), early)
         try:
             self.transport = await upgrade
+            self._buffer_limits(self.transport)
         except (ssl.SSLError, OSError, asyncio.TimeoutError, ConnectionError) as e:
             log.info("TLS handshake failed, closing", error=str(e) or type(e).__name__)
             self.closed = True

@@ -283,7 +283,7 @@ _U64 = (1 << 64) - 1
 
 def limit_placeholders(tokens: list[tuple[str, str, int, int]]) -> frozenset[int]:
     """Which placeholders (by their order) stand for a LIMIT row count or offset: `LIMIT ?`,
-    `LIMIT ?, ?` (also after a number), `OFFSET ?`."""
+    `LIMIT ?, ?` (also after a number), `OFFSET ?`, `FETCH FIRST|NEXT ?`."""
     out: set[int] = set()
     k = -1
     for i, t in enumerate(tokens):
@@ -297,6 +297,9 @@ def limit_placeholders(tokens: list[tuple[str, str, int, int]]) -> frozenset[int
             out.add(k)
         elif (prev[1] == "," and i >= 3 and tokens[i - 2][0] in "pn" and tokens[i - 3][0] == "w"
               and tokens[i - 3][1].upper() == "LIMIT"):
+            out.add(k)
+        elif (prev[0] == "w" and prev[1].upper() in ("FIRST", "NEXT") and i >= 2 and tokens[i - 2][0] == "w"
+              and tokens[i - 2][1].upper() == "FETCH"):
             out.add(k)
     return frozenset(out)
 

@@ -165,6 +165,7 @@ def test_float32_prints_the_shortest_text_that_reads_back() -> None:
     ("SELECT * FROM t WHERE a = ? LIMIT ?, ?", {1, 2}),
     ("SELECT * FROM t LIMIT 5, ?", {0}),
     ("SELECT * FROM t limit ? offset ?", {0, 1}),
+    ("SELECT * FROM t ORDER BY a OFFSET ? ROWS FETCH FIRST ? ROWS ONLY", {0, 1}),
     ("SELECT ?, ? FROM t WHERE b IN (?, ?)", set()),
     ("SELECT * FROM t WHERE s = 'LIMIT ?' AND c = ?", set()),
 ])
