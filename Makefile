@@ -12,9 +12,10 @@ PYTEST_ARGS ?=
 # Debian packages the tests and tools need (mariadb-server: mariadbd for the test harness;
 # python3-venv: `python3 -m venv` on Debian; libmariadb-dev + pkg-config: building mysqlclient;
 # default-jdk-headless: javac for the plain-JDBC compatibility test, java for Spark;
-# docker-compose: `docker-compose config` validates docker/compose.yml, no Docker engine needed).
+# docker-compose: `docker-compose config` validates docker/compose.yml, no Docker engine needed;
+# openssl: `make cert` and the TLS tests; nodejs (+ npm, separate on stock Debian): the mysql2 test).
 APT_PACKAGES := zookeeper libmariadb-java sysbench mariadb-client mariadb-server python3-venv \
-                libmariadb-dev pkg-config default-jdk-headless docker-compose
+                libmariadb-dev pkg-config default-jdk-headless docker-compose openssl nodejs
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 MARIADB_PING := mariadb-admin --host=127.0.0.1 --port=3306 --user=root --connect-timeout=2 ping
 
@@ -35,6 +36,10 @@ apt:
 	  echo "apt: installing$$missing"; \
 	  $(SUDO) apt-get update -qq; \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi; \
+	if ! command -v npm >/dev/null; then \
+	  echo "apt: installing npm"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm; \
 	fi
 
 venv: $(VENV)/.stamp
