@@ -258,5 +258,6 @@ def parse_auth_switch(payload: bytes) -> tuple[str, bytes]:
 __all__ = [
     "ServerGreeting", "HandshakeResponse", "build_greeting", "is_ssl_request", "parse_greeting",
     "parse_handshake_response", "build_handshake_response", "build_auth_switch", "ChangeUser", "parse_change_user",
-    "parse_auth_switch", "native_password_hash", "parse_stored_password", "scramble_native_password", "verify_native_password", "lenenc_int",
+    "parse_auth_switch", "native_password_hash", "parse_stored_password", "scramble_native_password",
+    "verify_native_password", "lenenc_int",
 ]
