@@ -27,6 +27,11 @@ def _table(proxy) -> Iterator[None]:
     yield from drop_after(proxy, TABLE)
 
 
+def _mysql(proxy, *args: str) -> subprocess.CompletedProcess:
+    argv = [require_tool("mysql"), "--no-defaults", "-h127.0.0.1", f"-P{proxy.port}", "-utest", "-p111111", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+
+
 # -- collation ------------------------------------------------------------------------------------
 
 def _login_with_collation(proxy, collation_id: int) -> RawClient:
@@ -64,11 +69,8 @@ def test_the_handshake_collation_is_the_sessions(proxy, collation_id: int, expec
 
 
 def test_mysql_cli_default_character_set(proxy) -> None:
-    res = subprocess.run([require_tool("mysql"), "--no-defaults", "-h127.0.0.1", f"-P{proxy.port}", "-utest",
-                          "-p111111",
-                          "--default-character-set=latin1", "-N", "schema1", "-e",
-                          "SELECT @@character_set_client, @@collation_connection"],
-                         capture_output=True, text=True, timeout=30)
+    res = _mysql(proxy, "--default-character-set=latin1", "-N", "schema1", "-e",
+                 "SELECT @@character_set_client, @@collation_connection")
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["latin1", "latin1_swedish_ci"]
 
@@ -137,3 +139,12 @@ def test_warnings_of_a_statement_in_a_transaction(proxy) -> None:
             cur.execute("ROLLBACK")
     finally:
         conn.close()
+
+
+def test_mysql_cli_show_warnings(proxy) -> None:
+    res = _mysql(proxy, "--show-warnings", "schema1", "-e",
+                 f"SELECT CAST(CONCAT(name, 'w') AS INT) AS v FROM {TABLE} WHERE id IN (2, 4)")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout + res.stderr
+    for i in (2, 4):
+        assert f"Warning (Code 1292): Truncated incorrect INTEGER value: 'n{i}w'" in out, out
