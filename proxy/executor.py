@@ -328,8 +328,9 @@ class Executor:
         if sc.error is not None:
             r.err_info(sc.error)
 
-    async def _run_on(self, targets: list[tuple[str, str]]) -> list[ResponseScanner]:
-        """Run per-node SQL on several nodes in parallel, collecting their answers."""
+    async def _run_on(self, targets: list[tuple[str, str]], copies: bool = False) -> list[ResponseScanner]:
+        """Run per-node SQL on several nodes in parallel, collecting their answers; copies: the nodes run
+        the same statement on copies of the same rows (global tables), so one node's warnings stand for all."""
         acquired = await asyncio.gather(*(self._get(node) for node, _ in targets), return_exceptions=True)
         failure = next((a for a in acquired if isinstance(a, BaseException)), None)
         if failure is not None:
@@ -342,7 +343,7 @@ class Executor:
         results = await asyncio.gather(
             *(c.run(_com_query(sql), self.server.backends.timeout_s, collect=True, budget=budget)
               for c, (_, sql) in zip(conns, targets)), return_exceptions=True)
-        await self.keep_warnings(list(zip(conns, results)))
+        await self.keep_warnings(list(zip(conns, results)), copies)
         for (node, _), c in zip(targets, conns):
             self._done_with(node, c)
         for (node, _), res in zip(targets, results):
@@ -355,7 +356,7 @@ class Executor:
 
     async def run_multi(self, plan: Plan, r: Reply, more: bool) -> None:
         """Scatter a statement to several nodes; merge reads, sum writes."""
-        scanners = await self._run_on([(t.node, t.sql) for t in plan.targets])
+        scanners = await self._run_on([(t.node, t.sql) for t in plan.targets], copies=self._global_only(plan))
         for sc in scanners:
             if sc.error is not None:
                 r.err_info(sc.error)
@@ -367,9 +368,10 @@ class Executor:
             if len(sets) != len(scanners):
                 raise NotSupported("a scattered statement returned results of different shapes")
             merge = plan.merge
+            warnings = min(len(self.session.warnings), 0xFFFF)  # every node's, as SHOW WARNINGS lists them
 
             def merge_and_encode() -> None:
-                r.resultset(merge_results(merge, sets), status, more)
+                r.resultset(merge_results(merge, sets), status, more, warnings)
 
             if sum(len(s.rows) for s in sets) > MERGE_INLINE_ROWS:
                 # a big sort or grouping off the event loop: other sessions keep being served meanwhile
@@ -388,7 +390,7 @@ class Executor:
         if plan.kind == "select" or any(sc.results and sc.results[0].columns for sc in scanners):
             # a read that needs no merge plan (e.g. a global table broadcast): first node answers
             first = scanners[0].results[0]
-            r.resultset(first, status, more)
+            r.resultset(first, status, more, scanners[0].warnings)
             return
         r.ok(status, affected, last_id, warnings, more=more)
 
@@ -454,12 +456,12 @@ class Executor:
             raise NoSuchTable(f"Table '{schema}.{table}' doesn't exist")
         return await self.run_single(node, frame(0, payload), r, False, True, kind="field_list")
 
-    async def keep_warnings(self, done: list[tuple[BackendConnection, object]]) -> None:
+    async def keep_warnings(self, done: list[tuple[BackendConnection, object]], copies: bool = False) -> None:
         """After a statement, before its connections go back: the warnings (or error) each node reported
-        for it, fetched with SHOW WARNINGS where the count says there are some; SHOW WARNINGS,
-        SHOW COUNT(*) WARNINGS and @@warning_count answer them next."""
+        for it (copies: the first node's only), fetched with SHOW WARNINGS where the count says there are
+        some; SHOW WARNINGS, SHOW COUNT(*) WARNINGS and @@warning_count answer them next."""
         found: list[tuple[str, int, str]] = []
-        for conn, sc in done:
+        for conn, sc in done[:1] if copies else done:
             if not isinstance(sc, ResponseScanner):
                 continue
             if sc.warnings and not conn.broken:

@@ -17,6 +17,7 @@ from harness import require_tool
 from wire import BASE_CAPS, RawClient, drop_after
 
 TABLE = "sharding_4_t1"
+GLOBAL = "test"  # a global table on dn1..dn4 in the shared config
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -24,7 +25,10 @@ def _table(proxy) -> Iterator[None]:
     proxy.query(f"DROP TABLE IF EXISTS {TABLE}")
     proxy.query(f"CREATE TABLE {TABLE} (id INT PRIMARY KEY, name VARCHAR(20))")
     proxy.query(f"INSERT INTO {TABLE} VALUES " + ",".join(f"({i}, 'n{i}')" for i in range(1, 9)))
-    yield from drop_after(proxy, TABLE)
+    proxy.query(f"DROP TABLE IF EXISTS {GLOBAL}")
+    proxy.query(f"CREATE TABLE {GLOBAL} (id INT PRIMARY KEY, name VARCHAR(20))")
+    proxy.query(f"INSERT INTO {GLOBAL} VALUES (1, 'g1')")
+    yield from drop_after(proxy, TABLE, GLOBAL)
 
 
 def _mysql(proxy, *args: str) -> subprocess.CompletedProcess:
@@ -128,6 +132,18 @@ def test_show_warnings_relays_the_backends_warnings(proxy) -> None:
         conn.close()
 
 
+def test_a_global_table_warns_once_like_one_table(proxy) -> None:
+    conn = proxy.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"INSERT IGNORE INTO {GLOBAL} VALUES (1, 'again')")  # a duplicate on every copy
+            assert [(lv, code) for lv, code, _ in _warnings(cur)] == [("Warning", 1062)]
+            cur.execute(f"SELECT CAST(CONCAT(name, 'q') AS INT) FROM {GLOBAL}")
+            assert [m for _, _, m in _warnings(cur)] == ["Truncated incorrect INTEGER value: 'g1q'"]
+    finally:
+        conn.close()
+
+
 def test_warnings_of_a_statement_in_a_transaction(proxy) -> None:
     conn = proxy.connect()
     try:
@@ -142,9 +158,11 @@ def test_warnings_of_a_statement_in_a_transaction(proxy) -> None:
 
 
 def test_mysql_cli_show_warnings(proxy) -> None:
-    res = _mysql(proxy, "--show-warnings", "schema1", "-e",
-                 f"SELECT CAST(CONCAT(name, 'w') AS INT) AS v FROM {TABLE} WHERE id IN (2, 4)")
-    assert res.returncode == 0, res.stderr
-    out = res.stdout + res.stderr
-    for i in (2, 4):
-        assert f"Warning (Code 1292): Truncated incorrect INTEGER value: 'n{i}w'" in out, out
+    # the CLI asks SHOW WARNINGS when the result's end says there are some: streamed and merged reads
+    for order in ("", "ORDER BY id"):
+        res = _mysql(proxy, "--show-warnings", "schema1", "-e",
+                     f"SELECT CAST(CONCAT(name, 'w') AS INT) AS v FROM {TABLE} WHERE id IN (2, 4) {order}")
+        assert res.returncode == 0, res.stderr
+        out = res.stdout + res.stderr
+        for i in (2, 4):
+            assert f"Warning (Code 1292): Truncated incorrect INTEGER value: 'n{i}w'" in out, out
