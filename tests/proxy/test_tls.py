@@ -203,6 +203,15 @@ def test_garbage_instead_of_a_client_hello_is_disconnected(tls_proxy: ProxyProce
     assert "Traceback" not in tls_proxy.log_text() and "session crashed" not in tls_proxy.log_text()
 
 
+def test_an_ssl_request_where_tls_is_not_offered_is_refused(proxy: ProxyProcess) -> None:
+    with RawClient(proxy.port) as c:
+        c.read_greeting()
+        c.send_packet(1, _ssl_request())
+        err = c.read_packet()
+        assert err.payload[:3] == b"\xff\x13\x04" and b"Bad handshake" in err.payload  # 1043
+        assert c.closed_by_server()
+
+
 # -- Connector/J ----------------------------------------------------------------------------------
 
 JAVA = r'''
