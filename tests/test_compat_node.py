@@ -51,7 +51,7 @@ def node_proxy(backends: list[Any]) -> Iterator[ProxyProcess]:
         p.cleanup()
 
 
-def test_mysql2_execute_and_change_user(node_ready: str, node_proxy: ProxyProcess) -> None:
+def test_mysql2_execute_and_change_user(node_ready: str, node_proxy: ProxyProcess, backends: list[Any]) -> None:
     res = subprocess.run([node_ready, str(NODE_DIR / "mysql2_check.js"), str(node_proxy.port)], cwd=NODE_DIR,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr[-4000:]
@@ -62,6 +62,9 @@ def test_mysql2_execute_and_change_user(node_ready: str, node_proxy: ProxyProces
     assert out["offset"] == [4, 5]
     assert out["limit_half"] == [1, 2]            # 2.5 rounds half to even, as MariaDB reads it
     assert out["point"] == [{"id": 3, "name": "n3"}]
+    assert out["inserted"] == [{"id": 10, "name": "it's \\ ten"}]
+    assert backends[0].query("SELECT id FROM node_t WHERE id = 10", "db2") == [(10,)]  # 10 % 4 -> dn3
+    assert out["types"] == {"s": "caf\u00e9", "n": None, "t": 1, "h": "FF0027"}
     assert out["double"] == {"v": 2.5, "w": 3}    # a DOUBLE stays a number (not the DECIMAL string "2.5")
     assert out["double_type"] == 5                # MYSQL_TYPE_DOUBLE, as MariaDB answers
     # changeUser: the new user, its schema, nothing left of the old session
@@ -74,4 +77,4 @@ def test_mysql2_execute_and_change_user(node_ready: str, node_proxy: ProxyProces
     assert "Access denied for user 'other'" in out["bad_change"]["message"]
     after = out["after_bad"]  # the socket is gone: EPIPE or "closed state", never a server error code
     assert "ok" not in after and not (after["errno"] or 0) > 0, after
-    assert node_proxy.query("SELECT COUNT(*) FROM node_t") == [(8,)]
+    assert node_proxy.query("SELECT COUNT(*) FROM node_t") == [(9,)]

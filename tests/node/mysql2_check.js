@@ -23,6 +23,11 @@ async function attempt(f) {
   out.offset = (await c.execute('SELECT id FROM node_t ORDER BY id LIMIT ? OFFSET ?', [2, 3]))[0].map(r => r.id);
   out.limit_half = (await c.execute('SELECT id FROM node_t ORDER BY id LIMIT ?', [2.5]))[0].map(r => r.id);
   out.point = (await c.execute('SELECT id, name FROM node_t WHERE id = ?', [3]))[0];
+  // a number as the sharding key of an INSERT routes like the integer it is; other types round-trip
+  await c.execute('INSERT INTO node_t (id, name) VALUES (?, ?)', [10, "it's \\ ten"]);
+  out.inserted = (await c.execute('SELECT id, name FROM node_t WHERE id = ?', [10]))[0];
+  out.types = (await c.execute('SELECT ? AS s, ? AS n, ? AS t, HEX(?) AS h',
+                               ['caf\u00e9', null, true, Buffer.from([0xff, 0x00, 0x27])]))[0][0];
   const [dbl, fields] = await c.execute('SELECT ? AS v, ? + 1 AS w', [2.5, 2]);
   out.double = dbl[0];
   out.double_type = fields[0].columnType;
