@@ -255,6 +255,7 @@ class Session:
         self._fast_conn: BackendConnection | None = None
         self._fast_node = ""
         self._fast_started = 0.0
+        self._warn_task: asyncio.Task | None = None
         self.peer = "?"
         self.log = log.bind(session=self.conn_id)
         self.executor = Executor(self)
@@ -397,7 +398,7 @@ class Session:
         the backend reported warnings or an error, SHOW WARNINGS learns them first, on a task (the client
         waits meanwhile)."""
         if exc is None and (getattr(sc, "warnings", 0) or getattr(sc, "error", None)) and self._fast_conn is not None:
-            asyncio.get_running_loop().create_task(self._fast_warnings(sc))
+            self._warn_task = asyncio.get_running_loop().create_task(self._fast_warnings(sc))  # referenced: not GCed
             return
         self._fast_end(sc, exc)
 
