@@ -471,8 +471,9 @@ class Executor:
                     log.info("cannot fetch a statement's warnings", error=e.message)
                     continue
                 for res in shown.results[:1]:
+                    # the message is in the session's character set: kept as its bytes (surrogateescape)
                     found.extend((bytes(lv or b"").decode(), int(code or 0),
-                                  bytes(msg or b"").decode("utf-8", "replace")) for lv, code, msg in res.rows)
+                                  bytes(msg or b"").decode("utf-8", "surrogateescape")) for lv, code, msg in res.rows)
             elif sc.error is not None:
                 found.append(("Error", sc.error.code, sc.error.message))
         if found:
@@ -481,7 +482,8 @@ class Executor:
     def show_warnings(self, sql: str) -> ResultSet:
         """SHOW WARNINGS / SHOW ERRORS of the session's last statement (SHOW COUNT(*) ... lives in the session)."""
         errors_only = sql.split()[1].upper() == "ERRORS"
-        rows = [[lv.encode(), str(code).encode(), msg.encode()] for lv, code, msg in self.session.warnings
+        rows = [[lv.encode(), str(code).encode(), msg.encode("utf-8", "surrogateescape")]
+                for lv, code, msg in self.session.warnings
                 if lv == "Error" or not errors_only]
         m = _SHOW_LIMIT.search(sql)
         if m is not None:  # LIMIT [offset,] count

@@ -166,3 +166,13 @@ def test_mysql_cli_show_warnings(proxy) -> None:
         out = res.stdout + res.stderr
         for i in (2, 4):
             assert f"Warning (Code 1292): Truncated incorrect INTEGER value: 'n{i}w'" in out, out
+
+
+def test_warning_text_stays_in_the_sessions_character_set(proxy) -> None:
+    conn = proxy.connect(charset="latin1")
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT CAST('\u00e9t\u00e9' AS INT) FROM {TABLE} WHERE id = 1")
+            assert _warnings(cur) == [("Warning", 1292, "Truncated incorrect INTEGER value: '\u00e9t\u00e9'")]
+    finally:
+        conn.close()
