@@ -61,6 +61,7 @@ def test_mysql2_execute_and_change_user(node_ready: str, node_proxy: ProxyProces
     assert out["limit_offset"] == [2, 3]
     assert out["offset"] == [4, 5]
     assert out["limit_half"] == [1, 2]            # 2.5 rounds half to even, as MariaDB reads it
+    assert out["limit_text"]["errno"] == 1235 and "LIMIT" in out["limit_text"]["message"], out["limit_text"]
     assert out["point"] == [{"id": 3, "name": "n3"}]
     assert out["inserted"] == [{"id": 10, "name": "it's \\ ten"}]
     assert backends[0].query("SELECT id FROM node_t WHERE id = 10", "db2") == [(10,)]  # 10 % 4 -> dn3

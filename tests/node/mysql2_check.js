@@ -22,6 +22,8 @@ async function attempt(f) {
   out.limit_offset = (await c.execute('SELECT id FROM node_t ORDER BY id LIMIT ?, ?', [1, 2]))[0].map(r => r.id);
   out.offset = (await c.execute('SELECT id FROM node_t ORDER BY id LIMIT ? OFFSET ?', [2, 3]))[0].map(r => r.id);
   out.limit_half = (await c.execute('SELECT id FROM node_t ORDER BY id LIMIT ?', [2.5]))[0].map(r => r.id);
+  // text that is not a whole number (MariaDB reads '2x' as 2, with a warning): refused with a reason
+  out.limit_text = await attempt(() => c.execute('SELECT id FROM node_t LIMIT ?', ['2x']));
   out.point = (await c.execute('SELECT id, name FROM node_t WHERE id = ?', [3]))[0];
   // a number as the sharding key of an INSERT routes like the integer it is; other types round-trip
   await c.execute('INSERT INTO node_t (id, name) VALUES (?, ?)', [10, "it's \\ ten"]);
