@@ -27,6 +27,7 @@ from .protocol.handshake import (build_auth_switch, build_greeting, is_ssl_reque
                                  parse_handshake_response, parse_stored_password, verify_native_password)
 from .protocol.messages import ResultSet, eof_packet, err_packet
 from .protocol.packets import PacketFramer, PacketTooBig, ProtocolError, frame
+from .protocol.response import ResponseScanner
 from .reply import Reply
 from .sqltok import first_keyword, split_statements, tokenize
 
@@ -397,7 +398,8 @@ class Session:
         """The backend's answer has been relayed (or failed): release, count, go on with the client; when
         the backend reported warnings or an error, SHOW WARNINGS learns them first, on a task (the client
         waits meanwhile)."""
-        if exc is None and (getattr(sc, "warnings", 0) or getattr(sc, "error", None)) and self._fast_conn is not None:
+        scanner: ResponseScanner = sc  # type: ignore[assignment]
+        if exc is None and (scanner.warnings or scanner.error is not None) and self._fast_conn is not None:
             self._warn_task = asyncio.get_running_loop().create_task(self._fast_warnings(sc))  # referenced: not GCed
             return
         self._fast_end(sc, exc)
