@@ -236,6 +236,8 @@ class Executor:
         except NotSupported:
             await self._syntax_verdict(sql)
             raise
+        if plan.tables:  # as in MariaDB, a statement on tables starts a fresh SHOW WARNINGS; SET, SELECT 1... keep it
+            self.session.warnings = []
         if self.session.read_only and (plan.is_write or plan.kind == "ddl"):
             raise ReadOnly(f"User '{self.session.user}' is read only")
         if plan.kind in ("select", "insert", "replace", "update", "delete") and not plan.hint:

@@ -674,10 +674,8 @@ class Session:
     async def statement(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
         """Run one statement; True if its answer was relayed straight to the client."""
         kw = first_keyword(sql)
-        rs = local.local_select(sql, self.local_values()) if kw == "SELECT" else None
-        if kw != "SHOW" and rs is None:  # a probe answered here (@@warning_count...) keeps them, as MariaDB does
-            self.warnings = []
         if kw == "SELECT":
+            rs = local.local_select(sql, self.local_values())
             if rs is not None:
                 r.resultset(rs, self.status(), more)
                 return False
