@@ -539,12 +539,13 @@ class Session:
             raise AccessDenied(f"Access denied for user '{user}'@'{self.peer}' (using password: {pw_note})")
         if not self.server.user_may_connect(u):
             raise ProxyError(f"Too many connections for user '{user}'", 1203, "42000")
+        if database and database not in u.schemas:
+            raise DbAccessDenied(f"Access denied for user '{user}'@'{self.peer}' to database '{database}'")
+        # the session is the user's only now: a refusal above must not count against (or for) its max_con
         self.user = user
         self.schemas = u.schemas
         self.read_only = u.read_only
         if database:
-            if database not in u.schemas:
-                raise DbAccessDenied(f"Access denied for user '{user}'@'{self.peer}' to database '{database}'")
             self.schema = database
         self.server.count_user(u.name, +1)
 
