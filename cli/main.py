@@ -34,7 +34,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         pass
 
     async def run() -> None:
-        server = ProxyServer(config)
+        try:
+            server = ProxyServer(config)
+        except ConfigError as e:
+            sys.stderr.write(f"pydble: config error: {e}\n")
+            raise SystemExit(2) from None
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,6 +34,8 @@ class ServerConfig:
     metrics_port: int = 0       # Prometheus endpoint; 0: off
     merge_memory_mb: int = 256  # rows one query may hold while merging several nodes' results
     client_buffer_kb: int = 256  # bytes queued for a slow client before backends stop being read
+    ssl_cert: str | None = None  # TLS on the client port: PEM certificate chain and key (both or neither)
+    ssl_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,23 @@ def load_config(path: str | Path) -> Config:
     return cfg
 
 
+def tls_context(server: ServerConfig) -> ssl.SSLContext | None:
+    """The TLS context of the client port (None without ssl_cert/ssl_key); a file that cannot be
+    loaded is a ConfigError naming the key, found at start-up rather than at the first TLS client."""
+    if server.ssl_cert is None or server.ssl_key is None:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    for key, path in (("ssl_cert", server.ssl_cert), ("ssl_key", server.ssl_key)):
+        if not Path(path).is_file():
+            raise ConfigError(f"server.{key}", f"file {path} not found")
+    try:
+        ctx.load_cert_chain(server.ssl_cert, server.ssl_key)
+    except (ssl.SSLError, OSError) as e:
+        raise ConfigError("server.ssl_cert", f"cannot load the certificate and key: {e}") from None
+    return ctx
+
+
 def _take(section: dict[str, Any], key: str, allowed: set[str]) -> None:
     for k in section:
         if k not in allowed:
@@ -220,7 +240,8 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
     p = "server"
     _typed(s, p, dict, "a table")
     _take(s, p, {"instance", "bind", "port", "manager_port", "version", "max_connections",
-                 "backend_timeout_s", "data_dir", "metrics_port", "merge_memory_mb", "client_buffer_kb"})
+                 "backend_timeout_s", "data_dir", "metrics_port", "merge_memory_mb", "client_buffer_kb",
+                 "ssl_cert", "ssl_key"})
     d = ServerConfig()
     cfg = ServerConfig(
         instance=_get(s, p, "instance", str, "a string", d.instance),
@@ -235,7 +256,12 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
         metrics_port=_port(s, p, "metrics_port", 0) if s.get("metrics_port") else 0,
         merge_memory_mb=_get(s, p, "merge_memory_mb", int, "an integer (MB)", d.merge_memory_mb),
         client_buffer_kb=_get(s, p, "client_buffer_kb", int, "an integer (KB)", d.client_buffer_kb),
+        ssl_cert=_get(s, p, "ssl_cert", str, "a file path", None) or None,
+        ssl_key=_get(s, p, "ssl_key", str, "a file path", None) or None,
     )
+    if (cfg.ssl_cert is None) != (cfg.ssl_key is None):
+        missing = "ssl_key" if cfg.ssl_key is None else "ssl_cert"
+        raise ConfigError(f"server.{missing}", "ssl_cert and ssl_key go together (both or neither)")
     if cfg.merge_memory_mb < 1 or cfg.client_buffer_kb < 16:
         raise ConfigError("server.merge_memory_mb", "merge_memory_mb must be >= 1 and client_buffer_kb >= 16")
     if cfg.metrics_port and cfg.metrics_port in (cfg.port, cfg.manager_port):

@@ -48,9 +48,10 @@ def _after_lenencs(data: bytes, pos: int, count: int) -> int:
 
 
 def whole_text_answer(data: bytes, deprecate_eof: bool) -> int:
-    """The final status flags when data is exactly one whole answer that ends a COM_QUERY (one OK, or one
-    text result set), else -1 and the general ResponseScanner decides. Reads packet headers only, like
-    the scanner, but in one tight loop for the small answers point queries get."""
+    """The final status flags (low 16 bits) and warning count (shifted by 16) when data is exactly one whole
+    answer that ends a COM_QUERY (one OK, or one text result set), else -1 and the general ResponseScanner
+    decides. Reads packet headers only, like the scanner, but in one tight loop for the small answers
+    point queries get."""
     n = len(data)
     if n < 5:
         return -1
@@ -63,10 +64,10 @@ def whole_text_answer(data: bytes, deprecate_eof: bool) -> int:
         if end != n or length < 7:
             return -1
         pos = _after_lenencs(data, 5, 2)
-        if pos + 2 > end:
+        if pos + 4 > end:
             return -1
         status = data[pos] | data[pos + 1] << 8
-        return -1 if status & _MORE else status
+        return -1 if status & _MORE else status | (data[pos + 2] | data[pos + 3] << 8) << 16
     if first >= 0xFB:  # ERR, LOCAL INFILE, or a column count past 250: the scanner's business
         return -1
     pos = end
@@ -85,14 +86,16 @@ def whole_text_answer(data: bytes, deprecate_eof: bool) -> int:
                 return -1
             if deprecate_eof:
                 at = _after_lenencs(data, pos + 5, 2)
-                if at + 2 > end:
+                if at + 4 > end:
                     return -1
                 status = data[at] | data[at + 1] << 8
+                warnings = data[at + 2] | data[at + 3] << 8
             else:
                 if length < 5:
                     return -1
                 status = data[pos + 7] | data[pos + 8] << 8
-            return -1 if status & _MORE else status
+                warnings = data[pos + 5] | data[pos + 6] << 8
+            return -1 if status & _MORE else status | warnings << 16
         if b == 0xFF:
             return -1
         pos = end
@@ -163,7 +166,8 @@ class BackendConnection(asyncio.Protocol):
             status = whole_text_answer(data, scanner.deprecate_eof)
             if status >= 0:  # the usual small answer, whole in one read: no packet-by-packet scan
                 scanner.done = True
-                scanner.status = status
+                scanner.status = status & 0xFFFF
+                scanner.warnings = status >> 16
                 if data[4] == 0:
                     scanner.ok = parse_ok(data[4:])
                 self._sink.write(data)

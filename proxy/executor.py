@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import TYPE_CHECKING
 
 import structlog
@@ -32,6 +33,9 @@ log = structlog.get_logger("pydble.executor")
 
 WARNING_COLUMNS = (ColumnDef("Level", C.T_VAR_STRING, 45, 28), ColumnDef("Code", C.T_LONG, 63, 4, 0xA1),
                    ColumnDef("Message", C.T_VAR_STRING, 45, 2048))
+
+
+_SHOW_LIMIT = re.compile(r"\bLIMIT\s+(\d+)(?:\s*,\s*(\d+))?\s*;?\s*$", re.I)
 
 
 def _com_query(sql: str) -> bytes:
@@ -334,6 +338,8 @@ class Executor:
         except NotSupported:
             await self._syntax_verdict(sql)
             raise
+        if plan.tables:  # as in MariaDB, a statement on tables starts a fresh SHOW WARNINGS; SET, SELECT 1... keep it
+            self.session.warnings = []
         if self.session.read_only and (plan.is_write or plan.kind == "ddl"):
             raise ReadOnly(f"User '{self.session.user}' is read only")
         if self.locked_tables:
@@ -401,6 +407,7 @@ class Executor:
                     sc = await conn.run(packet, self.server.backends.timeout_s, kind=kind, collect=True)
                 except BackendUnavailable as e:
                     raise _on_node(node, e) from None
+            await self.keep_warnings([(conn, sc)])
         finally:
             self._done_with(node, conn)
         self._note_ok(sc)
@@ -427,8 +434,9 @@ class Executor:
         if sc.error is not None:
             r.err_info(sc.error)
 
-    async def _run_on(self, targets: list[tuple[str, str]]) -> list[ResponseScanner]:
-        """Run per-node SQL on several nodes in parallel, collecting their answers."""
+    async def _run_on(self, targets: list[tuple[str, str]], copies: bool = False) -> list[ResponseScanner]:
+        """Run per-node SQL on several nodes in parallel, collecting their answers; copies: the nodes run
+        the same statement on copies of the same rows (global tables), so one node's warnings stand for all."""
         acquired = await asyncio.gather(*(self._get(node) for node, _ in targets), return_exceptions=True)
         failure = next((a for a in acquired if isinstance(a, BaseException)), None)
         if failure is not None:
@@ -441,6 +449,7 @@ class Executor:
         results = await asyncio.gather(
             *(c.run(_com_query(sql), self.server.backends.timeout_s, collect=True, budget=budget)
               for c, (_, sql) in zip(conns, targets)), return_exceptions=True)
+        await self.keep_warnings(list(zip(conns, results)), copies)
         for (node, _), c in zip(targets, conns):
             self._done_with(node, c)
         for (node, _), res in zip(targets, results):
@@ -453,7 +462,7 @@ class Executor:
 
     async def run_multi(self, plan: Plan, r: Reply, more: bool) -> None:
         """Scatter a statement to several nodes; merge reads, sum writes."""
-        scanners = await self._run_on([(t.node, t.sql) for t in plan.targets])
+        scanners = await self._run_on([(t.node, t.sql) for t in plan.targets], copies=self._global_only(plan))
         for sc in scanners:
             if sc.error is not None:
                 r.err_info(sc.error)
@@ -471,9 +480,10 @@ class Executor:
             if len(sets) != len(scanners):
                 raise NotSupported("a scattered statement returned results of different shapes")
             merge = plan.merge
+            warnings = min(len(self.session.warnings), 0xFFFF)  # every node's, as SHOW WARNINGS lists them
 
             def merge_and_encode() -> None:
-                r.resultset(merge_results(merge, sets), status, more)
+                r.resultset(merge_results(merge, sets), status, more, warnings)
 
             if sum(len(s.rows) for s in sets) > MERGE_INLINE_ROWS:
                 # a big sort or grouping off the event loop: other sessions keep being served meanwhile
@@ -492,7 +502,7 @@ class Executor:
         if plan.kind == "select" or any(sc.results and sc.results[0].columns for sc in scanners):
             # a read that needs no merge plan (e.g. a global table broadcast): first node answers
             first = scanners[0].results[0]
-            r.resultset(first, status, more)
+            r.resultset(first, status, more, scanners[0].warnings)
             return
         r.ok(status, affected, last_id, warnings, more=more)
 
@@ -558,14 +568,37 @@ class Executor:
             raise NoSuchTable(f"Table '{schema}.{table}' doesn't exist")
         return await self.run_single(node, frame(0, payload), r, False, True, kind="field_list")
 
-    async def show_warnings(self, sql: str) -> ResultSet:
-        """SHOW WARNINGS of the last node used, when that connection is still ours; else none."""
-        if self.session.warnings:
-            return ResultSet(list(WARNING_COLUMNS), [[lv.encode(), str(code).encode(), msg.encode()]
-                                                     for lv, code, msg in self.session.warnings])
-        conn = self.pinned.get(self.last_node or "")
-        if conn is not None and not conn.broken:
-            sc = await conn.query(sql, self.server.backends.timeout_s)
-            if sc.results:
-                return sc.results[0]
-        return ResultSet(list(WARNING_COLUMNS), [])
+    async def keep_warnings(self, done: list[tuple[BackendConnection, object]], copies: bool = False) -> None:
+        """After a statement, before its connections go back: the warnings (or error) each node reported
+        for it (copies: the first node's only), fetched with SHOW WARNINGS where the count says there are
+        some; SHOW WARNINGS, SHOW COUNT(*) WARNINGS and @@warning_count answer them next."""
+        found: list[tuple[str, int, str]] = []
+        for conn, sc in done[:1] if copies else done:
+            if not isinstance(sc, ResponseScanner):
+                continue
+            if sc.warnings and not conn.broken:
+                try:
+                    shown = await conn.query("SHOW WARNINGS", self.server.backends.timeout_s)
+                except ProxyError as e:
+                    log.info("cannot fetch a statement's warnings", error=e.message)
+                    continue
+                for res in shown.results[:1]:
+                    # the message is in the session's character set: kept as its bytes (surrogateescape)
+                    found.extend((bytes(lv or b"").decode(), int(code or 0),
+                                  bytes(msg or b"").decode("utf-8", "surrogateescape")) for lv, code, msg in res.rows)
+            elif sc.error is not None:
+                found.append(("Error", sc.error.code, sc.error.message))
+        if found:
+            self.session.warnings = found
+
+    def show_warnings(self, sql: str) -> ResultSet:
+        """SHOW WARNINGS / SHOW ERRORS of the session's last statement (SHOW COUNT(*) ... lives in the session)."""
+        errors_only = sql.split()[1].upper() == "ERRORS"
+        rows = [[lv.encode(), str(code).encode(), msg.encode("utf-8", "surrogateescape")]
+                for lv, code, msg in self.session.warnings
+                if lv == "Error" or not errors_only]
+        m = _SHOW_LIMIT.search(sql)
+        if m is not None:  # LIMIT [offset,] count
+            offset, count = (int(m.group(1)), int(m.group(2))) if m.group(2) else (0, int(m.group(1)))
+            rows = rows[offset:offset + count]
+        return ResultSet(list(WARNING_COLUMNS), rows)

@@ -140,6 +140,8 @@ _LOCAL_FUNCS = {
     "current_user": "user", "session_user()": "user", "system_user()": "user",
     "@@version_comment": "version_comment", "@@session.version_comment": "version_comment",
     "@@identity": "last_insert_id", "@@last_insert_id": "last_insert_id",
+    "@@warning_count": "warning_count", "@@session.warning_count": "warning_count",
+    "@@error_count": "error_count", "@@session.error_count": "error_count",
 }
 _LOCAL_SELECT = re.compile(r"^\s*SELECT\s+(?P<items>.+?)\s*(?:LIMIT\s+\d+\s*)?;?\s*$", re.I | re.S)
 _ITEM = re.compile(r"^(?P<expr>[@\w.]+(?:\(\s*\))?)(?:\s+(?:AS\s+)?(?P<alias>`[^`]+`|'[^']+'|\"[^\"]+\"|\w+))?$",

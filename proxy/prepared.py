@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from meta.errors import BackendError, ProxyError
+from meta.errors import BackendError, NotSupported, ProxyError
 
 from .merge import merged_columns
 from .protocol import constants as C
-from .protocol.binary import (LAST_STATEMENT_ID, LONG_DATA, BinaryResultConverter, ParamType, parse_execute,
-                              parse_prepare_response, parse_send_long_data, placeholder_positions, prepare_ok,
-                              sql_literal, substitute)
+from .protocol.binary import (LAST_STATEMENT_ID, LONG_DATA, BinaryResultConverter, ParamType, limit_literal,
+                              limit_placeholders, parse_execute, parse_prepare_response, parse_send_long_data,
+                              placeholder_positions, prepare_ok, sql_literal, substitute)
 from .protocol.messages import ColumnDef, eof_packet, parse_column_def
 from .protocol.packets import ProtocolError, frame
 from .reply import Reply
@@ -51,6 +51,14 @@ def _err_unknown(stmt_id: int, where: str) -> ProxyError:
     return ProxyError(f"Unknown prepared statement handler ({stmt_id}) given to {where}", 1243, "HY000")
 
 
+def _limit_literal(value: object) -> str:
+    try:
+        return limit_literal(value)
+    except ValueError as e:
+        raise NotSupported(f"{e}: pydble writes the parameters into the statement and cannot read this "
+                           "one in LIMIT as MariaDB would") from None
+
+
 @dataclass(frozen=True)
 class Shape:
     """What PREPARE learned of one statement text: placeholders and the definitions clients see."""
@@ -60,6 +68,7 @@ class Shape:
     param_defs: tuple[bytes, ...]
     column_defs: tuple[bytes, ...]
     version: int
+    limits: frozenset[int] = frozenset()  # the placeholders that are a LIMIT count or offset
 
 
 class ShapeCache:
@@ -233,18 +242,19 @@ class PreparedStatements:
         toks = tokenize(sql)
         positions = placeholder_positions(toks)
         param_defs = (_PARAM_DEF,) * len(positions)
+        limits = limit_placeholders(toks)
         if first_keyword(sql) in _SESSION_KEYWORDS:
-            return Shape(sql, positions, param_defs, (), version)  # BEGIN, SET, SHOW...: the session answers
+            return Shape(sql, positions, param_defs, (), version, limits)  # BEGIN, SET, SHOW...: the session answers
         plan = self._route_for_prepare(sql, positions)
         if plan is None or plan.kind == "ddl" or not plan.targets:
-            return Shape(sql, positions, param_defs, (), version)
+            return Shape(sql, positions, param_defs, (), version, limits)
         target = plan.targets[0]
         backend_params, columns = await self._prepare_on(target.node, target.sql)
         if len(backend_params) == len(positions):
             param_defs = backend_params
         if plan.merge is not None and columns:
             columns = tuple(c.encode() for c in merged_columns(plan.merge, [parse_column_def(c) for c in columns]))
-        return Shape(sql, positions, param_defs, columns, version)
+        return Shape(sql, positions, param_defs, columns, version, limits)
 
     def _route_for_prepare(self, sql: str, positions: tuple[tuple[int, int], ...]) -> Plan | None:
         """A plan for the statement with its placeholders unbound: as is, or with NULL or 1 standing in."""
@@ -305,11 +315,12 @@ class PreparedStatements:
             return stmt.shape.sql
         backslashes = "NO_BACKSLASH_ESCAPES" not in self.session.vars.get("sql_mode", "").upper()
         literals = []
+        limits = stmt.shape.limits
         try:
             for i, v in enumerate(req.values):
                 if v is LONG_DATA:
                     v = bytes(stmt.long_data[i])
-                literals.append(sql_literal(v, backslashes))
+                literals.append(sql_literal(v, backslashes) if i not in limits else _limit_literal(v))
         except (ValueError, TypeError) as e:
             raise ProxyError(f"Incorrect arguments to mysqld_stmt_execute ({e})", 1210, "HY000") from None
         return substitute(stmt.shape.sql, stmt.shape.positions, literals)

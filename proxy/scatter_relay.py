@@ -230,6 +230,7 @@ async def relay_concat(ex: Executor, plan: Plan) -> bool:
         results = await asyncio.gather(*(c.run(_com_query(sql), timeout, sink=nd)
                                          for c, nd, (_, sql) in zip(conns, nodes, targets)),
                                        return_exceptions=True)
+        await ex.keep_warnings(list(zip(conns, results)))
     finally:
         for c in conns:
             ex.streaming.discard(c)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from meta.config import Config, UserConfig
+from meta.config import Config, UserConfig, tls_context
 from meta.errors import BackendUnavailable, ProxyError
 from meta.backend_query import PooledMetaBackend
 from meta.history import DdlHistory
@@ -42,6 +42,7 @@ class ProxyServer:
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        self.tls = tls_context(config.server)  # TLS on the client port, when configured
         self.backends = Backends(config)
         self.registry = Registry(config)
         self.meta_backend = PooledMetaBackend()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+import ssl
 import struct
 import time
 from typing import TYPE_CHECKING
@@ -20,10 +22,12 @@ from .executor import Executor, _com_query, _on_node as on_node
 from .log import REQUEST_ID
 from .prepared import COMMANDS as STMT_COMMANDS, PreparedStatements
 from .protocol import constants as C
-from .protocol.handshake import (build_auth_switch, build_greeting, parse_handshake_response, parse_stored_password,
-                                 verify_native_password)
+from .protocol.collations import COLLATIONS, charset_of
+from .protocol.handshake import (build_auth_switch, build_greeting, is_ssl_request, parse_change_user,
+                                 parse_handshake_response, parse_stored_password, verify_native_password)
 from .protocol.messages import ResultSet, eof_packet, err_packet
 from .protocol.packets import PacketFramer, PacketTooBig, ProtocolError, frame
+from .protocol.response import ResponseScanner
 from .reply import Reply
 from .sqltok import first_keyword, split_statements, tokenize
 
@@ -32,14 +36,29 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("pydble.session")
 
-CHARSETS = {8: "latin1", 28: "gbk", 33: "utf8", 45: "utf8mb4", 46: "utf8mb4", 63: "binary", 83: "utf8",
-            192: "utf8", 224: "utf8mb4", 255: "utf8mb4"}
 _SALT_CHARS = bytes(range(33, 127)).replace(b"$", b"")
+
+
+_SHOW_COUNT = re.compile(r"^\s*SHOW\s+COUNT\s*\(\s*\*\s*\)\s+(WARNINGS|ERRORS)\s*;?\s*$", re.I)
 
 
 def make_salt() -> bytes:
     """20 printable random bytes (no NUL, no '$'), as MySQL servers send."""
     return bytes(_SALT_CHARS[b % len(_SALT_CHARS)] for b in os.urandom(20))
+
+
+def _feed(protocol: asyncio.BaseProtocol, data: bytes) -> None:
+    """Give bytes to a (buffered) protocol as if its transport had read them."""
+    if hasattr(protocol, "buffer_updated"):  # asyncio's and uvloop's TLS protocols are buffered
+        view = memoryview(data)
+        while view:
+            buf = protocol.get_buffer(len(view))  # type: ignore[attr-defined]
+            n = min(len(buf), len(view))
+            buf[:n] = view[:n]
+            protocol.buffer_updated(n)  # type: ignore[attr-defined]
+            view = view[n:]
+    else:
+        protocol.data_received(data)  # type: ignore[attr-defined]
 
 
 class ClientProtocol(asyncio.Protocol):
@@ -68,11 +87,15 @@ class ClientProtocol(asyncio.Protocol):
             transport.close()
             self.closed = True
             return
-        buffer = self.server.config.server.client_buffer_kb << 10
-        transport.set_write_buffer_limits(high=buffer, low=buffer // 4)  # past it: backends are paused
+        self._buffer_limits(transport)
         self.session = self.session_cls(self.server, self)
         self.server.track(self.session)
         self.server.metrics.connections.inc()
+
+    def _buffer_limits(self, transport: asyncio.BaseTransport) -> None:
+        """Past client_buffer_kb queued for the client, the backends streaming to it are paused."""
+        buffer = self.server.config.server.client_buffer_kb << 10
+        transport.set_write_buffer_limits(high=buffer, low=buffer // 4)  # type: ignore[attr-defined]
 
     def data_received(self, data: bytes) -> None:
         if self.busy:
@@ -174,6 +197,32 @@ class ClientProtocol(asyncio.Protocol):
                     return None
             self._wakeup = None
 
+    async def start_tls(self, ctx: ssl.SSLContext, timeout: float) -> bool:
+        """After the client's SSLRequest: the TLS handshake on this connection; False if it failed
+        (the connection is then closed)."""
+        loop = asyncio.get_running_loop()
+        raw = self.transport
+        assert raw is not None
+        raw.pause_reading()  # nothing more reaches the framer: what comes next is TLS
+        early = self.framer.take_rest()  # ClientHello bytes read with the SSLRequest, if any
+        upgrade = loop.create_task(loop.start_tls(raw, self, ctx, server_side=True, ssl_handshake_timeout=timeout))
+        if early:
+            # start_tls puts its TLS protocol on the transport in its first step and schedules that
+            # protocol's connection_made; hand it the early bytes right after, before any new ones
+            while raw.get_protocol() is self and not upgrade.done():
+                await asyncio.sleep(0)
+            if raw.get_protocol() is not self:
+                loop.call_soon(_feed, raw.get_protocol(), early)
+        try:
+            self.transport = await upgrade
+            self._buffer_limits(self.transport)
+        except (ssl.SSLError, OSError, asyncio.TimeoutError, ConnectionError) as e:
+            log.info("TLS handshake failed, closing", error=str(e) or type(e).__name__)
+            self.closed = True
+            raw.close()
+            return False
+        return True
+
     def close(self) -> None:
         """Close the client socket."""
         if self.transport is not None and not self.closed:
@@ -190,6 +239,8 @@ class Session:
         self.user = ""
         self.schema: str | None = None
         self.schemas: tuple[str, ...] = ()
+        self.salt = b""          # the handshake's scramble: COM_CHANGE_USER answers to it
+        self.collation_id = C.CHARSET_UTF8MB4_GENERAL_CI  # the handshake's (or COM_CHANGE_USER's)
         self.read_only = False
         self.capabilities = 0
         self.format_flags = 0
@@ -205,6 +256,7 @@ class Session:
         self._fast_conn: BackendConnection | None = None
         self._fast_node = ""
         self._fast_started = 0.0
+        self._warn_task: asyncio.Task | None = None
         self.peer = "?"
         self.log = log.bind(session=self.conn_id)
         self.executor = Executor(self)
@@ -343,7 +395,22 @@ class Session:
         return True
 
     def _fast_done(self, sc: object, exc: ProxyError | None) -> None:
-        """The backend's answer has been relayed (or failed): release, count, go on with the client."""
+        """The backend's answer has been relayed (or failed): release, count, go on with the client; when
+        the backend reported warnings or an error, SHOW WARNINGS learns them first, on a task (the client
+        waits meanwhile)."""
+        scanner: ResponseScanner = sc  # type: ignore[assignment]
+        if exc is None and (scanner.warnings or scanner.error is not None) and self._fast_conn is not None:
+            self._warn_task = asyncio.get_running_loop().create_task(self._fast_warnings(sc))  # referenced: not GCed
+            return
+        self._fast_end(sc, exc)
+
+    async def _fast_warnings(self, sc: object) -> None:
+        try:
+            await self.executor.keep_warnings([(self._fast_conn, sc)])  # type: ignore[list-item]
+        finally:
+            self._fast_end(sc, None)
+
+    def _fast_end(self, sc: object, exc: ProxyError | None) -> None:
         conn, node = self._fast_conn, self._fast_node
         self._fast_conn = None
         client = self.client
@@ -374,8 +441,14 @@ class Session:
         """Greet, authenticate with mysql_native_password, pick the schema; False if refused."""
         salt = make_salt()
         status = C.STATUS_AUTOCOMMIT
-        self.client.write(frame(0, build_greeting(self.conn_id, self.server.version, salt, status=status)))
+        tls = self.server.tls
+        caps = C.SERVER_CAPABILITIES | (C.SSL if tls is not None else 0)
+        self.client.write(frame(0, build_greeting(self.conn_id, self.server.version, salt, caps, status=status)))
         pkt = await self.client.next_packet(timeout=self.server.login_timeout_s)
+        if pkt is not None and tls is not None and is_ssl_request(pkt[1]):
+            if not await self.client.start_tls(tls, self.server.login_timeout_s):
+                return False
+            pkt = await self.client.next_packet(timeout=self.server.login_timeout_s)
         if pkt is None:
             return False
         seq, payload = pkt
@@ -385,15 +458,11 @@ class Session:
             self.client.write(frame(seq + 1, b"\xff" + struct.pack("<H", 1043) + b"#08S01"
                                     + f"Bad handshake: {e}".encode()))
             return False
-        seq += 1
-        auth = resp.auth_response
-        if resp.auth_plugin and resp.auth_plugin != C.NATIVE_PASSWORD and resp.capabilities & C.PLUGIN_AUTH:
-            self.client.write(frame(seq, build_auth_switch(C.NATIVE_PASSWORD, salt)))
-            pkt = await self.client.next_packet(timeout=self.server.login_timeout_s)
-            if pkt is None:
-                return False
-            seq, auth = pkt
-            seq += 1
+        self.salt = salt
+        switched = await self._native_auth(resp.auth_plugin, resp.auth_response, seq + 1, resp.capabilities)
+        if switched is None:
+            return False
+        seq, auth = switched
         self.capabilities = resp.capabilities & C.SERVER_CAPABILITIES
         self.deprecate_eof = bool(self.capabilities & C.DEPRECATE_EOF)
         self.format_flags = self.capabilities & C.FORMAT_FLAGS
@@ -406,15 +475,61 @@ class Session:
             self.client.write(r.bytes())
             self.log.info("login refused", user=resp.user, code=e.code)
             return False
-        cs = CHARSETS.get(resp.charset, "utf8mb4")
-        if cs != "utf8mb4":
-            self.set_var("names", f"SET NAMES {cs}")
+        self.client_charset(resp.charset)
         self.log = self.log.bind(user=self.user)
         r = Reply(self.deprecate_eof)
         r.seq = seq
         r.ok(self.status())
         self.client.write(r.bytes())
         return True
+
+    async def _native_auth(self, plugin: str | None, auth: bytes, seq: int, caps: int) -> tuple[int, bytes] | None:
+        """The client's mysql_native_password answer to this session's salt: as sent, or after an auth
+        switch when it answered with another plugin; (next sequence id, answer), None if it left."""
+        if plugin and plugin != C.NATIVE_PASSWORD and caps & C.PLUGIN_AUTH:
+            self.client.write(frame(seq, build_auth_switch(C.NATIVE_PASSWORD, self.salt)))
+            pkt = await self.client.next_packet(timeout=self.server.login_timeout_s)
+            if pkt is None:
+                return None
+            seq, auth = pkt
+            seq += 1
+        return seq, auth
+
+    async def change_user(self, payload: bytes) -> bool:
+        """COM_CHANGE_USER: log in again as another user (checked against the handshake's salt), then start
+        afresh as COM_RESET_CONNECTION does, in the requested schema; a refusal ends the connection."""
+        req = parse_change_user(payload, self.capabilities | C.PROTOCOL_41)
+        switched = await self._native_auth(req.auth_plugin, req.auth_response, 1, self.capabilities)
+        if switched is None:
+            return False
+        seq, auth = switched
+        await self.reset_state()
+        if self.user:  # the old login no longer counts against its user's max_con
+            self.server.count_user(self.user, -1)
+        self.user, self.schema = "", None
+        r = Reply(self.deprecate_eof)
+        r.seq = seq
+        try:
+            self.authenticate(req.user, auth, self.salt, req.database)
+        except ProxyError as e:
+            r.proxy_error(e)
+            self.client.write(r.bytes())
+            self.log.info("change user refused", user=req.user, code=e.code)
+            return False
+        if req.charset is not None:
+            self.client_charset(req.charset)
+        self.log = self.log.bind(user=self.user)
+        r.ok(self.status())
+        self.client.write(r.bytes())
+        return True
+
+    def client_charset(self, collation_id: int) -> None:
+        """The collation a client names at login (the handshake's charset byte) is its session's, replayed
+        on backend connections as SET NAMES ... COLLATE ...; an unknown id keeps the default."""
+        self.collation_id = collation_id
+        name = COLLATIONS.get(collation_id)
+        if name is not None:
+            self.set_var("names", f"SET NAMES {charset_of(name)} COLLATE {name}")
 
     def authenticate(self, user: str, auth: bytes, salt: bytes, database: str | None) -> None:
         """Check the user's password and schema grant, raising 1045/1044/1049 as MySQL does."""
@@ -424,12 +539,13 @@ class Session:
             raise AccessDenied(f"Access denied for user '{user}'@'{self.peer}' (using password: {pw_note})")
         if not self.server.user_may_connect(u):
             raise ProxyError(f"Too many connections for user '{user}'", 1203, "42000")
+        if database and database not in u.schemas:
+            raise DbAccessDenied(f"Access denied for user '{user}'@'{self.peer}' to database '{database}'")
+        # the session is the user's only now: a refusal above must not count against (or for) its max_con
         self.user = user
         self.schemas = u.schemas
         self.read_only = u.read_only
         if database:
-            if database not in u.schemas:
-                raise DbAccessDenied(f"Access denied for user '{user}'@'{self.peer}' to database '{database}'")
             self.schema = database
         self.server.count_user(u.name, +1)
 
@@ -440,6 +556,19 @@ class Session:
         if self.explicit_txn or self.executor.in_trans():
             st |= C.STATUS_IN_TRANS
         return st
+
+    async def reset_state(self) -> None:
+        """COM_RESET_CONNECTION (and COM_CHANGE_USER): the transaction rolls back, statements and
+        session variables are gone, autocommit is on again, the collation is the handshake's."""
+        await self.executor.rollback_all()
+        await self.executor.unlock_tables()
+        self.prepared.close_all()
+        self.vars = {}
+        self.client_charset(self.collation_id)  # MariaDB goes back to the handshake's collation too
+        self.autocommit = True
+        self.explicit_txn = False
+        self.last_insert_id = 0
+        self.warnings = []
 
     def set_var(self, key: str, sql: str) -> None:
         """Record a session variable to be replayed on every backend connection this session uses."""
@@ -457,7 +586,9 @@ class Session:
     def local_values(self) -> dict[str, object]:
         """Values for the locally answered probes."""
         return {"database": self.schema, "connection_id": self.conn_id, "last_insert_id": self.last_insert_id,
-                "user": f"{self.user}@{self.peer}", "version_comment": "pydble sharding proxy"}
+                "user": f"{self.user}@{self.peer}", "version_comment": "pydble sharding proxy",
+                "warning_count": len(self.warnings),
+                "error_count": sum(1 for w in self.warnings if w[0] == "Error")}
 
     # -- commands -------------------------------------------------------------------------------
     async def dispatch(self, payload: bytes) -> bool:
@@ -480,14 +611,10 @@ class Session:
                 if await self.executor.field_list(payload, r):
                     return True
             elif cmd == C.COM_RESET_CONNECTION:
-                await self.executor.rollback_all()
-                await self.executor.unlock_tables()
-                self.prepared.close_all()
-                self.vars = {}
-                self.autocommit = True
-                self.explicit_txn = False
-                self.last_insert_id = 0
+                await self.reset_state()
                 r.ok(self.status())
+            elif cmd == C.COM_CHANGE_USER:
+                return await self.change_user(payload)
             elif cmd == C.COM_SET_OPTION:
                 opt = struct.unpack_from("<H", payload, 1)[0] if len(payload) >= 3 else -1
                 if opt == 0:
@@ -549,8 +676,6 @@ class Session:
     async def statement(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
         """Run one statement; True if its answer was relayed straight to the client."""
         kw = first_keyword(sql)
-        if kw != "SHOW":
-            self.warnings = []
         if kw == "SELECT":
             rs = local.local_select(sql, self.local_values())
             if rs is not None:
@@ -689,7 +814,10 @@ class Session:
             return await self._table_status(self._show_schema(ts[0]), ts[1])
         up = " ".join(sql.upper().split()[:2])
         if up in ("SHOW WARNINGS", "SHOW ERRORS"):
-            return await self.executor.show_warnings(sql)
+            return self.executor.show_warnings(sql)
+        m = _SHOW_COUNT.match(sql)
+        if m is not None:
+            return local.local_select(f"SELECT @@session.{m.group(1).lower()[:-1]}_count", self.local_values())
         return None
 
 

@@ -250,14 +250,12 @@ def sql_literal(value: object, backslash_escapes: bool = True) -> str:
         return "1" if value else "0"
     if isinstance(value, int):
         return str(value)
-    if isinstance(value, _Float32):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise ValueError("FLOAT parameter is not a finite number")
-        return _format_float32(value)
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
-            raise ValueError("DOUBLE parameter is not a finite number")
-        return repr(value)
+            raise ValueError("FLOAT/DOUBLE parameter is not a finite number")
+        text = _format_float32(value) if isinstance(value, _Float32) else repr(value)
+        # an exponent makes it a DOUBLE literal, as the bound parameter is (2.0 alone would be a DECIMAL)
+        return text if "e" in text else text + "e0"
     if isinstance(value, (bytes, bytearray, memoryview)):
         b = bytes(value)
         try:
@@ -277,6 +275,58 @@ def sql_literal(value: object, backslash_escapes: bool = True) -> str:
     if isinstance(value, str):
         return quote_string(value, backslash_escapes)
     raise TypeError(f"cannot write {type(value).__name__} as an SQL literal")
+
+
+_LIMIT_WORDS = frozenset({"LIMIT", "OFFSET"})
+_U64 = (1 << 64) - 1
+
+
+def limit_placeholders(tokens: list[tuple[str, str, int, int]]) -> frozenset[int]:
+    """Which placeholders (by their order) stand for a LIMIT row count or offset: `LIMIT ?`,
+    `LIMIT ?, ?` (also after a number), `OFFSET ?`, `FETCH FIRST|NEXT ?`."""
+    out: set[int] = set()
+    k = -1
+    for i, t in enumerate(tokens):
+        if t[0] != "p":
+            continue
+        k += 1
+        prev = tokens[i - 1] if i else None
+        if prev is None:
+            continue
+        if prev[0] == "w" and prev[1].upper() in _LIMIT_WORDS:
+            out.add(k)
+        elif (prev[1] == "," and i >= 3 and tokens[i - 2][0] in "pn" and tokens[i - 3][0] == "w"
+              and tokens[i - 3][1].upper() == "LIMIT"):
+            out.add(k)
+        elif (prev[0] == "w" and prev[1].upper() in ("FIRST", "NEXT") and i >= 2 and tokens[i - 2][0] == "w"
+              and tokens[i - 2][1].upper() == "FETCH"):
+            out.add(k)
+    return frozenset(out)
+
+
+def limit_literal(value: object) -> str:
+    """A parameter bound in LIMIT/OFFSET, as the unsigned integer MariaDB reads it there whatever its
+    type: a DOUBLE rounded half to even (2.5 -> 2, 2.7 -> 3), NULL as 0, a negative integer wrapped
+    to 64 bits. Values MariaDB would read some other way (fractional decimals, text that is not a
+    whole number, dates) raise ValueError."""
+    if value is None:
+        return "0"
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError("LIMIT parameter is not a finite number")
+        value = round(value)
+    elif isinstance(value, Decimal):
+        if value != value.to_integral_value():
+            raise ValueError(f"LIMIT parameter {value} is not a whole number")
+        value = int(value)
+    elif isinstance(value, (bytes, bytearray)):
+        text = bytes(value).strip()
+        if not re.fullmatch(rb"[+-]?[0-9]{1,20}", text):
+            raise ValueError(f"LIMIT parameter {bytes(value)[:40]!r} is not a whole number")
+        value = int(text)
+    if not isinstance(value, int) or not -(1 << 63) <= value <= _U64:
+        raise ValueError(f"LIMIT parameter {value!r} is not a 64-bit whole number")
+    return str(value & _U64)
 
 
 def placeholder_positions(tokens: list[tuple[str, str, int, int]]) -> tuple[tuple[int, int], ...]:
@@ -551,7 +601,8 @@ def _read_count(p: bytes) -> tuple[int, int]:
 
 __all__ = [
     "BinaryResultConverter", "ExecuteRequest", "LONG_DATA", "LAST_STATEMENT_ID", "ParamType", "PrepareOk",
-    "binary_value", "decode_param", "encode_binary_row", "parse_execute", "parse_prepare_response",
+    "binary_value", "decode_param", "encode_binary_row", "limit_literal", "limit_placeholders", "parse_execute",
+    "parse_prepare_response",
     "parse_send_long_data", "placeholder_positions", "prepare_ok", "quote_string", "sql_literal",
     "stmt_id_of", "substitute",
 ]

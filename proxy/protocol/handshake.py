@@ -107,6 +107,15 @@ def parse_greeting(payload: bytes) -> ServerGreeting:
                           status, plugin)
 
 
+def is_ssl_request(payload: bytes) -> bool:
+    """True for an SSLRequest: the 32-byte head of a HandshakeResponse41 with CLIENT_SSL, sent in the clear
+    before the TLS handshake (the whole response follows over TLS)."""
+    if len(payload) != 32:
+        return False
+    caps = struct.unpack_from("<I", payload, 0)[0]
+    return bool(caps & C.SSL and caps & C.PROTOCOL_41)
+
+
 @dataclass(frozen=True)
 class HandshakeResponse:
     """What a client answers to the greeting (HandshakeResponse41)."""
@@ -129,20 +138,14 @@ def parse_handshake_response(payload: bytes) -> HandshakeResponse:
     if not caps & C.PROTOCOL_41:
         raise ProtocolError("client does not speak protocol 4.1")
     if caps & C.SSL and len(payload) == 32:
-        raise ProtocolError("SSL is not supported")
+        raise ProtocolError("SSL was not offered")
     pos = 32
     user_b, pos = read_nul_str(payload, pos)
     if caps & C.PLUGIN_AUTH_LENENC_CLIENT_DATA:
         auth, pos = read_lenenc_str(payload, pos)
         auth = auth or b""
     elif caps & C.SECURE_CONNECTION:
-        if pos >= len(payload):
-            raise ProtocolError("truncated auth response")
-        n = payload[pos]
-        auth = bytes(payload[pos + 1:pos + 1 + n])
-        if len(auth) != n:
-            raise ProtocolError("truncated auth response")
-        pos += 1 + n
+        auth, pos = _read_short_auth(payload, pos)
     else:
         auth, pos = read_nul_str(payload, pos)
     database = None
@@ -153,8 +156,32 @@ def parse_handshake_response(payload: bytes) -> HandshakeResponse:
     if caps & C.PLUGIN_AUTH and pos < len(payload):
         p, pos = read_nul_str(payload + b"\x00", pos)
         plugin = p.decode("utf-8", "replace")
+    attrs = _read_attrs(payload, pos) if caps & C.CONNECT_ATTRS else {}
+    return HandshakeResponse(caps, max_packet, charset, _user_name(user_b), auth, database, plugin, attrs)
+
+
+def _read_short_auth(payload: bytes, pos: int) -> tuple[bytes, int]:
+    """An auth response preceded by its one-byte length (CLIENT_SECURE_CONNECTION)."""
+    if pos >= len(payload):
+        raise ProtocolError("truncated auth response")
+    n = payload[pos]
+    auth = bytes(payload[pos + 1:pos + 1 + n])
+    if len(auth) != n:
+        raise ProtocolError("truncated auth response")
+    return auth, pos + 1 + n
+
+
+def _user_name(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProtocolError("user name is not UTF-8") from None
+
+
+def _read_attrs(payload: bytes, pos: int) -> dict[str, str]:
+    """Connection attributes (a length-encoded block of key/value strings) at pos, if any."""
     attrs: dict[str, str] = {}
-    if caps & C.CONNECT_ATTRS and pos < len(payload):
+    if pos < len(payload):
         total, pos = read_lenenc_int(payload, pos)
         end = pos + (total or 0)
         if end > len(payload):
@@ -163,11 +190,41 @@ def parse_handshake_response(payload: bytes) -> HandshakeResponse:
             k, pos = read_lenenc_str(payload, pos)
             v, pos = read_lenenc_str(payload, pos)
             attrs[(k or b"").decode("utf-8", "replace")] = (v or b"").decode("utf-8", "replace")
-    try:
-        user = user_b.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ProtocolError("user name is not UTF-8") from None
-    return HandshakeResponse(caps, max_packet, charset, user, auth, database, plugin, attrs)
+    return attrs
+
+
+@dataclass(frozen=True)
+class ChangeUser:
+    """A COM_CHANGE_USER request: log in again as another user on the same connection."""
+
+    user: str
+    auth_response: bytes = field(repr=False)
+    database: str | None
+    charset: int | None
+    auth_plugin: str | None
+
+
+def parse_change_user(payload: bytes, capabilities: int) -> ChangeUser:
+    """Decode COM_CHANGE_USER (0x11) as the client's capabilities lay it out; ProtocolError if malformed."""
+    if payload[:1] != bytes((C.COM_CHANGE_USER,)):
+        raise ProtocolError("not a COM_CHANGE_USER")
+    user_b, pos = read_nul_str(payload, 1)
+    if capabilities & C.SECURE_CONNECTION:
+        auth, pos = _read_short_auth(payload, pos)
+    else:
+        auth, pos = read_nul_str(payload, pos)
+    db, pos = read_nul_str(payload + b"\x00", pos)
+    charset = None
+    if pos + 2 <= len(payload):
+        charset = struct.unpack_from("<H", payload, pos)[0]
+        pos += 2
+    plugin = None
+    if capabilities & C.PLUGIN_AUTH and pos < len(payload):
+        p, pos = read_nul_str(payload + b"\x00", pos)
+        plugin = p.decode("utf-8", "replace")
+    if capabilities & C.CONNECT_ATTRS:
+        _read_attrs(payload, pos)  # checked for shape; pydble keeps no use for them
+    return ChangeUser(_user_name(user_b), auth, db.decode("utf-8", "replace") or None, charset, plugin)
 
 
 def build_handshake_response(capabilities: int, user: str, auth_response: bytes, database: str | None,
@@ -199,7 +256,8 @@ def parse_auth_switch(payload: bytes) -> tuple[str, bytes]:
 
 
 __all__ = [
-    "ServerGreeting", "HandshakeResponse", "build_greeting", "parse_greeting", "parse_handshake_response",
-    "build_handshake_response", "build_auth_switch", "parse_auth_switch", "native_password_hash",
-    "parse_stored_password", "scramble_native_password", "verify_native_password", "lenenc_int",
+    "ServerGreeting", "HandshakeResponse", "build_greeting", "is_ssl_request", "parse_greeting",
+    "parse_handshake_response", "build_handshake_response", "build_auth_switch", "ChangeUser", "parse_change_user",
+    "parse_auth_switch", "native_password_hash", "parse_stored_password", "scramble_native_password",
+    "verify_native_password", "lenenc_int",
 ]

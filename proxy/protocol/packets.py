@@ -109,6 +109,14 @@ class PacketFramer:
         """Bytes received but not yet returned as packets."""
         return len(self._buf) + self._parts_len
 
+    def take_rest(self) -> bytes:
+        """Remove and return the bytes received after the last whole packet (the start of a TLS
+        handshake that followed an SSLRequest in the same read)."""
+        if self._parts:
+            raise ProtocolError("a packet split over 16 MB was cut short")
+        rest, self._buf = bytes(self._buf), bytearray()
+        return rest
+
     def packets(self) -> Iterator[tuple[int, bytes]]:
         """Yield every complete logical packet received so far."""
         buf = self._buf

@@ -46,7 +46,8 @@ class ResponseScanner:
     """
 
     __slots__ = ("deprecate_eof", "binary", "collect", "state", "done", "status", "error", "ok", "results",
-                 "_cols_left", "_ncols", "_cur", "_cont", "budget", "_big", "_params_left", "prepare_ok", "packets")
+                 "_cols_left", "_ncols", "_cur", "_cont", "budget", "_big", "_params_left", "prepare_ok", "packets",
+                 "warnings")
 
     def __init__(self, deprecate_eof: bool, *, kind: str = "query", collect: bool = False,
                  budget: Budget | None = None) -> None:
@@ -58,6 +59,7 @@ class ResponseScanner:
         self.status = 0
         self.error: ErrInfo | None = None
         self.ok: OkInfo | None = None
+        self.warnings = 0  # the warning count of the response's last OK or EOF
         self.results: list[ResultSet] = []
         self.prepare_ok: bytes | None = None
         self.packets = 0
@@ -208,12 +210,17 @@ class ResponseScanner:
     def _ok(self, p: bytes) -> None:
         ok = parse_ok(p)
         self.ok = ok
+        self.warnings = ok.warnings
         if self.collect:
             self.results.append(ResultSet([], [], ok))
         self._after(ok.status)
 
     def _end_of_rows(self, p: bytes) -> None:
-        status = parse_ok(p).status if self.deprecate_eof else eof_status(p)
+        if self.deprecate_eof:
+            end = parse_ok(p)
+            status, self.warnings = end.status, end.warnings
+        else:
+            status, self.warnings = eof_status(p), (p[1] | p[2] << 8 if len(p) >= 5 else 0)
         if self._cur is not None:
             self.results.append(self._cur)
             self._cur = None

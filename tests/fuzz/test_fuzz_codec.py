@@ -19,8 +19,8 @@ from fuzzlib import PARAM_TYPES, count, execute_payloads, fuzz, handshake_respon
 from proxy.protocol import constants as C
 from proxy.protocol.binary import (BinaryResultConverter, ParamType, decode_param, parse_execute,
                                    parse_prepare_response, parse_send_long_data, prepare_ok, stmt_id_of)
-from proxy.protocol.handshake import (build_greeting, build_handshake_response, parse_auth_switch, parse_greeting,
-                                      parse_handshake_response)
+from proxy.protocol.handshake import (build_greeting, build_handshake_response, parse_auth_switch, parse_change_user,
+                                      parse_greeting, parse_handshake_response)
 from proxy.protocol.messages import (ColumnDef, decode_text_row, encode_text_row, eof_packet, eof_status, err_packet,
                                      is_eof, ok_packet, parse_column_def, parse_err, parse_ok)
 from proxy.protocol.packets import (PacketFramer, ProtocolError, frame, lenenc_int, read_lenenc_int, read_lenenc_str,
@@ -188,6 +188,18 @@ def test_parse_handshake_response(payload: bytes) -> None:
     """A client's first packet: ProtocolError or a decoded response with a str user, never a crash."""
     count("parse_handshake_response")
     r = only_protocol_errors(parse_handshake_response, payload)
+    if r is not None:
+        assert isinstance(r.user, str) and isinstance(r.auth_response, bytes)
+
+
+@fuzz(ci=300, long=6_000)
+@given(payload=st.one_of(st.binary(max_size=200).map(lambda b: b"\x11" + b),
+                         handshake_responses().map(lambda b: b"\x11" + b[32:])),
+       caps=st.integers(0, 2 ** 32 - 1))
+def test_parse_change_user(payload: bytes, caps: int) -> None:
+    """COM_CHANGE_USER under any capabilities: ProtocolError or a decoded request, never a crash."""
+    count("parse_change_user")
+    r = only_protocol_errors(parse_change_user, payload, caps)
     if r is not None:
         assert isinstance(r.user, str) and isinstance(r.auth_response, bytes)
 

@@ -38,11 +38,11 @@ def require_module(name: str, what: str) -> ModuleType:
         missing(f"{what} ({e})")
 
 
-def require_tool(name: str, what: str) -> str:
+def require_tool(name: str, what: str | None = None) -> str:
     """The path of a program the test needs on PATH."""
     path = shutil.which(name)
     if path is None:
-        missing(what)
+        missing(what or f"{name} is not installed")
     return path
 
 

@@ -186,6 +186,7 @@ def _answers():
 
     value = st.one_of(st.none(), st.binary(max_size=300))
     status = st.integers(0, 0xFFFF)
+    warnings = st.integers(0, 0xFFFF)
 
     @st.composite
     def resultset(draw, deprecate_eof: bool) -> bytes:
@@ -203,15 +204,17 @@ def _answers():
             seq += 1
             out.append(frame(seq, b"".join(b"\xfb" if v is None else lenenc_str(v) for v in row)))
         st_ = draw(status)
+        w = draw(warnings).to_bytes(2, "little")
         seq += 1
-        out.append(frame(seq, (b"\xfe\x00\x00" + st_.to_bytes(2, "little") + b"\x00\x00") if deprecate_eof
-                         else b"\xfe\x00\x00" + st_.to_bytes(2, "little")))
+        out.append(frame(seq, (b"\xfe\x00\x00" + st_.to_bytes(2, "little") + w) if deprecate_eof
+                         else b"\xfe" + w + st_.to_bytes(2, "little")))
         return b"".join(out)
 
     @st.composite
     def ok(draw) -> bytes:
         return frame(1, b"\x00" + lenenc_int(draw(st.integers(0, 2 ** 40))) + lenenc_int(draw(st.integers(0, 2 ** 40)))
-                     + draw(status).to_bytes(2, "little") + b"\x00\x00" + draw(st.binary(max_size=20)))
+                     + draw(status).to_bytes(2, "little") + draw(warnings).to_bytes(2, "little")
+                     + draw(st.binary(max_size=20)))
 
     @st.composite
     def answer(draw) -> tuple[bytes, bool]:
@@ -248,7 +251,8 @@ def test_quick_answer_check_agrees_with_the_scanner() -> None:
         if got >= 0:  # sound: only a whole, final, single answer, with the scanner's status
             hits.append(got)
             assert sc.done and end == len(data) and sc.error is None
-            assert got == sc.status and not got & STATUS_MORE_RESULTS
+            assert got & 0xFFFF == sc.status and not got & STATUS_MORE_RESULTS
+            assert got >> 16 == sc.warnings
 
     check()
     assert hits  # and it does recognise the common answers

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from proxy.protocol import constants as C
 from proxy.protocol.binary import (LONG_DATA, BinaryResultConverter, ParamType, binary_value, encode_binary_row,
+                                   limit_literal, limit_placeholders,
                                    parse_execute, parse_prepare_response, parse_send_long_data, placeholder_positions,
                                    prepare_ok, quote_string, sql_literal, stmt_id_of, substitute)
 from proxy.protocol.messages import ColumnDef, ResultSet, encode_resultset, eof_packet, err_packet, ok_packet
@@ -131,7 +132,8 @@ def test_other_statement_commands() -> None:
     (7, "7"),
     (-2 ** 63, str(-2 ** 63)),
     (2 ** 64 - 1, str(2 ** 64 - 1)),
-    (1.5, "1.5"),
+    (1.5, "1.5e0"),         # a DOUBLE literal, as the parameter is (1.5 alone is a DECIMAL)
+    (2.0, "2.0e0"),
     (1e300, "1e+300"),
     (Decimal("-0.10"), "-0.10"),
     (b"plain", "'plain'"),
@@ -155,7 +157,34 @@ def test_float32_prints_the_shortest_text_that_reads_back() -> None:
     v = struct.unpack("<f", struct.pack("<f", 0.1))[0]
     p = _exec_head() + b"\x00\x01" + bytes((C.T_FLOAT, 0)) + struct.pack("<f", 0.1)
     (f,) = parse_execute(p, 1, None).values
-    assert f == v and sql_literal(f) == "0.1"
+    assert f == v and sql_literal(f) == "0.1e0"
+
+
+@pytest.mark.parametrize("sql,limits", [
+    ("SELECT * FROM t LIMIT ?", {0}),
+    ("SELECT * FROM t WHERE a = ? LIMIT ?, ?", {1, 2}),
+    ("SELECT * FROM t LIMIT 5, ?", {0}),
+    ("SELECT * FROM t limit ? offset ?", {0, 1}),
+    ("SELECT * FROM t ORDER BY a OFFSET ? ROWS FETCH FIRST ? ROWS ONLY", {0, 1}),
+    ("SELECT ?, ? FROM t WHERE b IN (?, ?)", set()),
+    ("SELECT * FROM t WHERE s = 'LIMIT ?' AND c = ?", set()),
+])
+def test_limit_placeholders(sql: str, limits: set[int]) -> None:
+    assert limit_placeholders(tokenize(sql)) == limits
+
+
+@pytest.mark.parametrize("value,literal", [
+    (2, "2"), (2.0, "2"), (2.5, "2"), (2.7, "3"), (3.5, "4"), (None, "0"), (-1, str(2 ** 64 - 1)),
+    (Decimal("4.00"), "4"), (b" 3", "3"), (True, "1"),
+])
+def test_limit_literal_reads_the_value_as_mariadb_does(value: object, literal: str) -> None:
+    assert limit_literal(value) == literal
+
+
+@pytest.mark.parametrize("value", [Decimal("1.5"), b"3x", b"abc", dt.date(2024, 1, 1), float("inf"), 2 ** 64])
+def test_limit_literal_refuses_what_it_cannot_read_as_mariadb_does(value: object) -> None:
+    with pytest.raises(ValueError):
+        limit_literal(value)
 
 
 def test_non_finite_floats_are_refused() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import struct
 
 import pytest
 from harness import require_tool
@@ -23,7 +24,9 @@ from proxy.protocol.handshake import (
     build_auth_switch,
     build_greeting,
     build_handshake_response,
+    is_ssl_request,
     native_password_hash,
+    parse_change_user,
     parse_auth_switch,
     parse_greeting,
     parse_handshake_response,
@@ -574,3 +577,27 @@ def test_live_mysql_cli_handshake_response() -> None:
     assert r.auth_response == SCRAMBLE_111111_ABCD
     assert verify_native_password(r.auth_response, SALT, parse_stored_password("111111"))
     assert r.attrs.get("program_name") == "mysql"
+
+
+def test_an_ssl_request_is_the_32_byte_head_with_client_ssl() -> None:
+    assert is_ssl_request(_hdr(P41 | C.SSL))
+    assert not is_ssl_request(_hdr(P41))                      # no CLIENT_SSL
+    assert not is_ssl_request(_hdr(C.SSL))                    # pre-4.1
+    assert not is_ssl_request(_hdr(P41 | C.SSL) + b"root\x00\x00")  # a whole response, sent over TLS
+    greeting = parse_greeting(build_greeting(1, "5.7", b"s" * 20, C.SERVER_CAPABILITIES | C.SSL))
+    assert greeting.capabilities & C.SSL
+
+
+def test_parse_change_user_as_drivers_send_it() -> None:
+    auth = scramble_native_password("pw", b"s" * 20)
+    caps = P41 | C.SECURE_CONNECTION | C.PLUGIN_AUTH | C.CONNECT_ATTRS
+    payload = (b"\x11other\x00" + bytes((len(auth),)) + auth + b"schema2\x00" + struct.pack("<H", 224)
+               + b"mysql_native_password\x00" + b"\x04\x01a\x01b")
+    cu = parse_change_user(payload, caps)
+    assert (cu.user, cu.auth_response, cu.database, cu.charset, cu.auth_plugin) == (
+        "other", auth, "schema2", 224, C.NATIVE_PASSWORD)
+    bare = parse_change_user(b"\x11u\x00\x00\x00", P41 | C.SECURE_CONNECTION)  # no password, no schema
+    assert (bare.user, bare.auth_response, bare.database, bare.charset, bare.auth_plugin) == (
+        "u", b"", None, None, None)
+    with pytest.raises(ProtocolError):
+        parse_change_user(b"\x11u\x00\x14short", P41 | C.SECURE_CONNECTION)

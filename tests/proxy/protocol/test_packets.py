@@ -444,3 +444,11 @@ def test_framer_on_random_bytes_raises_only_packet_too_big(buf: bytes, limit: in
             assert 0 <= seq <= 255 and len(payload) <= limit
     except PacketTooBig:
         pass
+
+
+def test_take_rest_hands_over_the_bytes_after_the_last_packet() -> None:
+    f = PacketFramer()
+    f.feed(frame(1, b"x" * 32) + b"\x16\x03\x01TLS")
+    assert list(f.packets()) == [(1, b"x" * 32)]
+    assert f.take_rest() == b"\x16\x03\x01TLS"
+    assert f.buffered == 0 and f.take_rest() == b""
