@@ -13,7 +13,7 @@ import structlog
 from meta.errors import (AccessDenied, BackendError, BackendUnavailable, DbAccessDenied, NoDatabaseSelected,
                          NotSupported, ParseError, ProxyError, UnknownCommand)
 
-from . import local
+from . import infoschema, local
 from .backend import BackendConnection
 from .ddl import require_meta
 from .executor import Executor, _com_query, _on_node as on_node
@@ -295,8 +295,10 @@ class Session:
         else:
             head = sql[:6].upper()
             kw = head if head in ("SELECT", "INSERT", "UPDATE", "DELETE") else first_keyword(sql)
+            low = sql.lower()
+            if "information_schema" in low:
+                return False  # answered from the logical schemas by the task (proxy.infoschema)
             if kw == "SELECT":
-                low = sql.lower()
                 # local probes (no FROM) and DATABASE() substitution are the task's business
                 if " from " not in low or "database" in low or "schema(" in low:
                     return False
@@ -594,6 +596,9 @@ class Session:
             raise NotSupported(f"{kw} is not supported through the proxy")
         elif kw == "" and not tokenize(sql):
             raise ProxyError("Query was empty", 1065, "42000")
+        if infoschema.mentions(sql):
+            await infoschema.answer(self, sql, r, more)
+            return False
         return await self.executor.execute(sql, r, more, may_relay)
 
     async def savepoint(self, sql: str, r: Reply, more: bool) -> bool:

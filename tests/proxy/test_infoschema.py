@@ -1,0 +1,210 @@
+"""information_schema and result metadata name the logical schemas, never the physical databases.
+
+A user sees information_schema as one MariaDB holding its logical schemas would show it (only the
+schemas it is granted, one row per logical table, logical names everywhere); column definitions of
+results and error messages name the logical schema; what pydble cannot answer exactly is refused.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Iterator
+
+import pymysql
+import pytest
+from harness import ProxyProcess, free_port, proxy_config
+from wire import RawClient
+
+PHYSICAL = (b"db1", b"db2", b"db3")
+
+
+@pytest.fixture(scope="module")
+def isp(backends: list[Any]) -> Iterator[ProxyProcess]:
+    """A proxy with a user granted schema1 only; tables with keys, indexes and a foreign key."""
+    cfg = copy.deepcopy(proxy_config(backends, free_port(), free_port(), instance="pydble-is"))
+    cfg["users"].append({"name": "limited", "password": "lim-pw", "schemas": ["schema1"]})
+    p = ProxyProcess(cfg, name="proxy-is", release_ports=True)
+    p.start()
+    try:
+        for sql in ("DROP TABLE IF EXISTS is_child", "DROP TABLE IF EXISTS is_parent",
+                    "DROP TABLE IF EXISTS sharding_4_t1", "DROP TABLE IF EXISTS sharding_2_t1",
+                    "CREATE TABLE sharding_4_t1 (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL, "
+                    "KEY k_name (name))",
+                    "CREATE TABLE sharding_2_t1 (id INT PRIMARY KEY, v INT)",
+                    "CREATE TABLE is_parent (id INT PRIMARY KEY)",
+                    "CREATE TABLE is_child (id INT PRIMARY KEY, pid INT, "
+                    "CONSTRAINT fk_parent FOREIGN KEY (pid) REFERENCES is_parent (id))",
+                    "INSERT INTO sharding_4_t1 VALUES (1,'a'),(2,'b'),(3,'c'),(4,'d'),(5,'e'),(6,'f'),(7,'g'),(8,'h')",
+                    "INSERT INTO sharding_2_t1 VALUES (1, 10), (2, 20)",
+                    "ANALYZE TABLE sharding_4_t1"):
+            p.query(sql)
+        p.query("DROP TABLE IF EXISTS sing", database="schema2")
+        p.query("CREATE TABLE sing (id INT PRIMARY KEY, s VARCHAR(10))", database="schema2")
+        p.query("INSERT INTO sing VALUES (1, 'x')", database="schema2")
+        yield p
+    finally:
+        p.cleanup()
+
+
+def _run(p: ProxyProcess, sql: str, user: str = "test", password: str = "111111",
+         database: str | None = "schema1") -> tuple[list[tuple[Any, ...]], list[Any]]:
+    conn = p.connect(user=user, password=password, database=database)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            return list(cur.fetchall()), list(cur._result.fields)  # type: ignore[union-attr]
+    finally:
+        conn.close()
+
+
+def _db(field: Any) -> str:
+    """The schema a column definition names (PyMySQL keeps it as bytes)."""
+    return field.db.decode() if isinstance(field.db, bytes) else field.db
+
+
+def _no_physical(rows: list[tuple[Any, ...]]) -> None:
+    for row in rows:
+        for v in row:
+            b = v.encode() if isinstance(v, str) else v if isinstance(v, bytes) else b""
+            assert b not in PHYSICAL, row
+
+
+# -- (b) column definitions and errors --------------------------------------------------------
+
+@pytest.mark.parametrize("sql, schema, table", [
+    ("SELECT id, name FROM sharding_4_t1 WHERE id = 3", "schema1", "sharding_4_t1"),       # fast point read
+    ("SELECT id, name FROM sharding_4_t1 WHERE id IN (1, 2)", "schema1", "sharding_4_t1"),  # streamed concat
+    ("SELECT id, name FROM sharding_4_t1 ORDER BY name", "schema1", "sharding_4_t1"),       # merged
+    ("SELECT s.id, s.v FROM sharding_2_t1 AS s WHERE s.id = 1", "schema1", "sharding_2_t1"),
+    ("SELECT id, s FROM schema2.sing", "schema2", "sing"),                                   # single on dn1 = db1
+    ("SELECT id FROM is_parent", "schema1", "is_parent"),                                     # default node
+])
+def test_result_columns_name_the_logical_schema(isp: ProxyProcess, sql: str, schema: str, table: str) -> None:
+    _, fields = _run(isp, sql)
+    assert fields
+    for f in fields:
+        assert _db(f) == schema, (sql, f.db)
+        assert f.org_table == table
+
+
+def test_multi_statement_and_collected_results_name_the_logical_schema(isp: ProxyProcess) -> None:
+    conn = isp.connect(database="schema1", client_flag=pymysql.constants.CLIENT.MULTI_STATEMENTS)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT id FROM sharding_4_t1 WHERE id = 1; SELECT id FROM schema2.sing")
+            assert [_db(f) for f in cur._result.fields] == ["schema1"]
+            assert cur.nextset()
+            assert [_db(f) for f in cur._result.fields] == ["schema2"]
+    finally:
+        conn.close()
+
+
+def test_errors_name_the_logical_schema(isp: ProxyProcess) -> None:
+    with pytest.raises(pymysql.MySQLError) as e:
+        _run(isp, "SELECT * FROM schema1.is_nosuch")
+    assert e.value.args[0] == 1146
+    assert e.value.args[1] == "Table 'schema1.is_nosuch' doesn't exist"
+
+
+def test_field_list_names_the_logical_schema(isp: ProxyProcess) -> None:
+    c = RawClient(isp.port)
+    try:
+        assert c.login(database="schema2").kind == "ok"
+        c.command(b"\x04sing\x00")
+        defs = []
+        while True:
+            p = c.read_packet()
+            if p.kind in ("eof", "err"):
+                break
+            defs.append(p.payload)
+        assert p.kind == "eof" and len(defs) == 2
+        for d in defs:
+            assert d[:4] == b"\x03def" and d[4:12] == b"\x07schema2", d
+        c.command(b"\x04nosuch\x00")
+        p = c.read_packet()
+        assert p.kind == "err" and b"db" not in p.payload, p.payload
+    finally:
+        c.close()
+
+
+# -- (a) information_schema ---------------------------------------------------------------------
+
+def test_schemata_lists_the_granted_logical_schemas_only(isp: ProxyProcess) -> None:
+    rows, fields = _run(isp, "SELECT SCHEMA_NAME FROM information_schema.SCHEMATA ORDER BY SCHEMA_NAME")
+    assert rows == [("schema1",), ("schema2",)]
+    assert _db(fields[0]) == "information_schema"
+    rows, _ = _run(isp, "SELECT SCHEMA_NAME, DEFAULT_CHARACTER_SET_NAME FROM information_schema.schemata",
+                   user="limited", password="lim-pw")
+    assert [r[0] for r in rows] == ["schema1"] and rows[0][1]
+    rows, _ = _run(isp, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA IN "
+                        "('schema2', 'db1', 'db2', 'db3', 'mysql')", user="limited", password="lim-pw")
+    assert rows == [(0,)]
+
+
+def test_tables_one_row_per_logical_table(isp: ProxyProcess, backends: list[Any]) -> None:
+    rows, _ = _run(isp, "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES "
+                        "WHERE TABLE_SCHEMA = DATABASE() ORDER BY TABLE_NAME")
+    names = [r[1] for r in rows]
+    assert names == sorted(set(names))  # each table once, though sharding_4_t1 lives on four nodes
+    assert {"sharding_4_t1", "sharding_2_t1", "is_parent", "is_child"} <= set(names)
+    assert all(r[0] == "schema1" and r[2] == "BASE TABLE" for r in rows)
+    rows, _ = _run(isp, "SELECT * FROM information_schema.TABLES")
+    _no_physical(rows)
+    assert {(r[1], r[2]) for r in rows} >= {("schema1", "sharding_4_t1"), ("schema2", "sing")}
+    # a sharding table's row counts are the sum of its parts
+    (total,), = _run(isp, "SELECT TABLE_ROWS FROM information_schema.TABLES "
+                          "WHERE TABLE_SCHEMA = 'schema1' AND TABLE_NAME = 'sharding_4_t1'")[0]
+    parts = 0
+    for b, db in ((0, "db1"), (1, "db1"), (0, "db2"), (1, "db2")):
+        parts += backends[b].query("SELECT TABLE_ROWS FROM information_schema.TABLES "
+                                   f"WHERE TABLE_SCHEMA = '{db}' AND TABLE_NAME = 'sharding_4_t1'")[0][0]
+    assert total == parts
+
+
+def test_columns_and_keys_as_one_mariadb_shows_them(isp: ProxyProcess, backends: list[Any]) -> None:
+    rows, _ = _run(isp, "SELECT COLUMN_NAME, ORDINAL_POSITION, COLUMN_TYPE, IS_NULLABLE, COLUMN_KEY "
+                        "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'schema1' "
+                        "AND TABLE_NAME = 'sharding_4_t1' ORDER BY ORDINAL_POSITION")
+    assert rows == [("id", 1, "int(11)", "NO", "PRI"), ("name", 2, "varchar(20)", "NO", "MUL")]
+    rows, _ = _run(isp, "SELECT TABLE_SCHEMA, INDEX_SCHEMA, INDEX_NAME, COLUMN_NAME FROM "
+                        "information_schema.STATISTICS WHERE TABLE_NAME = 'sharding_4_t1' ORDER BY INDEX_NAME")
+    # utf8_general_ci, as information_schema compares: k_name sorts before PRIMARY
+    assert rows == [("schema1", "schema1", "k_name", "name"), ("schema1", "schema1", "PRIMARY", "id")]
+    rows, _ = _run(isp, "SELECT CONSTRAINT_SCHEMA, TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, REFERENCED_TABLE_SCHEMA, "
+                        "REFERENCED_TABLE_NAME, REFERENCED_COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE "
+                        "WHERE TABLE_SCHEMA = 'schema1' AND TABLE_NAME = 'is_child' ORDER BY CONSTRAINT_NAME")
+    assert rows == [("schema1", "schema1", "is_child", "pid", "schema1", "is_parent", "id"),
+                    ("schema1", "schema1", "is_child", "id", None, None, None)]
+    rows, _ = _run(isp, "SELECT CONSTRAINT_SCHEMA, CONSTRAINT_NAME, UNIQUE_CONSTRAINT_SCHEMA, TABLE_NAME, "
+                        "REFERENCED_TABLE_NAME FROM information_schema.REFERENTIAL_CONSTRAINTS")
+    assert rows == [("schema1", "fk_parent", "schema1", "is_child", "is_parent")]
+    rows, _ = _run(isp, "SELECT c.TABLE_NAME, c.CONSTRAINT_TYPE FROM information_schema.TABLE_CONSTRAINTS c "
+                        "JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = c.TABLE_SCHEMA "
+                        "AND t.TABLE_NAME = c.TABLE_NAME WHERE c.TABLE_SCHEMA = 'schema2'")
+    assert rows == [("sing", "PRIMARY KEY")]
+    for t in ("ROUTINES", "VIEWS", "TRIGGERS", "EVENTS", "PARAMETERS"):
+        assert _run(isp, f"SELECT * FROM information_schema.{t}")[0] == [], t
+
+
+def test_group_by_and_functions_run_as_in_mariadb(isp: ProxyProcess) -> None:
+    rows, fields = _run(isp, "SELECT TABLE_SCHEMA, COUNT(*) AS n, GROUP_CONCAT(TABLE_NAME ORDER BY TABLE_NAME) "
+                             "FROM information_schema.TABLES WHERE TABLE_NAME LIKE 'S%' GROUP BY TABLE_SCHEMA "
+                             "ORDER BY TABLE_SCHEMA")
+    assert rows == [("schema1", 2, "sharding_2_t1,sharding_4_t1"), ("schema2", 1, "sing")]
+    assert [f.name for f in fields] == ["TABLE_SCHEMA", "n", "GROUP_CONCAT(TABLE_NAME ORDER BY TABLE_NAME)"]
+    assert _db(fields[0]) == "information_schema" and fields[0].org_table == "TABLES"
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT * FROM information_schema.PROCESSLIST",
+    "SELECT * FROM information_schema.USER_PRIVILEGES",
+    "SELECT t.TABLE_NAME FROM information_schema.TABLES t JOIN sharding_4_t1 s ON s.id = 1",
+    "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_NAME IN (SELECT s FROM schema2.sing)",
+    "INSERT INTO sharding_2_t1 SELECT ORDINAL_POSITION, 1 FROM information_schema.COLUMNS",
+    "SELECT 1 /*!50000 , (SELECT COUNT(*) FROM information_schema.SCHEMATA) */",
+])
+def test_what_cannot_be_answered_exactly_is_refused(isp: ProxyProcess, sql: str) -> None:
+    with pytest.raises(pymysql.MySQLError) as e:
+        _run(isp, sql)
+    assert e.value.args[0] == 1235, e.value.args
+    assert isp.query("SELECT COUNT(*) FROM sharding_2_t1") == [(2,)]
