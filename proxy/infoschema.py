@@ -64,7 +64,8 @@ MAPPED: dict[str, Mapped] = {
     "TRIGGERS": Mapped(("TRIGGER_SCHEMA", "EVENT_OBJECT_SCHEMA"), "EVENT_OBJECT_TABLE", refuse_rows=True),
 }
 # Stored programs cannot be called through pydble (CALL is refused): the logical schemas have none.
-EMPTY = frozenset({"ROUTINES", "PARAMETERS", "EVENTS"})
+# FILES is always empty on MariaDB (mysqldump asks it for tablespaces).
+EMPTY = frozenset({"ROUTINES", "PARAMETERS", "EVENTS", "FILES"})
 # Facts of the server, not of any database: the backend's own rows are the answer.
 SERVER_WIDE = frozenset({"CHARACTER_SETS", "COLLATIONS", "COLLATION_CHARACTER_SET_APPLICABILITY", "ENGINES",
                          "KEYWORDS", "SQL_FUNCTIONS"})

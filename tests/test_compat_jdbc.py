@@ -144,25 +144,38 @@ public class JdbcMeta {
         }
     }
 
-    static void updateAndInsert(Connection c, String table, int id, int newId) throws SQLException {
+    static void update(Connection c, String table, int id, int newId, boolean insert) throws SQLException {
         try (Statement s = c.createStatement(ResultSet.TYPE_FORWARD_ONLY, ResultSet.CONCUR_UPDATABLE);
              ResultSet rs = s.executeQuery("SELECT id, name FROM " + table + " WHERE id = " + id)) {
             check(rs.getMetaData().getCatalogName(1).equals("schema1"), table + ": result columns name schema1");
             check(rs.getConcurrency() == ResultSet.CONCUR_UPDATABLE, table + ": result set is updatable");
             check(rs.next(), table + ": row found");
-            rs.updateString("name", "changed");
-            rs.updateRow();
-            rs.moveToInsertRow();
-            rs.updateInt("id", newId);
-            rs.updateString("name", "inserted");
-            rs.insertRow();
+            if (!insert) {
+                rs.updateString("name", "changed");
+                rs.updateRow();
+            } else {
+                rs.moveToInsertRow();
+                rs.updateInt("id", newId);
+                rs.updateString("name", "inserted");
+                rs.insertRow();  // Connector/J 2.7 sends INSERT ... RETURNING to MariaDB 10.5+
+            }
         }
-        check("changed".equals(one(c, "SELECT name FROM " + table + " WHERE id = " + id)), table + ": updateRow");
-        check("inserted".equals(one(c, "SELECT name FROM " + table + " WHERE id = " + newId)), table + ": insertRow");
+        if (!insert) {
+            check("changed".equals(one(c, "SELECT name FROM " + table + " WHERE id = " + id)), table + ": updateRow");
+        } else {
+            check("inserted".equals(one(c, "SELECT name FROM " + table + " WHERE id = " + newId)),
+                  table + ": insertRow");
+        }
     }
 
     public static void main(String[] a) throws Exception {
         try (Connection c = DriverManager.getConnection("jdbc:mariadb://" + a[0] + "/schema1", "test", "111111")) {
+            if (a.length > 1) {  // insertRow on the tables the first run made
+                update(c, "jdbc_u", 3, 10, true);      // sharding table: the row goes to its node
+                update(c, "jm_parent", 1, 2, true);    // single-node table
+                System.out.println("ALL OK");
+                return;
+            }
             try (Statement s = c.createStatement()) {
                 s.execute("DROP TABLE IF EXISTS jm_child");
                 s.execute("DROP TABLE IF EXISTS jm_parent");
@@ -195,8 +208,8 @@ public class JdbcMeta {
                       && "schema1".equals(rs.getString("FKTABLE_CAT")), "getImportedKeys columns");
                 check(!rs.next(), "one imported key");
             }
-            updateAndInsert(c, "jdbc_u", 3, 10);      // sharding table: each row on its node
-            updateAndInsert(c, "jm_parent", 1, 2);    // single-node table (the schema's default node)
+            update(c, "jdbc_u", 3, 10, false);      // sharding table
+            update(c, "jm_parent", 1, 2, false);    // single-node table (the schema's default node)
         }
         System.out.println("ALL OK");
     }
@@ -250,13 +263,24 @@ def test_connector_j_plain_jdbc(java_check: tuple[str, Path], jdbc_proxy: ProxyP
     assert total == 18
 
 
+def _run_java(cp: str, *args: str) -> None:
+    res = subprocess.run(["java", "-cp", cp, *args], capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0 and "ALL OK" in res.stdout, res.stdout + res.stderr[-4000:]
+
+
 def test_connector_j_metadata_and_updatable_result_sets(java_check: tuple[str, Path], jdbc_proxy: ProxyProcess,
                                                         backends: list[Any]) -> None:
-    """DatabaseMetaData sees the logical schemas; an updatable ResultSet writes back through pydble."""
-    cp, _ = java_check
-    res = subprocess.run(["java", "-cp", cp, "JdbcMeta", f"127.0.0.1:{jdbc_proxy.port}"],
-                         capture_output=True, text=True, timeout=180)
-    assert res.returncode == 0 and "ALL OK" in res.stdout, res.stdout + res.stderr[-4000:]
-    for node, (i, db) in NODE_DB.items():  # the inserted row landed on its node only
-        rows = backends[i].query("SELECT id, name FROM jdbc_u WHERE id IN (3, 10)", db)
-        assert sorted(rows) == sorted(r for r in [(3, "changed"), (10, "inserted")] if r[0] % 4 == NODES.index(node))
+    """DatabaseMetaData sees the logical schemas; an updatable ResultSet's updateRow writes through pydble."""
+    _run_java(java_check[0], "JdbcMeta", f"127.0.0.1:{jdbc_proxy.port}")
+    i, db = NODE_DB[NODES[3 % 4]]
+    assert backends[i].query("SELECT name FROM jdbc_u WHERE id = 3", db) == [("changed",)]
+
+
+def test_connector_j_updatable_result_set_insert_row(java_check: tuple[str, Path], jdbc_proxy: ProxyProcess,
+                                                     backends: list[Any]) -> None:
+    """insertRow: the new row lands on its node (the driver writes it with INSERT ... RETURNING)."""
+    _run_java(java_check[0], "JdbcMeta", f"127.0.0.1:{jdbc_proxy.port}")
+    _run_java(java_check[0], "JdbcMeta", f"127.0.0.1:{jdbc_proxy.port}", "insert")
+    for node, (i, db) in NODE_DB.items():
+        rows = backends[i].query("SELECT id FROM jdbc_u WHERE id = 10", db)
+        assert rows == ([(10,)] if NODES.index(node) == 10 % 4 else [])

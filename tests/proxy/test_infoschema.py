@@ -195,6 +195,38 @@ def test_group_by_and_functions_run_as_in_mariadb(isp: ProxyProcess) -> None:
     assert _db(fields[0]) == "information_schema" and fields[0].org_table == "TABLES"
 
 
+def test_what_mysqldump_asks(isp: ProxyProcess) -> None:
+    """mysqldump's tablespace queries (FILES within PARTITIONS of the dumped schema) run and find nothing."""
+    assert _run(isp, "SELECT LOGFILE_GROUP_NAME, FILE_NAME, TOTAL_EXTENTS, INITIAL_SIZE, ENGINE, EXTRA FROM "
+                     "INFORMATION_SCHEMA.FILES WHERE FILE_TYPE = 'UNDO LOG' AND FILE_NAME IS NOT NULL AND "
+                     "LOGFILE_GROUP_NAME IS NOT NULL AND LOGFILE_GROUP_NAME IN (SELECT DISTINCT LOGFILE_GROUP_NAME "
+                     "FROM INFORMATION_SCHEMA.FILES WHERE FILE_TYPE = 'DATAFILE' AND TABLESPACE_NAME IN (SELECT "
+                     "DISTINCT TABLESPACE_NAME FROM INFORMATION_SCHEMA.PARTITIONS WHERE TABLE_SCHEMA IN "
+                     "('schema1'))) GROUP BY LOGFILE_GROUP_NAME, FILE_NAME, ENGINE, TOTAL_EXTENTS, INITIAL_SIZE "
+                     "ORDER BY LOGFILE_GROUP_NAME")[0] == []
+    rows, _ = _run(isp, "SELECT TABLE_SCHEMA, TABLE_NAME, PARTITION_NAME FROM INFORMATION_SCHEMA.PARTITIONS "
+                        "WHERE TABLE_SCHEMA IN ('schema1') AND TABLE_NAME = 'sharding_4_t1'")
+    assert rows == [("schema1", "sharding_4_t1", None)]
+
+
+def test_inside_a_transaction(isp: ProxyProcess) -> None:
+    """The copies live on a connection of the session's transaction and are gone after the query."""
+    conn = isp.connect(database="schema1")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute("INSERT INTO sharding_2_t1 VALUES (50, 1)")
+            cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_NAME = 'sharding_2_t1'")
+            assert cur.fetchall() == ((1,),)
+            cur.execute("ROLLBACK")
+            cur.execute("SELECT COUNT(*) FROM sharding_2_t1 WHERE id = 50")
+            assert cur.fetchall() == ((0,),)
+            cur.execute("SELECT COUNT(*) FROM is_parent")  # the default node's table, not a leftover copy
+            assert cur.fetchall() == ((0,),)
+    finally:
+        conn.close()
+
+
 @pytest.mark.parametrize("sql", [
     "SELECT * FROM information_schema.PROCESSLIST",
     "SELECT * FROM information_schema.USER_PRIVILEGES",
