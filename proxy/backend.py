@@ -171,7 +171,7 @@ class BackendConnection(asyncio.Protocol):
                 if data[4] == 0:
                     scanner.ok = parse_ok(data[4:])
                 elif self.names is not None:
-                    data = self.names.answer(data, scanner.deprecate_eof)
+                    data = self.names.answer(data)
                 self._sink.write(data)
                 self.relayed_any = True
                 self._complete(scanner)

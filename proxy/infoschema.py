@@ -183,7 +183,8 @@ class InfoSchema:
     async def _logical_rows(self, tables: list[str]) -> dict[str, tuple[list[ColumnDef], list[list[bytes | None]]]]:
         """Per information_schema table: (columns, rows) of the user's logical schemas."""
         schemas = self._schemas()
-        nodes = list(dict.fromkeys(n for s in schemas for n in self._nodes_of(s)))
+        homes = [self.config.home_node(s) for s in schemas]   # SCHEMATA's row, even for a schema with no table
+        nodes = list(dict.fromkeys([n for s in schemas for n in self._nodes_of(s)] + [h for h in homes if h]))
         answers = await asyncio.gather(*(self._read_node(n, tables) for n in nodes))
         per_node = dict(zip(nodes, answers))
         out: dict[str, tuple[list[ColumnDef], list[list[bytes | None]]]] = {}
@@ -191,6 +192,9 @@ class InfoSchema:
             spec = MAPPED[t]
             columns = per_node[nodes[0]][i].columns if nodes else []
             names = [c.name.upper() for c in columns]
+            if any([c.name.upper() for c in per_node[n][i].columns] != names for n in nodes):
+                raise NotSupported(f"information_schema.{t} differs between the backend servers (different "
+                                   f"versions); pydble cannot answer it as one server")
             rows: list[list[bytes | None]] = []
             for schema in schemas:
                 rows += self._rows_of_schema(schema, spec, names, {n: per_node[n][i].rows for n in nodes}, t)
@@ -298,7 +302,8 @@ class InfoSchema:
             q = _quote(spelling)
             stmts.append(f"CREATE TEMPORARY TABLE {q} AS SELECT * FROM information_schema.{table} WHERE 0")
             made.append(spelling)
-            rows = data.get(table, ([], []))[1]
+            columns, rows = data.get(table, ([], []))
+            into = f"INSERT INTO {q} (" + ",".join(_quote(c.name) for c in columns) + ") VALUES "
             batch: list[str] = []
             size = 0
             for row in rows:
@@ -306,10 +311,10 @@ class InfoSchema:
                 batch.append(v)
                 size += len(v)
                 if size > INSERT_CHUNK:
-                    stmts.append(f"INSERT INTO {q} VALUES " + ",".join(batch))
+                    stmts.append(into + ",".join(batch))
                     batch, size = [], 0
             if batch:
-                stmts.append(f"INSERT INTO {q} VALUES " + ",".join(batch))
+                stmts.append(into + ",".join(batch))
         chunk: list[str] = []
         size = 0
         for s in stmts + [""]:

@@ -15,7 +15,7 @@ import struct
 
 from meta.config import Config
 
-from .protocol.packets import lenenc_str, read_lenenc_int
+from .protocol.packets import lenenc_str, read_lenenc_int, splice
 
 _CACHE_MAX = 4096
 
@@ -27,6 +27,8 @@ class GroupNames:
         self.by_table = by_table   # (database, lower-case table) → schema that configures it there
         self.by_db = by_db         # database → the schema to name when the table does not tell
         self._cache: dict[tuple[bytes, bytes], bytes | None] = {}
+        self._coldefs: dict[bytes, bytes | None] = {}   # column definition payload → renamed (None: as is)
+        self._heads: dict[bytes, bytes] = {}            # framed result header → renamed
         dbs = sorted({db for db, _ in by_table} | set(by_db), key=len, reverse=True)
         # `db1`.`t` or db1.t (as in 'db1.t' and 'db1.t.c'), the database not part of a longer name
         self._err_re = (re.compile(r"(?<![\w$`])(`?)(" + "|".join(re.escape(d) for d in dbs)
@@ -52,6 +54,17 @@ class GroupNames:
 
     def coldef(self, p: bytes) -> bytes | None:
         """A column definition payload naming the logical schema, or None when it needs no change."""
+        try:
+            return self._coldefs[p]
+        except KeyError:
+            pass
+        out = self._rename_coldef(p)
+        if len(self._coldefs) >= _CACHE_MAX:
+            self._coldefs.clear()
+        self._coldefs[p] = out
+        return out
+
+    def _rename_coldef(self, p: bytes) -> bytes | None:
         try:
             n, pos = read_lenenc_int(p, 0)        # catalog
             start = pos + (n or 0)
@@ -84,28 +97,35 @@ class GroupNames:
         new = self._err_re.sub(sub, msg)
         return None if new == msg else p[:head] + new.encode("utf-8")
 
-    def answer(self, data: bytes, deprecate_eof: bool) -> bytes:
+    def answer(self, data: bytes) -> bytes:
         """A whole framed text result (as whole_text_answer accepted it) with its column definitions
-        renamed; the rows are copied as they are."""
+        renamed; the rows are copied as they are. The header (column count and definitions) of a
+        statement repeats from one execution to the next, so its renamed form is cached whole."""
         ncols = data[4]
-        if data[4] == 0 or ncols >= 0xFB:
+        if ncols == 0 or ncols >= 0xFB:
             return data
         pos = 4 + (data[0] | data[1] << 8 | data[2] << 16)
-        parts: list[bytes] = []
-        last = 0
         for _ in range(ncols):
-            length = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
-            end = pos + 4 + length
-            q = self.coldef(data[pos + 4:end])
+            pos += 4 + (data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16)
+        head = data[:pos]
+        new = self._heads.get(head)
+        if new is None:
+            new = self._rename_head(head, ncols)
+            if len(self._heads) >= _CACHE_MAX:
+                self._heads.clear()
+            self._heads[head] = new
+        return data if new is head else new + data[pos:]
+
+    def _rename_head(self, head: bytes, ncols: int) -> bytes:
+        pos = 4 + (head[0] | head[1] << 8 | head[2] << 16)
+        spans: list[tuple[int, int, bytes]] = []
+        for _ in range(ncols):
+            end = pos + 4 + (head[pos] | head[pos + 1] << 8 | head[pos + 2] << 16)
+            q = self.coldef(head[pos + 4:end])
             if q is not None:
-                parts.append(data[last:pos])
-                parts.append(struct.pack("<I", len(q))[:3] + data[pos + 3:pos + 4] + q)
-                last = end
+                spans.append((pos, end, struct.pack("<I", len(q))[:3] + head[pos + 3:pos + 4] + q))
             pos = end
-        if not parts:
-            return data
-        parts.append(data[last:])
-        return b"".join(parts)
+        return splice(head, spans) if spans else head
 
 
 def group_names(config: Config) -> dict[str, GroupNames]:

@@ -13,6 +13,7 @@ from typing import Any, Iterator
 import pymysql
 import pytest
 from harness import ProxyProcess, free_port, proxy_config
+from ps_wire import PsClient, p_str
 from wire import RawClient
 
 PHYSICAL = (b"db1", b"db2", b"db3")
@@ -125,6 +126,14 @@ def test_field_list_names_the_logical_schema(isp: ProxyProcess) -> None:
         assert p.kind == "err" and b"db" not in p.payload, p.payload
     finally:
         c.close()
+    c = RawClient(isp.port)
+    try:
+        assert c.login(database="schema1").kind == "ok"
+        c.command(b"\x04is_nosuch\x00")  # asked of the default node, whose database is db3
+        p = c.read_packet()
+        assert p.kind == "err" and p.err_message == "Table 'schema1.is_nosuch' doesn't exist"
+    finally:
+        c.close()
 
 
 # -- (a) information_schema ---------------------------------------------------------------------
@@ -193,6 +202,15 @@ def test_group_by_and_functions_run_as_in_mariadb(isp: ProxyProcess) -> None:
     assert rows == [("schema1", 2, "sharding_2_t1,sharding_4_t1"), ("schema2", 1, "sing")]
     assert [f.name for f in fields] == ["TABLE_SCHEMA", "n", "GROUP_CONCAT(TABLE_NAME ORDER BY TABLE_NAME)"]
     assert _db(fields[0]) == "information_schema" and fields[0].org_table == "TABLES"
+
+
+def test_prepared_statement_on_information_schema(isp: ProxyProcess) -> None:
+    with PsClient(isp.port) as c:
+        st = c.prepare("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?")
+        got = c.execute(st.stmt_id, [p_str("schema2")])
+    assert got.kind == "rows" and len(got.rows) == 1
+    assert b"\x07schema2\x04sing" in got.rows[0]
+    assert all(b"\x12information_schema" in d for d in got.column_defs)
 
 
 def test_what_mysqldump_asks(isp: ProxyProcess) -> None:
