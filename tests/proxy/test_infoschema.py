@@ -31,7 +31,7 @@ def isp(backends: list[Any]) -> Iterator[ProxyProcess]:
                     "DROP TABLE IF EXISTS sharding_4_t1", "DROP TABLE IF EXISTS sharding_2_t1",
                     "CREATE TABLE sharding_4_t1 (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL, "
                     "KEY k_name (name))",
-                    "CREATE TABLE sharding_2_t1 (id INT PRIMARY KEY, v INT)",
+                    "CREATE TABLE sharding_2_t1 (id INT PRIMARY KEY, v INT, CONSTRAINT v_positive CHECK (v >= 0))",
                     "CREATE TABLE is_parent (id INT PRIMARY KEY)",
                     "CREATE TABLE is_child (id INT PRIMARY KEY, pid INT, "
                     "CONSTRAINT fk_parent FOREIGN KEY (pid) REFERENCES is_parent (id))",
@@ -191,6 +191,9 @@ def test_columns_and_keys_as_one_mariadb_shows_them(isp: ProxyProcess, backends:
                         "JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = c.TABLE_SCHEMA "
                         "AND t.TABLE_NAME = c.TABLE_NAME WHERE c.TABLE_SCHEMA = 'schema2'")
     assert rows == [("sing", "PRIMARY KEY")]
+    rows, _ = _run(isp, "SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, CHECK_CLAUSE "
+                        "FROM information_schema.CHECK_CONSTRAINTS WHERE TABLE_NAME LIKE 'sharding%'")
+    assert rows == [("schema1", "sharding_2_t1", "v_positive", "`v` >= 0")]  # once, though on two nodes
     for t in ("ROUTINES", "VIEWS", "TRIGGERS", "EVENTS", "PARAMETERS"):
         assert _run(isp, f"SELECT * FROM information_schema.{t}")[0] == [], t
 
@@ -211,6 +214,75 @@ def test_prepared_statement_on_information_schema(isp: ProxyProcess) -> None:
     assert got.kind == "rows" and len(got.rows) == 1
     assert b"\x07schema2\x04sing" in got.rows[0]
     assert all(b"\x12information_schema" in d for d in got.column_defs)
+
+
+OURS = {"is_child", "is_parent", "sharding_2_t1", "sharding_4_t1"}
+
+
+def _param(p: ProxyProcess, sql: str, args: Any) -> list[tuple[Any, ...]]:
+    conn = p.connect(database="schema1")
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, args)
+            return list(cur.fetchall())
+    finally:
+        conn.close()
+
+
+def test_what_mycli_completion_asks(isp: ProxyProcess) -> None:
+    """mycli's completion queries (mycli.packages.execution.sql_execute), as it sends them."""
+    from mycli.packages.execution.sql_execute import SQLExecute as Q
+    cols = _param(isp, Q.table_columns_query, ("schema1",))
+    assert cols == sorted(cols, key=lambda r: r[0].lower())  # table_name order, each table's columns in place
+    assert [r for r in cols if r[0] in OURS] == [("is_child", "id"), ("is_child", "pid"), ("is_parent", "id"),
+                                                 ("sharding_2_t1", "id"), ("sharding_2_t1", "v"),
+                                                 ("sharding_4_t1", "id"), ("sharding_4_t1", "name")]
+    idx = [r for r in _param(isp, Q.indexed_columns_query, ("schema1",)) if r[0] in OURS]
+    assert idx == [("is_child", "id"), ("is_child", "pid"), ("is_parent", "id"), ("sharding_2_t1", "id"),
+                   ("sharding_4_t1", "id"), ("sharding_4_t1", "name")]
+    fks = [r for r in _param(isp, Q.foreign_keys_query, ("schema1",)) if r[0] in OURS]
+    assert fks == [("is_child", "pid", "is_parent", "id")]
+    assert _param(isp, Q.functions_query, ("schema1",)) == []
+    assert _param(isp, Q.enum_values_query, ("schema1",)) == [r for r in _param(isp, Q.enum_values_query,
+                                                                                  ("schema1",)) if r[0] not in OURS]
+
+
+def test_sqlalchemy_reflection(isp: ProxyProcess) -> None:
+    """SQLAlchemy's inspector on MariaDB: sequences come from information_schema, keys from SHOW CREATE."""
+    import sqlalchemy as sa
+    engine = sa.create_engine(f"mysql+pymysql://test:111111@127.0.0.1:{isp.port}/schema1")
+    try:
+        insp = sa.inspect(engine)
+        assert insp.get_sequence_names() == []
+        assert not insp.has_sequence("sharding_4_t1")
+        assert [c["name"] for c in insp.get_columns("sharding_4_t1")] == ["id", "name"]
+        assert insp.get_pk_constraint("is_child")["constrained_columns"] == ["id"]
+        fk, = insp.get_foreign_keys("is_child")
+        assert (fk["referred_table"], fk["referred_columns"], fk["constrained_columns"]) == ("is_parent", ["id"],
+                                                                                           ["pid"])
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("sql", [  # what a GUI tool's navigator asks (DBeaver's MySQL plugin style)
+    "SELECT * FROM information_schema.TABLES WHERE TABLE_SCHEMA='schema1' ORDER BY TABLE_NAME",
+    "SELECT * FROM information_schema.COLUMNS WHERE TABLE_SCHEMA='schema1' AND TABLE_NAME='sharding_4_t1' "
+    "ORDER BY ORDINAL_POSITION",
+    "SELECT * FROM information_schema.STATISTICS WHERE TABLE_SCHEMA='schema1' ORDER BY TABLE_NAME, INDEX_NAME, "
+    "SEQ_IN_INDEX",
+    "SELECT * FROM information_schema.CHECK_CONSTRAINTS WHERE CONSTRAINT_SCHEMA='schema1'",
+    "SELECT kc.CONSTRAINT_NAME, kc.TABLE_NAME, kc.COLUMN_NAME, kc.ORDINAL_POSITION FROM "
+    "information_schema.KEY_COLUMN_USAGE kc WHERE kc.TABLE_SCHEMA='schema1' AND kc.REFERENCED_TABLE_NAME IS NULL "
+    "ORDER BY kc.TABLE_NAME, kc.ORDINAL_POSITION",
+    "SELECT * FROM information_schema.ENGINES",
+    "SELECT * FROM information_schema.COLLATIONS WHERE CHARACTER_SET_NAME = 'utf8mb4'",
+    "SELECT * FROM `information_schema`.`SCHEMATA`",
+])
+def test_gui_navigator_queries_show_no_physical_name(isp: ProxyProcess, sql: str) -> None:
+    rows, fields = _run(isp, sql)
+    assert rows
+    _no_physical(rows)
+    assert all(_db(f) in ("information_schema", "") for f in fields)
 
 
 def test_what_mysqldump_asks(isp: ProxyProcess) -> None:
