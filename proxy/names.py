@@ -18,6 +18,7 @@ from meta.config import Config
 from .protocol.packets import lenenc_str, read_lenenc_int, splice
 
 _CACHE_MAX = 4096
+_MISSING = b"-"
 
 
 class GroupNames:
@@ -28,7 +29,7 @@ class GroupNames:
         self.by_db = by_db         # database → the schema to name when the table does not tell
         self._cache: dict[tuple[bytes, bytes], bytes | None] = {}
         self._coldefs: dict[bytes, bytes | None] = {}   # column definition payload → renamed (None: as is)
-        self._heads: dict[bytes, bytes] = {}            # framed result header → renamed
+        self._heads: dict[bytes, bytes | None] = {}     # framed result header → renamed (None: as is)
         dbs = sorted({db for db, _ in by_table} | set(by_db), key=len, reverse=True)
         # `db1`.`t` or db1.t (as in 'db1.t' and 'db1.t.c'), the database not part of a longer name
         self._err_re = (re.compile(r"(?<![\w$`])(`?)(" + "|".join(re.escape(d) for d in dbs)
@@ -108,15 +109,15 @@ class GroupNames:
         for _ in range(ncols):
             pos += 4 + (data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16)
         head = data[:pos]
-        new = self._heads.get(head)
-        if new is None:
+        new = self._heads.get(head, _MISSING)
+        if new is _MISSING:
             new = self._rename_head(head, ncols)
             if len(self._heads) >= _CACHE_MAX:
                 self._heads.clear()
             self._heads[head] = new
-        return data if new is head else new + data[pos:]
+        return data if new is None else new + data[pos:]
 
-    def _rename_head(self, head: bytes, ncols: int) -> bytes:
+    def _rename_head(self, head: bytes, ncols: int) -> bytes | None:
         pos = 4 + (head[0] | head[1] << 8 | head[2] << 16)
         spans: list[tuple[int, int, bytes]] = []
         for _ in range(ncols):
@@ -125,7 +126,7 @@ class GroupNames:
             if q is not None:
                 spans.append((pos, end, struct.pack("<I", len(q))[:3] + head[pos + 3:pos + 4] + q))
             pos = end
-        return splice(head, spans) if spans else head
+        return splice(head, spans) if spans else None
 
 
 def group_names(config: Config) -> dict[str, GroupNames]:
