@@ -457,5 +457,9 @@ class Executor:
         if conn is not None and not conn.broken:
             sc = await conn.query(sql, self.server.backends.timeout_s)
             if sc.results:
-                return sc.results[0]
+                rs = sc.results[0]
+                if conn.names is not None and len(rs.columns) == 3:  # Level, Code, Message: logical names
+                    rs.rows = [r[:2] + [r[2] and conn.names.text(r[2].decode("utf-8", "replace")).encode()]
+                               for r in rs.rows]
+                return rs
         return ResultSet(list(WARNING_COLUMNS), [])

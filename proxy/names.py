@@ -86,17 +86,23 @@ class GroupNames:
 
     def err(self, p: bytes) -> bytes | None:
         """An ERR payload whose message names logical schemas, or None when it needs no change."""
-        if self._err_re is None or len(p) < 3:
+        if len(p) < 3:
             return None
         head = 9 if len(p) >= 9 and p[3] == 0x23 else 3
         msg = p[head:].decode("utf-8", "replace")
+        new = self.text(msg)
+        return None if new == msg else p[:head] + new.encode("utf-8")
+
+    def text(self, msg: str) -> str:
+        """A server message (error or warning) with `db1.t` / `` `db1`.`t` `` naming the logical schema."""
+        if self._err_re is None:
+            return msg
 
         def sub(m: re.Match[str]) -> str:
             s = self.schema_of(m.group(2), m.group(4))
             return m.group(0) if s is None else f"{m.group(1)}{s}{m.group(1)}.{m.group(3)}{m.group(4)}"
 
-        new = self._err_re.sub(sub, msg)
-        return None if new == msg else p[:head] + new.encode("utf-8")
+        return self._err_re.sub(sub, msg)
 
     def answer(self, data: bytes) -> bytes:
         """A whole framed text result (as whole_text_answer accepted it) with its column definitions

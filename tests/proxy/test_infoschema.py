@@ -107,6 +107,24 @@ def test_errors_name_the_logical_schema(isp: ProxyProcess) -> None:
     assert e.value.args[1] == "Table 'schema1.is_nosuch' doesn't exist"
 
 
+def test_foreign_key_error_and_warning_name_the_logical_schema(isp: ProxyProcess) -> None:
+    with pytest.raises(pymysql.MySQLError) as e:
+        _run(isp, "INSERT INTO is_child VALUES (5, 99)")
+    assert e.value.args[0] == 1452
+    assert "(`schema1`.`is_child`, CONSTRAINT `fk_parent`" in e.value.args[1], e.value.args[1]
+    conn = isp.connect(database="schema1")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute("INSERT IGNORE INTO is_child VALUES (5, 99)")
+            cur.execute("SHOW WARNINGS")
+            (level, code, message), = cur.fetchall()
+            assert code == 1452 and "(`schema1`.`is_child`, CONSTRAINT" in message, message
+            cur.execute("ROLLBACK")
+    finally:
+        conn.close()
+
+
 def test_field_list_names_the_logical_schema(isp: ProxyProcess) -> None:
     c = RawClient(isp.port)
     try:
