@@ -58,6 +58,22 @@ def _run(p: ProxyProcess, sql: str, user: str = "test", password: str = "111111"
         conn.close()
 
 
+def _in_transaction(p: ProxyProcess, *sqls: str) -> list[tuple[Any, ...]]:
+    """Run sqls inside BEGIN ... ROLLBACK on one connection; what each returned."""
+    conn = p.connect(database="schema1")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("BEGIN")
+            out = []
+            for sql in sqls:
+                cur.execute(sql)
+                out.append(cur.fetchall())
+            cur.execute("ROLLBACK")
+            return out
+    finally:
+        conn.close()
+
+
 def _db(field: Any) -> str:
     """The schema a column definition names (PyMySQL keeps it as bytes)."""
     return field.db.decode() if isinstance(field.db, bytes) else field.db
@@ -112,17 +128,9 @@ def test_foreign_key_error_and_warning_name_the_logical_schema(isp: ProxyProcess
         _run(isp, "INSERT INTO is_child VALUES (5, 99)")
     assert e.value.args[0] == 1452
     assert "(`schema1`.`is_child`, CONSTRAINT `fk_parent`" in e.value.args[1], e.value.args[1]
-    conn = isp.connect(database="schema1")
-    try:
-        with conn.cursor() as cur:
-            cur.execute("BEGIN")
-            cur.execute("INSERT IGNORE INTO is_child VALUES (5, 99)")
-            cur.execute("SHOW WARNINGS")
-            (level, code, message), = cur.fetchall()
-            assert code == 1452 and "(`schema1`.`is_child`, CONSTRAINT" in message, message
-            cur.execute("ROLLBACK")
-    finally:
-        conn.close()
+    _, warnings = _in_transaction(isp, "INSERT IGNORE INTO is_child VALUES (5, 99)", "SHOW WARNINGS")
+    (level, code, message), = warnings
+    assert code == 1452 and "(`schema1`.`is_child`, CONSTRAINT" in message, message
 
 
 def test_field_list_names_the_logical_schema(isp: ProxyProcess) -> None:
@@ -319,20 +327,17 @@ def test_what_mysqldump_asks(isp: ProxyProcess) -> None:
 
 def test_inside_a_transaction(isp: ProxyProcess) -> None:
     """The copies live on a connection of the session's transaction and are gone after the query."""
-    conn = isp.connect(database="schema1")
+    isp.query("CREATE TABLE IF NOT EXISTS tables (id INT)")  # a user table on the default node named like a copy
     try:
-        with conn.cursor() as cur:
-            cur.execute("BEGIN")
-            cur.execute("INSERT INTO sharding_2_t1 VALUES (50, 1)")
-            cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_NAME = 'sharding_2_t1'")
-            assert cur.fetchall() == ((1,),)
-            cur.execute("ROLLBACK")
-            cur.execute("SELECT COUNT(*) FROM sharding_2_t1 WHERE id = 50")
-            assert cur.fetchall() == ((0,),)
-            cur.execute("SELECT COUNT(*) FROM is_parent")  # the default node's table, not a leftover copy
-            assert cur.fetchall() == ((0,),)
+        _, counted, own = _in_transaction(
+            isp, "INSERT INTO sharding_2_t1 VALUES (50, 1)",
+            "SELECT COUNT(*) FROM information_schema.tables WHERE TABLE_NAME = 'sharding_2_t1'",
+            "SELECT COUNT(*) FROM tables")  # the same pinned connection: the copy must be gone
+        assert counted == ((1,),) and own == ((0,),)
+        assert isp.query("SELECT COUNT(*) FROM sharding_2_t1 WHERE id = 50") == [(0,)]
+        assert isp.query("SELECT COUNT(*) FROM tables") == [(0,)]
     finally:
-        conn.close()
+        isp.query("DROP TABLE tables")
 
 
 @pytest.mark.parametrize("sql", [
