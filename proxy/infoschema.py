@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from meta.errors import BackendError, NotSupported, ProxyError
+from meta.errors import NotSupported, ProxyError
 
 from .executor import _com_query
 from .protocol.messages import ColumnDef, ResultSet
@@ -35,7 +35,7 @@ from .reply import Reply
 from .sqltok import first_keyword, tokenize
 
 if TYPE_CHECKING:
-    from .backend import BackendConnection
+    from .protocol.response import ResponseScanner
     from .session import Session
 
 log = structlog.get_logger("pydble.infoschema")
@@ -273,20 +273,31 @@ class InfoSchema:
         mapped = sorted({t for t in copies.values() if t in MAPPED})
         data = await self._logical_rows(mapped) if mapped else {}
         text = self._rewrite(sql, refs)
+        chunks = _chunks(self._setup(copies, data))
+        drop = ("DROP TEMPORARY TABLE IF EXISTS " + ", ".join(_quote(m) for m in copies)) if copies else ""
+        timeout = self.server.backends.timeout_s
         ex = self.session.executor
         node = self.server.any_node(self.session.schema)
         conn = await ex._get(node)
-        made: list[str] = []
+        clean = not copies
         try:
-            await self._load(conn, copies, data, made)
-            sc = await conn.run(_com_query(text), self.server.backends.timeout_s, collect=True)
-            if made:
-                await conn.query("DROP TEMPORARY TABLE IF EXISTS " + ", ".join(_quote(m) for m in made),
-                                 self.server.backends.timeout_s)
-                made = []
+            for chunk in chunks[:-1]:
+                sc = await conn.run(_com_query(";".join(chunk)), timeout, collect=True)
+                _setup_error(sc, len(chunk))
+            # the last chunk of rows, the client's query and the DROP go in one round trip
+            last = chunks[-1] if chunks else []
+            sc = await conn.run(_com_query(";".join(last + [text] + ([drop] if drop else []))), timeout, collect=True)
+            _setup_error(sc, len(last))
+            if sc.error is None:
+                clean = True
+                sc.results = sc.results[len(last):len(last) + 1]
+            else:  # the client's query failed: its error is the answer, the DROP did not run
+                sc.results = []
+                await conn.query(drop, timeout)
+                clean = True
         finally:
-            if made:
-                conn.close()  # its temporary tables go with it
+            if not clean:
+                conn.close()  # its temporary copies go with it
             ex._done_with(node, conn)
         upper = {k.lower(): v for k, v in copies.items()}
         for res in sc.results:
@@ -294,14 +305,14 @@ class InfoSchema:
                            for c in res.columns]
         ex.add_results(sc, r, more)
 
-    async def _load(self, conn: BackendConnection, copies: dict[str, str],
-                    data: dict[str, tuple[list[ColumnDef], list[list[bytes | None]]]], made: list[str]) -> None:
-        """Create the temporary copies on conn and fill them with the logical rows."""
+    @staticmethod
+    def _setup(copies: dict[str, str], data: dict[str, tuple[list[ColumnDef], list[list[bytes | None]]]]
+               ) -> list[str]:
+        """The statements that create the temporary copies and fill them with the logical rows."""
         stmts: list[str] = []
         for spelling, table in copies.items():
             q = _quote(spelling)
             stmts.append(f"CREATE TEMPORARY TABLE {q} AS SELECT * FROM information_schema.{table} WHERE 0")
-            made.append(spelling)
             columns, rows = data.get(table, ([], []))
             into = f"INSERT INTO {q} (" + ",".join(_quote(c.name) for c in columns) + ") VALUES "
             batch: list[str] = []
@@ -315,23 +326,31 @@ class InfoSchema:
                     batch, size = [], 0
             if batch:
                 stmts.append(into + ",".join(batch))
-        chunk: list[str] = []
-        size = 0
-        for s in stmts + [""]:
-            if chunk and (not s or size + len(s) > 4 * INSERT_CHUNK):
-                try:
-                    await conn.query(";".join(chunk), self.server.backends.timeout_s)
-                except BackendError as e:
-                    raise ProxyError(f"information_schema could not be prepared on a backend: {e.message}",
-                                     e.code, e.sqlstate) from None
-                chunk, size = [], 0
-            if s:
-                chunk.append(s)
-                size += len(s)
+        return stmts
 
     @staticmethod
     def _rewrite(sql: str, refs: list[Ref]) -> str:
         return splice(sql, [(f.start, f.end, _quote(f.spelling)) for f in refs if f.table not in SERVER_WIDE])
+
+
+def _chunks(stmts: list[str]) -> list[list[str]]:
+    """Statements grouped into multi-statements of a few MB (well under max_allowed_packet)."""
+    out: list[list[str]] = []
+    size = 0
+    for st in stmts:
+        if not out or size + len(st) > 4 * INSERT_CHUNK:
+            out.append([])
+            size = 0
+        out[-1].append(st)
+        size += len(st)
+    return out
+
+
+def _setup_error(sc: ResponseScanner, n: int) -> None:
+    """Raise when one of the first n statements (pydble's own setup) failed."""
+    if sc.error is not None and len(sc.results) < n:
+        raise ProxyError(f"information_schema could not be prepared on a backend: {sc.error.message}",
+                         sc.error.code, sc.error.sqlstate)
 
 
 def _as_infoschema(c: ColumnDef, table: str) -> ColumnDef:

@@ -340,6 +340,19 @@ def test_inside_a_transaction(isp: ProxyProcess) -> None:
         isp.query("DROP TABLE tables")
 
 
+def test_an_error_in_the_query_is_mariadbs(isp: ProxyProcess) -> None:
+    conn = isp.connect(database="schema1")
+    try:
+        with conn.cursor() as cur:
+            with pytest.raises(pymysql.MySQLError) as e:
+                cur.execute("SELECT no_such_column FROM information_schema.TABLES")
+            assert e.value.args[0] == 1054 and e.value.args[1].startswith("Unknown column 'no_such_column' in ")
+            cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_NAME = 'sing'")
+            assert cur.fetchall() == ((1,),)  # the session goes on; the copies of the failed query are gone
+    finally:
+        conn.close()
+
+
 @pytest.mark.parametrize("sql", [
     "SELECT * FROM information_schema.PROCESSLIST",
     "SELECT * FROM information_schema.USER_PRIVILEGES",
