@@ -256,9 +256,12 @@ class InfoSchema:
                 row[names.index("AVG_ROW_LENGTH")] = str(int(data) // int(rows) if int(rows) else 0).encode()
 
     # -- answering ---------------------------------------------------------------------------------
-    async def answer(self, sql: str, r: Reply, more: bool) -> None:
-        """Run the client's query over the logical rows; refuse what cannot be answered exactly."""
+    async def answer(self, sql: str, r: Reply, more: bool) -> bool:
+        """Run the client's query over the logical rows; refuse what cannot be answered exactly.
+        False when the statement names information_schema only in a string or a comment."""
         refs = find_refs(sql)
+        if not refs:
+            return False
         kw = first_keyword(sql)
         if kw not in ("SELECT", "WITH"):
             raise NotSupported("pydble answers information_schema in SELECT statements only")
@@ -304,6 +307,7 @@ class InfoSchema:
             res.columns = [c if c.org_table.lower() not in upper else _as_infoschema(c, upper[c.org_table.lower()])
                            for c in res.columns]
         ex.add_results(sc, r, more)
+        return True
 
     @staticmethod
     def _setup(copies: dict[str, str], data: dict[str, tuple[list[ColumnDef], list[list[bytes | None]]]]
@@ -358,9 +362,9 @@ def _as_infoschema(c: ColumnDef, table: str) -> ColumnDef:
     return replace(c, schema="information_schema", org_table=table, raw=None)
 
 
-async def answer(session: Session, sql: str, r: Reply, more: bool) -> None:
-    """Answer (or refuse) one statement that names information_schema."""
-    await InfoSchema(session).answer(sql, r, more)
+async def answer(session: Session, sql: str, r: Reply, more: bool) -> bool:
+    """Answer (or refuse) a statement that names information_schema; False if it names none of its tables."""
+    return await InfoSchema(session).answer(sql, r, more)
 
 
 __all__ = ["MAPPED", "answer", "find_refs", "mentions"]

@@ -596,8 +596,7 @@ class Session:
             raise NotSupported(f"{kw} is not supported through the proxy")
         elif kw == "" and not tokenize(sql):
             raise ProxyError("Query was empty", 1065, "42000")
-        if infoschema.mentions(sql):
-            await infoschema.answer(self, sql, r, more)
+        if infoschema.mentions(sql) and await infoschema.answer(self, sql, r, more):
             return False
         return await self.executor.execute(sql, r, more, may_relay)
 

@@ -340,6 +340,12 @@ def test_inside_a_transaction(isp: ProxyProcess) -> None:
         isp.query("DROP TABLE tables")
 
 
+def test_information_schema_in_a_string_or_comment_is_an_ordinary_query(isp: ProxyProcess) -> None:
+    rows, _ = _run(isp, "SELECT id, name /* information_schema.TABLES */ FROM sharding_4_t1 "
+                        "WHERE name <> 'information_schema.TABLES' ORDER BY id LIMIT 2")
+    assert rows == [(1, "a"), (2, "b")]
+
+
 def test_an_error_in_the_query_is_mariadbs(isp: ProxyProcess) -> None:
     conn = isp.connect(database="schema1")
     try:
