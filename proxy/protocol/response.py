@@ -13,6 +13,7 @@ from .constants import STATUS_MORE_RESULTS
 from .messages import ColumnDef, ErrInfo, OkInfo, ResultSet, decode_text_row, eof_status, parse_column_def, parse_err, parse_ok
 from .packets import ProtocolError, read_lenenc_int, splice
 
+
 class Renamer(Protocol):
     """Gives column definitions and ERR packets the client's names (proxy.names.GroupNames)."""
 
