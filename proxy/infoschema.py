@@ -189,7 +189,6 @@ class InfoSchema:
         per_node = dict(zip(nodes, answers))
         out: dict[str, tuple[list[ColumnDef], list[list[bytes | None]]]] = {}
         for i, t in enumerate(tables):
-            spec = MAPPED[t]
             columns = per_node[nodes[0]][i].columns if nodes else []
             names = [c.name.upper() for c in columns]
             if any([c.name.upper() for c in per_node[n][i].columns] != names for n in nodes):
@@ -197,7 +196,7 @@ class InfoSchema:
                                    f"versions); pydble cannot answer it as one server")
             rows: list[list[bytes | None]] = []
             for schema in schemas:
-                rows += self._rows_of_schema(schema, spec, names, {n: per_node[n][i].rows for n in nodes}, t)
+                rows += self._rows_of_schema(schema, MAPPED[t], names, {n: per_node[n][i].rows for n in nodes}, t)
             out[t] = (columns, rows)
         return out
 
@@ -287,13 +286,20 @@ class InfoSchema:
             for chunk in chunks[:-1]:
                 sc = await conn.run(_com_query(";".join(chunk)), timeout, collect=True)
                 _setup_error(sc, len(chunk))
-            # the last chunk of rows, the client's query and the DROP go in one round trip
+            # In one round trip: the column definitions of the tables copied, as this session sees them
+            # (a copy's TEXT columns are LONGTEXT, information_schema's declare a smaller length), the
+            # last chunk of rows, the client's query and the DROP.
+            tables = sorted(set(copies.values()))
+            probes = [f"SELECT * FROM information_schema.{t} WHERE 0" for t in tables]
             last = chunks[-1] if chunks else []
-            sc = await conn.run(_com_query(";".join(last + [text] + ([drop] if drop else []))), timeout, collect=True)
-            _setup_error(sc, len(last))
+            sc = await conn.run(_com_query(";".join(probes + last + [text] + ([drop] if drop else []))), timeout,
+                                collect=True)
+            n = len(probes) + len(last)
+            _setup_error(sc, n)
+            real = {(t, c.org_name.upper()): c for t, res in zip(tables, sc.results) for c in res.columns}
             if sc.error is None:
                 clean = True
-                sc.results = sc.results[len(last):len(last) + 1]
+                sc.results = sc.results[n:n + 1]
             else:  # the client's query failed: its error is the answer, the DROP did not run
                 sc.results = []
                 await conn.query(drop, timeout)
@@ -304,8 +310,8 @@ class InfoSchema:
             ex._done_with(node, conn)
         upper = {k.lower(): v for k, v in copies.items()}
         for res in sc.results:
-            res.columns = [c if c.org_table.lower() not in upper else _as_infoschema(c, upper[c.org_table.lower()])
-                           for c in res.columns]
+            res.columns = [c if c.org_table.lower() not in upper
+                           else _as_infoschema(c, upper[c.org_table.lower()], real) for c in res.columns]
         ex.add_results(sc, r, more)
         return True
 
@@ -357,9 +363,13 @@ def _setup_error(sc: ResponseScanner, n: int) -> None:
                          sc.error.code, sc.error.sqlstate)
 
 
-def _as_infoschema(c: ColumnDef, table: str) -> ColumnDef:
+def _as_infoschema(c: ColumnDef, table: str, real: dict[tuple[str, str], ColumnDef]) -> ColumnDef:
     """A column of a copy, described as the information_schema column it copies."""
-    return replace(c, schema="information_schema", org_table=table, raw=None)
+    r = real.get((table, c.org_name.upper()))
+    if r is None:
+        return replace(c, schema="information_schema", org_table=table, raw=None)
+    return replace(c, schema="information_schema", org_table=table, type=r.type, charset=r.charset,
+                   length=r.length, flags=r.flags, decimals=r.decimals, raw=None)
 
 
 async def answer(session: Session, sql: str, r: Reply, more: bool) -> bool:

@@ -32,7 +32,7 @@ def isp(backends: list[Any]) -> Iterator[ProxyProcess]:
                     "CREATE TABLE sharding_4_t1 (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL, "
                     "KEY k_name (name))",
                     "CREATE TABLE sharding_2_t1 (id INT PRIMARY KEY, v INT, CONSTRAINT v_positive CHECK (v >= 0))",
-                    "CREATE TABLE is_parent (id INT PRIMARY KEY)",
+                    "CREATE TABLE is_parent (id INT PRIMARY KEY) COMMENT 'café ☕'",
                     "CREATE TABLE is_child (id INT PRIMARY KEY, pid INT, "
                     "CONSTRAINT fk_parent FOREIGN KEY (pid) REFERENCES is_parent (id))",
                     "INSERT INTO sharding_4_t1 VALUES (1,'a'),(2,'b'),(3,'c'),(4,'d'),(5,'e'),(6,'f'),(7,'g'),(8,'h')",
@@ -222,6 +222,46 @@ def test_columns_and_keys_as_one_mariadb_shows_them(isp: ProxyProcess, backends:
     assert rows == [("schema1", "sharding_2_t1", "v_positive", "`v` >= 0")]  # once, though on two nodes
     for t in ("ROUTINES", "VIEWS", "TRIGGERS", "EVENTS", "PARAMETERS"):
         assert _run(isp, f"SELECT * FROM information_schema.{t}")[0] == [], t
+
+
+@pytest.mark.parametrize("table", ["SCHEMATA", "TABLES", "COLUMNS", "STATISTICS", "KEY_COLUMN_USAGE",
+                                   "TABLE_CONSTRAINTS", "REFERENTIAL_CONSTRAINTS", "ROUTINES"])
+@pytest.mark.parametrize("charset", ["utf8mb4", "latin1"])
+def test_column_definitions_equal_mariadbs(isp: ProxyProcess, backends: list[Any], table: str, charset: str) -> None:
+    """Types, lengths, flags and character sets of the answer are information_schema's own."""
+    sql = f"SELECT * FROM information_schema.{table} LIMIT 0"
+    conn = isp.connect(database="schema1", charset=charset)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            got = list(cur._result.fields)  # type: ignore[union-attr]
+    finally:
+        conn.close()
+    direct = pymysql.connect(host=backends[0].host, port=backends[0].port, user="root", database="db1",
+                             charset=charset)
+    try:
+        with direct.cursor() as cur:
+            cur.execute(sql)
+            want = list(cur._result.fields)  # type: ignore[union-attr]
+    finally:
+        direct.close()
+
+    def shape(f: Any) -> tuple[Any, ...]:
+        return (_db(f), f.table_name, f.org_table, f.name, f.org_name, f.charsetnr, f.length, f.type_code, f.flags,
+                f.scale)
+
+    assert [shape(f) for f in got] == [shape(f) for f in want]
+
+
+@pytest.mark.parametrize("charset, comment", [("utf8mb4", "café ☕"), ("latin1", "café ?")])
+def test_text_reaches_the_client_in_its_character_set(isp: ProxyProcess, charset: str, comment: str) -> None:
+    conn = isp.connect(database="schema1", charset=charset)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_NAME = 'is_parent'")
+            assert cur.fetchall() == ((comment,),)
+    finally:
+        conn.close()
 
 
 def test_group_by_and_functions_run_as_in_mariadb(isp: ProxyProcess) -> None:
