@@ -47,15 +47,19 @@ def isp(backends: list[Any]) -> Iterator[ProxyProcess]:
         p.cleanup()
 
 
-def _run(p: ProxyProcess, sql: str, user: str = "test", password: str = "111111",
-         database: str | None = "schema1") -> tuple[list[tuple[Any, ...]], list[Any]]:
-    conn = p.connect(user=user, password=password, database=database)
+def _fetch(conn: Any, sql: str) -> tuple[list[tuple[Any, ...]], list[Any]]:
+    """Rows and column definitions of sql on conn, which is closed after."""
     try:
         with conn.cursor() as cur:
             cur.execute(sql)
             return list(cur.fetchall()), list(cur._result.fields)  # type: ignore[union-attr]
     finally:
         conn.close()
+
+
+def _run(p: ProxyProcess, sql: str, user: str = "test", password: str = "111111",
+         database: str | None = "schema1", **kw: Any) -> tuple[list[tuple[Any, ...]], list[Any]]:
+    return _fetch(p.connect(user=user, password=password, database=database, **kw), sql)
 
 
 def _in_transaction(p: ProxyProcess, *sqls: str) -> list[tuple[Any, ...]]:
@@ -230,21 +234,9 @@ def test_columns_and_keys_as_one_mariadb_shows_them(isp: ProxyProcess, backends:
 def test_column_definitions_equal_mariadbs(isp: ProxyProcess, backends: list[Any], table: str, charset: str) -> None:
     """Types, lengths, flags and character sets of the answer are information_schema's own."""
     sql = f"SELECT * FROM information_schema.{table} LIMIT 0"
-    conn = isp.connect(database="schema1", charset=charset)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-            got = list(cur._result.fields)  # type: ignore[union-attr]
-    finally:
-        conn.close()
-    direct = pymysql.connect(host=backends[0].host, port=backends[0].port, user="root", database="db1",
-                             charset=charset)
-    try:
-        with direct.cursor() as cur:
-            cur.execute(sql)
-            want = list(cur._result.fields)  # type: ignore[union-attr]
-    finally:
-        direct.close()
+    _, got = _run(isp, sql, charset=charset)
+    _, want = _fetch(pymysql.connect(host=backends[0].host, port=backends[0].port, user="root", database="db1",
+                                     charset=charset), sql)
 
     def shape(f: Any) -> tuple[Any, ...]:
         return (_db(f), f.table_name, f.org_table, f.name, f.org_name, f.charsetnr, f.length, f.type_code, f.flags,
@@ -255,13 +247,9 @@ def test_column_definitions_equal_mariadbs(isp: ProxyProcess, backends: list[Any
 
 @pytest.mark.parametrize("charset, comment", [("utf8mb4", "café ☕"), ("latin1", "café ?")])
 def test_text_reaches_the_client_in_its_character_set(isp: ProxyProcess, charset: str, comment: str) -> None:
-    conn = isp.connect(database="schema1", charset=charset)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_NAME = 'is_parent'")
-            assert cur.fetchall() == ((comment,),)
-    finally:
-        conn.close()
+    rows, _ = _run(isp, "SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_NAME = 'is_parent'",
+                   charset=charset)
+    assert rows == [(comment,)]
 
 
 def test_group_by_and_functions_run_as_in_mariadb(isp: ProxyProcess) -> None:
