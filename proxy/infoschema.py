@@ -29,6 +29,7 @@ import structlog
 from meta.errors import NotSupported, ProxyError
 
 from .executor import _com_query
+from .local import substitute_database
 from .protocol.messages import ColumnDef, ResultSet
 from .protocol.packets import splice
 from .reply import Reply
@@ -72,7 +73,7 @@ SERVER_WIDE = frozenset({"CHARACTER_SETS", "COLLATIONS", "COLLATION_CHARACTER_SE
 # Summed over a sharding table's nodes in its TABLES row (the rest is its first node's).
 SUMMED = ("TABLE_ROWS", "DATA_LENGTH", "INDEX_LENGTH", "DATA_FREE")
 _OTHER_SYSTEM = frozenset({"mysql", "performance_schema", "sys"})
-_PASS_KEYWORDS = frozenset({"SHOW", "DESC", "DESCRIBE"})   # structure of the views only, never rows
+_PASS_KEYWORDS = frozenset({"SHOW", "DESC", "DESCRIBE", "USE"})   # structure of the views only, never rows
 INSERT_CHUNK = 1 << 20
 
 
@@ -262,6 +263,9 @@ class InfoSchema:
         if not refs:
             return False
         kw = first_keyword(sql)
+        if kw in ("SELECT", "WITH"):
+            sql = substitute_database(sql, self.session.schema)  # a backend would answer 'db3'
+            refs = find_refs(sql)
         if kw not in ("SELECT", "WITH"):
             raise NotSupported("pydble answers information_schema in SELECT statements only")
         for ref in refs:

@@ -552,6 +552,8 @@ class Session:
         kw = first_keyword(sql)
         if kw != "SHOW":
             self.warnings = []
+        if infoschema.mentions(sql) and await infoschema.answer(self, sql, r, more):
+            return False  # never sent to a backend as it is, in any statement kind (even SET @x = (SELECT ...))
         if kw == "SELECT":
             rs = local.local_select(sql, self.local_values())
             if rs is not None:
@@ -596,8 +598,6 @@ class Session:
             raise NotSupported(f"{kw} is not supported through the proxy")
         elif kw == "" and not tokenize(sql):
             raise ProxyError("Query was empty", 1065, "42000")
-        if infoschema.mentions(sql) and await infoschema.answer(self, sql, r, more):
-            return False
         return await self.executor.execute(sql, r, more, may_relay)
 
     async def savepoint(self, sql: str, r: Reply, more: bool) -> bool:

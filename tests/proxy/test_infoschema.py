@@ -252,6 +252,12 @@ def test_text_reaches_the_client_in_its_character_set(isp: ProxyProcess, charset
     assert rows == [(comment,)]
 
 
+def test_with_and_database_in_a_common_table_expression(isp: ProxyProcess) -> None:
+    rows, _ = _run(isp, "WITH t AS (SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()) "
+                        "SELECT COUNT(*) FROM t WHERE TABLE_NAME LIKE 'sharding%'")
+    assert rows == [(2,)]
+
+
 def test_group_by_and_functions_run_as_in_mariadb(isp: ProxyProcess) -> None:
     rows, fields = _run(isp, "SELECT TABLE_SCHEMA, COUNT(*) AS n, GROUP_CONCAT(TABLE_NAME ORDER BY TABLE_NAME) "
                              "FROM information_schema.TABLES WHERE TABLE_NAME LIKE 'S%' GROUP BY TABLE_SCHEMA "
@@ -394,6 +400,9 @@ def test_an_error_in_the_query_is_mariadbs(isp: ProxyProcess) -> None:
     "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_NAME IN (SELECT s FROM schema2.sing)",
     "INSERT INTO sharding_2_t1 SELECT ORDINAL_POSITION, 1 FROM information_schema.COLUMNS",
     "SELECT 1 /*!50000 , (SELECT COUNT(*) FROM information_schema.SCHEMATA) */",
+    "SET @x = (SELECT SCHEMA_NAME FROM information_schema.SCHEMATA LIMIT 1)",
+    "EXPLAIN SELECT * FROM information_schema.TABLES",
+    "DO (SELECT COUNT(*) FROM information_schema.TABLES)",
 ])
 def test_what_cannot_be_answered_exactly_is_refused(isp: ProxyProcess, sql: str) -> None:
     with pytest.raises(pymysql.MySQLError) as e:
