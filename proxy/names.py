@@ -18,6 +18,7 @@ from meta.config import Config
 from .protocol.packets import lenenc_str, read_lenenc_int, splice
 
 _CACHE_MAX = 4096
+_HEAD_CACHED = 1024   # headers up to this size are cached whole (a few MB at most)
 _MISSING = b"-"
 
 
@@ -118,9 +119,10 @@ class GroupNames:
         new = self._heads.get(head, _MISSING)
         if new is _MISSING:
             new = self._rename_head(head, ncols)
-            if len(self._heads) >= _CACHE_MAX:
-                self._heads.clear()
-            self._heads[head] = new
+            if len(head) <= _HEAD_CACHED:
+                if len(self._heads) >= _CACHE_MAX:
+                    self._heads.clear()
+                self._heads[head] = new
         return data if new is None else new + data[pos:]
 
     def _rename_head(self, head: bytes, ncols: int) -> bytes | None:
