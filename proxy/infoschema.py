@@ -33,6 +33,7 @@ from .local import substitute_database
 from .protocol.messages import ColumnDef, ResultSet
 from .protocol.packets import splice
 from .reply import Reply
+from .router import _HINT_PREFIX_RE
 from .sqltok import first_keyword, tokenize
 
 if TYPE_CHECKING:
@@ -344,7 +345,10 @@ class InfoSchema:
 
     @staticmethod
     def _rewrite(sql: str, refs: list[Ref]) -> str:
-        return splice(sql, [(f.start, f.end, _quote(f.spelling)) for f in refs if f.table not in SERVER_WIDE])
+        """The statement on the copies; a shardingNode hint goes (the answer is the logical one anyway)."""
+        spans = [(f.start, f.end, _quote(f.spelling)) for f in refs if f.table not in SERVER_WIDE]
+        spans += [(t[2], t[3], "") for t in tokenize(sql) if t[0] == "h" and _HINT_PREFIX_RE.match(t[1])]
+        return splice(sql, sorted(spans))
 
 
 def _chunks(stmts: list[str]) -> list[list[str]]:

@@ -252,6 +252,12 @@ def test_text_reaches_the_client_in_its_character_set(isp: ProxyProcess, charset
     assert rows == [(comment,)]
 
 
+def test_a_shardingnode_hint_does_not_reach_the_physical_information_schema(isp: ProxyProcess) -> None:
+    rows, _ = _run(isp, "/*!pydble:shardingNode=dn1*/ SELECT SCHEMA_NAME FROM information_schema.SCHEMATA "
+                        "ORDER BY 1", user="limited", password="lim-pw")
+    assert rows == [("schema1",)]
+
+
 def test_with_and_database_in_a_common_table_expression(isp: ProxyProcess) -> None:
     rows, _ = _run(isp, "WITH t AS (SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()) "
                         "SELECT COUNT(*) FROM t WHERE TABLE_NAME LIKE 'sharding%'")
