@@ -172,6 +172,7 @@ def test_schemata_lists_the_granted_logical_schemas_only(isp: ProxyProcess) -> N
     rows, fields = _run(isp, "SELECT SCHEMA_NAME FROM information_schema.SCHEMATA ORDER BY SCHEMA_NAME")
     assert rows == [("schema1",), ("schema2",)]
     assert _db(fields[0]) == "information_schema"
+    assert _run(isp, "SELECT SCHEMA_NAME FROM information_schema.SCHEMATA ORDER BY 1", database=None)[0] == rows
     rows, _ = _run(isp, "SELECT SCHEMA_NAME, DEFAULT_CHARACTER_SET_NAME FROM information_schema.schemata",
                    user="limited", password="lim-pw")
     assert [r[0] for r in rows] == ["schema1"] and rows[0][1]
