@@ -28,6 +28,7 @@ import structlog
 
 from meta.errors import NotSupported, ProxyError
 
+from .analysis import SYSTEM_SCHEMAS
 from .executor import _com_query
 from .local import substitute_database
 from .protocol.messages import ColumnDef, ResultSet
@@ -73,7 +74,7 @@ SERVER_WIDE = frozenset({"CHARACTER_SETS", "COLLATIONS", "COLLATION_CHARACTER_SE
                          "KEYWORDS", "SQL_FUNCTIONS"})
 # Summed over a sharding table's nodes in its TABLES row (the rest is its first node's).
 SUMMED = ("TABLE_ROWS", "DATA_LENGTH", "INDEX_LENGTH", "DATA_FREE")
-_OTHER_SYSTEM = frozenset({"mysql", "performance_schema", "sys"})
+_OTHER_SYSTEM = SYSTEM_SCHEMAS - {"information_schema"}
 _PASS_KEYWORDS = frozenset({"SHOW", "DESC", "DESCRIBE", "USE"})   # structure of the views only, never rows
 INSERT_CHUNK = 1 << 20
 
@@ -318,6 +319,8 @@ class InfoSchema:
             res.columns = [c if c.org_table.lower() not in upper
                            else _as_infoschema(c, upper[c.org_table.lower()], real) for c in res.columns]
         ex.add_results(sc, r, more)
+        log.debug("information_schema answered", tables=sorted(set(copies.values())), node=node,
+                  rows={t: len(rows) for t, (_, rows) in data.items()})
         return True
 
     @staticmethod
