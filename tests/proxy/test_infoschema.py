@@ -108,6 +108,13 @@ def test_result_columns_name_the_logical_schema(isp: ProxyProcess, sql: str, sch
         assert f.org_table == table
 
 
+def test_a_long_answer_relayed_in_pieces_names_the_logical_schema(isp: ProxyProcess) -> None:
+    """Past the one-read fast relay (16 KB), packets are renamed as they stream through the scanner."""
+    rows, fields = _run(isp, "SELECT id, name, REPEAT('x', 70000) AS pad FROM sharding_4_t1 WHERE id = 2")
+    assert rows == [(2, "b", "x" * 70000)]
+    assert [(_db(f), f.org_table) for f in fields] == [("schema1", "sharding_4_t1")] * 2 + [("", "")]
+
+
 def test_multi_statement_and_collected_results_name_the_logical_schema(isp: ProxyProcess) -> None:
     conn = isp.connect(database="schema1", client_flag=pymysql.constants.CLIENT.MULTI_STATEMENTS)
     try:
