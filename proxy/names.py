@@ -15,7 +15,7 @@ import struct
 
 from meta.config import Config
 
-from .protocol.packets import lenenc_str, read_lenenc_int, splice
+from .protocol.packets import ProtocolError, lenenc_str, read_lenenc_int, splice
 
 _CACHE_MAX = 4096
 _HEAD_CACHED = 1024   # headers up to this size are cached whole (a few MB at most)
@@ -78,8 +78,8 @@ class GroupNames:
             n, pos = read_lenenc_int(p, tpos)     # table (alias)
             n, pos = read_lenenc_int(p, pos + (n or 0))  # org_table
             org = p[pos:pos + (n or 0)]
-        except (IndexError, TypeError):
-            return None
+        except (IndexError, TypeError, ProtocolError):
+            return None  # malformed: relayed as it came, the scanner and the client judge it
         new = self._logical(db, org)
         if new is None:
             return None

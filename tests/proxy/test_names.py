@@ -118,3 +118,15 @@ def _relay(g: GroupNames, data: bytes, ends: list[int], deof: bool) -> bytes:
         buf = buf[used:]
     assert sc.done and not buf
     return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(payload=st.binary(max_size=80))
+def test_garbage_never_raises(names: dict[str, GroupNames], payload: bytes) -> None:
+    """A malformed packet from a backend is left as it is (the scanner reports it), never a crash here."""
+    g = names["ha_group1"]
+    for p in (payload, b"\x03def\x03db1" + payload, b"\xff" + payload):
+        q = g.coldef(p)
+        assert q is None or isinstance(q, bytes)
+        q = g.err(p)
+        assert q is None or q[:3] == p[:3]
