@@ -51,6 +51,7 @@ class Mapped:
     schema_columns: tuple[str, ...]   # the first one filters on the node's physical database
     table_column: str | None          # None: rows belong to the schema itself (SCHEMATA)
     refuse_rows: bool = False         # pydble cannot rename what these rows hold (view and trigger bodies)
+    referenced: tuple[str, str] | None = None   # (schema, table) columns of a foreign key's referenced table
 
 
 MAPPED: dict[str, Mapped] = {
@@ -58,9 +59,11 @@ MAPPED: dict[str, Mapped] = {
     "TABLES": Mapped(("TABLE_SCHEMA",), "TABLE_NAME"),
     "COLUMNS": Mapped(("TABLE_SCHEMA",), "TABLE_NAME"),
     "STATISTICS": Mapped(("TABLE_SCHEMA", "INDEX_SCHEMA"), "TABLE_NAME"),
-    "KEY_COLUMN_USAGE": Mapped(("TABLE_SCHEMA", "CONSTRAINT_SCHEMA", "REFERENCED_TABLE_SCHEMA"), "TABLE_NAME"),
+    "KEY_COLUMN_USAGE": Mapped(("TABLE_SCHEMA", "CONSTRAINT_SCHEMA"), "TABLE_NAME",
+                               referenced=("REFERENCED_TABLE_SCHEMA", "REFERENCED_TABLE_NAME")),
     "TABLE_CONSTRAINTS": Mapped(("TABLE_SCHEMA", "CONSTRAINT_SCHEMA"), "TABLE_NAME"),
-    "REFERENTIAL_CONSTRAINTS": Mapped(("CONSTRAINT_SCHEMA", "UNIQUE_CONSTRAINT_SCHEMA"), "TABLE_NAME"),
+    "REFERENTIAL_CONSTRAINTS": Mapped(("CONSTRAINT_SCHEMA",), "TABLE_NAME",
+                                      referenced=("UNIQUE_CONSTRAINT_SCHEMA", "REFERENCED_TABLE_NAME")),
     "CHECK_CONSTRAINTS": Mapped(("CONSTRAINT_SCHEMA",), "TABLE_NAME"),
     "PARTITIONS": Mapped(("TABLE_SCHEMA",), "TABLE_NAME"),
     "VIEWS": Mapped(("TABLE_SCHEMA",), "TABLE_NAME", refuse_rows=True),
@@ -237,11 +240,28 @@ class InfoSchema:
                 for j in sidx:
                     if r[j] == db:
                         r[j] = logical
+                if spec.referenced is not None:
+                    self._rename_referenced(r, names, spec.referenced, rep, table)
                 out.append(r)
             t = self.config.table(schema, first_name)
             if table == "TABLES" and t is not None and t.type == "sharding" and len(order) > 1:
                 self._sum_parts(out[-1], names, [by_node[n][0] for n in order])
         return out
+
+    def _rename_referenced(self, row: list[bytes | None], names: list[str], cols: tuple[str, str], node: str,
+                           table: str) -> None:
+        """A foreign key's referenced table named by its logical schema (it may be another schema's
+        table in the same physical database); refused when no logical schema holds it."""
+        sj, tj = names.index(cols[0]), names.index(cols[1])
+        db, ref = row[sj], row[tj]
+        if db is None or ref is None:
+            return
+        group = self.server.backends.pool_of(node).names
+        logical = group.schema_of(db.decode("utf-8", "replace"), ref.decode("utf-8", "replace")) if group else None
+        if logical is None:
+            raise NotSupported(f"information_schema.{table} lists a foreign key to a table outside the logical "
+                               f"schemas; pydble does not answer it")
+        row[sj] = logical.encode()
 
     @staticmethod
     def _sum_parts(row: list[bytes | None], names: list[str], parts: list[list[bytes | None]]) -> None:

@@ -24,10 +24,12 @@ def isp(backends: list[Any]) -> Iterator[ProxyProcess]:
     """A proxy with a user granted schema1 only; tables with keys, indexes and a foreign key."""
     cfg = copy.deepcopy(proxy_config(backends, free_port(), free_port(), instance="pydble-is"))
     cfg["users"].append({"name": "limited", "password": "lim-pw", "schemas": ["schema1"]})
+    # a schema1 table on dn1 whose foreign key references schema2's sing, in the same physical database db1
+    cfg["schemas"]["schema1"]["tables"]["is_fk"] = {"type": "single", "nodes": ["dn1"]}
     p = ProxyProcess(cfg, name="proxy-is", release_ports=True)
     p.start()
     try:
-        for sql in ("DROP TABLE IF EXISTS is_child", "DROP TABLE IF EXISTS is_parent",
+        for sql in ("DROP TABLE IF EXISTS is_fk", "DROP TABLE IF EXISTS is_child", "DROP TABLE IF EXISTS is_parent",
                     "DROP TABLE IF EXISTS sharding_4_t1", "DROP TABLE IF EXISTS sharding_2_t1",
                     "CREATE TABLE sharding_4_t1 (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL, "
                     "KEY k_name (name))",
@@ -42,6 +44,8 @@ def isp(backends: list[Any]) -> Iterator[ProxyProcess]:
         p.query("DROP TABLE IF EXISTS sing", database="schema2")
         p.query("CREATE TABLE sing (id INT PRIMARY KEY, s VARCHAR(10))", database="schema2")
         p.query("INSERT INTO sing VALUES (1, 'x')", database="schema2")
+        p.query("CREATE TABLE is_fk (id INT PRIMARY KEY, sid INT, CONSTRAINT fk_sing FOREIGN KEY (sid) "
+                "REFERENCES sing (id))")
         yield p
     finally:
         p.cleanup()
@@ -223,8 +227,12 @@ def test_columns_and_keys_as_one_mariadb_shows_them(isp: ProxyProcess, backends:
     assert rows == [("schema1", "schema1", "is_child", "pid", "schema1", "is_parent", "id"),
                     ("schema1", "schema1", "is_child", "id", None, None, None)]
     rows, _ = _run(isp, "SELECT CONSTRAINT_SCHEMA, CONSTRAINT_NAME, UNIQUE_CONSTRAINT_SCHEMA, TABLE_NAME, "
-                        "REFERENCED_TABLE_NAME FROM information_schema.REFERENTIAL_CONSTRAINTS")
-    assert rows == [("schema1", "fk_parent", "schema1", "is_child", "is_parent")]
+                        "REFERENCED_TABLE_NAME FROM information_schema.REFERENTIAL_CONSTRAINTS ORDER BY 2")
+    assert rows == [("schema1", "fk_parent", "schema1", "is_child", "is_parent"),
+                    ("schema1", "fk_sing", "schema2", "is_fk", "sing")]  # another schema's table, same db1
+    rows, _ = _run(isp, "SELECT TABLE_SCHEMA, REFERENCED_TABLE_SCHEMA, REFERENCED_TABLE_NAME FROM "
+                        "information_schema.KEY_COLUMN_USAGE WHERE CONSTRAINT_NAME = 'fk_sing'")
+    assert rows == [("schema1", "schema2", "sing")]
     rows, _ = _run(isp, "SELECT c.TABLE_NAME, c.CONSTRAINT_TYPE FROM information_schema.TABLE_CONSTRAINTS c "
                         "JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = c.TABLE_SCHEMA "
                         "AND t.TABLE_NAME = c.TABLE_NAME WHERE c.TABLE_SCHEMA = 'schema2'")
