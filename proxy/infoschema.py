@@ -75,8 +75,10 @@ EMPTY = frozenset({"ROUTINES", "PARAMETERS", "EVENTS", "FILES"})
 # Facts of the server, not of any database: the backend's own rows are the answer.
 SERVER_WIDE = frozenset({"CHARACTER_SETS", "COLLATIONS", "COLLATION_CHARACTER_SET_APPLICABILITY", "ENGINES",
                          "KEYWORDS", "SQL_FUNCTIONS"})
-# Summed over a sharding table's nodes in its TABLES row (the rest is its first node's).
+# Summed over a sharding table's nodes in its TABLES row; the largest of its nodes; the rest is its
+# first node's.
 SUMMED = ("TABLE_ROWS", "DATA_LENGTH", "INDEX_LENGTH", "DATA_FREE")
+LARGEST = ("AUTO_INCREMENT", "UPDATE_TIME")
 _OTHER_SYSTEM = SYSTEM_SCHEMAS - {"information_schema"}
 _PASS_KEYWORDS = frozenset({"SHOW", "DESC", "DESCRIBE", "USE"})   # structure of the views only, never rows
 INSERT_CHUNK = 1 << 20
@@ -265,13 +267,20 @@ class InfoSchema:
 
     @staticmethod
     def _sum_parts(row: list[bytes | None], names: list[str], parts: list[list[bytes | None]]) -> None:
-        """A sharding table's TABLES row: row and byte counts of all its parts."""
+        """A sharding table's TABLES row: row and byte counts of all its parts, its latest update and
+        the largest next AUTO_INCREMENT."""
         for col in SUMMED:
             if col in names:
                 j = names.index(col)
                 vals = [p[j] for p in parts]
                 if all(v is not None for v in vals):
                     row[j] = str(sum(int(v) for v in vals)).encode()  # type: ignore[arg-type]
+        for col in LARGEST:
+            if col in names:
+                j = names.index(col)
+                vals = [p[j] for p in parts if p[j] is not None]
+                if vals:  # times as 'YYYY-MM-DD HH:MM:SS' are ordered as text
+                    row[j] = max(vals, key=lambda v: int(v) if col == "AUTO_INCREMENT" else v)  # type: ignore
         if "AVG_ROW_LENGTH" in names and "TABLE_ROWS" in names and "DATA_LENGTH" in names:
             rows, data = row[names.index("TABLE_ROWS")], row[names.index("DATA_LENGTH")]
             if rows is not None and data is not None:

@@ -31,7 +31,7 @@ def isp(backends: list[Any]) -> Iterator[ProxyProcess]:
     try:
         for sql in ("DROP TABLE IF EXISTS is_fk", "DROP TABLE IF EXISTS is_child", "DROP TABLE IF EXISTS is_parent",
                     "DROP TABLE IF EXISTS sharding_4_t1", "DROP TABLE IF EXISTS sharding_2_t1",
-                    "CREATE TABLE sharding_4_t1 (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL, "
+                    "CREATE TABLE sharding_4_t1 (id INT AUTO_INCREMENT PRIMARY KEY, name VARCHAR(20) NOT NULL, "
                     "KEY k_name (name))",
                     "CREATE TABLE sharding_2_t1 (id INT PRIMARY KEY, v INT, CONSTRAINT v_positive CHECK (v >= 0))",
                     "CREATE TABLE is_parent (id INT PRIMARY KEY) COMMENT 'café ☕'",
@@ -202,14 +202,14 @@ def test_tables_one_row_per_logical_table(isp: ProxyProcess, backends: list[Any]
     rows, _ = _run(isp, "SELECT * FROM information_schema.TABLES")
     _no_physical(rows)
     assert {(r[1], r[2]) for r in rows} >= {("schema1", "sharding_4_t1"), ("schema2", "sing")}
-    # a sharding table's row counts are the sum of its parts
-    (total,), = _run(isp, "SELECT TABLE_ROWS FROM information_schema.TABLES "
-                          "WHERE TABLE_SCHEMA = 'schema1' AND TABLE_NAME = 'sharding_4_t1'")[0]
-    parts = 0
-    for b, db in ((0, "db1"), (1, "db1"), (0, "db2"), (1, "db2")):
-        parts += backends[b].query("SELECT TABLE_ROWS FROM information_schema.TABLES "
-                                   f"WHERE TABLE_SCHEMA = '{db}' AND TABLE_NAME = 'sharding_4_t1'")[0][0]
-    assert total == parts
+    # a sharding table's row counts are the sum of its parts, its next AUTO_INCREMENT the largest
+    (total, auto), = _run(isp, "SELECT TABLE_ROWS, AUTO_INCREMENT FROM information_schema.TABLES "
+                               "WHERE TABLE_SCHEMA = 'schema1' AND TABLE_NAME = 'sharding_4_t1'")[0]
+    parts = [backends[b].query("SELECT TABLE_ROWS, AUTO_INCREMENT FROM information_schema.TABLES "
+                               f"WHERE TABLE_SCHEMA = '{db}' AND TABLE_NAME = 'sharding_4_t1'")[0]
+             for b, db in ((0, "db1"), (1, "db1"), (0, "db2"), (1, "db2"))]
+    assert total == sum(p[0] for p in parts)
+    assert auto == max(p[1] for p in parts) == 9
 
 
 def test_columns_and_keys_as_one_mariadb_shows_them(isp: ProxyProcess, backends: list[Any]) -> None:
