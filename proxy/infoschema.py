@@ -75,8 +75,8 @@ EMPTY = frozenset({"ROUTINES", "PARAMETERS", "EVENTS", "FILES"})
 # Facts of the server, not of any database: the backend's own rows are the answer.
 SERVER_WIDE = frozenset({"CHARACTER_SETS", "COLLATIONS", "COLLATION_CHARACTER_SET_APPLICABILITY", "ENGINES",
                          "KEYWORDS", "SQL_FUNCTIONS"})
-# Summed over a sharding table's nodes in its TABLES row; the largest of its nodes; the rest is its
-# first node's.
+# Summed over a sharding table's nodes in its TABLES and PARTITIONS rows; the largest of its nodes; the
+# rest is its first node's.
 SUMMED = ("TABLE_ROWS", "DATA_LENGTH", "INDEX_LENGTH", "DATA_FREE")
 LARGEST = ("AUTO_INCREMENT", "UPDATE_TIME")
 _OTHER_SYSTEM = SYSTEM_SCHEMAS - {"information_schema"}
@@ -236,18 +236,22 @@ class InfoSchema:
             if spec.refuse_rows:
                 raise NotSupported(f"information_schema.{table} of schema {schema} lists objects whose "
                                    f"definitions name physical databases; pydble does not answer it")
+            t = self.config.table(schema, first_name)
+            parts = len(order) > 1 and table in ("TABLES", "PARTITIONS") and t is not None and t.type == "sharding"
+            if parts and len({len(by_node[n]) for n in order}) > 1:
+                raise NotSupported(f"information_schema.{table}: the parts of {schema}.{first_name} are "
+                                   f"partitioned differently on its nodes; pydble cannot add them up")
             db = backends.database_of(rep).encode()
-            for r in by_node[rep]:
+            for i, r in enumerate(by_node[rep]):
                 r = list(r)
                 for j in sidx:
                     if r[j] == db:
                         r[j] = logical
                 if spec.referenced is not None:
                     self._rename_referenced(r, names, spec.referenced, rep, table)
+                if parts:
+                    self._sum_parts(r, names, [by_node[n][i] for n in order])
                 out.append(r)
-            t = self.config.table(schema, first_name)
-            if table == "TABLES" and t is not None and t.type == "sharding" and len(order) > 1:
-                self._sum_parts(out[-1], names, [by_node[n][0] for n in order])
         return out
 
     def _rename_referenced(self, row: list[bytes | None], names: list[str], cols: tuple[str, str], node: str,
@@ -267,8 +271,8 @@ class InfoSchema:
 
     @staticmethod
     def _sum_parts(row: list[bytes | None], names: list[str], parts: list[list[bytes | None]]) -> None:
-        """A sharding table's TABLES row: row and byte counts of all its parts, its latest update and
-        the largest next AUTO_INCREMENT."""
+        """A sharding table's TABLES (or PARTITIONS) row: row and byte counts of all its parts, its
+        latest update and the largest next AUTO_INCREMENT."""
         for col in SUMMED:
             if col in names:
                 j = names.index(col)

@@ -210,6 +210,9 @@ def test_tables_one_row_per_logical_table(isp: ProxyProcess, backends: list[Any]
              for b, db in ((0, "db1"), (1, "db1"), (0, "db2"), (1, "db2"))]
     assert total == sum(p[0] for p in parts)
     assert auto == max(p[1] for p in parts) == 9
+    rows, _ = _run(isp, "SELECT TABLE_ROWS FROM information_schema.PARTITIONS "
+                        "WHERE TABLE_SCHEMA = 'schema1' AND TABLE_NAME = 'sharding_4_t1'")
+    assert rows == [(total,)]
 
 
 def test_columns_and_keys_as_one_mariadb_shows_them(isp: ProxyProcess, backends: list[Any]) -> None:
