@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import structlog
 
@@ -16,6 +16,9 @@ from .protocol.handshake import build_handshake_response, parse_auth_switch, par
 from .protocol.messages import parse_err, parse_ok
 from .protocol.packets import PacketFramer, ProtocolError, frame
 from .protocol.response import Budget, BudgetExceeded, ResponseScanner
+
+if TYPE_CHECKING:
+    from .names import GroupNames
 
 log = structlog.get_logger("pydble.backend")
 
@@ -118,6 +121,7 @@ class BackendConnection(asyncio.Protocol):
         self.database: str | None = None
         self.vars: dict[str, str] = {}
         self.relayed_any = False
+        self.names: GroupNames | None = None  # physical → logical names in what is relayed or collected
         self.leased = False       # handed out by the pool and not given back yet
         self.autocommit = True
         self.in_trans = False
@@ -170,6 +174,8 @@ class BackendConnection(asyncio.Protocol):
                 scanner.warnings = status >> 16
                 if data[4] == 0:
                     scanner.ok = parse_ok(data[4:])
+                elif self.names is not None:
+                    data = self.names.answer(data)
                 self._sink.write(data)
                 self.relayed_any = True
                 self._complete(scanner)
@@ -186,8 +192,11 @@ class BackendConnection(asyncio.Protocol):
             return
         if end:
             if self._sink is not None:
-                self._sink.write(data if end == len(data) else data[:end])
+                out = data if end == len(data) else data[:end]
+                self._sink.write(scanner.take_edits(out) if scanner.edits else out)
                 self.relayed_any = True
+            elif scanner.edits:
+                scanner.edits = []
         if end < len(data):
             if scanner.done:
                 self._fail(BackendUnavailable(f"dbGroup[{self.group.name}] sent bytes after the response"))
@@ -326,7 +335,7 @@ class BackendConnection(asyncio.Protocol):
             fut = None
             self._on_done = on_done
         self._scanner = ResponseScanner(bool(self.flags & C.DEPRECATE_EOF), kind=kind, collect=collect,
-                                        budget=budget)
+                                        budget=budget, names=self.names)
         self._sink = sink
         self.relayed_any = False
         self.last_used = time.monotonic()

@@ -584,8 +584,11 @@ class Executor:
                     continue
                 for res in shown.results[:1]:
                     # the message is in the session's character set: kept as its bytes (surrogateescape)
-                    found.extend((bytes(lv or b"").decode(), int(code or 0),
-                                  bytes(msg or b"").decode("utf-8", "surrogateescape")) for lv, code, msg in res.rows)
+                    for lv, code, msg in res.rows:
+                        text = bytes(msg or b"").decode("utf-8", "surrogateescape")
+                        if conn.names is not None:  # messages name the logical schema, as ERR packets do
+                            text = conn.names.text(text)
+                        found.append((bytes(lv or b"").decode(), int(code or 0), text))
             elif sc.error is not None:
                 found.append(("Error", sc.error.code, sc.error.message))
         if found:

@@ -11,6 +11,7 @@ from meta.config import Config, DbGroupConfig
 from meta.errors import BackendError, BackendUnavailable, ProxyError
 
 from .backend import BackendConnection, open_connection
+from .names import GroupNames, group_names
 
 log = structlog.get_logger("pydble.pool")
 
@@ -18,8 +19,9 @@ log = structlog.get_logger("pydble.pool")
 class GroupPool:
     """At most max_con connections to one dbGroup; idle ones kept per (flags, database)."""
 
-    def __init__(self, group: DbGroupConfig, acquire_timeout_s: float) -> None:
+    def __init__(self, group: DbGroupConfig, acquire_timeout_s: float, names: GroupNames | None = None) -> None:
         self.group = group
+        self.names = names   # given to every connection: clients see logical schema names
         self.acquire_timeout_s = acquire_timeout_s
         self.idle: dict[tuple[int, str | None], list[BackendConnection]] = {}
         self.total = 0
@@ -82,6 +84,7 @@ class GroupPool:
                 self.total += 1
                 try:
                     conn = await open_connection(self.group, flags, database)
+                    conn.names = self.names
                 except BaseException:
                     self.total -= 1
                     self._wake()
@@ -152,7 +155,8 @@ class Backends:
         self.config = config
         self.timeout_s = config.server.backend_timeout_s
         # a session waits for a free connection at most twice the connect bound (10 s by default)
-        self.pools = {name: GroupPool(g, acquire_timeout_s=2 * g.connect_timeout_s)
+        names = group_names(config)
+        self.pools = {name: GroupPool(g, acquire_timeout_s=2 * g.connect_timeout_s, names=names[name])
                       for name, g in config.db_groups.items()}
         self._nodes = {name: (self.pools[sn.db_group], sn.database) for name, sn in config.sharding_nodes.items()}
 

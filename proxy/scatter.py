@@ -24,6 +24,7 @@ from .merge import (
     ANY, AVG, BIT_AND, BIT_OR, BIT_XOR, COUNT, GROUP_CONCAT, MAX, MIN, SUM,
     Aggregate, HavingTerm, MergePlan, SortKey,
 )
+from .protocol.packets import splice
 
 # --- a small MySQL lexer: enough to find clauses, items and literals ----------------------
 
@@ -143,14 +144,7 @@ def _apply(sql: str, toks: list[Tok], edits: tuple[Edit, ...]) -> str:
         else:
             spans.append((toks[a][1], toks[b - 1][2], text))
     spans.sort(key=lambda t: (t[0], t[1]))
-    out = []
-    pos = 0
-    for s, e, text in spans:
-        out.append(sql[pos:s])
-        out.append(text)
-        pos = e
-    out.append(sql[pos:])
-    return "".join(out)
+    return splice(sql, spans)
 
 
 # --- the plan cache -------------------------------------------------------------------------

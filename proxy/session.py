@@ -15,7 +15,7 @@ import structlog
 from meta.errors import (AccessDenied, BackendError, BackendUnavailable, DbAccessDenied, NoDatabaseSelected,
                          NotSupported, ParseError, ProxyError, UnknownCommand)
 
-from . import local
+from . import infoschema, local
 from .backend import BackendConnection
 from .ddl import require_meta
 from .executor import Executor, _com_query, _on_node as on_node
@@ -347,8 +347,10 @@ class Session:
         else:
             head = sql[:6].upper()
             kw = head if head in ("SELECT", "INSERT", "UPDATE", "DELETE") else first_keyword(sql)
+            low = sql.lower()
+            if "information_schema" in low:
+                return False  # answered from the logical schemas by the task (proxy.infoschema)
             if kw == "SELECT":
-                low = sql.lower()
                 # local probes (no FROM) and DATABASE() substitution are the task's business
                 if " from " not in low or "database" in low or "schema(" in low:
                     return False
@@ -676,6 +678,8 @@ class Session:
     async def statement(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
         """Run one statement; True if its answer was relayed straight to the client."""
         kw = first_keyword(sql)
+        if infoschema.mentions(sql) and await infoschema.answer(self, sql, r, more):
+            return False  # never sent to a backend as it is, in any statement kind (even SET @x = (SELECT ...))
         if kw == "SELECT":
             rs = local.local_select(sql, self.local_values())
             if rs is not None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
+
+_S = TypeVar("_S", str, bytes)
 
 from .constants import MAX_PACKET
 
@@ -14,6 +17,18 @@ class ProtocolError(Exception):
 
 class PacketTooBig(ProtocolError):
     """A logical packet larger than the limit; the peer is told 1153 and disconnected."""
+
+
+def splice(data: _S, spans: Iterable[tuple[int, int, _S]]) -> _S:
+    """data with each (start, end) span, in order and not overlapping, replaced by its text."""
+    out = []
+    pos = 0
+    for start, end, text in spans:
+        out.append(data[pos:start])
+        out.append(text)
+        pos = end
+    out.append(data[pos:])
+    return data[:0].join(out)
 
 
 def lenenc_int(n: int) -> bytes:

@@ -7,9 +7,20 @@ and only the first byte of rows, so it knows where the response ends, the final 
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from .constants import STATUS_MORE_RESULTS
 from .messages import ColumnDef, ErrInfo, OkInfo, ResultSet, decode_text_row, eof_status, parse_column_def, parse_err, parse_ok
-from .packets import ProtocolError, read_lenenc_int
+from .packets import ProtocolError, read_lenenc_int, splice
+
+
+class Renamer(Protocol):
+    """Gives column definitions and ERR packets the client's names (proxy.names.GroupNames)."""
+
+    def coldef(self, p: bytes) -> bytes | None: ...
+
+    def err(self, p: bytes) -> bytes | None: ...
+
 
 class BudgetExceeded(Exception):
     """Collected rows went past the memory budget of the query that collects them."""
@@ -47,10 +58,10 @@ class ResponseScanner:
 
     __slots__ = ("deprecate_eof", "binary", "collect", "state", "done", "status", "error", "ok", "results",
                  "_cols_left", "_ncols", "_cur", "_cont", "budget", "_big", "_params_left", "prepare_ok", "packets",
-                 "warnings")
+                 "warnings", "names", "edits")
 
     def __init__(self, deprecate_eof: bool, *, kind: str = "query", collect: bool = False,
-                 budget: Budget | None = None) -> None:
+                 budget: Budget | None = None, names: Renamer | None = None) -> None:
         self.deprecate_eof = deprecate_eof
         self.binary = kind == "execute"
         self.collect = collect
@@ -70,6 +81,8 @@ class ResponseScanner:
         self.budget = budget
         self._big: list[bytes] | None = None  # chunks of a collected row over 16 MB
         self._params_left = 0
+        self.names = names   # renames column definitions and ERR packets (physical → logical names)
+        self.edits: list[tuple[int, int, bytes]] = []  # (start, end, new packet) in the bytes last scanned
         if kind == "field_list":
             self.state = _COLDEFS
             self._cols_left = -1  # until EOF
@@ -102,16 +115,45 @@ class ResponseScanner:
                 if first == 0xFE and length < 0xFFFFFF and (self.deprecate_eof or length < 9):
                     self._end_of_rows(bytes(buf[pos + 4:end]))
                 elif first == 0xFF and length < 0xFFFFFF:
-                    self._err(bytes(buf[pos + 4:end]))
+                    p = bytes(buf[pos + 4:end])
+                    if self.names is not None:
+                        p = self._renamed(buf, pos, end, p)
+                    self._err(p)
                 elif self.collect:
                     if self._cont:
                         self._big = [bytes(buf[pos + 4:end])]
                     else:
                         self._row(bytes(buf[pos + 4:end]))
             else:
-                self._packet(bytes(buf[pos + 4:end]))
+                p = bytes(buf[pos + 4:end])
+                if self.names is not None:
+                    p = self._renamed(buf, pos, end, p)
+                self._packet(p)
             pos = end
         return pos
+
+    def _renamed(self, buf: bytes | bytearray | memoryview, pos: int, end: int, p: bytes) -> bytes:
+        """p with logical names when it is a column definition or an ERR naming a physical database;
+        the change is noted in `edits` for whoever relays buf."""
+        names = self.names
+        assert names is not None
+        if p[:1] == b"\xff":
+            q = names.err(p)
+        elif p[:1] == b"\xfe" and len(p) < 9:
+            q = None
+        elif self.state in (_COLDEFS, _PREP_COLS) or self.state == _PREP_PARAMS and self._cols_left != -2:
+            q = names.coldef(p)
+        else:
+            q = None
+        if q is None:
+            return p
+        self.edits.append((pos, end, len(q).to_bytes(3, "little") + bytes(buf[pos + 3:pos + 4]) + q))
+        return q
+
+    def take_edits(self, data: bytes) -> bytes:
+        """data (the bytes last scanned, up to where the scan stopped) with the renamed packets in."""
+        edits, self.edits = self.edits, []
+        return splice(data, edits)
 
     # -- per-state handling of non-row packets ------------------------------------------------
     def _packet(self, p: bytes) -> None:
