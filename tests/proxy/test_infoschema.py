@@ -418,13 +418,19 @@ def test_an_error_in_the_query_is_mariadbs(isp: ProxyProcess) -> None:
         conn.close()
 
 
+def test_a_version_comment_reading_information_schema_is_answered_as_its_content(isp: ProxyProcess) -> None:
+    # the tokenizer opens /*!50000 ... */ as MariaDB does, so its content is answered like plain SQL
+    plain = isp.query("SELECT 1, (SELECT COUNT(*) FROM information_schema.SCHEMATA)")
+    assert isp.query("SELECT 1 /*!50000 , (SELECT COUNT(*) FROM information_schema.SCHEMATA) */") == plain
+    assert plain[0][1] >= 2
+
+
 @pytest.mark.parametrize("sql", [
     "SELECT * FROM information_schema.PROCESSLIST",
     "SELECT * FROM information_schema.USER_PRIVILEGES",
     "SELECT t.TABLE_NAME FROM information_schema.TABLES t JOIN sharding_4_t1 s ON s.id = 1",
     "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_NAME IN (SELECT s FROM schema2.sing)",
     "INSERT INTO sharding_2_t1 SELECT ORDINAL_POSITION, 1 FROM information_schema.COLUMNS",
-    "SELECT 1 /*!50000 , (SELECT COUNT(*) FROM information_schema.SCHEMATA) */",
     "SET @x = (SELECT SCHEMA_NAME FROM information_schema.SCHEMATA LIMIT 1)",
     "EXPLAIN SELECT * FROM information_schema.TABLES",
     "DO (SELECT COUNT(*) FROM information_schema.TABLES)",
