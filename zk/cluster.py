@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Mapping
@@ -133,6 +134,8 @@ class Cluster:
         self.ready = False
         self.session_state = "NOT_CONNECTED"
         self.started_at = time.time()
+        self.incarnation = secrets.token_hex(8)   # this process, as told apart from a twin or predecessor
+        self.peer_key = self.cc.peer_key()        # None: the peer channel is off
         self.active_ddls: set[str] = set()          # record paths this instance is originating now
         self._tasks: set[asyncio.Task] = set()
         self._join_task: asyncio.Task | None = None
@@ -175,10 +178,14 @@ class Cluster:
         self._spawn(self._publish_meta_version())
 
     async def _start_peer_server(self) -> None:
-        """Listen for peers' DDL steps (zk/peers.py) unless `[cluster] peer_port = -1`."""
-        if self.cc.peer_port < 0:
+        """Listen for peers' DDL steps (zk/peers.py) unless `[cluster] peer_port = -1` or no key."""
+        key = self.peer_key
+        if key is None:
+            if self.cc.peer_port >= 0:
+                self.log.warning("peer channel off: DDL steps go through ZooKeeper only (slower); set "
+                                 "[cluster] peer_secret (the same on every instance) or auth for the fast path")
             return
-        server = PeerServer(self.instance, self.cc.cluster_id, self.listener.on_peer_step,
+        server = PeerServer(self.instance, self.cc.cluster_id, key, self.listener.on_peer_step,
                             lambda: self.registry.version, self.listener.peer_step_now)
         try:
             port = await server.start(self.config.server.bind, self.cc.peer_port)
@@ -419,7 +426,7 @@ class Cluster:
         srv = self.config.server
         ps = self.peer_server
         return OnlineInfo(srv.bind, srv.port, srv.manager_port, self.started_at, self.registry.version,
-                          os.getpid(), ps.port if ps else 0, ps.token if ps else "")
+                          os.getpid(), ps.port if ps else 0, self.incarnation)
 
     def _on_meta_change(self, _change: MetaChange) -> None:
         self._meta_dirty.set()
@@ -470,7 +477,7 @@ class Cluster:
         """Send a step of our DDL straight to each instance (zk/peers.py); each future gives its ack.
         `final`: the record is removed without waiting for ZooKeeper acks, so the peer writes none."""
         tasks: dict[tuple[tuple[str, str], str], asyncio.Future] = {}
-        if self.cc.peer_port < 0:
+        if self.peer_server is None:
             return tasks   # the channel is off on this instance: ZooKeeper acks only
         loop = asyncio.get_running_loop()
         for key in keys:
