@@ -3,11 +3,12 @@
 from .mariadb import MariaDBServer, backend_rows, start_all
 from .ports import free_port, port_accepts, release_port
 from .process import HarnessError, sweep_orphans
-from .proxy import ProxyProcess, cli_available, cluster_section, proxy_config, to_toml
+from .proxy import PEER_SECRET, ProxyProcess, cli_available, cluster_section, proxy_config, to_toml
 from .zookeeper import ZooKeeperServer
 
 __all__ = [
     "HarnessError",
+    "PEER_SECRET",
     "MariaDBServer",
     "ProxyProcess",
     "ZooKeeperServer",

@@ -303,5 +303,5 @@ class ProxyProcess(ManagedProcess):
             release_port(self._manager_port)
 
 
-__all__ = ["ProxyProcess", "proxy_config", "cluster_section", "to_toml", "cli_available",
+__all__ = ["PEER_SECRET", "ProxyProcess", "proxy_config", "cluster_section", "to_toml", "cli_available",
            "REPO_ROOT", "HarnessError"]
