@@ -38,13 +38,7 @@ def _start(fresh_proxy: Any, section: dict) -> list[Any]:
 
 def _online_as_anyone(zookeeper: Any, zk_root: str, instance: str) -> dict:
     """What an anonymous ZooKeeper client reads in online/{instance} (no auth configured)."""
-    anonymous = zookeeper.client()
-    try:
-        data, _ = anonymous.get(f"{zk_root}/cluster-1/online/{instance}")
-        return json.loads(data)
-    finally:
-        anonymous.stop()
-        anonymous.close()
+    return json.loads(zookeeper.read(f"{zk_root}/cluster-1/online/{instance}"))
 
 
 def _swap_step(zk_root: str, msg_id: int = 1, czxid: int = 1) -> dict:

@@ -257,13 +257,7 @@ def _finished_via(proxy: Any, expected: int = 1) -> list[str]:
 
 
 def _online_info(cluster: Any, instance: str) -> dict:
-    c = cluster.zk()
-    try:
-        data, _ = c.get(f"{cluster.base()}/online/{instance}")
-        return json.loads(data)
-    finally:
-        c.stop()
-        c.close()
+    return json.loads(cluster.zookeeper.read(f"{cluster.base()}/online/{instance}"))
 
 
 def test_the_outcome_reaches_the_others_over_the_peer_channel(cluster):
