@@ -22,6 +22,11 @@ class ConfigError(Exception):
         self.problem = problem
 
 
+class StartRefused(Exception):
+    """This instance must not run with this config now (its name is taken in the cluster, ZooKeeper
+    refused its credentials): like a ConfigError, one line for the operator and a non-zero exit."""
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     instance: str = "pydble-1"

@@ -19,7 +19,7 @@ import structlog
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
-from meta.config import Config
+from meta.config import Config, StartRefused
 from meta.errors import DdlInProgress
 from meta.locks import MetaLocks
 from meta.registry import MetaChange, Registry
@@ -173,7 +173,11 @@ class Cluster:
             self._spawn(self._connect_later())
             return
         self.session_state = "CONNECTED"
-        await self.join(initial=True)
+        try:
+            await self.join(initial=True)
+        except StartRefused:
+            await self.stop()
+            raise
         self._started = True
         self._spawn(self._publish_meta_version())
 
@@ -327,6 +331,7 @@ class Cluster:
         jlog = self.log.bind(phase="join")
         for path in (self.paths.online, self.paths.ddl_locks, self.paths.ddl, self.paths.history):
             await zk.ensure_path(path)
+        await self._claim_name()
         await self._remove_own_stale_nodes()
         await self._take_sync_meta_lock()
         try:
@@ -345,15 +350,50 @@ class Cluster:
         self.ready = True
         jlog.info("joined the cluster", initial=initial, session=hex(zk.session_id or 0))
 
+    async def _claim_name(self) -> None:
+        """Make sure no other live process is online under our instance name.
+
+        online/{instance} held by another session is either an earlier session of this very process
+        (same incarnation: ours to remove), a predecessor that died without closing its session (its
+        node goes when that session expires, within about session_timeout_s), or a live twin, whose
+        session never expires: we wait for the node to go, and refuse to join if it outlives any
+        session of ours could (StartRefused). A live twin is never displaced."""
+        zk = self.zk
+        assert zk is not None
+        path = self.paths.online_instance(self.instance)
+        wake = Waker()
+        deadline: float | None = None
+        while True:
+            got = await zk.get_or_none(path, watch=wake)
+            if got is None or got[1].ephemeralOwner == zk.session_id:
+                return
+            try:
+                info: OnlineInfo | None = OnlineInfo.decode(got[0])
+            except BadRecord:
+                info = None
+            if info is not None and info.incarnation == self.incarnation:
+                self.log.warning("removing online node of this process's previous session")
+                try:
+                    await zk.delete(path, got[1].version)
+                except (NoNodeError, BadVersionError):
+                    pass
+                continue
+            holder = f"pid {info.pid} on {info.host}" if info is not None else "unknown process"
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + 2 * self.cc.session_timeout_s + 2
+                self.log.warning("instance name held by another session: waiting for it to expire "
+                                 "(a previous run of this instance) or refusing to join (a live twin)", holder=holder)
+            if now >= deadline:
+                raise StartRefused(f"another live process ({holder}) is registered as instance '{self.instance}'; "
+                                   f"every instance needs its own [server] instance name")
+            await wake.wait(min(deadline - now, SAFETY_POLL_S))
+
     async def _remove_own_stale_nodes(self) -> None:
-        """A restart before the old session expired: its online node and DDL locks are ours to clear."""
+        """DDL locks of an earlier session of this instance (it has no online node any more)."""
         zk = self.zk
         assert zk is not None
         sid = zk.session_id
-        got = await zk.get_or_none(self.paths.online_instance(self.instance))
-        if got is not None and got[1].ephemeralOwner != sid:
-            self.log.warning("removing online node of this instance's previous session")
-            await zk.delete(self.paths.online_instance(self.instance))
         for name in await zk.children(self.paths.ddl_locks):
             path = f"{self.paths.ddl_locks}/{name}"
             got = await zk.get_or_none(path)
@@ -366,9 +406,6 @@ class Cluster:
             if info.instance == self.instance and got[1].ephemeralOwner != sid:
                 self.log.warning("removing ddl lock of this instance's previous session", table=name)
                 await zk.delete(path)
-        got = await zk.get_or_none(self.paths.sync_meta_lock)
-        if got is not None and got[0].decode(errors="replace") == self.instance and got[1].ephemeralOwner != sid:
-            await zk.delete(self.paths.sync_meta_lock)
 
     async def _take_sync_meta_lock(self) -> None:
         """Hold syncMeta.lock while loading; wait (bounded) while another instance holds it."""
@@ -411,15 +448,17 @@ class Cluster:
         assert zk is not None
         info = self._online_info()
         path = self.paths.online_instance(self.instance)
-        try:
-            await zk.create(path, info.encode(), ephemeral=True)
-        except NodeExistsError:
+        while True:
+            try:
+                await zk.create(path, info.encode(), ephemeral=True)
+                return
+            except NodeExistsError:
+                pass
             got = await zk.get_or_none(path)
             if got is not None and got[1].ephemeralOwner == zk.session_id:
                 await zk.set(path, info.encode())
                 return
-            raise DdlInProgress(f"another live instance is registered as '{self.instance}'; "
-                                f"instance names must be unique") from None
+            await self._claim_name()   # a twin that joined while we loaded: wait for it to go, or refuse
 
     def _online_info(self) -> OnlineInfo:
         """What online/{instance} says: addresses, meta version, and how to reach our peer channel."""
