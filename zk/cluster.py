@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable, Mapping
 
 import structlog
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import (AuthFailedError, BadVersionError, KazooException, NodeExistsError, NoAuthError,
+                              NoNodeError)
 from kazoo.protocol.states import KazooState
 
 from meta.config import Config, StartRefused
@@ -144,6 +145,7 @@ class Cluster:
         self._join_lock = asyncio.Lock()   # held while a join runs (state changes must not start another)
         self._started = False   # start() has finished: from now on a not-ready instance re-joins
         self._stopping = False
+        self.refused: str | None = None   # why this instance can take no part in the cluster (until restarted)
         self._meta_dirty = asyncio.Event()
         self.log = log.bind(instance=self.instance)
         from .listener import DdlListener
@@ -165,6 +167,9 @@ class Cluster:
         self.registry.add_listener(self._on_meta_change)
         try:
             await self.zk.start(timeout=self.cc.session_timeout_s)
+        except AuthFailedError as e:
+            await self.stop()
+            raise StartRefused(f"{e}: check [cluster] auth") from None
         except ZkTimeout as e:
             self.log.error("zookeeper unreachable at start; serving without DDL until it is back", error=str(e))
             self.session_state = "NOT_CONNECTED"
@@ -202,7 +207,7 @@ class Cluster:
 
     async def _connect_later(self) -> None:
         """Keep trying to reach ZooKeeper with fresh clients; join when it answers."""
-        while not self._stopping:
+        while not self._stopping and self.refused is None:
             if await self._fresh_client():
                 await self._rejoin()
                 self._spawn(self._publish_meta_version())
@@ -221,6 +226,9 @@ class Cluster:
             await zk.start(timeout=self.cc.session_timeout_s)
         except ZkTimeout:
             return False
+        except AuthFailedError as e:
+            self._refuse(f"{e}: check [cluster] auth")
+            return False
         self.session_state = "CONNECTED"
         return True
 
@@ -234,7 +242,7 @@ class Cluster:
     async def _watchdog(self) -> None:
         """After a lost session, kazoo should reconnect by itself; if it has not (bounded), start over."""
         grace = max(5.0, 2 * self.cc.session_timeout_s)
-        while not self._stopping and not self.ready:
+        while not self._stopping and not self.ready and self.refused is None:
             await asyncio.sleep(grace)
             if self._stopping or self.ready or (self.zk is not None and self.zk.connected):
                 continue
@@ -284,6 +292,9 @@ class Cluster:
                 self.log.warning("zookeeper session lost: DDL refused until this instance re-joins")
             self.ready = False
             self._lost = True
+            if self.zk is not None and self.zk.auth_failed is not None:
+                self._refuse(f"{self.zk.auth_failed}: check [cluster] auth")
+                return   # no reconnect loop: the same credentials would be refused again
             if self._watchdog_task is None or self._watchdog_task.done():
                 self._watchdog_task = self._spawn(self._watchdog())
         elif state == KazooState.SUSPENDED:
@@ -303,12 +314,26 @@ class Cluster:
         while not self._stopping and not self.ready and self.zk is not None and self.zk.connected:
             try:
                 await self.join(initial=False)
+            except StartRefused as e:
+                self._refuse(str(e))
+                return
             except Exception as e:  # noqa: BLE001 - retried; the instance keeps serving meanwhile
                 self.log.warning("re-join failed, retrying", error=str(e))
                 await asyncio.sleep(1.0)
 
+    def _refuse(self, why: str) -> None:
+        """This instance cannot take part in the cluster (a twin holds its name, ZooKeeper refuses its
+        credentials): stop trying, refuse DDL, keep serving reads and DML."""
+        if self.refused is None:
+            self.log.error("this instance cannot take part in the cluster: DDL refused until it is restarted",
+                           reason=why)
+        self.refused = why
+
     def check_ddl_allowed(self) -> None:
         """Refuse DDL unless the session is connected and this instance has joined with it."""
+        if self.refused is not None:
+            raise DdlInProgress(f"this instance cannot take part in the cluster ({self.refused}); DDL is "
+                                f"refused until it is restarted")
         zk = self.zk
         if zk is None or not zk.connected:
             raise DdlInProgress(f"ZooKeeper is unreachable (session {self.session_state}): this instance "
@@ -323,7 +348,13 @@ class Cluster:
         async with self._join_lock:  # one join at a time, whoever asked for it
             if not initial and self.ready:
                 return  # another join finished while this one waited
-            await self._join(initial)
+            try:
+                await self._join(initial)
+            except NoAuthError:
+                who = (f"the configured [cluster] auth (digest user '{self.cc.auth.partition(':')[0]}') is not "
+                       f"the identity its nodes were created with" if self.cc.auth else
+                       "its nodes are protected by digest ACLs and no [cluster] auth is configured")
+                raise StartRefused(f"ZooKeeper refused access to {self.paths.base}: {who}") from None
 
     async def _join(self, initial: bool) -> None:
         zk = self.zk
