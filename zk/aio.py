@@ -328,6 +328,9 @@ class Zk:
         self._session_id = None
         self._fail_pending(e)
         self._fire_watchers(KeeperState.AUTH_FAILED)
+        if self.state == KazooState.LOST:   # an expired session before: the owner must still hear of this
+            for fn in list(self._state_callbacks):
+                self.loop.call_soon(fn, KazooState.LOST)
         self._set_state(KazooState.LOST)
 
     async def _heartbeat(self, link: _Link) -> None:

@@ -244,7 +244,7 @@ class Cluster:
         grace = max(5.0, 2 * self.cc.session_timeout_s)
         while not self._stopping and not self.ready and self.refused is None:
             await asyncio.sleep(grace)
-            if self._stopping or self.ready or (self.zk is not None and self.zk.connected):
+            if self._stopping or self.ready or self.refused is not None or (self.zk is not None and self.zk.connected):
                 continue
             self.log.warning("zookeeper client did not reconnect; starting a new one", waited_s=grace)
             if await self._fresh_client():
