@@ -117,6 +117,7 @@ def test_the_old_attack_on_a_keyed_channel_changes_nothing(zookeeper, zk_root, f
     _assert_nothing_changed(p2, backends)
     p1.query(f"ALTER TABLE {TABLE} ADD COLUMN w INT")   # the real channel still works
     assert _columns(p2) == ["id", "v", "w"]
+    assert all(PEER_SECRET not in p.log_text() for p in (p1, p2))
 
 
 @pytest.mark.parametrize("sender", ["dble-1", "dble-3"])
