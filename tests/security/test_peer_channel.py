@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import socket
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from harness import PEER_SECRET, cluster_section
+from harness import PEER_SECRET, cluster_section, proxy_config
 
-from meta.config import ClusterConfig
+from meta.config import ClusterConfig, ConfigError, parse_config
 from zk import wire
 from zk.records import SUCCESS, DdlRecord
 
@@ -145,3 +146,20 @@ def test_a_keyed_step_that_matches_no_record_is_refused(zookeeper, zk_root, fres
         time.sleep(0.1)
     assert "peer step refused" in p2.log_text()
     _assert_nothing_changed(p2, backends)
+
+
+def test_the_channel_key_comes_from_the_config_never_from_zookeeper():
+    """No peer_secret and no auth: no key, the channel stays off. The key differs per secret and per
+    cluster; a short secret is a config error naming the key."""
+    assert ClusterConfig(zk="z").peer_key() is None
+    assert ClusterConfig(zk="z", peer_secret=PEER_SECRET, peer_port=-1).peer_key() is None
+    keys = {ClusterConfig(zk="z", peer_secret=PEER_SECRET).peer_key(),
+            ClusterConfig(zk="z", peer_secret=PEER_SECRET, cluster_id="cluster-2").peer_key(),
+            ClusterConfig(zk="z", auth="pydble:s3cret-zk").peer_key(),
+            ClusterConfig(zk="z", auth="pydble:s3cret-zk", peer_secret=PEER_SECRET + "x").peer_key()}
+    assert None not in keys and len(keys) == 4
+    fake = [SimpleNamespace(host="127.0.0.1", port=p) for p in (3306, 3307)]
+    raw = proxy_config(fake, 8066, 9066, cluster="127.0.0.1:2181")
+    raw["cluster"]["peer_secret"] = "short"
+    with pytest.raises(ConfigError, match="cluster.peer_secret: must be at least 16 characters"):
+        parse_config(raw)
