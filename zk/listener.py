@@ -138,10 +138,13 @@ class DdlListener(PassLoop):
         if not self._takes_peer_steps(rec):
             return None, f"{c.instance} is not ready for peer steps"
         key = (path, czxid)
-        why = self._step_mismatch(caller, path, rec, await self._record_for(key))
+        live = await self._record_for(key)
+        why = self._step_mismatch(caller, path, rec, live)
         if why is not None:
             log.warning("peer step refused", instance=c.instance, caller=caller, path=path, czxid=czxid, reason=why)
             return None, f"{c.instance} refused the step: {why}"
+        assert live is not None   # a missing record is a mismatch
+        self.zk_records.setdefault(key, live)   # the final step is checked against it on the spot
         async with self.record_lock(path):
             last = self.handled.get(key)
             seen = self._seen_answer(key, rec, last)
@@ -193,11 +196,9 @@ class DdlListener(PassLoop):
         if got is None or got[1].czxid != key[1]:
             return None
         try:
-            rec = DdlRecord.decode(got[0])
+            return DdlRecord.decode(got[0])
         except BadRecord:
             return None
-        self.zk_records[key] = rec
-        return rec
 
     def _step_mismatch(self, caller: str, path: str, rec: DdlRecord, live: DdlRecord | None) -> str | None:
         """Why a peer step must not be applied (None: it comes from its originator and matches the live
