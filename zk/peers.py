@@ -134,7 +134,8 @@ class _Inbound(asyncio.Protocol):
 
     def _reply(self, msg_id: int, ok: bool | None, message: str) -> None:
         if self.transport is not None and not self.transport.is_closing() and self.sealer is not None:
-            self.transport.write(self.sealer.seal(wire.dump(wire.reply(msg_id, ok, message, self.server.meta_version()))))
+            reply = wire.reply(msg_id, ok, message, self.server.meta_version())
+            self.transport.write(self.sealer.seal(wire.dump(reply)))
 
     def _drop(self, why: str) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -297,7 +298,8 @@ class PeerLinks:
         loop = asyncio.get_running_loop()
         try:
             _, link = await asyncio.wait_for(loop.create_connection(
-                lambda: _Link(instance, key, c.cc.cluster_id, c.instance), info.host, info.peer_port), CONNECT_TIMEOUT_S)
+                lambda: _Link(instance, key, c.cc.cluster_id, c.instance), info.host, info.peer_port),
+                CONNECT_TIMEOUT_S)
             await asyncio.wait_for(asyncio.shield(link.ready), CONNECT_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError) as e:
             raise PeerUnavailable(f"cannot connect to {instance} at {info.host}:{info.peer_port}: {e}") from None

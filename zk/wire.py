@@ -160,5 +160,5 @@ def reply(msg_id: int, ok: bool | None, message: str = "", meta_version: int = 0
     return {"t": REPLY, "id": msg_id, "ok": ok, "message": message, "meta_version": meta_version}
 
 
-__all__ = ["FrameDecoder", "Sealer", "WireError", "dump", "encode", "parse", "challenge", "hello", "check_hello", "step",
-           "reply", "MAX_FRAME", "HELLO", "STEP", "REPLY", "CHALLENGE"]
+__all__ = ["FrameDecoder", "Sealer", "WireError", "dump", "encode", "parse", "challenge", "hello", "check_hello",
+           "step", "reply", "MAX_FRAME", "HELLO", "STEP", "REPLY", "CHALLENGE"]
