@@ -9,7 +9,7 @@ import sys
 
 import structlog
 
-from meta.config import ConfigError, load_config
+from meta.config import ConfigError, StartRefused, load_config
 
 
 def _load(path: str):
@@ -47,6 +47,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             await server.start()
         except OSError as e:
             structlog.get_logger("pydble").error("cannot listen", error=str(e))
+            raise SystemExit(1) from None
+        except StartRefused as e:
+            sys.stderr.write(f"pydble: {e}\n")
             raise SystemExit(1) from None
         await stop.wait()
         await server.stop()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import ssl
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -19,6 +21,11 @@ class ConfigError(Exception):
         super().__init__(f"{key}: {problem}")
         self.key = key
         self.problem = problem
+
+
+class StartRefused(Exception):
+    """This instance must not run with this config now (its name is taken in the cluster, ZooKeeper
+    refused its credentials): like a ConfigError, one line for the operator and a non-zero exit."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,17 @@ class ClusterConfig:
     ack_timeout_s: float = 30.0
     auth: str | None = field(default=None, repr=False)   # "user:password": digest ACLs on every znode
     peer_port: int = 0    # direct DDL channel between instances: 0 any free port (advertised in ZooKeeper), -1 off
+    peer_secret: str | None = field(default=None, repr=False)   # authenticates the peer channel (or `auth` does)
+
+    def peer_key(self) -> bytes | None:
+        """The peer channel's HMAC key, from `peer_secret` or else `auth` (never stored in a znode);
+        None: the channel stays off, since anyone who can read ZooKeeper could use it."""
+        if self.peer_port < 0:
+            return None
+        secret = self.peer_secret if self.peer_secret is not None else self.auth
+        if secret is None:
+            return None
+        return hmac.new(secret.encode(), b"pydble peer channel\0" + self.cluster_id.encode(), hashlib.sha256).digest()
 
 
 @dataclass(frozen=True)
@@ -276,7 +294,8 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
 def _parse_cluster(s: dict[str, Any]) -> ClusterConfig:
     p = "cluster"
     _typed(s, p, dict, "a table")
-    _take(s, p, {"zk", "root", "cluster_id", "session_timeout_s", "ack_timeout_s", "auth", "peer_port"})
+    _take(s, p, {"zk", "root", "cluster_id", "session_timeout_s", "ack_timeout_s", "auth", "peer_port",
+                   "peer_secret"})
     root = _get(s, p, "root", str, "a string", "/dble")
     if not root.startswith("/") or root.endswith("/") and root != "/":
         raise ConfigError("cluster.root", "must start with '/' and not end with '/'")
@@ -288,7 +307,10 @@ def _parse_cluster(s: dict[str, Any]) -> ClusterConfig:
         ack_timeout_s=float(_get(s, p, "ack_timeout_s", (int, float), "a number", 30)),
         auth=_get(s, p, "auth", str, "a string 'user:password'", None),
         peer_port=_get(s, p, "peer_port", int, "a port number, 0 (any free port) or -1 (off)", 0),
+        peer_secret=_get(s, p, "peer_secret", str, "a string", None),
     )
+    if cfg.peer_secret is not None and len(cfg.peer_secret) < 16:
+        raise ConfigError("cluster.peer_secret", "must be at least 16 characters (the same on every instance)")
     if not -1 <= cfg.peer_port <= 65535:
         raise ConfigError("cluster.peer_port", "must be a port number, 0 (any free port) or -1 (off)")
     if cfg.auth is not None and (":" not in cfg.auth or cfg.auth.startswith(":")):

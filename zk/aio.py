@@ -13,7 +13,10 @@ kazoo's states, stats and exceptions, so it behaves like the KazooClient it repl
   a NONE event (watches are one-shot and gone: the owner re-arms them), as kazoo does;
 - a request made under one session never goes out under the next (SessionExpiredError);
 - every call is bounded (OP_TIMEOUT_S), and a connection that hears nothing for two thirds of the
-  session timeout is dropped (a ping goes out after a third of it without a request).
+  session timeout is dropped (a ping goes out after a third of it without a request);
+- with credentials, a connection serves requests only once ZooKeeper has accepted them; when it
+  refuses them (AUTH_FAILED) the client stops for good, as kazoo's does: LOST, every call failing with
+  AuthFailedError (`auth_failed` says why), and no reconnect loop.
 
 Watch events and answers reach their callers in the order ZooKeeper sent them.
 """
@@ -142,11 +145,14 @@ class Zk:
         self._servers, self._chroot = collect_hosts(hosts)
         self._timeout_ms = int(session_timeout_s * 1000)
         self._auth: list[tuple[str, str]] = [("digest", auth)] if auth else []
+        self._auth_reply: asyncio.Future | None = None   # ZooKeeper's verdict on our credentials
+        self.auth_failed: AuthFailedError | None = None   # set once ZooKeeper refused them: the client is done
         if auth:
             user, _, password = auth.partition(":")
             self.acl = [make_digest_acl(user, password, all=True)]
         else:
-            self.acl = OPEN_ACL_UNSAFE
+            user, self.acl = "", OPEN_ACL_UNSAFE
+        self._auth_user = user
         self.state = KazooState.LOST
         self._state_callbacks: list[Callable[[str], None]] = []
         self._session_id: int | None = None
@@ -167,13 +173,20 @@ class Zk:
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self, timeout: float) -> None:
-        """Connect (bounded); raises ZkTimeout if ZooKeeper cannot be reached in time."""
+        """Connect (bounded); raises ZkTimeout if ZooKeeper cannot be reached in time, AuthFailedError
+        if it refuses our credentials."""
         self._runner = self.loop.create_task(self._run())
+        live = self.loop.create_task(self._live.wait())
         try:
-            await asyncio.wait_for(self._live.wait(), timeout)
-        except asyncio.TimeoutError:
+            await asyncio.wait({live, self._runner}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            live.cancel()
+        if self.auth_failed is not None:
             await self.stop()
-            raise ZkTimeout(f"cannot connect to ZooKeeper {self.hosts} within {timeout:g}s") from None
+            raise self.auth_failed
+        if not self._live.is_set():
+            await self.stop()
+            raise ZkTimeout(f"cannot connect to ZooKeeper {self.hosts} within {timeout:g}s")
 
     async def stop(self) -> None:
         """Close the session (its ephemeral nodes go at once) and stop reconnecting."""
@@ -240,7 +253,10 @@ class Zk:
                 except SessionExpiredError:
                     self._expired()
                     reached = True   # a new session at once
-                except (OSError, asyncio.TimeoutError, ConnectionDropped, AuthFailedError) as e:
+                except AuthFailedError as e:
+                    self._refused(e)
+                    return
+                except (OSError, asyncio.TimeoutError, ConnectionDropped) as e:
                     self.log.debug("zookeeper connection attempt failed", server=f"{host}:{port}",
                                    error=f"{e.__class__.__name__}: {e}")
                 except Exception:  # noqa: BLE001 - whatever it was, the session must keep being retried
@@ -275,8 +291,8 @@ class Zk:
             raise SessionExpiredError("session expired")
         self._session_id, self._passwd = hs.session_id, hs.passwd
         self._read_timeout = hs.timeout_ms / 1000 * 2 / 3
-        for scheme, credential in self._auth:
-            link.write(jute.auth(scheme, credential))
+        if self._auth:
+            await self._authenticate(link, connect_timeout)
         self._last_recv = self._last_send = time.monotonic()
         self._live.set()
         self.log.debug("zookeeper session connected", server=f"{host}:{port}", session=hex(hs.session_id),
@@ -284,6 +300,38 @@ class Zk:
         self._set_state(KazooState.CONNECTED)
         await self._heartbeat(link)
         return True
+
+    async def _authenticate(self, link: _Link, timeout: float) -> None:
+        """Send our credentials and wait for ZooKeeper's verdict (one round trip per connection)."""
+        self._auth_reply = self.loop.create_future()
+        try:
+            for scheme, credential in self._auth:
+                link.write(jute.auth(scheme, credential))
+            done, _ = await asyncio.wait({self._auth_reply, link.ended}, timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if self._auth_reply not in done:
+                link.abort(ConnectionDropped("no answer to our credentials"))
+                raise ConnectionDropped("no answer to our credentials")
+            err = self._auth_reply.result()
+        finally:
+            self._auth_reply = None
+        if err:
+            link.abort(ConnectionDropped("credentials refused"))
+            raise AuthFailedError(f"ZooKeeper {self.hosts} refused the configured auth "
+                                  f"(digest user '{self._auth_user}')")
+
+    def _refused(self, e: AuthFailedError) -> None:
+        """ZooKeeper refused our credentials: stop for good (no reconnect loop), as kazoo does."""
+        self.log.error("zookeeper refused our credentials: the client stops", error=str(e))
+        self.auth_failed = e
+        self._stopped = True
+        self._session_id = None
+        self._fail_pending(e)
+        self._fire_watchers(KeeperState.AUTH_FAILED)
+        if self.state == KazooState.LOST:   # an expired session before: the owner must still hear of this
+            for fn in list(self._state_callbacks):
+                self.loop.call_soon(fn, KazooState.LOST)
+        self._set_state(KazooState.LOST)
 
     async def _heartbeat(self, link: _Link) -> None:
         """Ping after a third of the session timeout without a request; drop the connection after
@@ -354,9 +402,10 @@ class Zk:
         if xid == jute.PING_XID:
             return
         if xid == jute.AUTH_XID:
-            if header.err:
-                self.log.error("zookeeper refused our credentials")
-                link.abort(AuthFailedError("ZooKeeper refused the configured auth"))
+            if self._auth_reply is not None and not self._auth_reply.done():
+                self._auth_reply.set_result(header.err)
+            elif header.err:   # not an answer we wait for: the connection cannot be trusted
+                link.abort(ConnectionDropped("credentials refused"))
             return
         if xid == jute.WATCH_XID:
             self._on_watch(jute.parse_watch(payload, offset))
@@ -425,6 +474,8 @@ class Zk:
         deadline = loop.time() + timeout
         began = self._session_id
         if not self._live.is_set():
+            if self.auth_failed is not None:
+                raise self.auth_failed
             if self._stopped:
                 raise ConnectionClosedError("the ZooKeeper client is stopped")
             try:

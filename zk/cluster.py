@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Mapping
 
 import structlog
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import (AuthFailedError, BadVersionError, KazooException, NodeExistsError, NoAuthError,
+                              NoNodeError)
 from kazoo.protocol.states import KazooState
 
-from meta.config import Config
+from meta.config import Config, StartRefused
 from meta.errors import DdlInProgress
 from meta.locks import MetaLocks
 from meta.registry import MetaChange, Registry
@@ -133,6 +135,8 @@ class Cluster:
         self.ready = False
         self.session_state = "NOT_CONNECTED"
         self.started_at = time.time()
+        self.incarnation = secrets.token_hex(8)   # this process, as told apart from a twin or predecessor
+        self.peer_key = self.cc.peer_key()        # None: the peer channel is off
         self.active_ddls: set[str] = set()          # record paths this instance is originating now
         self._tasks: set[asyncio.Task] = set()
         self._join_task: asyncio.Task | None = None
@@ -141,6 +145,7 @@ class Cluster:
         self._join_lock = asyncio.Lock()   # held while a join runs (state changes must not start another)
         self._started = False   # start() has finished: from now on a not-ready instance re-joins
         self._stopping = False
+        self.refused: str | None = None   # why this instance can take no part in the cluster (until restarted)
         self._meta_dirty = asyncio.Event()
         self.log = log.bind(instance=self.instance)
         from .listener import DdlListener
@@ -162,6 +167,9 @@ class Cluster:
         self.registry.add_listener(self._on_meta_change)
         try:
             await self.zk.start(timeout=self.cc.session_timeout_s)
+        except AuthFailedError as e:
+            await self.stop()
+            raise StartRefused(f"{e}: check [cluster] auth") from None
         except ZkTimeout as e:
             self.log.error("zookeeper unreachable at start; serving without DDL until it is back", error=str(e))
             self.session_state = "NOT_CONNECTED"
@@ -170,15 +178,23 @@ class Cluster:
             self._spawn(self._connect_later())
             return
         self.session_state = "CONNECTED"
-        await self.join(initial=True)
+        try:
+            await self.join(initial=True)
+        except StartRefused:
+            await self.stop()
+            raise
         self._started = True
         self._spawn(self._publish_meta_version())
 
     async def _start_peer_server(self) -> None:
-        """Listen for peers' DDL steps (zk/peers.py) unless `[cluster] peer_port = -1`."""
-        if self.cc.peer_port < 0:
+        """Listen for peers' DDL steps (zk/peers.py) unless `[cluster] peer_port = -1` or no key."""
+        key = self.peer_key
+        if key is None:
+            if self.cc.peer_port >= 0:
+                self.log.warning("peer channel off: DDL steps go through ZooKeeper only (slower); set "
+                                 "[cluster] peer_secret (the same on every instance) or auth for the fast path")
             return
-        server = PeerServer(self.instance, self.cc.cluster_id, self.listener.on_peer_step,
+        server = PeerServer(self.instance, self.cc.cluster_id, key, self.listener.on_peer_step,
                             lambda: self.registry.version, self.listener.peer_step_now)
         try:
             port = await server.start(self.config.server.bind, self.cc.peer_port)
@@ -191,7 +207,7 @@ class Cluster:
 
     async def _connect_later(self) -> None:
         """Keep trying to reach ZooKeeper with fresh clients; join when it answers."""
-        while not self._stopping:
+        while not self._stopping and self.refused is None:
             if await self._fresh_client():
                 await self._rejoin()
                 self._spawn(self._publish_meta_version())
@@ -210,6 +226,9 @@ class Cluster:
             await zk.start(timeout=self.cc.session_timeout_s)
         except ZkTimeout:
             return False
+        except AuthFailedError as e:
+            self._refuse(f"{e}: check [cluster] auth")
+            return False
         self.session_state = "CONNECTED"
         return True
 
@@ -223,9 +242,9 @@ class Cluster:
     async def _watchdog(self) -> None:
         """After a lost session, kazoo should reconnect by itself; if it has not (bounded), start over."""
         grace = max(5.0, 2 * self.cc.session_timeout_s)
-        while not self._stopping and not self.ready:
+        while not self._stopping and not self.ready and self.refused is None:
             await asyncio.sleep(grace)
-            if self._stopping or self.ready or (self.zk is not None and self.zk.connected):
+            if self._stopping or self.ready or self.refused is not None or (self.zk is not None and self.zk.connected):
                 continue
             self.log.warning("zookeeper client did not reconnect; starting a new one", waited_s=grace)
             if await self._fresh_client():
@@ -273,6 +292,9 @@ class Cluster:
                 self.log.warning("zookeeper session lost: DDL refused until this instance re-joins")
             self.ready = False
             self._lost = True
+            if self.zk is not None and self.zk.auth_failed is not None:
+                self._refuse(f"{self.zk.auth_failed}: check [cluster] auth")
+                return   # no reconnect loop: the same credentials would be refused again
             if self._watchdog_task is None or self._watchdog_task.done():
                 self._watchdog_task = self._spawn(self._watchdog())
         elif state == KazooState.SUSPENDED:
@@ -292,12 +314,26 @@ class Cluster:
         while not self._stopping and not self.ready and self.zk is not None and self.zk.connected:
             try:
                 await self.join(initial=False)
+            except StartRefused as e:
+                self._refuse(str(e))
+                return
             except Exception as e:  # noqa: BLE001 - retried; the instance keeps serving meanwhile
                 self.log.warning("re-join failed, retrying", error=str(e))
                 await asyncio.sleep(1.0)
 
+    def _refuse(self, why: str) -> None:
+        """This instance cannot take part in the cluster (a twin holds its name, ZooKeeper refuses its
+        credentials): stop trying, refuse DDL, keep serving reads and DML."""
+        if self.refused is None:
+            self.log.error("this instance cannot take part in the cluster: DDL refused until it is restarted",
+                           reason=why)
+        self.refused = why
+
     def check_ddl_allowed(self) -> None:
         """Refuse DDL unless the session is connected and this instance has joined with it."""
+        if self.refused is not None:
+            raise DdlInProgress(f"this instance cannot take part in the cluster ({self.refused}); DDL is "
+                                f"refused until it is restarted")
         zk = self.zk
         if zk is None or not zk.connected:
             raise DdlInProgress(f"ZooKeeper is unreachable (session {self.session_state}): this instance "
@@ -312,7 +348,13 @@ class Cluster:
         async with self._join_lock:  # one join at a time, whoever asked for it
             if not initial and self.ready:
                 return  # another join finished while this one waited
-            await self._join(initial)
+            try:
+                await self._join(initial)
+            except NoAuthError:
+                who = (f"the configured [cluster] auth (digest user '{self.cc.auth.partition(':')[0]}') is not "
+                       f"the identity its nodes were created with" if self.cc.auth else
+                       "its nodes are protected by digest ACLs and no [cluster] auth is configured")
+                raise StartRefused(f"ZooKeeper refused access to {self.paths.base}: {who}") from None
 
     async def _join(self, initial: bool) -> None:
         zk = self.zk
@@ -320,6 +362,7 @@ class Cluster:
         jlog = self.log.bind(phase="join")
         for path in (self.paths.online, self.paths.ddl_locks, self.paths.ddl, self.paths.history):
             await zk.ensure_path(path)
+        await self._claim_name()
         await self._remove_own_stale_nodes()
         await self._take_sync_meta_lock()
         try:
@@ -338,15 +381,50 @@ class Cluster:
         self.ready = True
         jlog.info("joined the cluster", initial=initial, session=hex(zk.session_id or 0))
 
+    async def _claim_name(self) -> None:
+        """Make sure no other live process is online under our instance name.
+
+        online/{instance} held by another session is either an earlier session of this very process
+        (same incarnation: ours to remove), a predecessor that died without closing its session (its
+        node goes when that session expires, within about session_timeout_s), or a live twin, whose
+        session never expires: we wait for the node to go, and refuse to join if it outlives any
+        session of ours could (StartRefused). A live twin is never displaced."""
+        zk = self.zk
+        assert zk is not None
+        path = self.paths.online_instance(self.instance)
+        wake = Waker()
+        deadline: float | None = None
+        while True:
+            got = await zk.get_or_none(path, watch=wake)
+            if got is None or got[1].ephemeralOwner == zk.session_id:
+                return
+            try:
+                info: OnlineInfo | None = OnlineInfo.decode(got[0])
+            except BadRecord:
+                info = None
+            if info is not None and info.incarnation == self.incarnation:
+                self.log.warning("removing online node of this process's previous session")
+                try:
+                    await zk.delete(path, got[1].version)
+                except (NoNodeError, BadVersionError):
+                    pass
+                continue
+            holder = f"pid {info.pid} on {info.host}" if info is not None else "unknown process"
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + 2 * self.cc.session_timeout_s + 2
+                self.log.warning("instance name held by another session: waiting for it to expire "
+                                 "(a previous run of this instance) or refusing to join (a live twin)", holder=holder)
+            if now >= deadline:
+                raise StartRefused(f"another live process ({holder}) is registered as instance '{self.instance}'; "
+                                   f"every instance needs its own [server] instance name")
+            await wake.wait(min(deadline - now, SAFETY_POLL_S))
+
     async def _remove_own_stale_nodes(self) -> None:
-        """A restart before the old session expired: its online node and DDL locks are ours to clear."""
+        """DDL locks of an earlier session of this instance (it has no online node any more)."""
         zk = self.zk
         assert zk is not None
         sid = zk.session_id
-        got = await zk.get_or_none(self.paths.online_instance(self.instance))
-        if got is not None and got[1].ephemeralOwner != sid:
-            self.log.warning("removing online node of this instance's previous session")
-            await zk.delete(self.paths.online_instance(self.instance))
         for name in await zk.children(self.paths.ddl_locks):
             path = f"{self.paths.ddl_locks}/{name}"
             got = await zk.get_or_none(path)
@@ -359,9 +437,6 @@ class Cluster:
             if info.instance == self.instance and got[1].ephemeralOwner != sid:
                 self.log.warning("removing ddl lock of this instance's previous session", table=name)
                 await zk.delete(path)
-        got = await zk.get_or_none(self.paths.sync_meta_lock)
-        if got is not None and got[0].decode(errors="replace") == self.instance and got[1].ephemeralOwner != sid:
-            await zk.delete(self.paths.sync_meta_lock)
 
     async def _take_sync_meta_lock(self) -> None:
         """Hold syncMeta.lock while loading; wait (bounded) while another instance holds it."""
@@ -404,22 +479,24 @@ class Cluster:
         assert zk is not None
         info = self._online_info()
         path = self.paths.online_instance(self.instance)
-        try:
-            await zk.create(path, info.encode(), ephemeral=True)
-        except NodeExistsError:
+        while True:
+            try:
+                await zk.create(path, info.encode(), ephemeral=True)
+                return
+            except NodeExistsError:
+                pass
             got = await zk.get_or_none(path)
             if got is not None and got[1].ephemeralOwner == zk.session_id:
                 await zk.set(path, info.encode())
                 return
-            raise DdlInProgress(f"another live instance is registered as '{self.instance}'; "
-                                f"instance names must be unique") from None
+            await self._claim_name()   # a twin that joined while we loaded: wait for it to go, or refuse
 
     def _online_info(self) -> OnlineInfo:
         """What online/{instance} says: addresses, meta version, and how to reach our peer channel."""
         srv = self.config.server
         ps = self.peer_server
         return OnlineInfo(srv.bind, srv.port, srv.manager_port, self.started_at, self.registry.version,
-                          os.getpid(), ps.port if ps else 0, ps.token if ps else "")
+                          os.getpid(), ps.port if ps else 0, self.incarnation)
 
     def _on_meta_change(self, _change: MetaChange) -> None:
         self._meta_dirty.set()
@@ -470,7 +547,7 @@ class Cluster:
         """Send a step of our DDL straight to each instance (zk/peers.py); each future gives its ack.
         `final`: the record is removed without waiting for ZooKeeper acks, so the peer writes none."""
         tasks: dict[tuple[tuple[str, str], str], asyncio.Future] = {}
-        if self.cc.peer_port < 0:
+        if self.peer_server is None:
             return tasks   # the channel is off on this instance: ZooKeeper acks only
         loop = asyncio.get_running_loop()
         for key in keys:

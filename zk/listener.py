@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import structlog
@@ -50,10 +51,12 @@ class DdlListener(PassLoop):
         self.caught_up_at = 0.0                         # monotonic time of the last ddl_history read
         self.catch_up_due = False                       # read ddl_history at the next pass
         self.results: dict[tuple[str, int], tuple[bool, str]] = {}  # what we acked for the step handled
+        self.zk_records: dict[tuple[str, int], DdlRecord] = {}  # others' records as read from ZooKeeper: what
+                                                                # a peer step is checked against
         self._record_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._acks: set[asyncio.Task] = set()
         self.later = Later()   # "ddl finished here" lines, written once the originator has its answer
-        if cluster.cc.peer_port >= 0:
+        if cluster.peer_key is not None:
             self.settle_s = SETTLE_S
 
     def record_lock(self, path: str) -> asyncio.Lock:
@@ -90,6 +93,7 @@ class DdlListener(PassLoop):
             seen.add(key)
             if rec.instance == c.instance and not rec.reconciled_by:
                 continue  # our own DDL: the originator handles it
+            self.zk_records[key] = rec
             if self.handled.get(key) == rec.status:
                 continue
             async with self.record_lock(path):
@@ -103,6 +107,7 @@ class DdlListener(PassLoop):
         gone = [k for k in known if k not in seen and k in self.handled]
         for key in gone:
             last = self.handled.pop(key)
+            self.zk_records.pop(key, None)
             self.results.pop(key, None)
             if last in (SUCCESS, FAILED):
                 parts = parse_table_node(key[0].rsplit("/", 1)[-1])
@@ -121,17 +126,25 @@ class DdlListener(PassLoop):
             self.catch_up_due = False
             await self._catch_up()
 
-    async def on_peer_step(self, path: str, czxid: int, rec: DdlRecord, texts: dict | None,
+    async def on_peer_step(self, caller: str, path: str, czxid: int, rec: DdlRecord, texts: dict | None,
                            final: bool = False) -> tuple[bool | None, str]:
         """A step sent by its originator over the peer channel: apply it, answer, then ack in ZooKeeper
         (unless `final`: the originator removes the record without waiting for ZooKeeper acks).
 
         ok None tells the originator to wait for our ZooKeeper ack instead (we are not in the cluster
-        right now, or the step is not one we may take from a peer)."""
+        right now, or the step is not one we may take from a peer: not from its originator, or not
+        what the ZooKeeper record it names says)."""
         c = self.cluster
         if not self._takes_peer_steps(rec):
             return None, f"{c.instance} is not ready for peer steps"
         key = (path, czxid)
+        live = await self._record_for(key)
+        why = self._step_mismatch(caller, path, rec, live)
+        if why is not None:
+            log.warning("peer step refused", instance=c.instance, caller=caller, path=path, czxid=czxid, reason=why)
+            return None, f"{c.instance} refused the step: {why}"
+        assert live is not None   # a missing record is a mismatch
+        self.zk_records.setdefault(key, live)   # the final step is checked against it on the spot
         async with self.record_lock(path):
             last = self.handled.get(key)
             seen = self._seen_answer(key, rec, last)
@@ -146,16 +159,18 @@ class DdlListener(PassLoop):
         task.add_done_callback(self._acks.discard)
         return ok, message
 
-    def peer_step_now(self, path: str, czxid: int, rec: DdlRecord, texts: dict | None) -> tuple[bool, str] | None:
+    def peer_step_now(self, caller: str, path: str, czxid: int, rec: DdlRecord,
+                      texts: dict | None) -> tuple[bool, str] | None:
         """A final step (SUCCESS/FAILED over the peer channel) answered on the spot, with no task and no
         loop turn while the originator waits: when its texts build the table here and no other step of
         the record is being handled. None sends it down on_peer_step."""
         c = self.cluster
         held = self._record_locks.get(path)
-        if (texts is None or c.refresh_now is None or not self._takes_peer_steps(rec)
-                or rec.status not in (SUCCESS, FAILED) or (held is not None and held.locked())):
-            return None
         key = (path, czxid)
+        if (texts is None or c.refresh_now is None or not self._takes_peer_steps(rec)
+                or rec.status not in (SUCCESS, FAILED) or (held is not None and held.locked())
+                or self._step_mismatch(caller, path, rec, self.zk_records.get(key)) is not None):
+            return None   # on_peer_step reads ZooKeeper when we have not seen the record, and says why not
         seen = self._seen_answer(key, rec, self.handled.get(key))
         if seen is not None:
             return seen
@@ -170,6 +185,35 @@ class DdlListener(PassLoop):
         another instance's own DDL (a reconciled record's outcome comes through ZooKeeper)."""
         c = self.cluster
         return c.ready and rec.instance != c.instance and not rec.reconciled_by
+
+    async def _record_for(self, key: tuple[str, int]) -> DdlRecord | None:
+        """The record (path, czxid) as ZooKeeper has it: seen by a pass, or read now."""
+        rec = self.zk_records.get(key)
+        zk = self.cluster.zk
+        if rec is not None or zk is None:
+            return rec
+        got = await zk.get_or_none(key[0])
+        if got is None or got[1].czxid != key[1]:
+            return None
+        try:
+            return DdlRecord.decode(got[0])
+        except BadRecord:
+            return None
+
+    def _step_mismatch(self, caller: str, path: str, rec: DdlRecord, live: DdlRecord | None) -> str | None:
+        """Why a peer step must not be applied (None: it comes from its originator and matches the live
+        record it names, whose status is the step's or the INIT before it)."""
+        if caller != rec.instance:
+            return f"sent by {caller!r}, not by the record's originator {rec.instance!r}"
+        if path != self.cluster.paths.ddl_record(rec.schema, rec.table):
+            return "its path does not name its record's table"
+        if live is None:
+            return "ZooKeeper has no such record (path and creation zxid)"
+        if replace(live, status=rec.status, message=rec.message) != rec:
+            return "it differs from the record in ZooKeeper"
+        if live.status not in (INIT, rec.status):
+            return f"the record is {live.status} in ZooKeeper, not {rec.status}"
+        return None
 
     def _seen_answer(self, key: tuple[str, int], rec: DdlRecord, last: str | None) -> tuple[bool, str] | None:
         """The answer to a step already handled (repeated, or late after its outcome); None: a new one."""

@@ -8,17 +8,17 @@ after replying. Anything that goes wrong here (no channel, a broken link, a sile
 means the originator falls back to the ZooKeeper acks for that instance: the channel is a fast
 path, never the only path.
 
-Each instance listens on `[cluster] peer_port` (0: any free port) and advertises the port and a
-random token in online/{instance}; a caller must present that token, so only those who can read
-the cluster's znodes (digest ACLs when `[cluster] auth` is set) can use the channel.
+Each instance listens on `[cluster] peer_port` (0: any free port) and advertises the port in
+online/{instance}. Both ends prove they hold the channel key (`[cluster] peer_secret`, or `auth`),
+which no znode holds, and every frame is sealed with it (zk/wire.py); without a key the channel
+stays off. What a step carries is then checked against the ZooKeeper record it names before it
+is applied (zk/listener.py), and `caller` (the authenticated hello's name) must be its originator.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import itertools
-import secrets
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 import structlog
@@ -37,9 +37,10 @@ CONNECT_TIMEOUT_S = 1.0
 HELLO_TIMEOUT_S = 5.0          # a connection that does not authenticate in time is dropped
 MAX_STEPS_IN_FLIGHT = 256      # per connection; more is a misbehaving peer
 
-StepHandler = Callable[[str, int, DdlRecord, "dict | None", bool], Awaitable[tuple["bool | None", str]]]
+# (caller, path, czxid, record, texts, final)
+StepHandler = Callable[[str, str, int, DdlRecord, "dict | None", bool], Awaitable[tuple["bool | None", str]]]
 # a final step answered on the spot, without a task; None: it needs StepHandler
-QuickHandler = Callable[[str, int, DdlRecord, "dict | None"], "tuple[bool, str] | None"]
+QuickHandler = Callable[[str, str, int, DdlRecord, "dict | None"], "tuple[bool, str] | None"]
 
 
 class PeerUnavailable(Exception):
@@ -57,6 +58,8 @@ class _Inbound(asyncio.Protocol):
         self.decoder = wire.FrameDecoder()
         self.transport: asyncio.Transport | None = None
         self.caller: str | None = None
+        self.sealer: wire.Sealer | None = None
+        self.challenge = wire.challenge()
         self.tasks: set[asyncio.Task] = set()
         self._hello_timer: asyncio.TimerHandle | None = None
 
@@ -64,31 +67,30 @@ class _Inbound(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         self.server.inbound.add(self)
         self._hello_timer = asyncio.get_running_loop().call_later(HELLO_TIMEOUT_S, self._drop, "no hello in time")
+        self.transport.write(wire.encode(self.challenge))
 
     def data_received(self, data: bytes) -> None:
         try:
-            msgs = self.decoder.feed(data)
+            for frame in self.decoder.frames(data):
+                if self.sealer is None:
+                    self._hello(wire.parse(frame))
+                else:
+                    msg = self.sealer.open(frame)
+                    if msg["t"] != wire.STEP:
+                        raise wire.WireError(f"unexpected message {msg['t']!r}")
+                    self._step(msg)
+                if self.transport is None or self.transport.is_closing():
+                    return
         except wire.WireError as e:
             self._drop(str(e))
-            return
-        for msg in msgs:
-            if self.caller is None:
-                self._hello(msg)
-            elif msg["t"] == wire.STEP:
-                self._step(msg)
-            else:
-                self._drop(f"unexpected message {msg['t']!r}")
-            if self.transport is None or self.transport.is_closing():
-                return
 
     def _hello(self, msg: dict) -> None:
         srv = self.server
-        token = msg.get("token")
-        if (msg["t"] != wire.HELLO or msg.get("cluster") != srv.cluster_id or not isinstance(token, str)
-                or not hmac.compare_digest(token.encode(), srv.token.encode())):
-            self._drop("bad hello (wrong cluster or token)")
+        self.sealer = wire.check_hello(srv.key, srv.cluster_id, self.challenge, msg)
+        if self.sealer is None:
+            self._drop("bad hello (wrong cluster or key)")
             return
-        self.caller = str(msg.get("from", "?"))
+        self.caller = str(msg["from"])
         if self._hello_timer is not None:
             self._hello_timer.cancel()
 
@@ -110,7 +112,7 @@ class _Inbound(asyncio.Protocol):
             return
         if final and self.server.quick is not None:
             try:
-                answer = self.server.quick(path, czxid, rec, texts)
+                answer = self.server.quick(self.caller or "", path, czxid, rec, texts)
             except Exception:  # noqa: BLE001 - the usual path below tries again and reports
                 log.exception("peer step failed on the spot", instance=self.server.instance, path=path)
                 answer = None
@@ -124,15 +126,16 @@ class _Inbound(asyncio.Protocol):
     async def _run(self, msg_id: int, path: str, czxid: int, rec: DdlRecord, texts: dict | None,
                    final: bool) -> None:
         try:
-            ok, message = await self.server.handler(path, czxid, rec, texts, final)
+            ok, message = await self.server.handler(self.caller or "", path, czxid, rec, texts, final)
         except Exception as e:  # noqa: BLE001 - the caller falls back to ZooKeeper
             log.exception("peer step failed", instance=self.server.instance, caller=self.caller, path=path)
             ok, message = None, f"step failed here: {e.__class__.__name__}"
         self._reply(msg_id, ok, message)
 
     def _reply(self, msg_id: int, ok: bool | None, message: str) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(wire.encode(wire.reply(msg_id, ok, message, self.server.meta_version())))
+        if self.transport is not None and not self.transport.is_closing() and self.sealer is not None:
+            reply = wire.reply(msg_id, ok, message, self.server.meta_version())
+            self.transport.write(self.sealer.seal(wire.dump(reply)))
 
     def _drop(self, why: str) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -157,14 +160,14 @@ def _texts_ok(texts: object) -> bool:
 class PeerServer:
     """Listens for peers' DDL steps and hands them to the ddl listener."""
 
-    def __init__(self, instance: str, cluster_id: str, handler: StepHandler,
+    def __init__(self, instance: str, cluster_id: str, key: bytes, handler: StepHandler,
                  meta_version: Callable[[], int], quick: QuickHandler | None = None) -> None:
         self.instance = instance
         self.cluster_id = cluster_id
+        self.key = key
         self.handler = handler
         self.quick = quick
         self.meta_version = meta_version
-        self.token = secrets.token_hex(16)
         self.port = 0
         self.inbound: set[_Inbound] = set()
         self._server: asyncio.AbstractServer | None = None
@@ -199,43 +202,61 @@ class PeerServer:
 class _Link(asyncio.Protocol):
     """One connection to a peer: steps out, replies matched to their futures by id."""
 
-    def __init__(self, instance: str) -> None:
+    def __init__(self, instance: str, key: bytes, cluster_id: str, me: str) -> None:
         self.instance = instance
+        self._hello = (key, cluster_id, me)
         self.decoder = wire.FrameDecoder()
         self.transport: asyncio.Transport | None = None
+        self.sealer: wire.Sealer | None = None
+        self.ready: asyncio.Future = asyncio.get_running_loop().create_future()   # the hello is sent
         self.pending: dict[int, asyncio.Future] = {}
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
-    def send(self, msg_id: int, frame: bytes) -> asyncio.Future:
-        """Write an encoded step (`msg_id` inside it); the future gives the peer's (ok, message)."""
+    def send(self, msg_id: int, body: bytes) -> asyncio.Future:
+        """Seal and write a step (wire.dump(), `msg_id` inside it); the future gives the peer's (ok, message)."""
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        if self.closed or self.transport is None:
+        if self.closed or self.transport is None or self.sealer is None:
             fut.set_exception(PeerUnavailable(f"link to {self.instance} is closed"))
             return fut
         self.pending[msg_id] = fut
         fut.add_done_callback(lambda _f: self.pending.pop(msg_id, None))
-        self.transport.write(frame)
+        self.transport.write(self.sealer.seal(body))
         return fut
 
     def data_received(self, data: bytes) -> None:
         try:
-            msgs = self.decoder.feed(data)
+            for frame in self.decoder.frames(data):
+                if self.sealer is None:
+                    self._answer_challenge(wire.parse(frame))
+                else:
+                    self._reply(self.sealer.open(frame))
         except wire.WireError as e:
             log.warning("bad data from peer; dropping the link", peer=self.instance, error=str(e))
             if self.transport is not None:
                 self.transport.close()
-            return
-        for msg in msgs:
-            fut = self.pending.pop(msg.get("id"), None) if isinstance(msg.get("id"), int) else None
-            if fut is not None and not fut.done():
-                ok = msg.get("ok")
-                fut.set_result((ok if isinstance(ok, bool) else None, str(msg.get("message", ""))))
+
+    def _answer_challenge(self, msg: dict) -> None:
+        if msg["t"] != wire.CHALLENGE or not isinstance(msg.get("nonce"), str):
+            raise wire.WireError(f"expected a challenge, got {msg['t']!r}")
+        hello, self.sealer = wire.hello(*self._hello, msg)
+        assert self.transport is not None
+        self.transport.write(wire.encode(hello))
+        if not self.ready.done():
+            self.ready.set_result(None)
+
+    def _reply(self, msg: dict) -> None:
+        fut = self.pending.pop(msg.get("id"), None) if isinstance(msg.get("id"), int) else None
+        if fut is not None and not fut.done():
+            ok = msg.get("ok")
+            fut.set_result((ok if isinstance(ok, bool) else None, str(msg.get("message", ""))))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if not self.ready.done():
+            self.ready.set_exception(PeerUnavailable(f"link to {self.instance} closed before its challenge"))
         for fut in self.pending.values():
             if not fut.done():
                 fut.set_exception(PeerUnavailable(f"link to {self.instance} closed"))
@@ -271,16 +292,17 @@ class PeerLinks:
             info = OnlineInfo.decode(got[0])
         except BadRecord as e:
             raise PeerUnavailable(f"{instance}: {e}") from None
-        if info.peer_port <= 0 or not info.peer_token:
+        key = c.peer_key
+        if info.peer_port <= 0 or key is None:
             raise PeerUnavailable(f"{instance} has no peer channel")
         loop = asyncio.get_running_loop()
         try:
-            _, link = await asyncio.wait_for(
-                loop.create_connection(lambda: _Link(instance), info.host, info.peer_port), CONNECT_TIMEOUT_S)
+            _, link = await asyncio.wait_for(loop.create_connection(
+                lambda: _Link(instance, key, c.cc.cluster_id, c.instance), info.host, info.peer_port),
+                CONNECT_TIMEOUT_S)
+            await asyncio.wait_for(asyncio.shield(link.ready), CONNECT_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError) as e:
             raise PeerUnavailable(f"cannot connect to {instance} at {info.host}:{info.peer_port}: {e}") from None
-        assert link.transport is not None
-        link.transport.write(wire.encode(wire.hello(c.cc.cluster_id, c.instance, info.peer_token)))
         old = self.links.get(instance)
         if old is not None:
             old.close()
@@ -318,10 +340,10 @@ class PeerLinks:
             log.debug("peer link not opened", instance=self.cluster.instance, peer=instance, error=str(e))
 
     def step(self, path: str, czxid: int, record: str, texts: dict | None, final: bool = False) -> tuple[int, bytes]:
-        """A step (`record`: the DdlRecord's JSON) encoded once for every peer it goes to: ids only
-        need to be unique per link, so one id serves them all."""
+        """A step (`record`: the DdlRecord's JSON) encoded once for every peer it goes to (each link
+        seals it with its own key): ids only need to be unique per link, so one id serves them all."""
         msg_id = next(self._ids)
-        return msg_id, wire.encode(wire.step(msg_id, path, czxid, record, texts, final))
+        return msg_id, wire.dump(wire.step(msg_id, path, czxid, record, texts, final))
 
     async def ask(self, instance: str, step: tuple[int, bytes]) -> tuple[bool | None, str]:
         """Send a step (PeerLinks.step), opening the link first if need be; (ok, message) as the
@@ -332,7 +354,7 @@ class PeerLinks:
     def send_now(self, instance: str, step: tuple[int, bytes]) -> asyncio.Future | None:
         """Write a step at once on an open link (no task, no loop turn); None when there is none."""
         link = self.links.get(instance)
-        if link is None or link.closed:
+        if link is None or link.closed or link.sealer is None:
             return None
         return link.send(*step)
 

@@ -48,7 +48,7 @@ class OnlineInfo:
     meta_version: int = 0
     pid: int = 0
     peer_port: int = 0                               # the direct DDL channel (zk/peers.py); 0: none
-    peer_token: str = field(default="", repr=False)  # what a peer must present to use it
+    incarnation: str = ""                            # this process's random id: a restart has a new one
 
     def encode(self) -> bytes:
         return _dump(self)
@@ -59,7 +59,7 @@ class OnlineInfo:
         try:
             return cls(str(o["host"]), int(o["port"]), int(o["manager_port"]), float(o["started_at"]),
                        int(o.get("meta_version", 0)), int(o.get("pid", 0)), int(o.get("peer_port", 0)),
-                       str(o.get("peer_token", "")))
+                       str(o.get("incarnation", "")))
         except (KeyError, TypeError, ValueError) as e:
             raise BadRecord(f"bad online record: {e}") from None
 

@@ -42,7 +42,7 @@ class Recovery(PassLoop):
                 log.warning("instance went offline", instance=c.instance, gone=gone,
                             released=[f"{lk.schema}.{lk.table}" for lk in released])
         self.known_online = online
-        if c.cc.peer_port >= 0:
+        if c.peer_key is not None:
             c.peers.prepare(online - {c.instance})   # links ready before the next DDL needs them
         if c.ready:
             orphans = await self.orphans(online)

@@ -4,12 +4,13 @@ from .mariadb import MariaDBServer, backend_rows, start_all
 from .ports import free_port, port_accepts, release_port
 from .process import HarnessError, sweep_orphans
 from .require import in_ci, missing, require_connector_j, require_module, require_tool
-from .proxy import ProxyProcess, cli_available, cluster_section, proxy_config, to_toml
+from .proxy import PEER_SECRET, ProxyProcess, cli_available, cluster_section, proxy_config, to_toml
 from .terminal import Terminal
 from .zookeeper import ZooKeeperServer
 
 __all__ = [
     "HarnessError",
+    "PEER_SECRET",
     "MariaDBServer",
     "ProxyProcess",
     "Terminal",

@@ -103,12 +103,16 @@ def to_toml(data: Mapping[str, Any]) -> str:
 
 # -- the DESIGN.md section 2 configuration ------------------------------------------------------
 
+PEER_SECRET = "pydble-test-peer-secret"
+
+
 def cluster_section(zk: Any, root: str = "/dble", cluster_id: str = "cluster-1",
                     session_timeout_s: float = 10, ack_timeout_s: float = 30) -> dict[str, Any]:
-    """A [cluster] table for a ZooKeeperServer (or a "host:port" string)."""
+    """A [cluster] table for a ZooKeeperServer (or a "host:port" string), with a peer_secret so the
+    instances use the peer channel (drop the key to test the ZooKeeper-only path)."""
     hosts = zk if isinstance(zk, str) else zk.hosts
     return {"zk": hosts, "root": root, "cluster_id": cluster_id,
-            "session_timeout_s": session_timeout_s, "ack_timeout_s": ack_timeout_s}
+            "session_timeout_s": session_timeout_s, "ack_timeout_s": ack_timeout_s, "peer_secret": PEER_SECRET}
 
 
 def proxy_config(backends: Sequence[Any], port: int, manager_port: int,
@@ -299,5 +303,5 @@ class ProxyProcess(ManagedProcess):
             release_port(self._manager_port)
 
 
-__all__ = ["ProxyProcess", "proxy_config", "cluster_section", "to_toml", "cli_available",
+__all__ = ["PEER_SECRET", "ProxyProcess", "proxy_config", "cluster_section", "to_toml", "cli_available",
            "REPO_ROOT", "HarnessError"]

@@ -220,6 +220,15 @@ class ZooKeeperServer(ManagedProcess):
             raise
         return c
 
+    def read(self, path: str) -> bytes:
+        """A node's data as an anonymous client reads it (what anyone who can reach ZooKeeper sees)."""
+        c = self.client()
+        try:
+            return c.get(path)[0]
+        finally:
+            c.stop()
+            c.close()
+
     def server_log_text(self) -> str:
         """ZooKeeper's own (WARN and above) log."""
         try:

@@ -1,10 +1,12 @@
 """The subscriber side in process, against a real ZooKeeper: steps that reach an instance over the
-peer channel and its safety pass over ZooKeeper never undo each other."""
+peer channel and its safety pass over ZooKeeper never undo each other, and a peer step is applied
+only when it matches the ZooKeeper record it names."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
 
 import pytest
 from harness import cluster_section, free_port, proxy_config
@@ -15,7 +17,41 @@ from meta.registry import Registry
 from zk.aio import Zk
 from zk.cluster import Cluster
 from zk.listener import GONE_GRACE_S
-from zk.records import INIT, SUCCESS, DdlRecord
+from zk.records import FAILED, INIT, SUCCESS, DdlRecord
+
+TEXTS = {"dn1": {"sharding_4_t1": "CREATE TABLE `sharding_4_t1` (`id` int(11))"}}
+
+
+@asynccontextmanager
+async def _subscriber(zookeeper: Any, zk_root: str, backends: list[Any], refresh: Any,
+                      refresh_now: Any) -> AsyncIterator[tuple[Cluster, MetaLocks, str, DdlRecord, int]]:
+    """dble-2 in process (ready, no join) and dble-1's INIT record on sharding_4_t1 in ZooKeeper:
+    (cluster, locks, record path, record, its czxid)."""
+    config = parse_config(proxy_config(backends, free_port(), free_port(), instance="dble-2",
+                                       cluster=cluster_section(zookeeper, root=zk_root)))
+
+    async def load_all() -> None:
+        pass
+
+    locks = MetaLocks("dble-2")
+    c = Cluster(config, Registry(config), locks, load_all, refresh, refresh_now)
+    c.zk = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
+    await c.zk.start(10)
+    c.ready = True
+    try:
+        path = c.paths.ddl_record("schema1", "sharding_4_t1")
+        await c.zk.ensure_path(c.paths.ddl)
+        rec = DdlRecord("dble-1", "schema1", "sharding_4_t1", "ALTER_TABLE", "ALTER TABLE sharding_4_t1 "
+                        "ADD COLUMN x INT", INIT)
+        await c.zk.create(path, rec.encode())
+        stat = await c.zk.exists(path)
+        assert stat is not None
+        yield c, locks, path, rec, stat.czxid
+    finally:
+        for t in list(c._tasks):
+            t.cancel()
+        await asyncio.gather(*c._tasks, return_exceptions=True)
+        await c.zk.stop()
 
 
 @pytest.mark.parametrize("on_the_spot", [False, True], ids=["step-task", "on-the-spot"])
@@ -26,10 +62,6 @@ def test_a_pass_that_read_a_record_before_its_outcome_came_does_not_lock_the_tab
     DDL here would get 4006 `is doing DDL`) nor, once the record is gone, read the backends again.
     The same holds when the outcome is applied on the spot (peer_step_now, no task); that path
     declines, changing nothing, when the texts cannot build the table."""
-    raw = proxy_config(backends, free_port(), free_port(), instance="dble-2",
-                       cluster=cluster_section(zookeeper, root=zk_root))
-    config = parse_config(raw)
-
     async def go() -> None:
         refreshed: list[tuple[list[tuple[str, str]], Any]] = []
 
@@ -42,44 +74,72 @@ def test_a_pass_that_read_a_record_before_its_outcome_came_does_not_lock_the_tab
             refreshed.append((keys, texts))
             return True
 
-        async def load_all() -> None:
-            pass
+        async with _subscriber(zookeeper, zk_root, backends, refresh,
+                               refresh_now if on_the_spot else None) as (c, locks, path, rec, czxid):
+            lsn = c.listener
+            assert await lsn.on_peer_step("dble-1", path, czxid, rec, None) == (True, "")
+            assert locks.is_locked("schema1", "sharding_4_t1")
+            outcome = rec.with_status(SUCCESS)
+            if on_the_spot:
+                assert lsn.peer_step_now("dble-1", path, czxid, outcome, {"dn1": {}}) is None
+                assert locks.is_locked("schema1", "sharding_4_t1") and refreshed == []
+                done = lsn.peer_step_now("dble-1", path, czxid, outcome, TEXTS)
+            else:
+                assert lsn.peer_step_now("dble-1", path, czxid, outcome, TEXTS) is None
+                done = await lsn.on_peer_step("dble-1", path, czxid, outcome, TEXTS, final=True)
+            assert done == (True, "") and not locks.is_locked("schema1", "sharding_4_t1")
+            await lsn.pass_once()            # the record still says INIT in ZooKeeper
+            assert not locks.is_locked("schema1", "sharding_4_t1")
+            await c.zk.delete(path)          # the originator's removal lands
+            await lsn.pass_once()
+            await asyncio.sleep(GONE_GRACE_S + 0.3)
+            assert not locks.is_locked("schema1", "sharding_4_t1")
+            assert refreshed == [([("schema1", "sharding_4_t1")], TEXTS)]   # the outcome's texts, no reload
 
-        locks = MetaLocks("dble-2")
-        c = Cluster(config, Registry(config), locks, load_all, refresh, refresh_now if on_the_spot else None)
-        c.zk = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
-        await c.zk.start(10)
-        c.ready = True
-        try:
-            path = c.paths.ddl_record("schema1", "sharding_4_t1")
-            await c.zk.ensure_path(c.paths.ddl)
-            rec = DdlRecord("dble-1", "schema1", "sharding_4_t1", "ALTER_TABLE", "ALTER TABLE sharding_4_t1 "
-                            "ADD COLUMN x INT", INIT)
+    asyncio.run(go())
+
+
+def test_a_peer_step_that_does_not_match_its_zookeeper_record_changes_nothing(
+        zookeeper: Any, zk_root: str, backends: list[Any]) -> None:
+    """A step is applied only when its sender is the record's originator and it matches the live record
+    it names: path, creation zxid, content, and a status that is the record's or follows its INIT."""
+    async def go() -> None:
+        refreshed: list[Any] = []
+
+        async def refresh(keys: list[tuple[str, str]], texts: Any = None) -> None:
+            refreshed.append(keys)
+
+        def refresh_now(keys: list[tuple[str, str]], texts: Any) -> bool:
+            refreshed.append(keys)
+            return True
+
+        async with _subscriber(zookeeper, zk_root, backends, refresh, refresh_now) as (c, locks, path, rec, czxid):
+            lsn = c.listener
+            other = DdlRecord("dble-1", "schema1", "sharding_4_t1", "DROP_TABLE", "DROP TABLE sharding_4_t1", INIT,
+                              rec.created_at)
+            bad = [("dble-3", path, czxid, rec),                                                 # not its originator
+                   ("dble-1", path, czxid + 1, rec),                                             # another creation
+                   ("dble-1", c.paths.ddl_record("schema1", "sharding_2_t1"), czxid, rec),       # another table's path
+                   ("dble-1", path, czxid, other)]                                               # other content
+            for caller, p, zxid, r in bad:
+                answer = await lsn.on_peer_step(caller, p, zxid, r, None)
+                assert answer[0] is None and "refused the step" in answer[1], (caller, p, zxid, r, answer)
+                assert lsn.peer_step_now(caller, p, zxid, r.with_status(SUCCESS), TEXTS) is None
+                answer = await lsn.on_peer_step(caller, p, zxid, r.with_status(SUCCESS), TEXTS, final=True)
+                assert answer[0] is None, answer
+            assert not locks.is_locked("schema1", "sharding_4_t1") and refreshed == []
+            # decided FAILED in ZooKeeper (as this instance saw it): a SUCCESS step for it is refused
+            await c.zk.set(path, rec.with_status(FAILED).encode())
+            await lsn.pass_once()
+            refreshed.clear()
+            answer = await lsn.on_peer_step("dble-1", path, czxid, rec.with_status(SUCCESS), TEXTS)
+            assert answer[0] is None and "FAILED" in answer[1] and refreshed == []
+            # the table's next record: the step that matches it is taken
+            await c.zk.delete(path)
             await c.zk.create(path, rec.encode())
             stat = await c.zk.exists(path)
             assert stat is not None
-            texts = {"dn1": {"sharding_4_t1": "CREATE TABLE `sharding_4_t1` (`id` int(11))"}}
-            assert await c.listener.on_peer_step(path, stat.czxid, rec, None) == (True, "")
+            assert await lsn.on_peer_step("dble-1", path, stat.czxid, rec, None) == (True, "")
             assert locks.is_locked("schema1", "sharding_4_t1")
-            if on_the_spot:
-                assert c.listener.peer_step_now(path, stat.czxid, rec.with_status(SUCCESS), {"dn1": {}}) is None
-                assert locks.is_locked("schema1", "sharding_4_t1") and refreshed == []
-                done = c.listener.peer_step_now(path, stat.czxid, rec.with_status(SUCCESS), texts)
-            else:
-                assert c.listener.peer_step_now(path, stat.czxid, rec.with_status(SUCCESS), texts) is None
-                done = await c.listener.on_peer_step(path, stat.czxid, rec.with_status(SUCCESS), texts, final=True)
-            assert done == (True, "") and not locks.is_locked("schema1", "sharding_4_t1")
-            await c.listener.pass_once()            # the record still says INIT in ZooKeeper
-            assert not locks.is_locked("schema1", "sharding_4_t1")
-            await c.zk.delete(path)                 # the originator's removal lands
-            await c.listener.pass_once()
-            await asyncio.sleep(GONE_GRACE_S + 0.3)
-            assert not locks.is_locked("schema1", "sharding_4_t1")
-            assert refreshed == [([("schema1", "sharding_4_t1")], texts)]   # the outcome's texts, no reload
-        finally:
-            for t in list(c._tasks):
-                t.cancel()
-            await asyncio.gather(*c._tasks, return_exceptions=True)
-            await c.zk.stop()
 
     asyncio.run(go())
