@@ -9,6 +9,7 @@ import structlog
 
 from meta.errors import BackendError, BackendUnavailable, NoSuchTable, NotSupported, ProxyError, ReadOnly
 
+from .analyzer import Refused
 from .backend import BackendConnection, Sink
 from .ddl import require_meta
 from .protocol import constants as C
@@ -228,9 +229,11 @@ class Executor:
     async def execute(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
         """Route and run one statement; True if the answer was relayed to the client as is."""
         try:
-            plan = self.server.router.route(sql, self.session.schema)
-        except NotSupported:
-            await self._syntax_verdict(sql)
+            plan = self.server.router.route(sql, self.session.schema, self.session.grants)
+        except NotSupported as e:
+            grants = self.session.grants
+            if not isinstance(e, Refused) and not (grants is not None and grants.restricted):
+                await self._syntax_verdict(sql)  # (a statement not fully read is never sent for a restricted user)
             raise
         if self.session.read_only and (plan.is_write or plan.kind == "ddl"):
             raise ReadOnly(f"User '{self.session.user}' is read only")

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 
 from meta.config import Config
-from meta.errors import ParseError, ProxyError, UnknownDatabase
+from meta.errors import NotSupported, ParseError, ProxyError, UnknownDatabase
 from meta.sharding import node_index
-from proxy.analysis import (LOCAL_TYPES, SESSION_WORDS, UNSUPPORTED, Analysis, Query, Ref, Scope, literal_value,
-                            not_supported, same_literal, shard_update_error)
-from proxy.analyzer import Analyzer
+from proxy.analysis import (LOCAL_TYPES, SELECT, SESSION_WORDS, UNSUPPORTED, Analysis, Query, Ref, Scope,
+                            literal_value, not_supported, same_literal, shard_update_error)
+from proxy.analyzer import Analyzer, Grants, HiddenSchema, Refused
 from proxy.conditions import has_sharding, query_refs, ref_partitions, table_names
-from proxy.sqltok import Token, tokenize
+from proxy.sqltok import Token, expand_executable_comments, tokenize
 
 if TYPE_CHECKING:  # pragma: no cover
     from proxy.merge import MergePlan
@@ -52,7 +52,6 @@ class Plan:
 
 _HINT_RE = re.compile(r"/\*!\s*(pydble|dble)\s*:\s*([A-Za-z_]+)\s*=\s*([^*\s]+)\s*\*/\Z", re.I)
 _HINT_PREFIX_RE = re.compile(r"/\*!\s*(pydble|dble)\s*:", re.I)
-_VERSION_COMMENT_RE = re.compile(r"/\*!(?:M!)?[0-9]*([\s\S]*)\*/\Z")
 _CACHE_MAX_TOKENS = 512
 # The point read sysbench and OLTP applications send most: plain column names, one unqualified table,
 # one `column = integer` condition, nothing after it (see Router._fast_select).
@@ -80,34 +79,40 @@ class Router:
 
     # -- public ------------------------------------------------------------------------------------
 
-    def route(self, sql: str, schema: str | None) -> Plan:
-        """Plan one statement run with `schema` as the current database (None: no USE yet)."""
+    def route(self, sql: str, schema: str | None, grants: Grants | None = None) -> Plan:
+        """Plan one statement run with `schema` as the current database (None: no USE yet); with a
+        client's grants, refuse (1142/1044) what names a table outside them before any plan exists."""
+        try:
+            return self._route(sql, schema, grants)
+        except HiddenSchema as e:
+            raise (grants.db_denied(e.schema) if grants is not None else e) from None
+
+    def _route(self, sql: str, schema: str | None, grants: Grants | None) -> Plan:
         if schema is not None and schema not in self.config.schemas:
             real = self._schema_names.get(schema.lower())
             if real is None:
                 raise UnknownDatabase(f"Unknown database '{schema}'")
             schema = real
-        point = self.point_read(sql, schema)
+        point = self.point_read(sql, schema, grants)
         if point is not None:
             return Plan("select", (Target(point[0], sql),), False, (point[1],))
+        if "/*!" in sql or "/*M!" in sql:
+            sql = expand_executable_comments(sql)   # the backend runs their text: so is it analysed
         toks = tokenize(sql)
         if ";" in sql:
             while toks and toks[-1][1] == ";" and toks[-1][0] == "o":
                 toks.pop()
             for t in toks:
                 if t[1] == ";" and t[0] == "o":
-                    raise ParseError("route() takes one statement: split multi-statement text with "
-                                     "proxy.sqltok.split_statements first")
+                    raise ParseError("You have an error in your SQL syntax; check the manual that corresponds to "
+                                     f"your MySQL server version for the right syntax to use near "
+                                     f"'{sql[t[2]:t[2] + 40]}' (several statements need the client's "
+                                     f"multi-statements option)")
         if not toks:
             raise ProxyError("Query was empty", code=1065, sqlstate="42000")
         first = toks[0]
-        if first[0] == "h":
-            if _HINT_PREFIX_RE.match(first[1]):
-                return self._hint(sql, toks, schema)
-            if len(toks) == 1:
-                m = _VERSION_COMMENT_RE.match(first[1])
-                if m and m.group(1).strip():
-                    return self.route(m.group(1).strip(), schema)
+        if first[0] == "h" and _HINT_PREFIX_RE.match(first[1]):
+            return self._hint(sql, toks, schema, grants)
         try:
             if len(toks) <= _CACHE_MAX_TOKENS:
                 key = (schema, "\x00".join([_SHAPE.get(t[0]) or t[1] for t in toks]))
@@ -120,12 +125,15 @@ class Router:
                         self._cache[key] = an
             else:
                 an = self.analyzer.analyze(sql, toks, schema)
+            if grants is not None:
+                grants.check(an.access)
             return self._plan(an, sql, toks, schema)
         except RecursionError:
             raise ParseError("You have an error in your SQL syntax: the statement nests parentheses or "
                              "subqueries too deeply to route") from None
 
-    def point_read(self, sql: str, schema: str | None) -> tuple[str, tuple[str, str], int] | None:
+    def point_read(self, sql: str, schema: str | None,
+                   grants: Grants | None = None) -> tuple[str, tuple[str, str], int] | None:
         """(node, (schema, table), offset of the table name in sql) for `SELECT cols FROM t WHERE key =
         <integer>`, the commonest OLTP read, planned without tokenizing; None for anything else (the full
         planner then decides, errors too).
@@ -148,6 +156,8 @@ class Router:
         if hit is False:
             return None
         nodes, fn, table = hit
+        if grants is not None:
+            grants.check((("SELECT", SELECT, table[0], table[1]),))
         if fn is None:
             return nodes[0], table, m.start("t")
         try:
@@ -176,7 +186,7 @@ class Router:
 
     # -- hints -------------------------------------------------------------------------------------
 
-    def _hint(self, sql: str, toks: list[Token], schema: str | None) -> Plan:
+    def _hint(self, sql: str, toks: list[Token], schema: str | None, grants: Grants | None) -> Plan:
         m = _HINT_RE.match(toks[0][1])
         if m is None or m.group(2).lower() not in ("shardingnode", "datanode"):
             raise not_supported(f"hint {toks[0][1]} is not supported: use /*!pydble:shardingNode=<name>*/")
@@ -199,13 +209,24 @@ class Router:
             ddl = _ddl_kind(word, [t[1].upper() for t in toks[2:5] if t[0] == "w"])
         elif word in ("SHOW", "DESC", "DESCRIBE", "EXPLAIN", "CHECK", "CHECKSUM", "DO", "HELP"):
             is_write = False
+        # The body goes to the node as it is, so it is read like any statement: what it names must be
+        # inside the client's grants. A body pydble cannot read is refused for a user with restricted
+        # grants; for the others only what names mysql/performance_schema/sys or the host is.
         tables: tuple[tuple[str, str], ...] = ()
-        if kind == "ddl":
-            try:
-                an = self.analyzer.analyze(body, tokenize(body), schema)
-                tables = an.tables
-            except ProxyError:
-                pass
+        try:
+            an = self.analyzer.analyze(body, tokenize(body), schema)
+        except ProxyError as e:
+            if isinstance(e, (Refused, HiddenSchema)):
+                raise
+            if grants is not None and grants.restricted:
+                raise Refused(f"this hinted statement cannot be checked against the user's grants: "
+                              f"{e.message}") from None
+        else:
+            tables = an.tables if kind == "ddl" else ()
+            if grants is not None:
+                grants.check(an.access)
+        if grants is not None:
+            grants.check_node(node)
         return Plan(kind, (Target(node, body),), is_write, tables, None, ddl, False, True)
 
     # -- planning ----------------------------------------------------------------------------------

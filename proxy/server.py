@@ -56,7 +56,7 @@ class ProxyServer:
         self.sessions: set[Session] = set()
         self.user_counts: dict[str, int] = {}
         self.version = config.server.version or DEFAULT_VERSION
-        self.max_packet = 64 << 20
+        self.max_packet = config.server.max_allowed_packet
         self.login_timeout_s = 10.0
         self.started = time.monotonic()
         self._ids = itertools.count(1)

@@ -6,7 +6,8 @@ Kinds (one letter, compared by identity-cheap string equality):
   w  word: keyword or unquoted identifier        q  `quoted identifier`
   s  'string' or "string"                        n  number: 12, 1.5, .5, 1e3
   x  hex/bit literal: x'0A', 0x0A, b'01', 0b01   p  ? placeholder
-  v  @user_var / @@system.var                    h  /*! ... */ executable comment or pydble/dble hint
+  v  @user_var / @@system.var                    h  /*! ... */ or /*M! ... */ executable comment, or
+                                                    a pydble/dble hint
   o  operator or punctuation                     e  an unterminated string, identifier or comment
                                                     (it takes the rest of the text)
 
@@ -17,6 +18,8 @@ offsets, callers rewrite the original text precisely and comments survive in wha
 from __future__ import annotations
 
 import re
+
+from meta.errors import ParseError
 
 Token = tuple[str, str, int, int]
 
@@ -36,8 +39,8 @@ _TOKEN_RE = re.compile(rf"""
       |(?P<n>(?>[0-9]+(?:\.[0-9]*+)?|\.[0-9]++)(?>[eE][-+]?[0-9]++)?(?![\w$]))
       |(?P<s>{_STR1}|{_STR2})
       |(?P<q>{_QID})
-      |(?P<c>--(?=\s|$)[^\n]*|\#[^\n]*|/\*(?!!)[\s\S]*?\*/)
-      |(?P<h>/\*![\s\S]*?\*/)
+      |(?P<c>--(?=\s|$)[^\n]*|\#[^\n]*|/\*(?!!|M!)[\s\S]*?\*/)
+      |(?P<h>/\*M?![\s\S]*?\*/)
       |(?P<x>[xX]'[0-9a-fA-F]*+'|[bB]'[01]*+'|0x[0-9a-fA-F]++(?![\w$])|0b[01]++(?![\w$]))
       |(?P<W>[\w$]+)
       |(?P<v>@@?(?:[\w$.]+|{_QID}|{_STR1}|{_STR2})?)
@@ -70,6 +73,27 @@ def tokenize(sql: str) -> list[Token]:
         s, e = m.span(i)  # type: ignore[arg-type]
         append((k, sql[s:e], s, e))
     return out
+
+
+_EXEC_HEAD = re.compile(r"/\*M?![0-9]*")
+_PROXY_HINT = re.compile(r"/\*!\s*(?:pydble|dble)\s*:", re.I)
+
+
+def expand_executable_comments(sql: str) -> str:
+    """The statement with each `/*!NNNNN text */` replaced by its text, as the backend would run it
+    (pydble/dble hints stay): what is analysed is then what runs."""
+    for _ in range(8):  # the text of one may form another
+        out: list[str] = []
+        pos = 0
+        for kind, text, start, end in tokenize(sql):
+            if kind == "h" and not _PROXY_HINT.match(text):
+                out += (sql[pos:start], " ", text[_EXEC_HEAD.match(text).end():-2], " ")  # type: ignore[union-attr]
+                pos = end
+        if not pos:
+            return sql
+        out.append(sql[pos:])
+        sql = "".join(out)
+    raise ParseError("You have an error in your SQL syntax: executable comments nested too deeply")
 
 
 def first_keyword(sql: str) -> str:
