@@ -43,6 +43,21 @@ _DDL_WORDS = {"CREATE_TABLE": "CREATE", "DROP_TABLE": "DROP", "TRUNCATE_TABLE": 
               "CREATE_INDEX": "INDEX", "DROP_INDEX": "INDEX", "RENAME_TABLE": "ALTER"}
 
 
+class UnknownTable(NoSuchTable):
+    """A name neither configured nor on a default node; for a schema outside the grants the router
+    answers 1142 instead, as MySQL does not tell such a user which tables exist."""
+
+    def __init__(self, schema: str, table: str) -> None:
+        super().__init__(f"Table '{schema}.{table}' doesn't exist in the config of sharding")
+        self.schema, self.table = schema, table
+
+
+# the command word of a refusal (1142) by a statement's first word
+COMMAND_WORDS = {"WITH": "SELECT", "(": "SELECT", "REPLACE": "INSERT", "TRUNCATE": "DROP", "RENAME": "ALTER",
+                 "DESC": "SELECT", "DESCRIBE": "SELECT", "EXPLAIN": "SELECT", "CHECKSUM": "SELECT",
+                 "CHECK": "SELECT", "DO": "SELECT", "ANALYZE": "INSERT", "OPTIMIZE": "INSERT", "REPAIR": "INSERT"}
+
+
 class Refused(NotSupported):
     """Refused at the access boundary (it would act on the backend's host, or cannot be checked against
     the grants): whoever sends it, hinted or not, and never handed to a backend, not even to EXPLAIN."""
@@ -78,6 +93,13 @@ class Grants:
             bits = user.dml(schema, table)
             if not (bits == "1111" if bit == ALL else "1" in bits if bit == ANY else bits[bit] == "1"):
                 raise TableAccessDenied(f"{word} command denied to user {self.who} for table '{table}'")
+
+    def unknown_table(self, e: UnknownTable, first_word: str) -> ProxyError:
+        """An unknown table in a schema outside the grants is refused, not reported missing."""
+        if e.schema in self.user.schemas and self.user.dml(e.schema, e.table) != "0000":
+            return e
+        word = COMMAND_WORDS.get(first_word, first_word)
+        return TableAccessDenied(f"{word} command denied to user {self.who} for table '{e.table}'")
 
     def check_node(self, node: str) -> None:
         """A hint may name only a shardingNode of the user's schemas."""
@@ -130,7 +152,7 @@ class Analyzer:
         elif sc.default_node is not None:
             t = Table(schema, name, "default", (sc.default_node,))
         else:
-            raise NoSuchTable(f"Table '{schema}.{name}' doesn't exist in the config of sharding")
+            raise UnknownTable(schema, name)
         self._tables[key] = t
         return t
 

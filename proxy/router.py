@@ -24,9 +24,9 @@ from meta.errors import NotSupported, ParseError, ProxyError, UnknownDatabase
 from meta.sharding import node_index
 from proxy.analysis import (LOCAL_TYPES, SELECT, SESSION_WORDS, UNSUPPORTED, Analysis, Query, Ref, Scope,
                             literal_value, not_supported, same_literal, shard_update_error)
-from proxy.analyzer import Analyzer, Grants, HiddenSchema, Refused
+from proxy.analyzer import Analyzer, Grants, HiddenSchema, Refused, UnknownTable
 from proxy.conditions import has_sharding, query_refs, ref_partitions, table_names
-from proxy.sqltok import Token, expand_executable_comments, tokenize
+from proxy.sqltok import Token, expand_executable_comments, first_keyword, tokenize
 
 if TYPE_CHECKING:  # pragma: no cover
     from proxy.merge import MergePlan
@@ -86,6 +86,10 @@ class Router:
             return self._route(sql, schema, grants)
         except HiddenSchema as e:
             raise (grants.db_denied(e.schema) if grants is not None else e) from None
+        except UnknownTable as e:
+            if grants is None:
+                raise
+            raise grants.unknown_table(e, first_keyword(sql)) from None
 
     def _route(self, sql: str, schema: str | None, grants: Grants | None) -> Plan:
         if schema is not None and schema not in self.config.schemas:
@@ -225,6 +229,11 @@ class Router:
             tables = an.tables if kind == "ddl" else ()
             if grants is not None:
                 grants.check(an.access)
+                if grants.restricted:  # the body runs on that node as written: its tables must live there
+                    for _, _, s, t in an.access:
+                        if t and s != "information_schema" and node not in self.analyzer.resolve([s, t], None).nodes:
+                            raise Refused(f"the hint sends {s}.{t} to shardingNode '{node}', where that table "
+                                          f"does not live")
         if grants is not None:
             grants.check_node(node)
         return Plan(kind, (Target(node, body),), is_write, tables, None, ddl, False, True)

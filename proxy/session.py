@@ -248,7 +248,7 @@ class Session:
         self.read_only = False
         self.grants: Grants | None = None   # set at login: what this client may reach
         self.admin = False
-        self.command, self.info, self.since = "Connect", None, time.monotonic()  # for SHOW PROCESSLIST
+        self.command, self.info, self.since = "Connect", None, time.perf_counter()  # for SHOW PROCESSLIST
         self.capabilities = 0
         self.format_flags = 0
         self.deprecate_eof = False
@@ -381,7 +381,8 @@ class Session:
         self.warnings = []
         self.requests += 1
         self.route = "single"
-        self._fast_started = time.perf_counter()
+        self._fast_started = self.since = time.perf_counter()
+        self.command, self.info = "Query", sql
         self._fast_conn = conn
         self._fast_node = node
         ex.last_node = node
@@ -407,6 +408,7 @@ class Session:
         """The backend's answer has been relayed (or failed): release, count, go on with the client."""
         conn, node = self._fast_conn, self._fast_node
         self._fast_conn = None
+        self.command, self.info = "Sleep", None
         client = self.client
         try:
             ex = self.executor
@@ -584,12 +586,12 @@ class Session:
         REQUEST_ID.set(f"{self.conn_id}.{self.requests}")
         started = time.perf_counter()
         self.route = "local"
-        self.command, self.info, self.since = "Query", sql, time.monotonic()
+        self.command, self.info, self.since = "Query", sql, time.perf_counter()
         try:
             await self._query(sql, r)
         finally:
             self.server.metrics.observe(self.route, started)
-            self.command, self.info, self.since = "Sleep", None, time.monotonic()
+            self.command, self.info, self.since = "Sleep", None, time.perf_counter()
 
     async def _query(self, sql: str, r: Reply) -> None:
         stmts = [sql]
@@ -721,7 +723,7 @@ class Session:
             return await self.executor.show_warnings(sql)
         if up.startswith(("SHOW PROCESSLIST", "SHOW FULL PROCESSLIST")):
             return local.show_processlist(local.processlist_rows(
-                self.server.sessions, self.user, self.admin, "FULL" in up, time.monotonic()))
+                self.server.sessions, self.user, self.admin, "FULL" in up, time.perf_counter()))
         who = local.parse_show_grants(sql)
         if who is not None:
             if who not in ("", self.user):  # as MySQL answers a user without access to the mysql database
