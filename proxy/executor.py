@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import struct
 from typing import TYPE_CHECKING
 
 import structlog
@@ -36,7 +37,11 @@ WARNING_COLUMNS = (ColumnDef("Level", C.T_VAR_STRING, 45, 28), ColumnDef("Code",
 
 
 def _com_query(sql: str) -> bytes:
-    return frame(0, b"\x03" + sql.encode("utf-8", "surrogateescape"))
+    """A framed COM_QUERY: for a big statement one copy of its bytes, not three (encode, prefix, frame)."""
+    body = sql.encode("utf-8", "surrogateescape")
+    if len(body) + 1 < C.MAX_PACKET:
+        return b"".join((struct.pack("<I", len(body) + 1), b"\x03", body))
+    return frame(0, b"\x03" + body)
 
 
 def _on_node(node: str, e: BackendUnavailable) -> BackendUnavailable:

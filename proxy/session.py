@@ -535,7 +535,7 @@ class Session:
         r = Reply(self.deprecate_eof)
         try:
             if cmd == C.COM_QUERY:
-                sql = payload[1:].decode("utf-8", "surrogateescape")
+                sql = str(memoryview(payload)[1:], "utf-8", "surrogateescape")  # no copy of the bytes first
                 await self.query(sql, r)
                 return True
             if cmd == C.COM_QUIT:
