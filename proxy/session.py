@@ -723,7 +723,8 @@ class Session:
             return await self.executor.show_warnings(sql)
         if up.startswith(("SHOW PROCESSLIST", "SHOW FULL PROCESSLIST")):
             return local.show_processlist(local.processlist_rows(
-                self.server.sessions, self.user, self.admin, "FULL" in up, time.perf_counter()))
+                [s for s in self.server.sessions if type(s) is Session], self.user, self.admin, "FULL" in up,
+                time.perf_counter()))
         who = local.parse_show_grants(sql)
         if who is not None:
             if who not in ("", self.user):  # as MySQL answers a user without access to the mysql database
