@@ -126,7 +126,7 @@ def main() -> None:
         for db in dbs:
             db.create_databases("db1", "db2", "db3")
         cfg = proxy_config(dbs, free_port(), free_port())
-        cfg["server"]["packet_timeout_s"] = args.packet_timeout
+        cfg["server"].update(packet_timeout_s=args.packet_timeout, max_allowed_packet=16 * MB)  # the default
         px = ProxyProcess(cfg, name="bench-attack-proxy")
         px.start()
         try:

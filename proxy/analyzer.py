@@ -748,8 +748,8 @@ class Analyzer:
                 raise not_supported(f"SHOW {p.at(k)} is not supported by pydble: it would describe the backend "
                                     f"server rather than the logical schemas")
             access: tuple[tuple[str, int, str, str], ...] = ()
-            j = p.skip_to(k, p.n, ("FROM", "IN"), None)
-            if j < p.n:   # SHOW TABLE STATUS / TRIGGERS FROM db: a logical schema of the user only
+            j = p.skip_to(k, p.n, ("FROM", "IN", "LIKE", "WHERE"), None)
+            if j < p.n and p.at(j) in ("FROM", "IN"):   # SHOW TABLE STATUS FROM db: the user's schemas only
                 db = p.ident(j + 1) or ""
                 if db.lower() in HIDDEN_SCHEMAS:
                     raise HiddenSchema(db.lower())
