@@ -205,7 +205,7 @@ class Analyzer:
         elif first in UNSUPPORTED:
             raise not_supported(f"{UNSUPPORTED[first]} is not supported by pydble")
         elif first in SESSION_WORDS:
-            raise not_supported(f"{first} is a session statement: the session handles it, the router does not")
+            raise not_supported(f"{first} is not supported by pydble in this form")
         else:
             raise p.syntax(0)
         if not an.deletions:

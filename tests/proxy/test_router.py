@@ -391,7 +391,7 @@ ERRORS = [
     ("LOAD DATA INFILE '/tmp/x' INTO TABLE sharding_4_t1", "schema1", NotSupported, 1235, "LOAD DATA"),
     ("HANDLER sharding_4_t1 OPEN", "schema1", NotSupported, 1235, "HANDLER"),
     ("CALL p()", "schema1", NotSupported, 1235, "CALL"),
-    ("SET autocommit = 1", "schema1", NotSupported, 1235, "session statement"),
+    ("SET autocommit = 1", "schema1", NotSupported, 1235, "SET is not supported by pydble in this form"),
     # syntax
     ("", "schema1", ProxyError, 1065, "Query was empty"),
     ("  -- just a comment", "schema1", ProxyError, 1065, "Query was empty"),

@@ -155,6 +155,10 @@ def test_errors_carry_no_internal_text(px):
         assert code == 1064
         for internal in ("route()", "split_statements", "proxy.", "Traceback", "sqltok"):
             assert internal not in msg, msg
+        with c.cursor() as cur:
+            with pytest.raises(pymysql.MySQLError) as e:
+                cur.execute("RESET QUERY CACHE")
+        assert "router" not in e.value.args[1] and "session handles" not in e.value.args[1]
     finally:
         c.close()
 
