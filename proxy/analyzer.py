@@ -52,6 +52,15 @@ class UnknownTable(NoSuchTable):
         self.schema, self.table = schema, table
 
 
+class UnknownSchema(UnknownDatabase):
+    """db.table with a db no logical schema is named (a physical database, say): 1049, or for a client
+    1142 on the table, as MySQL tells a user nothing about databases outside its grants."""
+
+    def __init__(self, schema: str, table: str) -> None:
+        super().__init__(f"Unknown database '{schema}'")
+        self.schema, self.table = schema, table
+
+
 # the command word of a refusal (1142) by a statement's first word
 COMMAND_WORDS = {"WITH": "SELECT", "(": "SELECT", "REPLACE": "INSERT", "TRUNCATE": "DROP", "RENAME": "ALTER",
                  "DESC": "SELECT", "DESCRIBE": "SELECT", "EXPLAIN": "SELECT", "CHECKSUM": "SELECT",
@@ -94,7 +103,7 @@ class Grants:
             if not (bits == "1111" if bit == ALL else "1" in bits if bit == ANY else bits[bit] == "1"):
                 raise TableAccessDenied(f"{word} command denied to user {self.who} for table '{table}'")
 
-    def unknown_table(self, e: UnknownTable, first_word: str) -> ProxyError:
+    def unknown_table(self, e: UnknownTable | UnknownSchema, first_word: str) -> ProxyError:
         """An unknown table in a schema outside the grants is refused, not reported missing."""
         if e.schema in self.user.schemas and self.user.dml(e.schema, e.table) != "0000":
             return e
@@ -129,7 +138,7 @@ class Analyzer:
                     raise HiddenSchema(parts[0].lower())
                 if parts[0].lower() in SYSTEM_SCHEMAS:
                     return Table(parts[0].lower(), parts[1].lower(), "system", ())
-                raise UnknownDatabase(f"Unknown database '{parts[0]}'")
+                raise UnknownSchema(parts[0], parts[1].lower())
             schema = real
         elif schema is None:
             raise NoDatabaseSelected("No database selected")

@@ -24,7 +24,7 @@ from meta.errors import NotSupported, ParseError, ProxyError, UnknownDatabase
 from meta.sharding import node_index
 from proxy.analysis import (LOCAL_TYPES, SELECT, SESSION_WORDS, UNSUPPORTED, Analysis, Query, Ref, Scope,
                             literal_value, not_supported, same_literal, shard_update_error)
-from proxy.analyzer import Analyzer, Grants, HiddenSchema, Refused, UnknownTable
+from proxy.analyzer import Analyzer, Grants, HiddenSchema, Refused, UnknownSchema, UnknownTable
 from proxy.conditions import has_sharding, query_refs, ref_partitions, table_names
 from proxy.sqltok import Token, expand_executable_comments, first_keyword, tokenize
 
@@ -86,7 +86,7 @@ class Router:
             return self._route(sql, schema, grants)
         except HiddenSchema as e:
             raise (grants.db_denied(e.schema) if grants is not None else e) from None
-        except UnknownTable as e:
+        except (UnknownTable, UnknownSchema) as e:
             if grants is None:
                 raise
             raise grants.unknown_table(e, first_keyword(sql)) from None
