@@ -306,6 +306,7 @@ class Session:
             self.log.exception("session crashed")
         finally:
             self.executor.abort_all()
+            self.prepared.close_all()  # long data included: freed now, not when the cycle is collected
             self.client.close()
             self.server.untrack(self)
 
