@@ -5,7 +5,8 @@ Attacks, each against a fresh pydble over a private MariaDB (started with the te
    handshake response (before: 1.23 GB resident for 16 connections).
 2. `stalled`: N logged-in clients each send a COM_QUERY one byte short of max_allowed_packet and stop
    (before: 376 MB held for more than 70 s).
-3. `query`: one logged-in client sends one big INSERT; the proxy's peak RSS growth over its size.
+3. `query`: one logged-in client sends one big INSERT (one long literal, then many small rows); the
+   proxy's peak RSS growth over the statement's size (the first of the run, so VmHWM shows it).
 
 Prints the proxy's RSS (VmRSS and VmHWM from /proc) before, during and after each attack.
 
@@ -115,6 +116,8 @@ def main() -> None:
     ap.add_argument("--stalled", type=int, default=20, help="logged-in clients stalled one byte short")
     ap.add_argument("--packet-timeout", type=float, default=5.0, help="[server] packet_timeout_s for the run")
     ap.add_argument("--query-mb", type=int, default=8, help="size of the one big INSERT")
+    ap.add_argument("--rows-kb", type=int, default=1024, help="size of the multi-row INSERT")
+    ap.add_argument("--old", action="store_true", help="run against code without the new [server] settings")
     args = ap.parse_args()
 
     from harness import MariaDBServer, ProxyProcess, free_port, proxy_config
@@ -126,28 +129,34 @@ def main() -> None:
         for db in dbs:
             db.create_databases("db1", "db2", "db3")
         cfg = proxy_config(dbs, free_port(), free_port())
-        cfg["server"].update(packet_timeout_s=args.packet_timeout, max_allowed_packet=16 * MB)  # the default
+        if not args.old:
+            cfg["server"].update(packet_timeout_s=args.packet_timeout, max_allowed_packet=16 * MB)  # the default
+        else:
+            cfg["server"].pop("max_allowed_packet", None)   # a proxy from before these settings
         px = ProxyProcess(cfg, name="bench-attack-proxy")
         px.start()
         try:
             pid = px.pid
             assert pid is not None
             host, port = px.host, px.port
-            print(f"proxy pid {pid}: idle RSS {rss_mb(pid):.1f} MB")
+            idle = rss_mb(pid)
+            print(f"proxy pid {pid}: idle RSS {idle:.1f} MB")
 
             c = login(host, port, "test", "111111", "schema1")
             with c.cursor() as cur:
                 cur.execute("CREATE TABLE IF NOT EXISTS big_t (id INT PRIMARY KEY, v LONGTEXT)")
-            base = rss_mb(pid)
+                cur.execute("CREATE TABLE IF NOT EXISTS sharding_2_t1 (id INT PRIMARY KEY, v VARCHAR(20))")
             n = args.query_mb * MB
-            with c.cursor() as cur:
-                cur.execute("SELECT 1")
-                before_peak = rss_mb(pid, "VmHWM")
-                cur.execute("REPLACE INTO big_t VALUES (1, '" + "x" * n + "')")
-            peak = rss_mb(pid, "VmHWM")
-            grew = max(peak - max(base, before_peak), 0.0)
-            print(f"query: one {args.query_mb} MB INSERT: RSS before {base:.1f} MB, peak growth {grew:.1f} MB "
-                  f"= {grew / args.query_mb:.1f}x the statement (peak {peak:.1f} MB)")
+            rows = ",".join(f"({i},'r{i}')" for i in range(args.rows_kb * 1024 // 12))
+            for label, sql in ((f"one {args.query_mb} MB string literal", "REPLACE INTO big_t VALUES (1, '" + "x" * n + "')"),
+                               (f"a {len(rows) >> 10} KB multi-row INSERT (sharding table)",
+                                "REPLACE INTO sharding_2_t1 (id, v) VALUES " + rows)):
+                with c.cursor() as cur:
+                    cur.execute("SELECT 1")
+                    base = rss_mb(pid, "VmHWM")
+                    cur.execute(sql)
+                grew = max(rss_mb(pid, "VmHWM") - base, 0.0)
+                print(f"query: {label}: peak RSS growth {grew:.1f} MB = {grew * MB / len(sql):.1f}x the statement")
             c.close()
             t0 = time.monotonic()
             sent = unauth_attack(host, port, args.clients, args.size_mb * MB)
@@ -163,7 +172,7 @@ def main() -> None:
             t0 = time.monotonic()
             deadline = t0 + args.packet_timeout * 3 + 10
             while time.monotonic() < deadline:
-                if rss_mb(pid) < 120:
+                if rss_mb(pid) < idle + 16:
                     break
                 time.sleep(0.5)
             print(f"stalled: after {time.monotonic() - t0:.1f} s (packet_timeout_s {args.packet_timeout}): "
