@@ -44,8 +44,9 @@ STATEMENTS = [
 @pytest.mark.parametrize("head, kinds", STATEMENTS)
 def test_bulk_plan_is_the_general_plan(router: Router, monkeypatch: pytest.MonkeyPatch, head, kinds) -> None:
     rng = random.Random(head)
-    rows = []
-    for _ in range(7000):
+    rows: list[str] = []
+    size = 0
+    while size < router_mod._BULK_MIN + 4096:
         vals = []
         for k in kinds:
             if k == "str":
@@ -55,6 +56,7 @@ def test_bulk_plan_is_the_general_plan(router: Router, monkeypatch: pytest.Monke
             else:
                 vals.append(_literal(rng, k))
         rows.append("(" + ", ".join(vals) + ")")
+        size += len(rows[-1]) + 2
     sql = head + rng.choice([",", ", ", ",\n"]).join(rows) + rng.choice(["", ";", " ; \n"])
     assert len(sql) > router_mod._BULK_MIN
 
