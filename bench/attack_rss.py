@@ -38,6 +38,14 @@ def rss_mb(pid: int, field: str = "VmRSS") -> float:
     return 0.0
 
 
+def reset_peak(pid: int) -> None:
+    """Start VmHWM again from the current RSS (Linux: clear_refs 5), so one query's peak shows."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
 def _recv_packet(s: socket.socket) -> bytes:
     head = b""
     while len(head) < 4:
@@ -153,7 +161,8 @@ def main() -> None:
                                 "REPLACE INTO sharding_2_t1 (id, v) VALUES " + rows)):
                 with c.cursor() as cur:
                     cur.execute("SELECT 1")
-                    base = rss_mb(pid, "VmHWM")
+                    reset_peak(pid)
+                    base = rss_mb(pid)
                     cur.execute(sql)
                 grew = max(rss_mb(pid, "VmHWM") - base, 0.0)
                 print(f"query: {label}: peak RSS growth {grew:.1f} MB = {grew * MB / len(sql):.1f}x the statement")

@@ -15,7 +15,7 @@ import pytest
 from harness import ProxyProcess, free_port, proxy_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from attack_rss import rss_mb, send_big, stall_attack, unauth_attack  # noqa: E402
+from attack_rss import reset_peak, rss_mb, send_big, stall_attack, unauth_attack  # noqa: E402
 
 MB = 1 << 20
 MAX_PACKET = 4 * MB
@@ -182,7 +182,8 @@ def test_a_big_multi_row_insert_lands_right_and_costs_little(px, backends):
     try:
         with c.cursor() as cur:
             cur.execute("SELECT 1")
-            before = rss_mb(pid, "VmHWM")
+            reset_peak(pid)
+            before = rss_mb(pid)
             cur.execute(sql)
             grew = rss_mb(pid, "VmHWM") - before
     finally:
