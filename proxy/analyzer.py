@@ -80,7 +80,8 @@ class Grants:
         self.user = user
         self.who = f"'{user.name}'@'{host}'"
         # restricted: some logical schema or some DML is off limits; hints it cannot read are refused
-        self.restricted = bool(user.privileges) or set(user.schemas) != set(config.schemas)
+        self.dml_limited = bool(user.privileges)
+        self.restricted = self.dml_limited or set(user.schemas) != set(config.schemas)
         self.nodes = frozenset(n for s in user.schemas for n in config.all_nodes_of_schema(s))
 
     def db_denied(self, schema: str) -> DbAccessDenied:

@@ -166,7 +166,7 @@ class Router:
         if hit is False:
             return None
         nodes, fn, table = hit
-        if grants is not None:
+        if grants is not None and grants.dml_limited:  # (the current schema is one the user may USE)
             grants.check((("SELECT", SELECT, table[0], table[1]),))
         if fn is None:
             return nodes[0], table, m.start("t")
