@@ -43,6 +43,8 @@ class ServerConfig:
     client_buffer_kb: int = 256  # bytes queued for a slow client before backends stop being read
     ssl_cert: str | None = None  # TLS on the client port: PEM certificate chain and key (both or neither)
     ssl_key: str | None = None
+    max_allowed_packet: int = 16 << 20  # larger client packets are refused (1153) before they are buffered
+    packet_timeout_s: float = 30.0      # a started packet that stops arriving for this long closes the client
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,20 @@ class UserConfig:
     schemas: tuple[str, ...] = ()
     read_only: bool = False
     max_con: int = 0
+    # DBLE's dml bits per "schema" or "schema.table": which of INSERT, UPDATE, SELECT, DELETE are allowed
+    privileges: dict[str, str] = field(default_factory=dict)
+    admin: bool = False   # sees and kills every client session (SHOW PROCESSLIST, KILL), as MySQL's PROCESS/SUPER
+
+    def dml(self, schema: str, table: str | None) -> str:
+        """The user's dml bits on a table (a table entry overrides its schema's); "0000" off its schemas."""
+        if schema not in self.schemas:
+            return "0000"
+        p = self.privileges
+        if table is not None:
+            bits = p.get(f"{schema}.{table.lower()}")
+            if bits is not None:
+                return bits
+        return p.get(schema, "1111")
 
 
 @dataclass(frozen=True)
@@ -259,7 +275,7 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
     _typed(s, p, dict, "a table")
     _take(s, p, {"instance", "bind", "port", "manager_port", "version", "max_connections",
                  "backend_timeout_s", "data_dir", "metrics_port", "merge_memory_mb", "client_buffer_kb",
-                 "ssl_cert", "ssl_key"})
+                 "ssl_cert", "ssl_key", "max_allowed_packet", "packet_timeout_s"})
     d = ServerConfig()
     cfg = ServerConfig(
         instance=_get(s, p, "instance", str, "a string", d.instance),
@@ -276,10 +292,16 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
         client_buffer_kb=_get(s, p, "client_buffer_kb", int, "an integer (KB)", d.client_buffer_kb),
         ssl_cert=_get(s, p, "ssl_cert", str, "a file path", None) or None,
         ssl_key=_get(s, p, "ssl_key", str, "a file path", None) or None,
+        max_allowed_packet=_get(s, p, "max_allowed_packet", int, "an integer (bytes)", d.max_allowed_packet),
+        packet_timeout_s=float(_get(s, p, "packet_timeout_s", (int, float), "a number", d.packet_timeout_s)),
     )
     if (cfg.ssl_cert is None) != (cfg.ssl_key is None):
         missing = "ssl_key" if cfg.ssl_key is None else "ssl_cert"
         raise ConfigError(f"server.{missing}", "ssl_cert and ssl_key go together (both or neither)")
+    if not 1024 <= cfg.max_allowed_packet <= 1 << 30:
+        raise ConfigError("server.max_allowed_packet", "must be between 1024 and 1073741824 bytes")
+    if cfg.packet_timeout_s <= 0:
+        raise ConfigError("server.packet_timeout_s", "must be a positive number of seconds")
     if cfg.merge_memory_mb < 1 or cfg.client_buffer_kb < 16:
         raise ConfigError("server.merge_memory_mb", "merge_memory_mb must be >= 1 and client_buffer_kb >= 16")
     if cfg.metrics_port and cfg.metrics_port in (cfg.port, cfg.manager_port):
@@ -478,7 +500,7 @@ def _parse_users(users: Any, schemas: dict[str, SchemaConfig]) -> dict[str, User
     for i, u in enumerate(users):
         p = f"users[{i}]"
         _typed(u, p, dict, "a table")
-        _take(u, p, {"name", "password", "schemas", "read_only", "max_con"})
+        _take(u, p, {"name", "password", "schemas", "read_only", "max_con", "privileges", "admin"})
         name = _get(u, p, "name", str, "a string")
         p = f"users.{name}"
         if name in out:
@@ -489,7 +511,28 @@ def _parse_users(users: Any, schemas: dict[str, SchemaConfig]) -> dict[str, User
                 raise ConfigError(f"{p}.schemas", f"unknown schema '{s}'")
         out[name] = UserConfig(name, _get(u, p, "password", str, "a string", ""), tuple(sch),
                                _get(u, p, "read_only", bool, "true or false", False),
-                               _get(u, p, "max_con", int, "an integer", 0))
+                               _get(u, p, "max_con", int, "an integer", 0),
+                               _parse_privileges(_get(u, p, "privileges", dict, "a table", {}), f"{p}.privileges",
+                                                 tuple(sch), schemas),
+                               _get(u, p, "admin", bool, "true or false", False))
+    return out
+
+
+def _parse_privileges(raw: dict[str, Any], p: str, granted: tuple[str, ...],
+                      schemas: dict[str, SchemaConfig]) -> dict[str, str]:
+    """DBLE's dml bits: keys "schema" or "schema.table" of the user's schemas, values four 0/1 digits."""
+    out: dict[str, str] = {}
+    for key, bits in raw.items():
+        if not isinstance(bits, str) or len(bits) != 4 or set(bits) - {"0", "1"}:
+            raise ConfigError(f"{p}.{key}", 'must be four 0/1 digits for INSERT, UPDATE, SELECT, DELETE, e.g. "0010"')
+        schema, _, table = key.partition(".")
+        if schema not in schemas:
+            raise ConfigError(f"{p}.{key}", f"unknown schema '{schema}'")
+        if schema not in granted:
+            raise ConfigError(f"{p}.{key}", f"schema '{schema}' is not in the user's schemas")
+        if "." in table or (_ and not table):
+            raise ConfigError(f"{p}.{key}", "must be a schema or schema.table")
+        out[f"{schema}.{table.lower()}" if table else schema] = bits
     return out
 
 

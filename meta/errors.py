@@ -30,6 +30,12 @@ class DbAccessDenied(ProxyError):
     code, sqlstate = 1044, "42000"
 
 
+class TableAccessDenied(ProxyError):
+    """ER_TABLEACCESS_DENIED_ERROR: `SELECT command denied to user 'u'@'h' for table 't'`."""
+
+    code, sqlstate = 1142, "42000"
+
+
 class UnknownDatabase(ProxyError):
     code, sqlstate = 1049, "42000"
 

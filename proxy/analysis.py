@@ -28,6 +28,10 @@ UNSUPPORTED = {
     "GET": "GET DIAGNOSTICS", "TABLE": "the TABLE statement", "VALUES": "the VALUES statement",
     "BACKUP": "BACKUP",
 }
+# schemas of the backend server that no logical schema maps: never reachable by a client (1044)
+HIDDEN_SCHEMAS = frozenset({"mysql", "performance_schema", "sys"})
+# DBLE's dml bits, in their order; ANY: some privilege on the table (SHOW/DESC), ALL: every one (DDL)
+INSERT, UPDATE, SELECT, DELETE, ANY, ALL = 0, 1, 2, 3, -1, -2
 LOCAL_TYPES = frozenset({"sharding", "single", "default"})   # tables whose rows live on some nodes only
 
 
@@ -120,6 +124,8 @@ class Analysis:
     sub: "Analysis | None" = None        # subqueries inside VALUES / INSERT ... SELECT
     # mode explain: the text before the explained statement, and that statement's SQL on its node
     explain: tuple[int, str] | None = None
+    # what the statement needs of the user's grants: (command word, dml bit or ANY/ALL, schema, table)
+    access: tuple[tuple[str, int, str, str], ...] = ()
 
 
 def not_supported(msg: str) -> NotSupported:

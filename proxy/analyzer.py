@@ -6,17 +6,115 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from meta.config import Config
-from meta.errors import NoDatabaseSelected, NoSuchTable, NotSupported, ProxyError, UnknownDatabase
+from meta.config import Config, UserConfig
+from meta.errors import (DbAccessDenied, NoDatabaseSelected, NoSuchTable, NotSupported, ProxyError,
+                         TableAccessDenied, UnknownDatabase)
 from meta.sharding import make_function
-from proxy.analysis import (LOCAL_TYPES, SESSION_WORDS, SYSTEM_SCHEMAS, UNSUPPORTED, Analysis, Query, Ref,
-                            Scope, Table, not_supported, shard_update_error)
+from proxy.analysis import (ALL, ANY, DELETE, HIDDEN_SCHEMAS, INSERT, LOCAL_TYPES, SELECT, SESSION_WORDS,
+                            SYSTEM_SCHEMAS, UNSUPPORTED, UPDATE, Analysis, Query, Ref, Scope, Table, not_supported,
+                            shard_update_error)
 from proxy.conditions import conjuncts, join_edges, names_shard_column
 from proxy.parser import Parser
 from proxy.sqltok import Token, unquote_ident
 
 if TYPE_CHECKING:  # pragma: no cover
     from proxy.router import Plan
+
+
+class HiddenSchema(DbAccessDenied):
+    """A name in mysql, performance_schema or sys: refused for every client (the router names the user)."""
+
+    def __init__(self, schema: str) -> None:
+        super().__init__(f"Access denied to database '{schema}'")
+        self.schema = schema
+
+
+# SHOW forms a backend may answer for any client: they describe the session or the server's
+# capabilities, never another database's objects or sessions (the rest is refused, see _an_show)
+_SHOW_PASS = frozenset({"VARIABLES", "STATUS", "WARNINGS", "ERRORS", "COUNT", "CHARACTER", "CHARSET",
+                        "COLLATION", "ENGINES", "PRIVILEGES", "TABLE", "TRIGGERS", "SESSION", "GLOBAL", "LOCAL"})
+# functions and clauses that act on the backend's host (its files), not on the logical schemas
+_HOST_WORDS = frozenset({"LOAD_FILE", "OUTFILE", "DUMPFILE", "SYS_EXEC", "SYS_EVAL"})
+# table options that put a table's files elsewhere on the backend's host or make it read another server
+_HOST_TABLE_OPTIONS = frozenset({"DIRECTORY", "CONNECTION", "FILE_NAME", "CONNECT", "FEDERATED", "FEDERATEDX",
+                                 "SPIDER"})
+_HOST_ENGINES = frozenset({"CONNECT", "FEDERATED", "FEDERATEDX", "SPIDER"})
+_DDL_WORDS = {"CREATE_TABLE": "CREATE", "DROP_TABLE": "DROP", "TRUNCATE_TABLE": "DROP", "ALTER_TABLE": "ALTER",
+              "CREATE_INDEX": "INDEX", "DROP_INDEX": "INDEX", "RENAME_TABLE": "ALTER"}
+
+
+class UnknownTable(NoSuchTable):
+    """A name neither configured nor on a default node; for a schema outside the grants the router
+    answers 1142 instead, as MySQL does not tell such a user which tables exist."""
+
+    def __init__(self, schema: str, table: str) -> None:
+        super().__init__(f"Table '{schema}.{table}' doesn't exist in the config of sharding")
+        self.schema, self.table = schema, table
+
+
+class UnknownSchema(UnknownDatabase):
+    """db.table with a db no logical schema is named (a physical database, say): 1049, or for a client
+    1142 on the table, as MySQL tells a user nothing about databases outside its grants."""
+
+    def __init__(self, schema: str, table: str) -> None:
+        super().__init__(f"Unknown database '{schema}'")
+        self.schema, self.table = schema, table
+
+
+# the command word of a refusal (1142) by a statement's first word
+COMMAND_WORDS = {"WITH": "SELECT", "(": "SELECT", "REPLACE": "INSERT", "TRUNCATE": "DROP", "RENAME": "ALTER",
+                 "DESC": "SELECT", "DESCRIBE": "SELECT", "EXPLAIN": "SELECT", "CHECKSUM": "SELECT",
+                 "CHECK": "SELECT", "DO": "SELECT", "ANALYZE": "INSERT", "OPTIMIZE": "INSERT", "REPAIR": "INSERT"}
+
+
+class Refused(NotSupported):
+    """Refused at the access boundary (it would act on the backend's host, or cannot be checked against
+    the grants): whoever sends it, hinted or not, and never handed to a backend, not even to EXPLAIN."""
+
+
+class Grants:
+    """One client user's reach, checked on every table a statement names before anything reaches a
+    backend: its schemas, and DBLE's dml bits per schema or table (INSERT, UPDATE, SELECT, DELETE)."""
+
+    def __init__(self, user: UserConfig, host: str, config: Config) -> None:
+        self.user = user
+        self.who = f"'{user.name}'@'{host}'"
+        # restricted: some logical schema or some DML is off limits; hints it cannot read are refused
+        self.dml_limited = bool(user.privileges)
+        self.restricted = self.dml_limited or set(user.schemas) != set(config.schemas)
+        self.nodes = frozenset(n for s in user.schemas for n in config.all_nodes_of_schema(s))
+
+    def db_denied(self, schema: str) -> DbAccessDenied:
+        """1044, as MySQL answers a database the user has no grant on."""
+        return DbAccessDenied(f"Access denied for user {self.who} to database '{schema}'")
+
+    def check(self, access: tuple[tuple[str, int, str, str], ...]) -> None:
+        """Refuse (1142/1044) unless the user may run the statement on every table it names."""
+        user = self.user
+        for word, bit, schema, table in access:
+            if schema == "information_schema":
+                continue   # answered for the user's own schemas only (the information_schema module)
+            if schema in HIDDEN_SCHEMAS:
+                raise self.db_denied(schema)
+            if not table:
+                if schema not in user.schemas:
+                    raise self.db_denied(schema)
+                continue
+            bits = user.dml(schema, table)
+            if not (bits == "1111" if bit == ALL else "1" in bits if bit == ANY else bits[bit] == "1"):
+                raise TableAccessDenied(f"{word} command denied to user {self.who} for table '{table}'")
+
+    def unknown_table(self, e: UnknownTable | UnknownSchema, first_word: str) -> ProxyError:
+        """An unknown table in a schema outside the grants is refused, not reported missing."""
+        if e.schema in self.user.schemas and self.user.dml(e.schema, e.table) != "0000":
+            return e
+        word = COMMAND_WORDS.get(first_word, first_word)
+        return TableAccessDenied(f"{word} command denied to user {self.who} for table '{e.table}'")
+
+    def check_node(self, node: str) -> None:
+        """A hint may name only a shardingNode of the user's schemas."""
+        if node not in self.nodes:
+            raise Refused(f"shardingNode '{node}' named in the hint holds none of the user's schemas")
 
 
 class Analyzer:
@@ -37,9 +135,11 @@ class Analyzer:
         if len(parts) == 2:
             real = self._schema_names.get(parts[0].lower())
             if real is None:
+                if parts[0].lower() in HIDDEN_SCHEMAS:
+                    raise HiddenSchema(parts[0].lower())
                 if parts[0].lower() in SYSTEM_SCHEMAS:
                     return Table(parts[0].lower(), parts[1].lower(), "system", ())
-                raise UnknownDatabase(f"Unknown database '{parts[0]}'")
+                raise UnknownSchema(parts[0], parts[1].lower())
             schema = real
         elif schema is None:
             raise NoDatabaseSelected("No database selected")
@@ -62,7 +162,7 @@ class Analyzer:
         elif sc.default_node is not None:
             t = Table(schema, name, "default", (sc.default_node,))
         else:
-            raise NoSuchTable(f"Table '{schema}.{name}' doesn't exist in the config of sharding")
+            raise UnknownTable(schema, name)
         self._tables[key] = t
         return t
 
@@ -91,8 +191,10 @@ class Analyzer:
     # -- analysis ----------------------------------------------------------------------------------
 
     def analyze(self, sql: str, toks: list[Token], schema: str | None) -> Analysis:
+        """The statement's analysis, with what it needs of the user's grants (an.access)."""
         p = Parser(self.resolve, toks, schema)
         first = p.up[0] if toks[0][0] == "w" else toks[0][1]
+        self._host_reach(p)
         if first in ("SELECT", "WITH", "("):
             an = self._an_select(p)
         elif first in ("INSERT", "REPLACE"):
@@ -108,17 +210,19 @@ class Analyzer:
         elif first in ("ANALYZE", "OPTIMIZE", "REPAIR", "CHECK", "CHECKSUM"):
             an = self._an_maintenance(p, sql, first)
         elif first == "DO":
+            p.subqueries(1, p.n, p.new_scope(None, {}))
             an = Analysis("other", False, (), nodes=(self.home(schema),))
         elif first in UNSUPPORTED:
             raise not_supported(f"{UNSUPPORTED[first]} is not supported by pydble")
         elif first in SESSION_WORDS:
-            raise not_supported(f"{first} is a session statement: the session handles it, the router does not")
+            raise not_supported(f"{first} is not supported by pydble in this form")
         else:
             raise p.syntax(0)
         if not an.deletions:
             an.deletions = tuple(self.strips(toks))
         else:
             an.deletions = tuple(sorted(set(an.deletions) | set(self.strips(toks))))
+        an.access = self._access(an, p)
         return an
 
     def _returning(self, p: Parser, analyze: Callable[[], Analysis]) -> Analysis:
@@ -138,6 +242,73 @@ class Analyzer:
         an.returning_rows = (an.kind == "insert" and an.mode == "insert"
                              and p.skip_to(1, at, ("IGNORE", "DUPLICATE"), None) >= at)
         return an
+
+    def _access(self, an: Analysis, p: Parser) -> tuple[tuple[str, int, str, str], ...]:
+        """Every table the statement names with the privilege it needs: the written ones their DML bit
+        (or, for DDL, all four), everything read SELECT."""
+        out = list(an.access)
+        if an.target is not None:
+            t = an.target
+            out.append(("INSERT", INSERT, t.schema, t.name))
+            if an.kind == "replace":
+                out.append(("DELETE", DELETE, t.schema, t.name))
+        if an.kind == "ddl":
+            word = _DDL_WORDS.get(an.ddl or "", "ALTER")
+            out += [(word, ALL, s, t) for s, t in an.tables]
+        written = {id(r) for r in an.modified} if an.modified is not None else set()
+        word, bit = ("UPDATE", UPDATE) if an.kind == "update" else ("DELETE", DELETE)
+        for r in p.refs:
+            t = r.table
+            out.append((word, bit, t.schema, t.name) if id(r) in written else ("SELECT", SELECT, t.schema, t.name))
+        return tuple(dict.fromkeys(out))
+
+    def _table_option(self, p: Parser, i: int, w: str) -> bool:
+        """Is the word at i that table option (not a column of that name)?"""
+        if w == "DIRECTORY":
+            return p.at(i - 1) in ("DATA", "INDEX")
+        if w in _HOST_ENGINES:
+            j = i - 2 if p.at(i - 1) == "=" else i - 1
+            return p.at(j) == "ENGINE"
+        return p.at(i + 1) == "=" or (i + 1 < p.n and p.toks[i + 1][0] == "s")
+
+    def _ddl_names(self, p: Parser, an: Analysis) -> Analysis:
+        """The other tables a CREATE/ALTER names (REFERENCES, RENAME TO, EXCHANGE ... WITH TABLE):
+        each needs the user's grant as well."""
+        out = []
+        for i in range(1, p.n):
+            w = p.at(i) if p.toks[i][0] == "w" else ""
+            k = -1
+            if w == "REFERENCES" or (w == "TABLE" and p.at(i - 1) == "WITH"):
+                k = i + 1
+            elif w == "RENAME" and p.at(i + 1) not in ("COLUMN", "INDEX", "KEY", "TABLE"):
+                k = i + 2 if p.at(i + 1) in ("TO", "AS") else i + 1
+            if k > 0:
+                parts, _ = p.dotted(k)
+                if 0 < len(parts) <= 2:
+                    t = self.resolve(parts, p.schema)
+                    out.append(("REFERENCES", SELECT, t.schema, t.name) if w == "REFERENCES"
+                               else ("ALTER", ALL, t.schema, t.name))
+        an.access = an.access + tuple(out)
+        return an
+
+    def _host_reach(self, p: Parser) -> None:
+        """Refuse what acts on the backend's host (files, other servers) or names a hidden schema,
+        wherever it sits in the statement (read from the tokens: no clause of it is skipped)."""
+        toks, up = p.toks, p.up
+        ddl = up[0] in ("CREATE", "ALTER") if toks else False
+        for i, t in enumerate(toks):
+            kind = t[0]
+            if kind not in "wq":
+                continue
+            w = up[i] if kind == "w" else unquote_ident(t[1]).upper()
+            if w in _HOST_WORDS:
+                raise Refused(f"{w} is not supported by pydble: it would act on the backend server's host")
+            if ddl and w in _HOST_TABLE_OPTIONS and self._table_option(p, i, w):
+                raise Refused(f"the table option {w} is not supported by pydble: it would reach the backend "
+                                f"server's files or another server")
+            if i + 2 < p.n and toks[i + 1][1] == "." and toks[i + 1][0] == "o" and w.lower() in HIDDEN_SCHEMAS:
+                if not (i and toks[i - 1][1] == "." and toks[i - 1][0] == "o"):
+                    raise HiddenSchema(w.lower())
 
     def _finish_query(self, p: Parser, an: Analysis) -> Analysis:
         for sc in p.scopes:
@@ -454,7 +625,7 @@ class Analyzer:
                 raise not_supported("CREATE TEMPORARY TABLE is not supported by pydble: backend connections "
                                      "are shared, so a temporary table would not follow the session")
             if p.word(k, "TABLE"):
-                return self._an_create_table(p, k + 1)
+                return self._ddl_names(p, self._an_create_table(p, k + 1))
             if p.word(k, "INDEX"):
                 on = p.skip_to(k + 1, p.n, ("ON",), None)
                 table, _ = self._ddl_table(p, on + 1)
@@ -476,7 +647,7 @@ class Analyzer:
                     raise not_supported(f"renaming {table.full} is not supported: it would leave its "
                                          f"sharding configuration behind")
                 j += 1
-            return self._ddl(table, "ALTER_TABLE")
+            return self._ddl_names(p, self._ddl(table, "ALTER_TABLE"))
         if first == "DROP":
             if p.word(k, "TEMPORARY"):
                 raise not_supported("DROP TEMPORARY TABLE is not supported by pydble")
@@ -553,6 +724,9 @@ class Analyzer:
             if not set(table.nodes) <= set(src.nodes):
                 raise not_supported(f"CREATE TABLE {table.full} LIKE {src.full} is not supported: {src.full} "
                                      f"is not on every shardingNode of {table.full}")
+            an = self._ddl(table, "CREATE_TABLE", if_exists)
+            an.access = (("SELECT", SELECT, src.schema, src.name),)
+            return an
         else:
             j = k
             if p.at(j) == "(" and not p.is_query(j + 1):
@@ -619,7 +793,8 @@ class Analyzer:
                 k += 1
             if p.word(k, "CREATE") and p.word(k + 1, "TABLE"):
                 table, _ = self._ddl_or_system(p, k + 2, p.schema)
-                return Analysis("other", False, self._names_of(table), nodes=(self._one(table, p.schema),))
+                return Analysis("other", False, self._names_of(table), nodes=(self._one(table, p.schema),),
+                                access=(("SHOW", ANY, table.schema, table.name),))
             if p.at(k) in ("COLUMNS", "FIELDS", "INDEX", "INDEXES", "KEYS") and p.at(k + 1) in ("FROM", "IN"):
                 parts, j = p.dotted(k + 2)
                 if not parts or len(parts) > 2:
@@ -632,8 +807,18 @@ class Analyzer:
                 if dels and table.type == "system":
                     dels = []
                 return Analysis("other", False, self._names_of(table), nodes=(self._one(table, p.schema),),
-                                 deletions=tuple(dels))
-            return Analysis("other", False, (), nodes=(self.home(p.schema),))
+                                 deletions=tuple(dels), access=(("SELECT", ANY, table.schema, table.name),))
+            if p.at(k) not in _SHOW_PASS or (p.word(k, "TABLE") and not p.word(k + 1, "STATUS")):
+                raise not_supported(f"SHOW {p.at(k)} is not supported by pydble: it would describe the backend "
+                                    f"server rather than the logical schemas")
+            access: tuple[tuple[str, int, str, str], ...] = ()
+            j = p.skip_to(k, p.n, ("FROM", "IN", "LIKE", "WHERE"), None)
+            if j < p.n and p.at(j) in ("FROM", "IN"):   # SHOW TABLE STATUS FROM db: the user's schemas only
+                db = p.ident(j + 1) or ""
+                if db.lower() in HIDDEN_SCHEMAS:
+                    raise HiddenSchema(db.lower())
+                access = (("SHOW", ANY, self._schema_names.get(db.lower(), db), ""),)
+            return Analysis("other", False, (), nodes=(self.home(p.schema),), access=access)
         # DESC/DESCRIBE/EXPLAIN: a table, or a statement to explain
         while p.at(k) in ("EXTENDED", "PARTITIONS", "ANALYZE", "FORMAT"):
             if p.word(k, "FORMAT") and p.at(k + 1) == "=":
@@ -645,10 +830,13 @@ class Analyzer:
         if k < p.n and p.at(k) in ("SELECT", "WITH", "(", "INSERT", "REPLACE", "UPDATE", "DELETE", "TABLE"):
             inner = self.route_explained(sql[p.toks[k][2]:], p.schema)
             t0 = inner.targets[0]
+            # EXPLAIN needs what running the statement needs
+            explained = self.analyze(sql, p.toks[k:], p.schema).access
             return Analysis("other", False, inner.tables, mode="explain", cacheable=False, nodes=(t0.node,),
-                             explain=(p.toks[k][2], t0.sql))
+                             explain=(p.toks[k][2], t0.sql), access=explained)
         table, _ = self._ddl_or_system(p, k, p.schema)
-        return Analysis("other", False, self._names_of(table), nodes=(self._one(table, p.schema),))
+        return Analysis("other", False, self._names_of(table), nodes=(self._one(table, p.schema),),
+                        access=(("SELECT", ANY, table.schema, table.name),))
 
     def _ddl_or_system(self, p: Parser, k: int, schema: str | None) -> tuple[Table, int]:
         parts, k2 = p.dotted(k)
@@ -681,5 +869,7 @@ class Analyzer:
             if set(t.nodes) != set(tables[0].nodes):
                 raise not_supported(f"{first} TABLE of {tables[0].full} and {t.full} is not supported: they live "
                                      f"on different shardingNodes")
+        word, bit = ("SELECT", SELECT) if first in ("CHECK", "CHECKSUM") else ("INSERT", ALL)
         return Analysis("other", first in ("ANALYZE", "OPTIMIZE", "REPAIR"),
-                         tuple(dict.fromkeys((t.schema, t.name) for t in tables)), nodes=tables[0].nodes)
+                         tuple(dict.fromkeys((t.schema, t.name) for t in tables)), nodes=tables[0].nodes,
+                         access=tuple((word, bit, t.schema, t.name) for t in tables))

@@ -160,7 +160,7 @@ class DdlRunner:
             return e, None
         except Exception as e:  # noqa: BLE001 - a DDL must always answer and unlock
             dlog.exception("ddl failed")
-            err = ProxyError(f"DDL failed: {e}")
+            err = ProxyError("DDL failed: an internal error in pydble (its log has the details)")  # no Python text
             return err, None
         finally:
             for s, t in keys:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import re
+import struct
 from typing import TYPE_CHECKING
 
 import structlog
 
 from meta.errors import BackendError, BackendUnavailable, NoSuchTable, NotSupported, ProxyError, ReadOnly
 
+from .analyzer import Refused
 from .backend import BackendConnection, Sink
 from .ddl import require_meta
 from .protocol import constants as C
@@ -39,7 +41,11 @@ _SHOW_LIMIT = re.compile(r"\bLIMIT\s+(\d+)(?:\s*,\s*(\d+))?\s*;?\s*$", re.I)
 
 
 def _com_query(sql: str) -> bytes:
-    return frame(0, b"\x03" + sql.encode("utf-8", "surrogateescape"))
+    """A framed COM_QUERY: for a big statement one copy of its bytes, not three (encode, prefix, frame)."""
+    body = sql.encode("utf-8", "surrogateescape")
+    if len(body) + 1 < C.MAX_PACKET:
+        return b"".join((struct.pack("<I", len(body) + 1), b"\x03", body))
+    return frame(0, b"\x03" + body)
 
 
 def _on_node(node: str, e: BackendUnavailable) -> BackendUnavailable:
@@ -334,9 +340,11 @@ class Executor:
     async def execute(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
         """Route and run one statement; True if the answer was relayed to the client as is."""
         try:
-            plan = self.server.router.route(sql, self.session.schema)
-        except NotSupported:
-            await self._syntax_verdict(sql)
+            plan = self.server.router.route(sql, self.session.schema, self.session.grants)
+        except NotSupported as e:
+            grants = self.session.grants
+            if not isinstance(e, Refused) and not (grants is not None and grants.restricted):
+                await self._syntax_verdict(sql)  # (a statement not fully read is never sent for a restricted user)
             raise
         if plan.tables:  # as in MariaDB, a statement on tables starts a fresh SHOW WARNINGS; SET, SELECT 1... keep it
             self.session.warnings = []

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from meta.errors import NotSupported, ParseError
 
@@ -64,6 +66,18 @@ _BOOL = {"0": "0", "1": "1", "off": "0", "on": "1", "false": "0", "true": "1", "
          "'0'": "0", "'1'": "1"}
 
 
+_NOT_REPLAYED = frozenset({"SELECT", "WITH", "TABLE", "VALUES", "LOAD_FILE", "SYS_EXEC", "SYS_EVAL"})
+
+
+def _replayable(value: str) -> None:
+    """A SET value is replayed on every backend connection the session uses: an expression only, never
+    a query (it would read tables past the grant check), an executable comment or a host function."""
+    for kind, text, _, _ in tokenize(value):
+        if kind == "h" or (kind == "w" and text.upper() in _NOT_REPLAYED):
+            raise NotSupported("SET with a subquery, an executable comment or LOAD_FILE is not supported by "
+                               "pydble: the value is replayed on backend connections")
+
+
 def parse_set(sql: str) -> list[Assignment]:
     """Turn a SET statement into session changes; GLOBAL scope is refused."""
     toks = tokenize(sql)  # version comments are opened here: /*!40101 SET NAMES utf8 */
@@ -112,6 +126,7 @@ def parse_set(sql: str) -> list[Assignment]:
             raise NotSupported("SET GLOBAL is not supported through the proxy; set it on the backends")
         name = am.group("name").strip("`")
         value = am.group("value").strip()
+        _replayable(value)
         if name.startswith("@"):
             out.append(Assignment(name.lower(), f"SET {name} = {value}"))
             continue
@@ -359,3 +374,80 @@ def create_database_if_not_exists(sql: str) -> str | None:
             words[2:5] != ["IF", "NOT", "EXISTS"] or toks[5][0] not in "wq":
         return None
     return unquote_ident(toks[5][1])
+# -- pydble's own users and sessions: SHOW GRANTS, SHOW PROCESSLIST, KILL -----------------------------
+_SHOW_GRANTS = re.compile(r"^\s*SHOW\s+GRANTS(?:\s+FOR\s+(?P<who>.+?))?\s*;?\s*$", re.I | re.S)
+_KILL = re.compile(r"^\s*KILL\s+(?:(?P<what>CONNECTION|QUERY)\s+)?(?P<id>[0-9]+)\s*;?\s*$", re.I)
+_PRIV_NAMES = ("INSERT", "UPDATE", "SELECT", "DELETE")   # DBLE's dml bit order
+
+
+def parse_show_grants(sql: str) -> str | None:
+    """SHOW GRANTS [FOR user]: the user named ('' for the current one), or None if not that statement."""
+    m = _SHOW_GRANTS.match(sql)
+    if not m:
+        return None
+    who = (m.group("who") or "").strip()
+    if who.upper().replace(" ", "") in ("", "CURRENT_USER", "CURRENT_USER()"):
+        return ""
+    return who.split("@", 1)[0].strip("'\"` ")
+
+
+def _granted(bits: str, read_only: bool) -> str:
+    names = [n for n, b in zip(_PRIV_NAMES, bits) if b == "1" and (n == "SELECT" or not read_only)]
+    if len(names) == 4:
+        return "ALL PRIVILEGES"
+    order = ("SELECT", "INSERT", "UPDATE", "DELETE")   # as MySQL lists them
+    return ", ".join(sorted(names, key=order.index))
+
+
+def show_grants(user: str, schemas: tuple[str, ...], privileges: dict[str, str], read_only: bool) -> ResultSet:
+    """pydble's grants of a client user, in MySQL's `GRANT ... ON db.* TO 'u'@'%'` form."""
+    to = f"TO '{user}'@'%'"
+    lines = [f"GRANT USAGE ON *.* {to}"]
+    for s in schemas:
+        what = _granted(privileges.get(s, "1111"), read_only)
+        if what:
+            lines.append(f"GRANT {what} ON `{s}`.* {to}")
+        for key, bits in privileges.items():
+            if key.startswith(s + "."):
+                what = _granted(bits, read_only)
+                lines.append(f"GRANT {what or 'USAGE'} ON `{s}`.`{key[len(s) + 1:]}` {to}")
+    return ResultSet([ColumnDef(f"Grants for {user}@%", T_VAR_STRING, 45, 1024, 1)], [[x.encode()] for x in lines])
+
+
+def parse_kill(sql: str) -> tuple[bool, int] | None:
+    """KILL [CONNECTION | QUERY] id: (query only?, id), or None if malformed."""
+    m = _KILL.match(sql)
+    if not m:
+        return None
+    return (m.group("what") or "").upper() == "QUERY", int(m.group("id"))
+
+
+PROCESSLIST_COLUMNS = ("Id", "User", "Host", "db", "Command", "Time", "State", "Info")
+
+
+def processlist_rows(sessions: Iterable[Any], viewer: str, see_all: bool, full: bool,
+                     now: float) -> list[list[bytes | None]]:
+    """pydble's client sessions as MySQL's processlist rows (the viewer's own only unless see_all):
+    for SHOW [FULL] PROCESSLIST and information_schema.PROCESSLIST."""
+    rows: list[list[bytes | None]] = []
+    for s in sorted(sessions, key=lambda x: x.conn_id):
+        if not s.user or (not see_all and s.user != viewer):
+            continue
+        peer = s.client.transport.get_extra_info("peername") if s.client.transport is not None else None
+        host = f"{peer[0]}:{peer[1]}" if peer else s.peer
+        info = s.info if s.command == "Query" else None
+        if info is not None and not full:
+            info = info[:100]
+        rows.append([str(s.conn_id).encode(), s.user.encode(), host.encode(),
+                     s.schema.encode() if s.schema else None, s.command.encode(),
+                     str(int(now - s.since)).encode(), b"executing" if info is not None else b"",
+                     info.encode("utf-8", "surrogateescape") if info is not None else None])
+    return rows
+
+
+def show_processlist(rows: list[list[bytes | None]]) -> ResultSet:
+    """The result set of SHOW [FULL] PROCESSLIST."""
+    cols = [ColumnDef(name, T_LONGLONG if name in ("Id", "Time") else T_VAR_STRING, 45 if name not in ("Id", "Time")
+                      else 63, 21 if name in ("Id", "Time") else 256, 1 if name in ("Id", "Time", "User") else 0)
+            for name in PROCESSLIST_COLUMNS]
+    return ResultSet(cols, rows)

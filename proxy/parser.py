@@ -367,6 +367,7 @@ class Parser:
         if toks[k][0] == "w" and t == "DUAL":
             return k + 1, []
         if toks[k][0] == "w" and t == "JSON_TABLE" and self.at(k + 1) == "(":
+            self.subqueries(k + 1, self.close[k + 1], sc)   # a subquery in its arguments names tables too
             k, _, _ = self.alias(self.close[k + 1] + 1, end)
             return k, []
         parts, k2 = self.dotted(k, end)

@@ -266,10 +266,10 @@ class PreparedStatements:
         err: ProxyError | None = None
         for cand in candidates:
             try:
-                return router.route(cand, schema)
+                return router.route(cand, schema, self.session.grants)
             except ProxyError as e:
                 err = err or e
-        if err is not None and err.code in (1046, 1049, 1064, 1146):
+        if err is not None and err.code in (1044, 1046, 1049, 1064, 1142, 1146):
             raise err  # no database, unknown database, syntax, unknown table: the client must hear it now
         log.debug("prepare: no route with unbound parameters, columns come with the results", sql=sql[:200])
         return None

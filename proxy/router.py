@@ -16,17 +16,19 @@ planning here.
 from __future__ import annotations
 
 import re
+from array import array
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 
 from meta.config import Config
-from meta.errors import ParseError, ProxyError, UnknownDatabase
+from meta.errors import NotSupported, ParseError, ProxyError, UnknownDatabase
 from meta.sharding import node_index
-from proxy.analysis import (LOCAL_TYPES, SESSION_WORDS, UNSUPPORTED, Analysis, Query, Ref, Scope, literal_value,
-                            not_supported, same_literal, shard_update_error)
-from proxy.analyzer import Analyzer
+from proxy.analysis import (LOCAL_TYPES, SELECT, SESSION_WORDS, UNSUPPORTED, Analysis, Query, Ref, Scope,
+                            literal_value, not_supported, same_literal, shard_update_error)
+from proxy.analyzer import Analyzer, Grants, HiddenSchema, Refused, UnknownSchema, UnknownTable
 from proxy.conditions import has_sharding, query_refs, ref_partitions, table_names
-from proxy.sqltok import Token, tokenize
+from proxy.sqltok import Token, first_keyword, hex_value, tokenize, unquote_string
 
 if TYPE_CHECKING:  # pragma: no cover
     from proxy.merge import MergePlan
@@ -81,29 +83,46 @@ class Router:
 
     # -- public ------------------------------------------------------------------------------------
 
-    def route(self, sql: str, schema: str | None) -> Plan:
-        """Plan one statement run with `schema` as the current database (None: no USE yet)."""
+    def route(self, sql: str, schema: str | None, grants: Grants | None = None) -> Plan:
+        """Plan one statement run with `schema` as the current database (None: no USE yet); with a
+        client's grants, refuse (1142/1044) what names a table outside them before any plan exists."""
+        try:
+            return self._route(sql, schema, grants)
+        except HiddenSchema as e:
+            raise (grants.db_denied(e.schema) if grants is not None else e) from None
+        except (UnknownTable, UnknownSchema) as e:
+            if grants is None:
+                raise
+            raise grants.unknown_table(e, first_keyword(sql)) from None
+
+    def _route(self, sql: str, schema: str | None, grants: Grants | None) -> Plan:
         if schema is not None and schema not in self.config.schemas:
             real = self._schema_names.get(schema.lower())
             if real is None:
                 raise UnknownDatabase(f"Unknown database '{schema}'")
             schema = real
-        point = self.point_read(sql, schema)
+        point = self.point_read(sql, schema, grants)
         if point is not None:
             return Plan("select", (Target(point[0], sql),), False, (point[1],))
+        if len(sql) > _BULK_MIN and "/*" not in sql and sql[:12].lstrip()[:6].upper() in ("INSERT", "REPLAC"):
+            bulk = self._bulk_insert(sql, schema, grants)
+            if bulk is not None:
+                return bulk
         toks = tokenize(sql)
         if ";" in sql:
             while toks and toks[-1][1] == ";" and toks[-1][0] == "o":
                 toks.pop()
             for t in toks:
                 if t[1] == ";" and t[0] == "o":
-                    raise ParseError("route() takes one statement: split multi-statement text with "
-                                     "proxy.sqltok.split_statements first")
+                    raise ParseError("You have an error in your SQL syntax; check the manual that corresponds to "
+                                     f"your MySQL server version for the right syntax to use near "
+                                     f"'{sql[t[2]:t[2] + 40]}' (several statements need the client's "
+                                     f"multi-statements option)")
         if not toks:
             raise ProxyError("Query was empty", code=1065, sqlstate="42000")
         first = toks[0]
         if first[0] == "h" and _HINT_PREFIX_RE.match(first[1]):
-            return self._hint(sql, toks, schema)
+            return self._hint(sql, toks, schema, grants)
         try:
             if len(toks) <= _CACHE_MAX_TOKENS:
                 key = (schema, "\x00".join([_SHAPE.get(t[0]) or t[1] for t in toks]))
@@ -116,6 +135,8 @@ class Router:
                         self._cache[key] = an
             else:
                 an = self.analyzer.analyze(sql, toks, schema)
+            if grants is not None:
+                grants.check(an.access)
             plan = self._plan(an, sql, toks, schema)
             if an.returning and len(plan.targets) > 1 and plan.row_order is None:
                 written = [an.target] if an.target is not None else [r.table for r in an.modified or ()]
@@ -139,7 +160,8 @@ class Router:
                 per_node.setdefault(node, []).append(item)
         return {n: "LOCK TABLES " + ", ".join(items) for n, items in per_node.items()}, frozenset(tables)
 
-    def point_read(self, sql: str, schema: str | None) -> tuple[str, tuple[str, str], int] | None:
+    def point_read(self, sql: str, schema: str | None,
+                   grants: Grants | None = None) -> tuple[str, tuple[str, str], int] | None:
         """(node, (schema, table), offset of the table name in sql) for `SELECT cols FROM t WHERE key =
         <integer>`, the commonest OLTP read, planned without tokenizing; None for anything else (the full
         planner then decides, errors too).
@@ -162,6 +184,8 @@ class Router:
         if hit is False:
             return None
         nodes, fn, table = hit
+        if grants is not None and grants.dml_limited:  # (the current schema is one the user may USE)
+            grants.check((("SELECT", SELECT, table[0], table[1]),))
         if fn is None:
             return nodes[0], table, m.start("t")
         try:
@@ -188,9 +212,78 @@ class Router:
             return t.nodes, None, (t.schema, t.name)
         return False
 
+    # -- bulk INSERT -------------------------------------------------------------------------------
+
+    def _bulk_insert(self, sql: str, schema: str | None, grants: Grants | None) -> Plan | None:
+        """A big `INSERT ... VALUES (literals), ...` planned without a token per value: the statement's
+        head is analysed (and checked) with its first row like any INSERT, the rows are matched by one
+        regex and grouped per node as offsets. A token tuple per value costs ~50x the statement's size
+        (mysqldump's 1 MB INSERTs, or a hostile 16 MB one); this costs ~2x. None: not this shape,
+        the general path decides (and reports any error)."""
+        head_toks = tokenize(sql[:_BULK_HEAD_MAX])
+        at = next((i for i, t in enumerate(head_toks[:-1]) if t[0] == "w" and t[1].upper() in ("VALUES", "VALUE")),
+                  -1)
+        if at < 0:
+            return None
+        row, sep, end = _BULK_ROW.match, _BULK_SEP.match, _BULK_END.match
+        m = row(sql, head_toks[at][3])
+        if m is None or m.end() - m.start() > _BULK_HEAD_MAX:
+            return None   # not literals, or a few big rows: tokens cost little there
+        first = sql[:m.end(1)]
+        toks = tokenize(first)
+        an = self.analyzer.analyze(first, toks, schema)
+        if an.mode != "insert" or an.sub is not None or len(an.rows) != 1:
+            return None
+        if grants is not None:
+            grants.check(an.access)
+        table = an.target
+        assert table is not None
+        rows_start = m.start(1)
+        prefix = self._render(first, toks, an.deletions, 0, rows_start)
+        sharded = table.type == "sharding"
+        key_idx = width = 0
+        if sharded:
+            assert table.cfg is not None and table.fn is not None
+            _, row_open, row_close = an.rows[0]
+            key_idx = sum(1 for t in toks[row_open + 1:an.keys[0][1]] if t[0] == "o" and t[1] == ",")
+            width = sum(1 for t in toks[row_open + 1:row_close] if t[0] == "o" and t[1] == ",") + 1
+        del toks, first
+        groups: dict[str, array] = {}
+        nodes = table.nodes
+        lit = _BULK_LIT.findall
+        while True:
+            if sharded:
+                a, b = m.start(1), m.end(1)
+                values = lit(sql, a, b)
+                if len(values) != width:
+                    return None
+                node = nodes[node_index(table.cfg, table.fn, _bulk_value(values[key_idx]))]  # type: ignore[arg-type]
+                g = groups.get(node)
+                if g is None:
+                    g = groups[node] = array("q")
+                g.append(a)
+                g.append(b)
+            pos = m.end()
+            m2 = sep(sql, pos)
+            if m2 is None:
+                if end(sql, pos) is None:
+                    return None   # ON DUPLICATE KEY UPDATE, a row alias, a comment...: the general path
+                break
+            m = row(sql, m2.end())
+            if m is None:
+                return None
+        if not sharded:
+            phys = prefix + sql[rows_start:]
+            return Plan(an.kind, tuple(Target(node, phys) for node in nodes), True, an.tables)
+        if len(groups) == 1:
+            return Plan(an.kind, (Target(next(iter(groups)), prefix + sql[rows_start:]),), True, an.tables)
+        tail = sql[pos:]
+        targets = tuple(Target(node, prefix + _join_spans(sql, g) + tail) for node, g in groups.items())
+        return Plan(an.kind, targets, True, an.tables)
+
     # -- hints -------------------------------------------------------------------------------------
 
-    def _hint(self, sql: str, toks: list[Token], schema: str | None) -> Plan:
+    def _hint(self, sql: str, toks: list[Token], schema: str | None, grants: Grants | None) -> Plan:
         m = _HINT_RE.match(toks[0][1])
         if m is None or m.group(2).lower() not in ("shardingnode", "datanode"):
             raise not_supported(f"hint {toks[0][1]} is not supported: use /*!pydble:shardingNode=<name>*/")
@@ -213,13 +306,29 @@ class Router:
             ddl = _ddl_kind(word, [t[1].upper() for t in toks[2:5] if t[0] == "w"])
         elif word in ("SHOW", "DESC", "DESCRIBE", "EXPLAIN", "CHECK", "CHECKSUM", "DO", "HELP"):
             is_write = False
+        # The body goes to the node as it is, so it is read like any statement: what it names must be
+        # inside the client's grants. A body pydble cannot read is refused for a user with restricted
+        # grants; for the others only what names mysql/performance_schema/sys or the host is.
         tables: tuple[tuple[str, str], ...] = ()
-        if kind == "ddl":
-            try:
-                an = self.analyzer.analyze(body, tokenize(body), schema)
-                tables = an.tables
-            except ProxyError:
-                pass
+        try:
+            an = self.analyzer.analyze(body, tokenize(body), schema)
+        except ProxyError as e:
+            if isinstance(e, (Refused, HiddenSchema)):
+                raise
+            if grants is not None and grants.restricted:
+                raise Refused(f"this hinted statement cannot be checked against the user's grants: "
+                              f"{e.message}") from None
+        else:
+            tables = an.tables if kind == "ddl" else ()
+            if grants is not None:
+                grants.check(an.access)
+                if grants.restricted:  # the body runs on that node as written: its tables must live there
+                    for _, _, s, t in an.access:
+                        if t and s != "information_schema" and node not in self.analyzer.resolve([s, t], None).nodes:
+                            raise Refused(f"the hint sends {s}.{t} to shardingNode '{node}', where that table "
+                                          f"does not live")
+        if grants is not None:
+            grants.check_node(node)
         return Plan(kind, (Target(node, body),), is_write, tables, None, ddl, False, True)
 
     # -- planning ----------------------------------------------------------------------------------
@@ -544,6 +653,44 @@ class Router:
 
 
 _SHAPE = {"s": "\x01s", "n": "\x01n", "x": "\x01x"}
+
+# bulk INSERT: statements this long with rows of plain literals skip the token-per-value path
+_BULK_MIN = 64 * 1024
+_BULK_HEAD_MAX = 4096
+_LIT = (r"(?:[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?(?![\w$.])"
+        r"|'(?:[^'\\]|\\[\s\S]|'')*+'|(?i:NULL|TRUE|FALSE)(?![\w$])|[xX]'[0-9a-fA-F]*'|0x[0-9a-fA-F]+(?![\w$]))")
+_BULK_LIT = re.compile(_LIT)
+_BULK_ROW = re.compile(rf"\s*(\(\s*{_LIT}(?:\s*,\s*{_LIT})*+\s*\))")
+_BULK_SEP = re.compile(r"\s*,")
+_BULK_END = re.compile(r"\s*;?\s*\Z")
+
+
+def _join_spans(sql: str, spans: array) -> str:
+    """sql's [a, b) ranges joined by ", ", built in batches: no list of one string per row at once."""
+    step = 2000
+    parts = [", ".join([sql[spans[j]:spans[j + 1]] for j in range(i, min(i + step, len(spans)), 2)])
+             for i in range(0, len(spans), step)]
+    return ", ".join(parts)
+
+
+def _bulk_value(text: str) -> Any:
+    """A literal's Python value, as literal_value gives it for the same token."""
+    up = text.upper()
+    if up == "NULL":
+        return None
+    if up in ("TRUE", "FALSE"):
+        return 1 if up == "TRUE" else 0
+    if text[0] == "'":
+        return unquote_string(text)
+    if up.startswith("X'") or up.startswith("0X"):
+        return hex_value(text)
+    neg = text[0] == "-"
+    body = text.lstrip("+-")
+    if body.isdigit() and len(body) <= 20:
+        v: Any = int(body)
+    else:
+        v = Decimal(body)
+    return -v if neg else v
 
 
 def _ddl_kind(word: str, rest: list[str]) -> str:

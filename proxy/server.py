@@ -59,7 +59,7 @@ class ProxyServer:
         self.user_counts: dict[str, int] = {}
         self.version = config.server.version or DEFAULT_VERSION
         set_server_version(self.version)
-        self.max_packet = 64 << 20
+        self.max_packet = config.server.max_allowed_packet
         self.login_timeout_s = 10.0
         self.started = time.monotonic()
         self._ids = itertools.count(1)
@@ -69,6 +69,7 @@ class ProxyServer:
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
         """Learn the backend version, load every table's metadata, then open both ports."""
+        _big_buffers_return_to_the_os()
         if self.config.server.version is None:
             self.version = await self._backend_version()
             set_server_version(self.version)
@@ -219,3 +220,19 @@ class ProxyServer:
 
 
 __all__ = ["ProxyServer", "BackendUnavailable"]
+
+
+def _big_buffers_return_to_the_os() -> None:
+    """glibc serves large blocks from its heap once a big one was freed (a dynamic mmap threshold), and
+    that heap is rarely given back: the packet buffers of attackers that left would stay resident. A
+    fixed threshold keeps blocks over 256 KB in their own mappings, returned to the OS when freed."""
+    import ctypes
+    import ctypes.util
+    name = ctypes.util.find_library("c")
+    if not name:
+        return
+    try:
+        libc = ctypes.CDLL(name)
+        libc.mallopt(-3, 256 * 1024)   # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass  # not glibc: nothing to tune

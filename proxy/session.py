@@ -18,6 +18,8 @@ from meta.errors import (AccessDenied, BackendError, BackendUnavailable, DbAcces
 from . import infoschema, local
 from .backend import BackendConnection
 from .ddl import require_meta
+from .analysis import ANY
+from .analyzer import Grants
 from .executor import Executor, _com_query, _on_node as on_node
 from .log import REQUEST_ID
 from .prepared import COMMANDS as STMT_COMMANDS, PreparedStatements
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("pydble.session")
 
 _SALT_CHARS = bytes(range(33, 127)).replace(b"$", b"")
+LOGIN_PACKET_MAX = 8192  # a handshake response with every connection attribute a driver sends fits
 
 
 _SHOW_COUNT = re.compile(r"^\s*SHOW\s+COUNT\s*\(\s*\*\s*\)\s+(WARNINGS|ERRORS)\s*;?\s*$", re.I)
@@ -68,7 +71,7 @@ class ClientProtocol(asyncio.Protocol):
         self.server = server
         self.session_cls = session_cls or Session
         self.transport: asyncio.Transport | None = None
-        self.framer = PacketFramer(max_payload=server.max_packet)
+        self.framer = PacketFramer(max_payload=LOGIN_PACKET_MAX)  # raised to max_allowed_packet after login
         self.session: Session | None = None
         self._wakeup: asyncio.Future | None = None
         self.busy = False        # a command served by the fast path is in flight
@@ -76,6 +79,9 @@ class ClientProtocol(asyncio.Protocol):
         self.closed = False
         self.write_paused = False
         self._drain_waiters: list[asyncio.Future] = []
+        self._rx = 0                      # feeds so far: progress of a partial packet
+        self._stall: asyncio.TimerHandle | None = None
+        self._read_paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -97,13 +103,52 @@ class ClientProtocol(asyncio.Protocol):
         buffer = self.server.config.server.client_buffer_kb << 10
         transport.set_write_buffer_limits(high=buffer, low=buffer // 4)  # type: ignore[attr-defined]
 
+    def _feed(self, data: bytes) -> bool:
+        """Buffer bytes; refuse (1153, close) a packet announced bigger than the limit before it arrives,
+        stop reading a client that sends far ahead, watch a started packet for stalling."""
+        framer = self.framer
+        try:
+            framer.feed(data)
+        except PacketTooBig:
+            self.write(frame(0, err_packet(1153, "08S01", "Got a packet bigger than 'max_allowed_packet' bytes")))
+            self.close()
+            self.connection_lost(None)
+            return False
+        self._rx += 1
+        if framer.buffered > framer.max_payload + 65536 and not self._read_paused and self.transport is not None:
+            self._read_paused = True
+            self.transport.pause_reading()
+        if self._stall is None and framer.buffered:
+            self._stall = asyncio.get_running_loop().call_later(self.server.config.server.packet_timeout_s,
+                                                                self._check_stall, self._rx)
+        return True
+
+    def _check_stall(self, seen: int) -> None:
+        """A packet started and nothing more came for packet_timeout_s: the client is gone or hostile."""
+        self._stall = None
+        if self.closed or not self.framer.partial():
+            return
+        if self._rx == seen and not self._read_paused:
+            if self.session is not None:
+                self.session.log.info("partial packet timed out, closing", buffered=self.framer.buffered)
+            self.close()
+            self.connection_lost(None)
+            return
+        self._stall = asyncio.get_running_loop().call_later(self.server.config.server.packet_timeout_s,
+                                                            self._check_stall, self._rx)
+
+    def _resume_reading(self) -> None:
+        if self._read_paused and self.framer.buffered <= self.framer.max_payload and self.transport is not None:
+            self._read_paused = False
+            self.transport.resume_reading()
+
     def data_received(self, data: bytes) -> None:
         if self.busy:
-            self.framer.feed(data)
+            self._feed(data)
             return  # the fast command in flight looks at the rest when it ends
         w = self._wakeup
         if w is None or w.done():
-            self.framer.feed(data)
+            self._feed(data)
             return
         s = self.session
         if s is not None and s.ready:
@@ -114,16 +159,20 @@ class ClientProtocol(asyncio.Protocol):
                 if not s.fast_command(data):
                     w.set_result(None)  # the task takes it from `pending`
                 return
-            self.framer.feed(data)
+            if not self._feed(data):
+                return
             if s.fast_command():
                 return
         else:
-            self.framer.feed(data)
-        w.set_result(None)
+            self._feed(data)
+        if not w.done():
+            w.set_result(None)
 
     def kick(self) -> None:
         """A fast command ended: serve what the client sent meanwhile, fast or by waking the task."""
         self.busy = False
+        if self._read_paused:
+            self._resume_reading()
         w = self._wakeup
         if w is None or w.done():
             return
@@ -137,6 +186,11 @@ class ClientProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.framer.clear()  # the buffers go now, not at the next garbage collection
+        self.pending = None
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
         w = self._wakeup
         if w is not None and not w.done():
             w.set_result(None)
@@ -181,6 +235,7 @@ class ClientProtocol(asyncio.Protocol):
                 pkt, self.pending = self.pending, None
                 return pkt
             for pkt in self.framer.packets():
+                self._resume_reading()
                 return pkt
             if self.closed:
                 return None
@@ -242,6 +297,9 @@ class Session:
         self.salt = b""          # the handshake's scramble: COM_CHANGE_USER answers to it
         self.collation_id = C.CHARSET_UTF8MB4_GENERAL_CI  # the handshake's (or COM_CHANGE_USER's)
         self.read_only = False
+        self.grants: Grants | None = None   # set at login: what this client may reach
+        self.admin = False
+        self.command, self.info, self.since = "Connect", None, time.perf_counter()  # for SHOW PROCESSLIST
         self.capabilities = 0
         self.format_flags = 0
         self.deprecate_eof = False
@@ -300,6 +358,7 @@ class Session:
             self.log.exception("session crashed")
         finally:
             self.executor.abort_all()
+            self.prepared.close_all()  # long data included: freed now, not when the cycle is collected
             self.client.close()
             self.server.untrack(self)
 
@@ -334,7 +393,10 @@ class Session:
         if ";" in sql:
             return False
         server = self.server
-        point = server.router.point_read(sql, self.schema)
+        try:
+            point = server.router.point_read(sql, self.schema, self.grants)
+        except ProxyError:
+            return False  # the task answers the refusal
         any_db = point is not None
         if point is not None:
             node, (schema, table), at = point
@@ -357,7 +419,7 @@ class Session:
             elif kw not in ("INSERT", "UPDATE", "DELETE", "REPLACE"):
                 return False
             try:
-                plan = server.router.route(sql, self.schema)
+                plan = server.router.route(sql, self.schema, self.grants)
                 if len(plan.targets) != 1 or plan.kind == "ddl" or (self.read_only and plan.is_write):
                     return False
                 if not plan.hint and plan.kind in ("select", "insert", "replace", "update", "delete"):
@@ -374,7 +436,8 @@ class Session:
         self.warnings = []
         self.requests += 1
         self.route = "single"
-        self._fast_started = time.perf_counter()
+        self._fast_started = self.since = time.perf_counter()
+        self.command, self.info = "Query", sql
         self._fast_conn = conn
         self._fast_node = node
         ex.last_node = node
@@ -415,6 +478,7 @@ class Session:
     def _fast_end(self, sc: object, exc: ProxyError | None) -> None:
         conn, node = self._fast_conn, self._fast_node
         self._fast_conn = None
+        self.command, self.info = "Sleep", None
         client = self.client
         try:
             ex = self.executor
@@ -479,6 +543,8 @@ class Session:
             return False
         self.client_charset(resp.charset)
         self.log = self.log.bind(user=self.user)
+        self.client.framer.max_payload = self.server.max_packet
+        self.command = "Sleep"
         r = Reply(self.deprecate_eof)
         r.seq = seq
         r.ok(self.status())
@@ -537,7 +603,9 @@ class Session:
         """Check the user's password and schema grant, raising 1045/1044/1049 as MySQL does."""
         u = self.server.config.users.get(user)
         pw_note = "YES" if auth else "NO"
-        if u is None or not verify_native_password(auth, salt, parse_stored_password(u.password)):
+        # an unknown user costs the same check as a known one: the time does not tell which names exist
+        stored = parse_stored_password(u.password if u is not None else "\x00")
+        if not verify_native_password(auth, salt, stored) or u is None:
             raise AccessDenied(f"Access denied for user '{user}'@'{self.peer}' (using password: {pw_note})")
         if not self.server.user_may_connect(u):
             raise ProxyError(f"Too many connections for user '{user}'", 1203, "42000")
@@ -547,6 +615,8 @@ class Session:
         self.user = user
         self.schemas = u.schemas
         self.read_only = u.read_only
+        self.grants = Grants(u, self.peer, self.server.config)
+        self.admin = u.admin
         if database:
             self.schema = database
         self.server.count_user(u.name, +1)
@@ -599,7 +669,7 @@ class Session:
         r = Reply(self.deprecate_eof)
         try:
             if cmd == C.COM_QUERY:
-                sql = payload[1:].decode("utf-8", "surrogateescape")
+                sql = str(memoryview(payload)[1:], "utf-8", "surrogateescape")  # no copy of the bytes first
                 await self.query(sql, r)
                 return True
             if cmd == C.COM_QUIT:
@@ -610,6 +680,9 @@ class Session:
                 self.use_schema(payload[1:].decode("utf-8", "replace").strip("`"))
                 r.ok(self.status())
             elif cmd == C.COM_FIELD_LIST:
+                if self.grants is not None and self.schema is not None:
+                    name = payload[1:].split(b"\x00", 1)[0].decode("utf-8", "replace").lower()
+                    self.grants.check((("SELECT", ANY, self.schema, name),))
                 if await self.executor.field_list(payload, r):
                     return True
             elif cmd == C.COM_RESET_CONNECTION:
@@ -644,10 +717,12 @@ class Session:
         REQUEST_ID.set(f"{self.conn_id}.{self.requests}")
         started = time.perf_counter()
         self.route = "local"
+        self.command, self.info, self.since = "Query", sql, time.perf_counter()
         try:
             await self._query(sql, r)
         finally:
             self.server.metrics.observe(self.route, started)
+            self.command, self.info, self.since = "Sleep", None, time.perf_counter()
 
     async def _query(self, sql: str, r: Reply) -> None:
         stmts = [sql]
@@ -733,7 +808,11 @@ class Session:
                 await self.executor.unlock_tables()
             r.ok(self.status(), more=more)
             return False
-        elif kw in ("LOCK", "UNLOCK", "LOAD", "HANDLER", "KILL", "XA", "FLUSH", "GRANT", "REVOKE"):
+        elif kw == "KILL":
+            await self.kill(sql)
+            r.ok(self.status(), more=more)
+            return False
+        elif kw in ("LOCK", "UNLOCK", "LOAD", "HANDLER", "XA", "FLUSH", "GRANT", "REVOKE"):
             raise NotSupported(f"{kw} is not supported through the proxy")
         elif kw == "CREATE" and (db := local.create_database_if_not_exists(sql)) in self.schemas:
             # what a dump made with --databases starts with: the logical schema exists, as on MariaDB
@@ -822,7 +901,47 @@ class Session:
         m = _SHOW_COUNT.match(sql)
         if m is not None:
             return local.local_select(f"SELECT @@session.{m.group(1).lower()[:-1]}_count", self.local_values())
+        up = " ".join(sql.upper().split()[:3])
+        if up.startswith(("SHOW PROCESSLIST", "SHOW FULL PROCESSLIST")):
+            return local.show_processlist(local.processlist_rows(
+                [s for s in self.server.sessions if type(s) is Session], self.user, self.admin, "FULL" in up,
+                time.perf_counter()))
+        who = local.parse_show_grants(sql)
+        if who is not None:
+            if who not in ("", self.user):  # as MySQL answers a user without access to the mysql database
+                raise DbAccessDenied(f"Access denied for user '{self.user}'@'{self.peer}' to database 'mysql'")
+            u = self.server.config.users[self.user]
+            return local.show_grants(u.name, u.schemas, u.privileges, u.read_only)
         return None
+
+    async def kill(self, sql: str) -> None:
+        """KILL [CONNECTION | QUERY] id on pydble's own sessions (the user's own unless admin), never a
+        backend's thread: QUERY interrupts the statement on the backends running it for that session."""
+        parsed = local.parse_kill(sql)
+        if parsed is None:
+            raise ParseError(f"You have an error in your SQL syntax near '{sql.strip()[:40]}'")
+        query_only, cid = parsed
+        target = next((s for s in self.server.sessions if s.conn_id == cid and type(s) is Session and s.user), None)
+        if target is None:
+            raise ProxyError(f"Unknown thread id: {cid}", 1094, "HY000")
+        if target.user != self.user and not self.admin:
+            raise ProxyError(f"You are not owner of thread {cid}", 1095, "HY000")
+        if not query_only:
+            target.client.close()
+            return
+        if target.command != "Query" or target is self:
+            return
+        ex = target.executor
+        conns = set(ex.streaming) | set(ex.pinned.values()) | ({target._fast_conn} if target._fast_conn else set())
+        for conn in conns:
+            node = next((n for n, c in self.server.config.sharding_nodes.items() if c.db_group == conn.group.name), None)
+            if node is None or not conn.thread_id:
+                continue
+            killer = await self.server.backends.acquire(node, 0)
+            try:
+                await killer.query(f"KILL QUERY {int(conn.thread_id)}", self.server.backends.timeout_s)
+            finally:
+                self.server.backends.release(node, killer)
 
 
 def _is_lock_tables(sql: str) -> bool:

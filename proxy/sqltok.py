@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import re
 
+from meta.errors import ParseError
+
 Token = tuple[str, str, int, int]
 
 KIND, TEXT, START, END = 0, 1, 2, 3

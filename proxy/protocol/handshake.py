@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import struct
 from dataclasses import dataclass, field
 
@@ -41,12 +42,12 @@ def scramble_native_password(password: str | bytes, salt: bytes) -> bytes:
 def verify_native_password(response: bytes, salt: bytes, stage2: bytes | None) -> bool:
     """Check a client's auth response against the stored stage-2 hash without knowing the password."""
     if stage2 is None:
-        return response == b""
+        return hmac.compare_digest(response, b"")
     if len(response) != 20:
         return False
     mix = hashlib.sha1(salt[:20] + stage2).digest()
     stage1 = bytes(a ^ b for a, b in zip(response, mix))
-    return hashlib.sha1(stage1).digest() == stage2
+    return hmac.compare_digest(hashlib.sha1(stage1).digest(), stage2)  # constant time: no timing oracle
 
 
 @dataclass(frozen=True)

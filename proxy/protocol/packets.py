@@ -116,8 +116,27 @@ class PacketFramer:
         self._first_seq = 0
 
     def feed(self, data: bytes) -> None:
-        """Add received bytes."""
-        self._buf += data
+        """Add received bytes; PacketTooBig as soon as a header announces more than the limit."""
+        buf = self._buf
+        buf += data
+        if len(buf) >= 4:
+            length = buf[0] | (buf[1] << 8) | (buf[2] << 16)
+            if length > self.max_payload or (self._parts and self._parts_len + length > self.max_payload):
+                self.clear()
+                raise PacketTooBig(f"packet larger than {self.max_payload} bytes")
+
+    def partial(self) -> bool:
+        """A packet has started arriving and is not complete yet."""
+        buf = self._buf
+        if self._parts or 0 < len(buf) < 4:
+            return True
+        return len(buf) >= 4 and 4 + (buf[0] | (buf[1] << 8) | (buf[2] << 16)) > len(buf)
+
+    def clear(self) -> None:
+        """Drop everything buffered (the connection is gone or refused)."""
+        self._buf = bytearray()
+        self._parts = []
+        self._parts_len = 0
 
     @property
     def buffered(self) -> int:
@@ -148,7 +167,8 @@ class PacketFramer:
                 if end > len(buf):
                     break
                 seq = buf[pos + 3]
-                payload = bytes(buf[pos + 4:end])
+                with memoryview(buf) as view:
+                    payload = bytes(view[pos + 4:end])  # one copy, not a bytearray slice and then bytes
                 pos = end
                 if length == MAX_PACKET:
                     if not self._parts:
@@ -164,5 +184,7 @@ class PacketFramer:
                     self._parts_len = 0
                 yield seq, payload
         finally:
-            if pos:
+            if pos and pos == len(buf) and buf is self._buf:
+                self._buf = bytearray()  # all taken: let go of the memory a big packet needed
+            elif pos:
                 del buf[:pos]

@@ -126,7 +126,9 @@ def proxy_config(backends: Sequence[Any], port: int, manager_port: int,
         raise ValueError("proxy_config needs two backends (ha_group1, ha_group2)")
     b1, b2 = backends[0], backends[1]
     cfg: dict[str, Any] = {
-        "server": {"instance": instance, "bind": HOST, "port": port, "manager_port": manager_port},
+        # 64 MB packets (the default is 16 MiB): the big-packet tests send rows and statements over 16 MB
+        "server": {"instance": instance, "bind": HOST, "port": port, "manager_port": manager_port,
+                   "max_allowed_packet": 64 << 20},
     }
     if cluster is not None:
         cfg["cluster"] = dict(cluster) if isinstance(cluster, Mapping) else cluster_section(cluster)

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from meta.config import parse_config
-from meta.errors import (NoDatabaseSelected, NoSuchTable, NotSupported, ParseError, ProxyError,
+from meta.errors import (DbAccessDenied, NoDatabaseSelected, NoSuchTable, NotSupported, ParseError, ProxyError,
                          UnknownDatabase)
 from proxy.router import Plan, Router, Target
 
@@ -300,9 +300,11 @@ ERRORS = [
      "cross-node JOIN"),
     ("SELECT * FROM not_configured a JOIN schema2.sing b ON a.x = b.x", "schema1", NotSupported, 1235,
      "schema1.not_configured lives on shardingNode dn5 only"),
-    ("UPDATE mysql.user SET x = 1", "schema1", NotSupported, 1235, "writing mysql.user"),
+    ("UPDATE information_schema.tables SET x = 1", "schema1", NotSupported, 1235, "writing information_schema"),
+    ("UPDATE mysql.user SET x = 1", "schema1", DbAccessDenied, 1044, "database 'mysql'"),
     ("DELETE FROM information_schema.tables", "schema1", NotSupported, 1235, "writing information_schema.tables"),
-    ("INSERT INTO mysql.t (a) VALUES (1)", "schema1", NotSupported, 1235, "writing to mysql.t"),
+    ("INSERT INTO information_schema.t (a) VALUES (1)", "schema1", NotSupported, 1235, "writing to information"),
+    ("INSERT INTO mysql.t (a) VALUES (1)", "schema1", DbAccessDenied, 1044, "database 'mysql'"),
     ("SELECT * FROM test a JOIN not_configured b ON a.x = b.x", "schema1", NotSupported, 1235,
      "global table schema1.test is not on shardingNode dn5"),
     ("SELECT * FROM sharding_4_t1 s JOIN gsmall g ON s.x = g.x", "schema1", NotSupported, 1235,
@@ -323,7 +325,7 @@ ERRORS = [
     ("SELECT * FROM sharding_4_t1 WHERE id = 1 UNION SELECT * FROM sharding_4_t1 WHERE id = 2", "schema1",
      NotSupported, 1235, "UNION across shardingNodes is not supported"),
     ("SELECT * FROM sharding_4_t1 UNION ALL SELECT * FROM test", "schema1", NotSupported, 1235, "UNION"),
-    ("SELECT * FROM sharding_4_t1 INTO OUTFILE '/tmp/x'", "schema1", NotSupported, 1235, "SELECT ... INTO"),
+    ("SELECT * FROM sharding_4_t1 INTO OUTFILE '/tmp/x'", "schema1", NotSupported, 1235, "backend server's host"),
     ("SELECT id INTO @v FROM sharding_4_t1 WHERE id = 1", "schema1", NotSupported, 1235, "SELECT ... INTO"),
     # inserts
     ("INSERT INTO sharding_4_t1 (name) VALUES ('a')", "schema1", NotSupported, 1235,
@@ -378,21 +380,22 @@ ERRORS = [
     ("CREATE TEMPORARY TABLE t (id int)", "schema1", NotSupported, 1235, "CREATE TEMPORARY TABLE"),
     ("CREATE TABLE sharding_4_t2 LIKE sharding_2_t1", "schema1", NotSupported, 1235, "LIKE"),
     ("CREATE TABLE t9 AS SELECT * FROM sharding_4_t1", "schema1", NotSupported, 1235, "CREATE TABLE schema1.t9 ... SELECT"),
-    ("CREATE TABLE mysql.t9 (id int)", "schema1", NotSupported, 1235, "DDL on mysql.t9"),
+    ("CREATE TABLE information_schema.t9 (id int)", "schema1", NotSupported, 1235, "DDL on information_schema"),
+    ("CREATE TABLE mysql.t9 (id int)", "schema1", DbAccessDenied, 1044, "database 'mysql'"),
     # statements pydble refuses outright
     ("LOCK TABLES sharding_4_t1 READ", "schema1", NotSupported, 1235, "LOCK TABLES is not supported"),
     ("UNLOCK TABLES", "schema1", NotSupported, 1235, "UNLOCK TABLES"),
     ("LOAD DATA INFILE '/tmp/x' INTO TABLE sharding_4_t1", "schema1", NotSupported, 1235, "LOAD DATA"),
     ("HANDLER sharding_4_t1 OPEN", "schema1", NotSupported, 1235, "HANDLER"),
     ("CALL p()", "schema1", NotSupported, 1235, "CALL"),
-    ("SET autocommit = 1", "schema1", NotSupported, 1235, "session statement"),
+    ("SET autocommit = 1", "schema1", NotSupported, 1235, "SET is not supported by pydble in this form"),
     # syntax
     ("", "schema1", ProxyError, 1065, "Query was empty"),
     ("  -- just a comment", "schema1", ProxyError, 1065, "Query was empty"),
     ("SELECT (1", "schema1", ParseError, 1064, "error in your SQL syntax"),
     ("SELECT 'unterminated", "schema1", ParseError, 1064, "unterminated"),
     ("FROB the table", "schema1", ParseError, 1064, "error in your SQL syntax"),
-    ("SELECT 1; SELECT 2", "schema1", ParseError, 1064, "one statement"),
+    ("SELECT 1; SELECT 2", "schema1", ParseError, 1064, "near '; SELECT 2'"),
     # hints
     ("/*!pydble:shardingNode=dn9*/ SELECT 1", "schema1", ProxyError, 1105, "shardingNode 'dn9'"),
     ("/*!dble:sql=select 1 from t*/ SELECT 1", "schema1", NotSupported, 1235, "hint"),

@@ -1,0 +1,274 @@
+"""The access boundary (issue 16), tried as a hostile client would over a real proxy and real MariaDB:
+a user `limited` granted only schema1, a user `priv` with DBLE dml privileges, a user `watcher` with
+the admin flag. Nothing outside a user's grants may reach a backend, whatever the statement kind."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pymysql
+import pytest
+from harness import ProxyProcess, free_port, proxy_config
+
+PRIV = {"schema1": "0010", "schema2.sing": "1010"}   # INSERT, UPDATE, SELECT, DELETE
+
+
+def _config(backends):
+    cfg = proxy_config(backends, free_port(), free_port())
+    cfg["users"] = [
+        {"name": "test", "password": "111111", "schemas": ["schema1", "schema2"]},
+        {"name": "limited", "password": "lim-pw", "schemas": ["schema1"]},
+        {"name": "priv", "password": "priv-pw", "schemas": ["schema1", "schema2"], "privileges": PRIV},
+        {"name": "watcher", "password": "watch-pw", "schemas": ["schema1"], "admin": True},
+    ]
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def px(request, backends):
+    p = ProxyProcess(_config(backends), release_ports=True)
+    p.start()
+    request.addfinalizer(p.cleanup)
+    p.query("CREATE TABLE IF NOT EXISTS sing (id INT PRIMARY KEY, v VARCHAR(20))", database="schema2")
+    p.query("REPLACE INTO sing VALUES (1, 'secret')", database="schema2")
+    p.query("CREATE TABLE IF NOT EXISTS sharding_2_t1 (id INT PRIMARY KEY, v INT)")
+    p.query("REPLACE INTO sharding_2_t1 VALUES (1, 10), (2, 20)")
+    return p
+
+
+def _err(conn, sql, args=None):
+    """Run sql expecting an error; (code, message)."""
+    with conn.cursor() as cur:
+        with pytest.raises(pymysql.MySQLError) as e:
+            cur.execute(sql, args)
+            cur.fetchall()
+    return e.value.args[0], e.value.args[1]
+
+
+def _rows(conn, sql):
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        return list(cur.fetchall())
+
+
+@pytest.fixture
+def limited(px):
+    c = px.connect(user="limited", password="lim-pw")
+    yield c
+    c.close()
+
+
+def test_tables_outside_the_grants_are_refused_in_every_statement_kind(px, backends, limited):
+    refused = {
+        "SELECT * FROM schema2.sing": "SELECT",
+        "SELECT * FROM `schema2`.`sing` WHERE id = 1": "SELECT",
+        "SELECT id FROM sharding_2_t1 WHERE id IN (SELECT id FROM schema2.sing)": "SELECT",
+        "SELECT (SELECT v FROM schema2.sing LIMIT 1)": "SELECT",
+        "SELECT * FROM sharding_2_t1 a JOIN schema2.sing b ON a.id = b.id": "SELECT",
+        "SELECT * FROM JSON_TABLE((SELECT v FROM schema2.sing LIMIT 1), '$' COLUMNS (x INT PATH '$')) j": "SELECT",
+        "INSERT INTO schema2.sing VALUES (9, 'x')": "INSERT",
+        "REPLACE INTO schema2.sing VALUES (1, 'x')": "INSERT",
+        "INSERT INTO sharding_2_t1 (id, v) SELECT id, 1 FROM schema2.sing": "SELECT",
+        "UPDATE schema2.sing SET v = 'x'": "UPDATE",
+        "DELETE FROM schema2.sing": "DELETE",
+        "DROP TABLE schema2.sing": "DROP",
+        "TRUNCATE TABLE schema2.sing": "DROP",
+        "ALTER TABLE schema2.sing ADD COLUMN z INT": "ALTER",
+        "CREATE TABLE schema2.evil (id INT)": "CREATE",
+        "CREATE INDEX ix ON schema2.sing (v)": "INDEX",
+        "SHOW CREATE TABLE schema2.sing": "SHOW",
+        "SHOW COLUMNS FROM schema2.sing": "SELECT",
+        "SHOW INDEX FROM sing FROM schema2": "SELECT",
+        "DESC schema2.sing": "SELECT",
+        "EXPLAIN SELECT * FROM schema2.sing": "SELECT",
+        "DO (SELECT COUNT(*) FROM schema2.sing)": "SELECT",
+        "CHECKSUM TABLE schema2.sing": "SELECT",
+        "SELECT 1 /*!50000 , (SELECT v FROM schema2.sing LIMIT 1) */": "SELECT",
+        "SELECT 1 /*M!100000 , (SELECT v FROM schema2.sing LIMIT 1) */": "SELECT",
+        "SELECT * FROM db1.sing": "SELECT",    # the physical database: unknown, and said no more
+    }
+    for sql, word in refused.items():
+        code, msg = _err(limited, sql)
+        assert code == 1142, (sql, code, msg)
+        table = "evil" if "schema2.evil" in sql else "sing"
+        assert msg == f"{word} command denied to user 'limited'@'127.0.0.1' for table '{table}'", (sql, msg)
+    assert _err(limited, "USE schema2")[0] == 1044
+    assert _err(limited, "CREATE TABLE evil2 LIKE schema2.sing")[0] in (1142, 1235)  # 1235: not co-located
+    # a prepared statement (COM_STMT_PREPARE) is checked at PREPARE, before any backend prepares it
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "proxy"))
+    from ps_wire import Answer, PsClient
+    with PsClient(px.port, user="limited", password="lim-pw") as ps:
+        for sql in ("SELECT * FROM schema2.sing WHERE id = ?", "UPDATE schema2.sing SET v = ? WHERE id = 1",
+                    "SELECT * FROM mysql.user WHERE user = ?"):
+            got = ps.prepare(sql)
+            assert isinstance(got, Answer) and got.err_code in (1142, 1044), (sql, got)
+    # and each statement of a multi-statement on its own
+    multi = px.connect(user="limited", password="lim-pw",
+                       client_flag=pymysql.constants.CLIENT.MULTI_STATEMENTS)
+    try:
+        with multi.cursor() as cur:
+            cur.execute("SELECT 1; SELECT * FROM schema2.sing")
+            with pytest.raises(pymysql.MySQLError) as e:
+                cur.nextset()
+        assert e.value.args[0] == 1142
+    finally:
+        multi.close()
+    # nothing changed on the backend: sing still has its row, no evil table exists
+    assert backends[0].query("SELECT v FROM sing", database="db1") == [("secret",)]
+    assert backends[0].query("SHOW TABLES LIKE 'evil%'", database="db1") == []
+    assert backends[0].query("SHOW TABLES LIKE 'evil%'", database="db3") == []
+
+
+def test_granted_schema_still_works(limited):
+    assert _rows(limited, "SELECT v FROM sharding_2_t1 WHERE id = 1") == [(10,)]
+    assert _rows(limited, "SELECT COUNT(*) FROM schema1.sharding_2_t1") == [(2,)]
+    assert _rows(limited, "SELECT USER(), CURRENT_USER()")[0][0].startswith("limited@")
+    assert _rows(limited, "SHOW DATABASES") == [("schema1",)]
+
+
+def test_backend_schemas_and_host_are_out_of_reach(limited, px):
+    full = px.connect()   # even a user granted every logical schema
+    try:
+        for conn, who in ((limited, "limited"), (full, "test")):
+            for sql in ("SELECT user, authentication_string FROM mysql.user", "SELECT * FROM sys.version",
+                        "SELECT * FROM performance_schema.threads", "SHOW TABLES FROM mysql",
+                        "SELECT * FROM sharding_2_t1 WHERE id IN (SELECT 1 FROM mysql.db)",
+                        "/*!pydble:shardingNode=dn1*/ SELECT * FROM mysql.user"):
+                code, msg = _err(conn, sql)
+                assert code == 1044, (sql, msg)
+                assert f"Access denied for user '{who}'@'127.0.0.1' to database" in msg, (sql, msg)
+            assert _err(conn, "USE mysql")[0] == 1044
+            with pytest.raises(pymysql.MySQLError) as e:
+                conn.select_db("performance_schema")   # COM_INIT_DB
+            assert e.value.args[0] == 1044
+            for sql in ("SELECT LOAD_FILE('/etc/passwd')", "SELECT `load_file`('/etc/passwd')",
+                        "SELECT * FROM sharding_2_t1 INTO OUTFILE '/tmp/pydble-out'",
+                        "SELECT 1 INTO DUMPFILE '/tmp/pydble-dump'",
+                        "LOAD DATA INFILE '/etc/passwd' INTO TABLE sharding_2_t1",
+                        "/*!pydble:shardingNode=dn5*/ SELECT LOAD_FILE('/etc/passwd')",
+                        "SET @x = LOAD_FILE('/etc/passwd')", "SET @x = (SELECT authentication_string FROM mysql.user)",
+                        "CREATE TABLE evil3 (id INT) DATA DIRECTORY = '/tmp'",
+                        "SHOW PROCEDURE STATUS", "SHOW BINLOG EVENTS", "SHOW ENGINE INNODB STATUS",
+                        "SHOW TABLE STATUS FROM db3"):
+                code, msg = _err(conn, sql)
+                assert code in (1235, 1044), (sql, code, msg)
+    finally:
+        full.close()
+
+
+def test_hints_cannot_leave_the_grants(limited):
+    # dn1's database (db1) also holds schema2.sing: a hint must not reach it under schema1's name
+    for sql in ("/*!pydble:shardingNode=dn1*/ SELECT * FROM sing",
+                "/*!pydble:shardingNode=dn1*/ SELECT * FROM schema2.sing",
+                "/*!pydble:shardingNode=dn1*/ DROP TABLE sing",
+                "/*!pydble:shardingNode=dn1*/ SELECT * FROM db1.sing"):
+        code, msg = _err(limited, sql)
+        assert code in (1142, 1235, 1049), (sql, code, msg)
+        assert "secret" not in msg
+    # a hint that stays inside the grants still works
+    assert _rows(limited, "/*!pydble:shardingNode=dn1*/ SELECT COUNT(*) FROM sharding_2_t1") == [(1,)]
+
+
+def test_dble_privileges_per_schema_and_table(px, backends):
+    c = px.connect(user="priv", password="priv-pw")
+    try:
+        assert _rows(c, "SELECT COUNT(*) FROM sharding_2_t1") == [(2,)]       # schema1 = 0010: SELECT only
+        for sql, word in (("INSERT INTO sharding_2_t1 VALUES (5, 5)", "INSERT"),
+                          ("UPDATE sharding_2_t1 SET v = 0 WHERE id = 1", "UPDATE"),
+                          ("DELETE FROM sharding_2_t1 WHERE id = 1", "DELETE"),
+                          ("DROP TABLE sharding_2_t1", "DROP")):
+            code, msg = _err(c, sql)
+            assert (code, msg) == (1142, f"{word} command denied to user 'priv'@'127.0.0.1' for table "
+                                         f"'sharding_2_t1'"), sql
+        c.select_db("schema2")                                                  # schema2.sing = 1010
+        assert _rows(c, "SELECT v FROM sing WHERE id = 1") == [("secret",)]
+        with c.cursor() as cur:
+            cur.execute("INSERT INTO sing VALUES (7, 'ok')")
+        assert _err(c, "UPDATE sing SET v = 'x' WHERE id = 1")[0] == 1142
+        assert _err(c, "DELETE FROM sing WHERE id = 7")[0] == 1142
+        # reading one table to write another: each needs its own bit
+        assert _err(c, "DELETE FROM schema2.sing WHERE id IN (SELECT id FROM schema1.sharding_2_t1)")[0] == 1142
+        grants = [r[0] for r in _rows(c, "SHOW GRANTS")]
+        assert grants == ["GRANT USAGE ON *.* TO 'priv'@'%'", "GRANT SELECT ON `schema1`.* TO 'priv'@'%'",
+                          "GRANT ALL PRIVILEGES ON `schema2`.* TO 'priv'@'%'",
+                          "GRANT SELECT, INSERT ON `schema2`.`sing` TO 'priv'@'%'"]
+        assert [r[0] for r in _rows(c, "SHOW GRANTS FOR CURRENT_USER()")] == grants
+        assert _err(c, "SHOW GRANTS FOR root")[0] == 1044
+    finally:
+        c.close()
+    assert backends[0].query("SELECT COUNT(*) FROM sing WHERE id = 7", database="db1") == [(1,)]
+    px.query("DELETE FROM sing WHERE id = 7", database="schema2")
+
+
+def test_processlist_and_kill_speak_of_pydbles_sessions(px):
+    a = px.connect(user="limited", password="lim-pw")
+    b = px.connect(user="limited", password="lim-pw")
+    other = px.connect()   # user test
+    watcher = px.connect(user="watcher", password="watch-pw")
+    try:
+        a_id = _rows(a, "SELECT CONNECTION_ID()")[0][0]
+        b_id = _rows(b, "SELECT CONNECTION_ID()")[0][0]
+        other_id = _rows(other, "SELECT CONNECTION_ID()")[0][0]
+        rows = _rows(a, "SHOW FULL PROCESSLIST")
+        assert {r[0] for r in rows} == {a_id, b_id}       # its own sessions only, as MySQL without PROCESS
+        me = next(r for r in rows if r[0] == a_id)
+        assert me[1] == "limited" and me[2].startswith("127.0.0.1:") and me[3] == "schema1"
+        assert me[4] == "Query" and me[7] == "SHOW FULL PROCESSLIST"
+        assert next(r for r in rows if r[0] == b_id)[4] == "Sleep"
+        assert {r[1] for r in _rows(watcher, "SHOW PROCESSLIST")} >= {"limited", "test", "watcher"}
+        assert "root" not in {r[1] for r in _rows(watcher, "SHOW PROCESSLIST")}   # never the backend account
+        code, _ = _err(a, f"KILL {other_id}")
+        assert code == 1095                                # not its own: refused
+        assert _rows(other, "SELECT 1") == [(1,)]
+        assert _err(a, "KILL 999999")[0] == 1094           # a backend thread id means nothing here
+        with a.cursor() as cur:
+            cur.execute(f"KILL QUERY {b_id}")              # nothing running: a no-op
+            cur.execute(f"KILL {b_id}")
+        with pytest.raises(pymysql.MySQLError):
+            _rows(b, "SELECT 1")
+        with watcher.cursor() as cur:
+            cur.execute(f"KILL CONNECTION {other_id}")     # the admin flag may kill anyone's session
+        with pytest.raises(pymysql.MySQLError):
+            _rows(other, "SELECT 1")
+    finally:
+        for c in (a, b, other, watcher):
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001 - killed ones are already gone
+                pass
+
+
+def test_kill_query_interrupts_a_running_statement(px):
+    import threading
+    victim = px.connect(user="limited", password="lim-pw")
+    killer = px.connect(user="limited", password="lim-pw")
+    try:
+        vid = _rows(victim, "SELECT CONNECTION_ID()")[0][0]
+        out: list = []
+
+        def run():
+            try:
+                out.append(_rows(victim, "SELECT SLEEP(20) FROM sharding_2_t1 WHERE id = 1"))
+            except pymysql.MySQLError as e:
+                out.append(e)
+        t = threading.Thread(target=run)
+        t.start()
+        import time
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if any(r[0] == vid and r[4] == "Query" for r in _rows(killer, "SHOW PROCESSLIST")):
+                break
+            time.sleep(0.1)
+        time.sleep(0.3)
+        started = time.monotonic()
+        with killer.cursor() as cur:
+            cur.execute(f"KILL QUERY {vid}")
+        t.join(15)
+        assert time.monotonic() - started < 10
+        # MariaDB's SLEEP answers 1 when interrupted, or the statement ends with 1317
+        assert out and (out[0] == [(1,)] or getattr(out[0], "args", (0,))[0] == 1317), out
+        assert _rows(victim, "SELECT 1") == [(1,)]       # the session itself goes on
+    finally:
+        victim.close()
+        killer.close()
