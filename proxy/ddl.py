@@ -158,7 +158,7 @@ class DdlRunner:
         except ProxyError as e:
             err = e
             return e, None
-        except Exception as e:  # noqa: BLE001 - a DDL must always answer and unlock
+        except Exception:  # noqa: BLE001 - a DDL must always answer and unlock
             dlog.exception("ddl failed")
             err = ProxyError("DDL failed: an internal error in pydble (its log has the details)")  # no Python text
             return err, None

@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 
 from meta.config import Config
-from meta.errors import NotSupported, ParseError, ProxyError, UnknownDatabase
+from meta.errors import ParseError, ProxyError, UnknownDatabase
 from meta.sharding import node_index
 from proxy.analysis import (LOCAL_TYPES, SELECT, SESSION_WORDS, UNSUPPORTED, Analysis, Query, Ref, Scope,
                             literal_value, not_supported, same_literal, shard_update_error)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import re
 
-from meta.errors import ParseError
 
 Token = tuple[str, str, int, int]
 
