@@ -115,6 +115,7 @@ class ProxyServer:
             srv.close()
         for s in list(self.sessions):
             s.client.close()
+        await self.ddl.stop()
         if self.cluster is not None:
             await self.cluster.stop()
         self.ddl.later.flush()

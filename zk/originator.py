@@ -86,11 +86,13 @@ async def test_pause(phase: str) -> None:
 class ClusterDdl:
     """One DDL's life in ZooKeeper, seen from the instance that runs it."""
 
-    def __init__(self, cluster: Cluster, keys: list[tuple[str, str]], sql: str, ddl_type: str) -> None:
+    def __init__(self, cluster: Cluster, keys: list[tuple[str, str]], sql: str, ddl_type: str,
+                 marker: str = "") -> None:
         self.cluster = cluster
         self.keys = keys
         self.sql = sql
         self.ddl_type = ddl_type
+        self.marker = marker   # in the DDL text on the nodes (the reconciler looks for it in their processlist)
         self.locked: list[tuple[str, str]] = []
         self.records: dict[tuple[str, str], tuple[DdlRecord, int]] = {}
         self.laggards: set[str] = set()
@@ -133,7 +135,7 @@ class ClusterDdl:
             self.lease_from = time.monotonic()
             self.session = zk.session_id
             for schema, table in self.keys:
-                rec = DdlRecord(c.instance, schema, table, self.ddl_type, self.sql, INIT)
+                rec = DdlRecord(c.instance, schema, table, self.ddl_type, self.sql, INIT, marker=self.marker)
                 path = c.paths.ddl_record(schema, table)
                 lock = DdlLockInfo(c.instance, self.sql).encode()
                 ack_path, ack = c.own_ack(schema, table, INIT)

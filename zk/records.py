@@ -98,6 +98,7 @@ class DdlRecord:
     api_version: int = API_VERSION
     message: str = ""
     reconciled_by: str = ""
+    marker: str = ""   # in the DDL text sent to the nodes: its connections found in a backend's processlist
 
     def encode(self) -> bytes:
         return _dump(self)
@@ -105,7 +106,7 @@ class DdlRecord:
     def with_status(self, status: str, message: str = "", reconciled_by: str = "") -> DdlRecord:
         """The same record with a decision."""
         return DdlRecord(self.instance, self.schema, self.table, self.type, self.sql, status, self.created_at,
-                         self.api_version, message, reconciled_by or self.reconciled_by)
+                         self.api_version, message, reconciled_by or self.reconciled_by, self.marker)
 
     @classmethod
     def decode(cls, data: bytes | None) -> DdlRecord:
@@ -117,7 +118,7 @@ class DdlRecord:
             return cls(str(o["instance"]), str(o["schema"]), str(o["table"]), str(o.get("type", "UNKNOWN")),
                        str(o.get("sql", "")), status, float(o.get("created_at", 0)),
                        int(o.get("api_version", API_VERSION)), str(o.get("message", "")),
-                       str(o.get("reconciled_by", "")))
+                       str(o.get("reconciled_by", "")), str(o.get("marker", "")))
         except (KeyError, TypeError, ValueError) as e:
             raise BadRecord(f"bad ddl record: {e}") from None
 

@@ -1,0 +1,86 @@
+"""A DDL that waits on a backend's metadata lock longer than `backend_timeout_s` (issue 17 item 1).
+
+The DDL is not subject to the backend timeout: it waits as long as the backend lets it, keeps the
+table locked (and shown by `show @@ddl`) meanwhile, and ends with memory equal to the backends. A DDL
+whose table has a node that cannot be reached is refused before any node runs it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterator
+
+import pytest
+
+from ddl_env import Background, MetaProxyEnv, env_fixture
+from harness import free_port
+
+T_DEF = "(id INT NOT NULL, v VARCHAR(10), PRIMARY KEY (id))"
+BACKEND_TIMEOUT_S = 2
+
+
+def _add_dead_node(cfg: dict[str, Any]) -> None:
+    """A shardingNode on a port nothing listens on, and a table that spans it."""
+    cfg["db_groups"]["ha_dead"] = {"host": "127.0.0.1", "port": free_port(), "user": "root", "password": "",
+                                   "connect_timeout_s": 1}
+    cfg["sharding_nodes"]["dn6"] = {"db_group": "ha_dead", "database": "db1"}
+    cfg["schemas"]["schema1"]["tables"]["half_dead"] = {"type": "global", "nodes": ["dn1", "dn6"]}
+
+
+@pytest.fixture(scope="module")
+def env(backends: Any) -> Iterator[MetaProxyEnv]:
+    yield from env_fixture(backends, tag="ddlslow", server_extra={"backend_timeout_s": BACKEND_TIMEOUT_S},
+                           mutate=_add_dead_node)
+
+
+def _wait_blocked(env: MetaProxyEnv, node: str, timeout: float = 10.0) -> None:
+    """Wait (bounded) until the proxy's ALTER sits on the node waiting for the table's metadata lock."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for row in env.server_of(node).query("SHOW PROCESSLIST"):
+            if "metadata lock" in (row[6] or "") and (row[7] or "").upper().startswith("ALTER"):
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"no ALTER waiting on {node}")
+
+
+def test_alter_waiting_on_a_metadata_lock_outlasts_the_backend_timeout(env: MetaProxyEnv) -> None:
+    env.drop_everywhere("sharding_2_t1")
+    env.sql(f"CREATE TABLE sharding_2_t1 {T_DEF}")
+    env.sql("INSERT INTO sharding_2_t1 (id, v) VALUES (1, 'a'), (2, 'b')")
+    blocker = env.direct("dn1")
+    try:
+        cur = blocker.cursor()
+        cur.execute("BEGIN")
+        cur.execute("SELECT * FROM sharding_2_t1")      # a metadata lock until the transaction ends
+        alter = Background(lambda: env.sql("ALTER TABLE sharding_2_t1 ADD COLUMN x INT FIRST"))
+        _wait_blocked(env, "dn1")
+        time.sleep(BACKEND_TIMEOUT_S + 1.5)             # well past backend_timeout_s
+        assert not alter.done, f"the ALTER ended while dn1 still waited: {alter.error}"
+        (row,) = env.wait_ddl("sharding_2_t1")
+        assert row["sql"] == "ALTER TABLE sharding_2_t1 ADD COLUMN x INT FIRST"
+        code, msg = env.error_of("ALTER TABLE sharding_2_t1 ADD COLUMN y INT")
+        assert code == 4006 and "is doing DDL" in msg
+        cur.execute("COMMIT")
+        alter.join()
+        assert alter.error is None, alter.error
+    finally:
+        blocker.close()
+    for node in ("dn1", "dn2"):
+        assert env.columns_on(node, "sharding_2_t1")[0] == "x"
+    row = env.row("schema1", "sharding_2_t1")
+    assert (row["consistent_in_sharding_nodes"], row["consistent_in_memory"]) == (1, 1)
+    assert "`x` int(11) DEFAULT NULL,\n  `id`" in row["table_structure"]
+    assert env.show_ddl() == []
+    env.sql("DROP TABLE sharding_2_t1")
+
+
+def test_ddl_with_an_unreachable_node_is_refused_before_any_node_runs_it(env: MetaProxyEnv) -> None:
+    env.drop_everywhere("half_dead", nodes=("dn1",))
+    t0 = time.monotonic()
+    code, msg = env.error_of("CREATE TABLE half_dead (id INT PRIMARY KEY)")
+    assert not 2000 <= code < 3000, (code, msg)
+    assert code == 1105 and "shardingNode[dn6]" in msg and "unreachable" in msg, msg
+    assert time.monotonic() - t0 < 10
+    assert env.show_create("dn1", "half_dead") is None   # not half-created
+    assert env.show_ddl() == []
