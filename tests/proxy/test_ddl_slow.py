@@ -7,6 +7,7 @@ whose table has a node that cannot be reached is refused before any node runs it
 
 from __future__ import annotations
 
+import socket
 import time
 from typing import Any, Iterator
 
@@ -17,6 +18,7 @@ from harness import free_port
 
 T_DEF = "(id INT NOT NULL, v VARCHAR(10), PRIMARY KEY (id))"
 BACKEND_TIMEOUT_S = 2
+DDL_TIMEOUT_S = 4
 
 
 def _add_dead_node(cfg: dict[str, Any]) -> None:
@@ -29,7 +31,8 @@ def _add_dead_node(cfg: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def env(backends: Any) -> Iterator[MetaProxyEnv]:
-    yield from env_fixture(backends, tag="ddlslow", server_extra={"backend_timeout_s": BACKEND_TIMEOUT_S},
+    yield from env_fixture(backends, tag="ddlslow", server_extra={"backend_timeout_s": BACKEND_TIMEOUT_S,
+                                                                 "ddl_timeout_s": DDL_TIMEOUT_S},
                            mutate=_add_dead_node)
 
 
@@ -84,3 +87,41 @@ def test_ddl_with_an_unreachable_node_is_refused_before_any_node_runs_it(env: Me
     assert time.monotonic() - t0 < 10
     assert env.show_create("dn1", "half_dead") is None   # not half-created
     assert env.show_ddl() == []
+
+
+def _ddl_on(env: MetaProxyEnv, node: str) -> list[str]:
+    """The ALTER statements a node is running now."""
+    return [row[7] for row in env.server_of(node).query("SHOW PROCESSLIST")
+            if (row[7] or "").upper().startswith("ALTER")]
+
+
+def test_client_gone_past_ddl_timeout_kills_the_ddl_then_reloads_and_releases(env: MetaProxyEnv) -> None:
+    env.drop_everywhere("sharding_2_t1")
+    env.sql(f"CREATE TABLE sharding_2_t1 {T_DEF}")
+    blocker = env.direct("dn1")
+    leaver = env.client()
+    try:
+        cur = blocker.cursor()
+        cur.execute("BEGIN")
+        cur.execute("SELECT * FROM sharding_2_t1")
+        t0 = time.monotonic()
+        alter = Background(lambda: leaver.cursor().execute("ALTER TABLE sharding_2_t1 ADD COLUMN gone INT"))
+        _wait_blocked(env, "dn1")
+        leaver._sock.shutdown(socket.SHUT_RDWR)          # the client goes away mid-DDL
+        alter.join()
+        env.wait_ddl("sharding_2_t1")                    # still running on dn1: still locked
+        assert _ddl_on(env, "dn1")
+        env.wait_ddl("sharding_2_t1", present=False, timeout=DDL_TIMEOUT_S + 10)
+        assert time.monotonic() - t0 >= DDL_TIMEOUT_S - 0.5
+        # released only once the ALTER was stopped on dn1, while the transaction still holds the table
+        assert _ddl_on(env, "dn1") == []
+        cur.execute("COMMIT")
+    finally:
+        blocker.close()
+        leaver.close()
+    assert "gone" not in env.columns_on("dn1", "sharding_2_t1")
+    assert "gone" in env.columns_on("dn2", "sharding_2_t1")   # dn2 had finished before the give-up
+    row = env.row("schema1", "sharding_2_t1")                 # memory reloaded from the backends
+    assert row["consistent_in_sharding_nodes"] == 0
+    assert row["table_structure"] in (env.show_create("dn1", "sharding_2_t1"), env.show_create("dn2", "sharding_2_t1"))
+    env.sql("DROP TABLE sharding_2_t1")
