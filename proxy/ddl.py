@@ -21,6 +21,7 @@ from meta.later import Later
 from meta.loader import LoadResult, load_tables, node_tables, result_from_texts
 from meta.locks import MetaLocks
 from zk.originator import ClusterDdl
+from zk.records import MARKER_PREFIX
 
 from .protocol import constants as C
 from .protocol.messages import ErrInfo
@@ -97,7 +98,7 @@ class NodeWork:
         self.nodes: list[str] = []
         self.conns: list[BackendConnection] = []
         self.tasks: list[asyncio.Task] = []
-        self.marker = f"pydble-ddl:{uuid.uuid4().hex}"   # in the DDL text: its connections found from outside
+        self.marker = f"{MARKER_PREFIX}{uuid.uuid4().hex}"   # in the DDL text: its connections found from outside
         self.stopped = ""                                 # why pydble gave up on it ("": it has not)
         self.giving_up: asyncio.Task | None = None
         self.timer: asyncio.TimerHandle | None = None

@@ -12,7 +12,7 @@ import asyncio
 import os
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 import structlog
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
@@ -36,6 +36,7 @@ PEER_GRACE_S = 0.2    # how long acks are awaited on the peer channel alone befo
 PEER_RETRY_S = 0.1    # a final step that found no usable link is sent again this much later
 HISTORY_MAX = 1000    # finished DDLs kept in ddl_history for instances that must catch up
 HISTORY_PRUNE_EVERY = 100
+REMOVE_ATTEMPTS = 5   # removal transactions tried while acks come and go meanwhile
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,11 @@ class AckOutcome:
     laggards: tuple[str, ...] = ()            # online instances that did not ack in time
     refusals: tuple[tuple[str, str], ...] = ()  # (instance, message) that acked ok=false
     by_peer: frozenset[str] = frozenset()     # instances that acked every record over the peer channel
+
+
+def went_through(results: list) -> bool:
+    """A transaction's results say it was applied (a failed one has an exception per operation)."""
+    return not any(isinstance(r, Exception) for r in results)
 
 
 def drop_tasks(tasks: dict) -> None:
@@ -523,20 +529,23 @@ class Cluster:
             drop_tasks(tasks)
 
     async def wait_acks(self, keys: list[tuple[str, str]], status: str, expected: set[str],
-                        timeout: float, peer: dict[tuple[tuple[str, str], str], asyncio.Future] | None = None
-                        ) -> AckOutcome:
+                        timeout: float, peer: dict[tuple[tuple[str, str], str], asyncio.Future] | None = None,
+                        records: Mapping[tuple[str, str], int] | None = None) -> AckOutcome:
         """Wait until every expected instance still online has acked status on every record (bounded).
 
         An answer on the peer channel counts as an ack; ZooKeeper is read only for instances that
-        have not answered there within PEER_GRACE_S (or at once when their channel failed)."""
+        have not answered there within PEER_GRACE_S (or at once when their channel failed). A ZooKeeper
+        ack counts only for the record it names (`records`: the czxid of each key's record), never for
+        an earlier DDL's on the same table."""
         peer = dict(peer or {})
         try:
-            return await self._wait_acks(keys, status, expected, timeout, peer)
+            return await self._wait_acks(keys, status, expected, timeout, peer, records or {})
         finally:
             drop_tasks(peer)
 
     async def _wait_acks(self, keys: list[tuple[str, str]], status: str, expected: set[str],
-                         timeout: float, peer: dict[tuple[tuple[str, str], str], asyncio.Future]) -> AckOutcome:
+                         timeout: float, peer: dict[tuple[tuple[str, str], str], asyncio.Future],
+                         records: Mapping[tuple[str, str], int]) -> AckOutcome:
         zk = self.zk
         assert zk is not None
         deadline = time.monotonic() + timeout
@@ -591,7 +600,7 @@ class Cluster:
                     ack = Ack.decode(got[0])
                 except BadRecord:
                     continue
-                if ack.status == status and inst not in acked[key]:
+                if ack.status == status and ack.record == records.get(key, ack.record) and inst not in acked[key]:
                     acked[key].add(inst)
                     if not ack.ok:
                         refusals.append((inst, ack.message))
@@ -603,26 +612,39 @@ class Cluster:
                 return result(tuple(sorted(pending)))
             await wake.wait(min(remaining, SAFETY_POLL_S))
 
-    def own_ack(self, schema: str, table: str, status: str, ok: bool = True, message: str = "") -> tuple[str, bytes]:
-        """Path and data of this instance's ack of a record's status (also written inside transactions)."""
+    def own_ack(self, schema: str, table: str, status: str, ok: bool = True, message: str = "",
+                record: int = 0) -> tuple[str, bytes]:
+        """Path and data of this instance's ack of a record's (czxid `record`) status (also written
+        inside transactions)."""
         return (self.paths.ddl_ack(schema, table, self.instance),
-                Ack(status, ok, message, self.registry.version).encode())
+                Ack(status, ok, message, self.registry.version, record).encode())
 
-    async def ack(self, schema: str, table: str, status: str, ok: bool = True, message: str = "") -> None:
-        """Write (or update) this instance's ack of a record's status."""
+    async def ack(self, rec: DdlRecord, record: int, ok: bool = True, message: str = "") -> None:
+        """Write (or update) this instance's ack of a record's (czxid `record`) status, only while the
+        record is that DDL's (its owner znode is there); NoNodeError when it is not."""
         zk = self.zk
         assert zk is not None
-        path, data = self.own_ack(schema, table, status, ok, message)
-        if status != INIT:  # our INIT ack is usually there already: update it
-            try:
-                await zk.set(path, data)
+        path, data = self.own_ack(rec.schema, rec.table, rec.status, ok, message, record)
+        owner = self.paths.ddl_owner(rec.schema, rec.table, rec.ddl_id) if rec.ddl_id else None
+
+        def write(create: bool) -> Callable[[Any], None]:
+            def build(tx: Any) -> None:
+                if owner is not None:
+                    tx.check(owner, 0)
+                if create:
+                    tx.create(path, data, ephemeral=True)
+                else:
+                    tx.set_data(path, data)
+            return build
+
+        # our INIT ack is new; a later step updates it (the other way round when that fails)
+        for create in ((True, False) if rec.status == INIT else (False, True)):
+            results = await zk.commit(write(create))
+            if went_through(results):
                 return
-            except NoNodeError:
-                pass
-        try:
-            await zk.create(path, data, ephemeral=True, makepath=False)
-        except NodeExistsError:
-            await zk.set(path, data)
+            if owner is not None and isinstance(results[0], NoNodeError):
+                raise NoNodeError(f"{owner}: the record is gone or another DDL's")
+        raise NoNodeError(f"{path}: could not write the ack")
 
     async def append_history(self, entry: HistoryEntry) -> None:
         """Record a finished DDL in ddl_history."""

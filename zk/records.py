@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 API_VERSION = 1
 
 INIT, SUCCESS, FAILED = "INIT", "SUCCESS", "FAILED"
+MARKER_PREFIX = "pydble-ddl:"   # a DDL's marker: this prefix and its unique id
 STATUSES = (INIT, SUCCESS, FAILED)
 
 
@@ -103,6 +104,11 @@ class DdlRecord:
     def encode(self) -> bytes:
         return _dump(self)
 
+    @property
+    def ddl_id(self) -> str:
+        """The DDL's unique id (from its marker; "" for a record written before ids existed)."""
+        return self.marker.rsplit(":", 1)[-1] if self.marker.startswith(MARKER_PREFIX) else ""
+
     def with_status(self, status: str, message: str = "", reconciled_by: str = "") -> DdlRecord:
         """The same record with a decision."""
         return DdlRecord(self.instance, self.schema, self.table, self.type, self.sql, status, self.created_at,
@@ -131,6 +137,7 @@ class Ack:
     ok: bool = True
     message: str = ""
     meta_version: int = 0
+    record: int = 0   # the czxid of the record it answers: an ack counts only for that record
 
     def encode(self) -> bytes:
         return _dump(self)
@@ -142,7 +149,7 @@ class Ack:
             if o["status"] not in STATUSES:
                 raise ValueError(f"unknown status {o['status']}")
             return cls(str(o["status"]), bool(o.get("ok", True)), str(o.get("message", "")),
-                       int(o.get("meta_version", 0)))
+                       int(o.get("meta_version", 0)), int(o.get("record", 0)))
         except (KeyError, TypeError, ValueError) as e:
             raise BadRecord(f"bad ack: {e}") from None
 

@@ -8,12 +8,12 @@ waiting for the acks, and deleting the record — no operator needed (DBLE asks 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from .cluster import SAFETY_POLL_S, ZK_ERRORS, PassLoop, Waker
+from .cluster import REMOVE_ATTEMPTS, SAFETY_POLL_S, ZK_ERRORS, PassLoop, Waker, went_through
 from .paths import parse_table_node
 from .records import FAILED, BadRecord, DdlLockInfo, DdlRecord, HistoryEntry
 
@@ -130,25 +130,61 @@ class Recovery(PassLoop):
         verdict = meta.verdict().describe() if meta is not None else "no such table on any node"
         decision = rec.with_status(FAILED, f"originator {rec.instance} went away during {rec.status}; "
                                            f"reconciled from the backends: {verdict}", c.instance)
-        try:
-            await zk.set(path, decision.encode(), version=stat.version)
-        except (BadVersionError, NoNodeError):  # another reconciler (or the originator) got there first
+        owner = c.paths.ddl_owner(schema, table, rec.ddl_id) if rec.ddl_id else None
+
+        def decide(tx: Any) -> None:
+            if owner is not None:
+                tx.check(owner, 0)   # still that DDL's record, not a later one on the table
+            tx.set_data(path, decision.encode(), stat.version)
+
+        results = await zk.commit(decide)
+        if not went_through(results):  # another reconciler (or the originator) got there first
             rlog.info("record changed or gone while reconciling; leaving it to the next pass")
             return
         online = await c.online()
         outcome = await c.wait_acks([(schema, table)], FAILED, online - {c.instance, rec.instance},
-                                    c.cc.ack_timeout_s)
-        try:
-            await c.append_history(HistoryEntry(schema, table, rec.instance, rec.sql, FAILED, stat.czxid,
-                                                message=decision.message))
-        except ZK_ERRORS as e:
-            rlog.warning("could not append ddl history", error=str(e))
-        await zk.delete(path, recursive=True)
-        if lock is not None:
-            await zk.delete(c.paths.ddl_lock(schema, table), lock[1].version)
+                                    c.cc.ack_timeout_s, records={(schema, table): stat.czxid})
+        entry = HistoryEntry(schema, table, rec.instance, rec.sql, FAILED, stat.czxid, message=decision.message)
+        if not await self._remove(schema, table, results[-1].version, entry, lock):
+            rlog.info("record changed while reconciling; leaving it to the next pass")
+            return
         c.locks.release_owned_by(f"instance:{rec.instance}")
         rlog.warning("orphaned ddl reconciled", was=rec.status, sql=rec.sql, verdict=verdict,
                      laggards=list(outcome.laggards) or None, seconds=round(time.monotonic() - started, 3))
+
+    async def _remove(self, schema: str, table: str, version: int, entry: HistoryEntry, lock: Any) -> bool:
+        """Record (at `version`), its children (acks, owner znode), the lock if it was created with the
+        record, and the history entry, in one transaction (retried while acks come and go); False
+        when the record is no longer the one reconciled."""
+        c = self.cluster
+        zk = c.zk
+        assert zk is not None
+        path = c.paths.ddl_record(schema, table)
+        lock_path = c.paths.ddl_lock(schema, table)
+        for _ in range(REMOVE_ATTEMPTS):
+            try:
+                children = await zk.children(path)
+                acks = await zk.children(c.paths.ddl_acks(schema, table)) if "instance" in children else []
+            except NoNodeError:
+                return False
+
+            def build(tx: Any, children: list[str] = children, acks: list[str] = acks) -> None:
+                for name in acks:
+                    tx.delete(c.paths.ddl_ack(schema, table, name))
+                for child in children:
+                    tx.delete(f"{path}/{child}")
+                tx.delete(path, version)
+                if lock is not None and lock[1].czxid == entry.record_czxid:
+                    tx.delete(lock_path, lock[1].version)
+                tx.create(c.paths.history_entry_prefix(entry.record_czxid), entry.encode(), sequence=True)
+
+            results = await zk.commit(build)
+            if went_through(results):
+                c.spawn_quietly(c.prune_history(results[-1]))
+                return True
+            if any(isinstance(r, BadVersionError) for r in results):
+                return False
+        return False
 
     async def drain_in_flight(self, jlog: structlog.stdlib.BoundLogger) -> None:
         """At join (holding syncMeta.lock): wait for live originators' DDL, reconcile the orphans."""
