@@ -1,0 +1,151 @@
+"""No stale actor decides (issue 17 item 3), with real ZooKeeper, MariaDB and proxies.
+
+An originator whose lock an operator released (`kill @@ddl_lock ... force`) while it was paused must
+not overwrite or delete the next DDL's record when it resumes; an ack of an earlier record on a table
+does not count for the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pymysql
+import pytest
+from clusterkit import TABLE, backend_structure, full_meta, run_async, wait_for
+from harness import cluster_section, free_port, proxy_config
+from kazoo.exceptions import NoNodeError
+
+from meta.config import parse_config
+from meta.locks import MetaLocks
+from meta.registry import Registry
+from zk.aio import Zk
+from zk.cluster import Cluster
+from zk.records import INIT, Ack, DdlRecord
+
+PAUSE_S = 8
+KILL = f"kill @@ddl_lock where schema='schema1' and table='{TABLE}'"
+
+
+def _manager(proxy: Any, sql: str) -> None:
+    conn = proxy.manager()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+    finally:
+        conn.close()
+
+
+def _znode(cluster: Any, path: str) -> dict[str, Any] | None:
+    zk = cluster.zk()
+    try:
+        got = zk.exists(f"{cluster.base()}/{path}") and zk.get(f"{cluster.base()}/{path}")
+        return json.loads(got[0]) if got else None
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def test_a_released_originator_resuming_cannot_touch_the_next_ddls_record(cluster: Any) -> None:
+    p1, p2 = cluster.start(2, env={0: {"PYDBLE_TEST_PAUSE": "after_execute", "PYDBLE_TEST_PAUSE_S": str(PAUSE_S)}})
+    t1, out1 = run_async(p1, f"ALTER TABLE {TABLE} ADD COLUMN s1 INT")
+    wait_for(lambda: "paused for test" in p1.log_text(), 20, "dble-1 to pause after executing")
+
+    # the holder is online: refused without force
+    with pytest.raises(pymysql.MySQLError) as e:
+        _manager(p2, KILL)
+    assert e.value.args[0] == 1105 and "online instance(s) dble-1" in e.value.args[1]
+    _manager(p2, KILL + " force")
+
+    # the next DDL on the table, from dble-2, held on dn1 by an open transaction
+    b1 = cluster.backends[0]
+    blocker = pymysql.connect(host=b1.host, port=b1.port, user="root", password="", database="db1")
+    try:
+        with blocker.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT * FROM {TABLE}")
+        t2, out2 = run_async(p2, f"ALTER TABLE {TABLE} ADD COLUMN s2 INT")
+        record = f"ddl/schema1.{TABLE}"
+        wait_for(lambda: (_znode(cluster, record) or {}).get("instance") == "dble-2", 10, "dble-2's record")
+
+        # dble-1 resumes: it cannot publish, and leaves dble-2's record and lock alone
+        t1.join(PAUSE_S + 20)
+        assert not t1.is_alive() and out1.get("error", (0,))[0] == 4006, out1
+        rec = _znode(cluster, record)
+        assert rec is not None and rec["instance"] == "dble-2" and rec["status"] == INIT and "s2" in rec["sql"]
+        lock = _znode(cluster, f"lock/ddl_lock/schema1.{TABLE}")
+        assert lock is not None and lock["instance"] == "dble-2"
+        assert not out2, "dble-2's DDL ended while dn1 still held the table"
+        with blocker.cursor() as cur:
+            cur.execute("COMMIT")
+    finally:
+        blocker.close()
+    t2.join(30)
+    assert out2.get("ok"), out2
+    wait_for(lambda: not cluster.zk_children("ddl") and not cluster.zk_children("lock/ddl_lock"), 10,
+             "ddl records and locks to be gone")
+    truth = backend_structure(cluster.backends)
+    assert len(truth) == 1 and "`s1`" in next(iter(truth)) and "`s2`" in next(iter(truth))
+    for p in (p1, p2):
+        wait_for(lambda p=p: full_meta(p)[4:] == (1, 1), 10, f"{p.instance} to equal the backends")
+
+
+def test_a_late_ack_of_an_earlier_record_does_not_count_for_the_next(
+        zookeeper: Any, zk_root: str, backends: list[Any]) -> None:
+    """dble-3 acked the table's previous record; the next record (same path, version 0 again) must
+    not take that ack for its own, and an ack written for the previous record once the next one is
+    there is not written at all."""
+    async def go() -> None:
+        root = zk_root + "-lateack"
+        config = parse_config(proxy_config(backends, free_port(), free_port(), instance="dble-2",
+                                           cluster=cluster_section(zookeeper, root=root)))
+
+        async def nothing(*_: Any) -> None:
+            pass
+
+        c = Cluster(config, Registry(config), MetaLocks("dble-2"), nothing, nothing)
+        c.zk = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
+        await c.zk.start(10)
+        other = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
+        await other.start(10)
+        key = ("schema1", TABLE)
+        try:
+            for p in (c.paths.ddl, c.paths.history, c.paths.online):
+                await c.zk.ensure_path(p)
+            await other.create(c.paths.online_instance("dble-3"), b"{}", ephemeral=True)
+            path = c.paths.ddl_record(*key)
+
+            async def new_record(ddl_id: str) -> tuple[DdlRecord, int]:
+                rec = DdlRecord("dble-1", *key, "ALTER_TABLE", "ALTER ...", INIT, marker=f"pydble-ddl:{ddl_id}")
+                await c.zk.create(path, rec.encode())
+                await c.zk.create(c.paths.ddl_owner(*key, ddl_id), b"")
+                await c.zk.create(c.paths.ddl_acks(*key), b"")
+                return rec, (await c.zk.exists(path)).czxid
+
+            first, first_czxid = await new_record("first")
+            await other.create(c.paths.ddl_ack(*key, "dble-3"), Ack(INIT, record=first_czxid).encode())
+            got = await c.wait_acks([key], INIT, {"dble-3"}, 1.0, records={key: first_czxid})
+            assert got.laggards == ()
+            await c.zk.delete(path, recursive=True)
+
+            second, second_czxid = await new_record("second")
+            assert second_czxid != first_czxid
+            await other.create(c.paths.ddl_ack(*key, "dble-3"), Ack(INIT, record=first_czxid).encode())
+            got = await c.wait_acks([key], INIT, {"dble-3"}, 1.0, records={key: second_czxid})
+            assert got.laggards == ("dble-3",), "an ack of the previous record counted for the next"
+            await other.delete(c.paths.ddl_ack(*key, "dble-3"))
+
+            # our own ack of the first record, written late: refused, nothing lands under the second
+            with pytest.raises(NoNodeError):
+                await c.ack(first, first_czxid)
+            assert await c.zk.exists(c.paths.ddl_ack(*key, "dble-2")) is None
+            await c.ack(second, second_czxid)
+            data, _ = await c.zk.get(c.paths.ddl_ack(*key, "dble-2"))
+            assert Ack.decode(data).record == second_czxid
+        finally:
+            await c.zk.delete(root, recursive=True)
+            await other.stop()
+            await c.zk.stop()
+
+    asyncio.run(go())
