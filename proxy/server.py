@@ -52,7 +52,7 @@ class ProxyServer:
         self.cluster: Cluster | None = None
         if config.cluster is not None:
             self.cluster = Cluster(config, self.registry, self.ddl.locks, self.load_metadata, self.ddl.refresh,
-                                   self.ddl.refresh_now)
+                                   self.ddl.refresh_now, self.ddl.running)
         self.sessions: set[Session] = set()
         self.user_counts: dict[str, int] = {}
         self.version = config.server.version or DEFAULT_VERSION

@@ -124,7 +124,8 @@ class Cluster:
     def __init__(self, config: Config, registry: Registry, locks: MetaLocks,
                  load_all: Callable[[], Awaitable[None]],
                  refresh: Callable[..., Awaitable[None]],   # refresh(keys, texts=None)
-                 refresh_now: Callable[[list[tuple[str, str]], Mapping], bool] | None = None) -> None:
+                 refresh_now: Callable[[list[tuple[str, str]], Mapping], bool] | None = None,
+                 ddl_running: Callable[..., Awaitable[list[str]]] | None = None) -> None:
         assert config.cluster is not None
         self.config = config
         self.cc = config.cluster
@@ -135,6 +136,8 @@ class Cluster:
         self.load_all = load_all
         self.refresh = refresh
         self.refresh_now = refresh_now   # refresh from texts without waiting; False: refresh must load
+        # ddl_running(marker, kill=False): the dbGroups where a DDL with that marker still runs
+        self.ddl_running = ddl_running
         self.zk: Zk | None = None
         self.ready = False
         self.session_state = "NOT_CONNECTED"

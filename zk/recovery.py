@@ -7,6 +7,7 @@ waiting for the acks, and deleting the record — no operator needed (DBLE asks 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
     from .cluster import Cluster
 
 log = structlog.get_logger("pydble.cluster.recovery")
+
+RUNNING_WAIT_S = 5.0    # how long one reconcile waits for an orphaned DDL to end on the backends
+RUNNING_POLL_S = 0.25   # how often it looks meanwhile
 
 
 class Recovery(PassLoop):
@@ -125,6 +129,8 @@ class Recovery(PassLoop):
             if holder in await c.online() and holder != c.instance:
                 return  # a live instance still holds the table: not an orphan after all
         started = time.monotonic()
+        if not await self._ddl_ended(rec, rlog):
+            return
         await c.refresh([(schema, table)])
         meta = c.registry.record(schema, table)
         verdict = meta.verdict().describe() if meta is not None else "no such table on any node"
@@ -151,6 +157,27 @@ class Recovery(PassLoop):
         c.locks.release_owned_by(f"instance:{rec.instance}")
         rlog.warning("orphaned ddl reconciled", was=rec.status, sql=rec.sql, verdict=verdict,
                      laggards=list(outcome.laggards) or None, seconds=round(time.monotonic() - started, 3))
+
+    async def _ddl_ended(self, rec: DdlRecord, rlog: structlog.stdlib.BoundLogger) -> bool:
+        """Wait (bounded, re-checking) until the DDL runs on no backend any more (its marker gone from
+        every processlist): reading the structure before would publish one the DDL is about to change.
+        Past `[server] ddl_timeout_s` since the DDL began, its statements are stopped (KILL QUERY), as
+        its originator would have. False: still running, the record is left for a later pass."""
+        c = self.cluster
+        if not rec.marker or c.ddl_running is None:
+            return True   # a record from before markers: nothing to look for
+        limit = c.config.server.ddl_timeout_s
+        deadline = time.monotonic() + min(c.cc.ack_timeout_s, RUNNING_WAIT_S)
+        while True:
+            give_up = limit > 0 and time.time() - rec.created_at > limit
+            where = await c.ddl_running(rec.marker, kill=give_up)
+            if not where:
+                return True
+            if time.monotonic() > deadline:
+                rlog.info("orphaned ddl still running on the backends; reconciled once it has ended",
+                          db_groups=where, killed=give_up)
+                return False
+            await asyncio.sleep(RUNNING_POLL_S)
 
     async def _remove(self, schema: str, table: str, version: int, entry: HistoryEntry, lock: Any) -> bool:
         """Record (at `version`), its children (acks, owner znode), the lock if it was created with the

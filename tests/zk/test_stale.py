@@ -2,18 +2,19 @@
 
 An originator whose lock an operator released (`kill @@ddl_lock ... force`) while it was paused must
 not overwrite or delete the next DDL's record when it resumes; an ack of an earlier record on a table
-does not count for the next one.
+does not count for the next one; a reconciler does not read a table while its orphaned DDL still runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pymysql
 import pytest
-from clusterkit import TABLE, backend_structure, full_meta, run_async, wait_for
+from clusterkit import SESSION_TIMEOUT_S, TABLE, backend_structure, full_meta, run_async, wait_for
 from harness import cluster_section, free_port, proxy_config
 from kazoo.exceptions import NoNodeError
 
@@ -149,3 +150,45 @@ def test_a_late_ack_of_an_earlier_record_does_not_count_for_the_next(
             await c.zk.stop()
 
     asyncio.run(go())
+
+
+def test_a_reconcile_waits_until_the_orphaned_ddl_has_ended_on_the_backends(cluster: Any) -> None:
+    """The originator of an ALTER held on dn1 by an open transaction is frozen (SIGSTOP) past its
+    session: the survivor must not read the table while the ALTER still waits there (it would publish
+    the old structure for good); once the transaction ends and the ALTER completes, it publishes the
+    new one."""
+    p1, p2 = cluster.start(2)
+    b1 = cluster.backends[0]
+    blocker = pymysql.connect(host=b1.host, port=b1.port, user="root", password="", database="db1")
+    try:
+        with blocker.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT * FROM {TABLE}")
+        t1, out1 = run_async(p1, f"ALTER TABLE {TABLE} ADD COLUMN x INT FIRST")
+
+        def alter_waits_on_dn1() -> bool:
+            rows = b1.query("SHOW PROCESSLIST")
+            return any("metadata lock" in (r[6] or "") and "pydble-ddl:" in (r[7] or "") for r in rows)
+
+        wait_for(alter_waits_on_dn1, 10, "the ALTER to wait on dn1")
+        p1.pause()
+        try:
+            wait_for(lambda: "dble-1" not in cluster.zk_children("online"), SESSION_TIMEOUT_S + 10,
+                     "dble-1's session to expire")
+            time.sleep(3)   # a reconcile pass or more while the ALTER still waits
+            assert cluster.zk_children("ddl"), "the record was reconciled while the ALTER still ran on dn1"
+            with blocker.cursor() as cur:
+                cur.execute("COMMIT")
+            wait_for(lambda: not cluster.zk_children("ddl"), 20, "the survivor to reconcile the record")
+            truth = backend_structure(cluster.backends)
+            assert len(truth) == 1 and "`x` int(11) DEFAULT NULL,\n  `id`" in next(iter(truth)), truth
+            row = full_meta(p2)
+            assert row[4:] == (1, 1), row
+            assert "`x`" in row[3]
+        finally:
+            p1.resume()
+    finally:
+        blocker.close()
+    t1.join(30)
+    assert "error" in out1, out1   # dble-1 lost its session: it could not publish the outcome
+    wait_for(lambda: full_meta(p1)[4:] == (1, 1), 30, "dble-1 to equal the backends once back")
