@@ -38,6 +38,15 @@ def _manager(proxy: Any, sql: str) -> None:
         conn.close()
 
 
+def _hold_on_dn1(server: Any) -> Any:
+    """A connection straight to dn1's backend whose open transaction holds the table's metadata lock."""
+    conn = pymysql.connect(host=server.host, port=server.port, user="root", password="", database="db1")
+    with conn.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute(f"SELECT * FROM {TABLE}")
+    return conn
+
+
 def _znode(cluster: Any, path: str) -> dict[str, Any] | None:
     zk = cluster.zk()
     try:
@@ -61,11 +70,8 @@ def test_a_released_originator_resuming_cannot_touch_the_next_ddls_record(cluste
 
     # the next DDL on the table, from dble-2, held on dn1 by an open transaction
     b1 = cluster.backends[0]
-    blocker = pymysql.connect(host=b1.host, port=b1.port, user="root", password="", database="db1")
+    blocker = _hold_on_dn1(b1)
     try:
-        with blocker.cursor() as cur:
-            cur.execute("BEGIN")
-            cur.execute(f"SELECT * FROM {TABLE}")
         t2, out2 = run_async(p2, f"ALTER TABLE {TABLE} ADD COLUMN s2 INT")
         record = f"ddl/schema1.{TABLE}"
         wait_for(lambda: (_znode(cluster, record) or {}).get("instance") == "dble-2", 10, "dble-2's record")
@@ -159,11 +165,8 @@ def test_a_reconcile_waits_until_the_orphaned_ddl_has_ended_on_the_backends(clus
     new one."""
     p1, p2 = cluster.start(2)
     b1 = cluster.backends[0]
-    blocker = pymysql.connect(host=b1.host, port=b1.port, user="root", password="", database="db1")
+    blocker = _hold_on_dn1(b1)
     try:
-        with blocker.cursor() as cur:
-            cur.execute("BEGIN")
-            cur.execute(f"SELECT * FROM {TABLE}")
         t1, out1 = run_async(p1, f"ALTER TABLE {TABLE} ADD COLUMN x INT FIRST")
 
         def alter_waits_on_dn1() -> bool:
