@@ -40,12 +40,12 @@ if TYPE_CHECKING:
 log = structlog.get_logger("pydble.cluster.ddl")
 
 PAUSE_ENV = "PYDBLE_TEST_PAUSE"
-PAUSE_PHASES = ("before_init", "after_init_acks", "after_execute", "after_success", "during_final_acks")
+# test hooks: each only pauses (the path taken is production's); a fast end has no SUCCESS state in
+# ZooKeeper, so there "after_success" and "during_final_acks" pause once the decision is removed
+PAUSE_PHASES = ("before_init", "after_init", "after_execute", "after_init_acks", "after_success",
+                "during_final_acks")
 PAUSE_SECONDS_ENV = "PYDBLE_TEST_PAUSE_S"   # how long the pause lasts (default 600 s)
 LEASE_MAX_S = 1.0   # an answer from ZooKeeper this recent proves our session (and its locks) alive
-# test pauses that need the strict order: INIT acked before the DDL runs; a SUCCESS record to stop after
-STRICT_INIT_PHASES = ("after_init_acks",)
-CLASSIC_END_PHASES = ("after_success", "during_final_acks")
 
 
 class LostDecision(ProxyError):
@@ -63,11 +63,6 @@ def _publish_failed(e: Exception) -> LostDecision:
     """ZooKeeper failed us after the DDL ran: the outcome is left for reconciliation."""
     return LostDecision(f"ZooKeeper failed while publishing the outcome ({e.__class__.__name__}); "
                         f"another instance will reconcile it from the backends")
-
-
-def _pausing_at(phases: tuple[str, ...]) -> bool:
-    """Test-only: a pause is set at one of these phases."""
-    return os.environ.get(PAUSE_ENV) in phases
 
 
 async def test_pause(phase: str) -> None:
@@ -162,19 +157,11 @@ class ClusterDdl:
                 self.czxids[(schema, table)] = results[-1].czxid
                 c.active_ddls.add(path)
             self.status = INIT
-            if _pausing_at(STRICT_INIT_PHASES):
-                self.announce()
-                outcome = await self._init_outcome()
         except ProxyError:
             raise
         except ZK_ERRORS as e:
             raise DdlInProgress(f"ZooKeeper is unreachable ({e.__class__.__name__}): DDL is refused") from None
-        if _pausing_at(STRICT_INIT_PHASES):
-            if outcome.refusals:
-                msg = "; ".join(f"{i}: {m}" for i, m in outcome.refusals)
-                await self._decide(FAILED, f"refused by {msg}")
-                raise DdlInProgress(f"DDL refused by another instance: {msg}")
-            await test_pause("after_init_acks")
+        await test_pause("after_init")
 
     def announce(self) -> None:
         """Hand INIT to the other instances (called once the DDL is on its way to the nodes: an INIT
@@ -290,13 +277,14 @@ class ClusterDdl:
         except ZK_ERRORS as e:
             raise LostDecision(f"ZooKeeper failed while the INIT acks were awaited ({e.__class__.__name__}); "
                                f"another instance will reconcile the DDL from the backends") from None
+        await test_pause("after_init_acks")
         # those online at INIT (no instance can join while a record is in flight: a join drains
         # first) but not the INIT laggards, which never locked and will catch up from ddl_history:
         # a stuck instance costs the client one ack_timeout_s, not two; waits drop any that went
         # offline since
         targets = self.expected - self.laggards
         steps = {key: (rec.with_status(status, message), self.czxids[key]) for key, (rec, _) in self.records.items()}
-        if c.cc.peer_port >= 0 and targets <= init.by_peer and not _pausing_at(CLASSIC_END_PHASES):
+        if c.cc.peer_port >= 0 and targets <= init.by_peer:
             outcome = await self._fast_end(status, message, steps, targets, texts)
         else:
             outcome = await self._classic_end(status, message, steps, targets, texts)
@@ -324,6 +312,8 @@ class ClusterDdl:
             for key, answer in first.items():
                 await self._finish(key, steps[key][0], answer)
             self.status = status
+            await test_pause("after_success")
+            await test_pause("during_final_acks")
             return await delivery
         except ZK_ERRORS as e:
             raise _publish_failed(e) from None
