@@ -26,7 +26,7 @@ from meta.registry import MetaChange, Registry
 from .aio import Zk, ZkTimeout
 from .paths import Paths, history_order, history_seq, parse_table_node
 from .peers import PeerLinks, PeerServer
-from .records import INIT, Ack, BadRecord, DdlLockInfo, DdlRecord, HistoryEntry, OnlineInfo
+from .records import FAILED, INIT, Ack, BadRecord, DdlLockInfo, DdlRecord, HistoryEntry, OnlineInfo
 
 log = structlog.get_logger("pydble.cluster")
 
@@ -36,6 +36,7 @@ PEER_GRACE_S = 0.2    # how long acks are awaited on the peer channel alone befo
 PEER_RETRY_S = 0.1    # a final step that found no usable link is sent again this much later
 HISTORY_MAX = 1000    # finished DDLs kept in ddl_history for instances that must catch up
 HISTORY_PRUNE_EVERY = 100
+LOST_DECISION_RETRY_S = 300.0   # how long an originator that lost its decision tries to reach the others
 REMOVE_ATTEMPTS = 5   # removal transactions tried while acks come and go meanwhile
 
 
@@ -655,6 +656,29 @@ class Cluster:
         assert zk is not None
         path = await zk.create(self.paths.history_entry_prefix(entry.record_czxid), entry.encode(), sequence=True)
         await self.prune_history(path)
+
+    def reload_everywhere_later(self, keys: list[tuple[str, str]], sql: str) -> None:
+        """After a DDL whose outcome this instance could not publish: once it is back in the cluster
+        (bounded), a ddl_history entry per table that names no record (czxid 0), so every instance,
+        whatever it applied before, reloads the table from the backends."""
+        async def run() -> None:
+            deadline = time.monotonic() + LOST_DECISION_RETRY_S
+            while not self._stopping and time.monotonic() < deadline:
+                if self.ready and self.zk is not None and self.zk.connected:
+                    try:
+                        for schema, table in keys:
+                            await self.append_history(HistoryEntry(
+                                schema, table, self.instance, sql, FAILED, 0,
+                                message="the originator lost its decision: reload from the backends"))
+                        self.log.info("asked every instance to reload after a lost decision",
+                                      tables=[f"{s}.{t}" for s, t in keys])
+                        return
+                    except ZK_ERRORS as e:
+                        self.log.debug("could not append the reload entry yet", error=str(e))
+                await asyncio.sleep(1.0)
+            self.log.warning("could not ask the other instances to reload after a lost decision; "
+                             "run `reload @@metadata` on them", tables=[f"{s}.{t}" for s, t in keys])
+        self._spawn(run())
 
     async def prune_history(self, created: str) -> None:
         """Every HISTORY_PRUNE_EVERY entries, drop those beyond HISTORY_MAX (oldest first)."""

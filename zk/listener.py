@@ -210,6 +210,8 @@ class DdlListener(PassLoop):
         self._finished(czxid)
 
     def _finished(self, czxid: int) -> None:
+        if not czxid:
+            return   # 0 names no record (a history entry that asks everyone to reload): never "applied"
         self.finished[czxid] = None
         while len(self.finished) > 10_000:
             del self.finished[next(iter(self.finished))]

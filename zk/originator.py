@@ -102,6 +102,7 @@ class ClusterDdl:
         self.message = ""
         self.details: dict = {}   # user, nodes, phases_ms, meta_version, started_at for ddl_history
         self.status = "LOCKING"
+        self.ran = False   # the DDL went to the nodes (complete() was reached)
         self.log = log.bind(instance=cluster.instance, tables=[f"{s}.{t}" for s, t in keys])
 
     async def __aenter__(self) -> ClusterDdl:
@@ -114,6 +115,10 @@ class ClusterDdl:
 
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
         await self._cleanup()
+        if self.ran and isinstance(exc, LostDecision):
+            # the record may have been reconciled (or released by an operator) while the DDL still
+            # changed the table: once back, make every instance reload it from the backends
+            self.cluster.reload_everywhere_later(self.keys, self.sql)
 
     async def _begin(self) -> None:
         c = self.cluster
@@ -269,6 +274,7 @@ class ClusterDdl:
         The peers hear the outcome straight away, with `texts` (the CREATE texts this instance read
         back from the nodes: node -> table -> text or None) so they need not ask the backends."""
         c = self.cluster
+        self.ran = True
         await test_pause("after_execute")
         status = SUCCESS if success else FAILED
         self.announce()   # when no node was reached, nobody has been told yet

@@ -38,9 +38,10 @@ def _manager(proxy: Any, sql: str) -> None:
         conn.close()
 
 
-def _hold_on_dn1(server: Any) -> Any:
-    """A connection straight to dn1's backend whose open transaction holds the table's metadata lock."""
-    conn = pymysql.connect(host=server.host, port=server.port, user="root", password="", database="db1")
+def _hold_on_dn1(server: Any, database: str = "db1") -> Any:
+    """A connection straight to a backend (dn1's by default) whose open transaction holds the table's
+    metadata lock there."""
+    conn = pymysql.connect(host=server.host, port=server.port, user="root", password="", database=database)
     with conn.cursor() as cur:
         cur.execute("BEGIN")
         cur.execute(f"SELECT * FROM {TABLE}")
@@ -195,3 +196,34 @@ def test_a_reconcile_waits_until_the_orphaned_ddl_has_ended_on_the_backends(clus
     t1.join(30)
     assert "error" in out1, out1   # dble-1 lost its session: it could not publish the outcome
     wait_for(lambda: full_meta(p1)[4:] == (1, 1), 30, "dble-1 to equal the backends once back")
+
+
+def test_an_originator_that_lost_its_decision_makes_every_instance_reload(cluster: Any) -> None:
+    """An operator releases (force) a DDL still waiting on its nodes: dble-2 refreshes from the backends
+    at once (the old structure). When the ALTER then completes, dble-1 cannot publish its outcome; it
+    must make dble-2 reload the table, else dble-2 serves the stale structure for good. (ZooKeeper
+    only: over the peer channel the outcome reaches dble-2 before the decision is tried.)"""
+    cluster.section["peer_port"] = -1
+    p1, p2 = cluster.start(2)
+    blockers = [_hold_on_dn1(b, db) for b in cluster.backends[:2] for db in ("db1", "db2")]   # all 4 nodes
+    try:
+        t1, out1 = run_async(p1, f"ALTER TABLE {TABLE} ADD COLUMN lost INT FIRST")
+        wait_for(lambda: (_znode(cluster, f"ddl/schema1.{TABLE}") or {}).get("instance") == "dble-1", 10,
+                 "dble-1's record")
+        time.sleep(0.5)
+        _manager(p2, KILL + " force")
+        time.sleep(2)   # dble-2 saw the record go and read the table meanwhile
+        for blocker in blockers:
+            with blocker.cursor() as cur:
+                cur.execute("COMMIT")
+    finally:
+        for blocker in blockers:
+            blocker.close()
+    t1.join(30)
+    assert out1.get("error", (0,))[0] == 4006, out1
+    truth = backend_structure(cluster.backends)
+    assert len(truth) == 1 and "`lost`" in next(iter(truth)), truth
+    for p in (p1, p2):
+        wait_for(lambda p=p: full_meta(p)[4:] == (1, 1), 10, f"{p.instance} to equal the backends")
+    for p in (p1, p2):
+        wait_for(lambda p=p: full_meta(p)[4:] == (1, 1), 10, f"{p.instance} to equal the backends")
