@@ -125,3 +125,29 @@ def test_client_gone_past_ddl_timeout_kills_the_ddl_then_reloads_and_releases(en
     assert row["consistent_in_sharding_nodes"] == 0
     assert row["table_structure"] in (env.show_create("dn1", "sharding_2_t1"), env.show_create("dn2", "sharding_2_t1"))
     env.sql("DROP TABLE sharding_2_t1")
+
+
+def test_shutdown_stops_a_waiting_ddl_on_its_nodes_before_exiting(backends: Any) -> None:
+    """SIGTERM while an ALTER waits on dn1: pydble stops it there (KILL QUERY) and exits cleanly,
+    instead of leaving the statement queued behind the transaction with nobody to answer."""
+    for env in env_fixture(backends, tag="ddlstop"):
+        env.drop_everywhere("sharding_2_t1")
+        env.sql(f"CREATE TABLE sharding_2_t1 {T_DEF}")
+        blocker = env.direct("dn1")
+        try:
+            cur = blocker.cursor()
+            cur.execute("BEGIN")
+            cur.execute("SELECT * FROM sharding_2_t1")
+            alter = Background(lambda: env.sql("ALTER TABLE sharding_2_t1 ADD COLUMN bye INT"))
+            _wait_blocked(env, "dn1")
+            t0 = time.monotonic()
+            env.proxy.stop(timeout=15)
+            assert time.monotonic() - t0 < 10
+            assert _ddl_on(env, "dn1") == []        # stopped there while the transaction still holds the table
+            assert "giving up on a DDL" in env.proxy.log_text() and "Traceback" not in env.proxy.log_text()
+            alter.join()
+            assert alter.error is not None
+            cur.execute("COMMIT")
+        finally:
+            blocker.close()
+        assert "bye" not in env.columns_on("dn1", "sharding_2_t1")
