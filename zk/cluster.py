@@ -714,6 +714,21 @@ class Cluster:
                 except BadRecord:
                     phase = "UNKNOWN"
             rows.append((parts[0], parts[1], info.sql, info.instance, phase, info.since))
+        # a record whose lock went with its originator's session: the DDL may still run on the nodes
+        # until a survivor has reconciled it, and the table stays locked meanwhile
+        locked = {(r[0], r[1]) for r in rows}
+        for name in await zk.children(self.paths.ddl):
+            parts = parse_table_node(name)
+            if parts is None or parts in locked:
+                continue
+            got = await zk.get_or_none(self.paths.ddl_record(*parts))
+            if got is None:
+                continue
+            try:
+                rec = DdlRecord.decode(got[0])
+            except BadRecord:
+                continue
+            rows.append((parts[0], parts[1], rec.sql, rec.instance, f"{rec.status} (orphaned)", rec.created_at))
         return rows
 
     async def instance_rows(self) -> list[tuple[str, str, int, str]]:

@@ -38,6 +38,16 @@ def _manager(proxy: Any, sql: str) -> None:
         conn.close()
 
 
+def _show_ddl(proxy: Any) -> list[tuple[Any, ...]]:
+    conn = proxy.manager()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("show @@ddl")
+            return list(cur.fetchall())
+    finally:
+        conn.close()
+
+
 def _hold_on_dn1(server: Any, database: str = "db1") -> Any:
     """A connection straight to a backend (dn1's by default) whose open transaction holds the table's
     metadata lock there."""
@@ -181,6 +191,11 @@ def test_a_reconcile_waits_until_the_orphaned_ddl_has_ended_on_the_backends(clus
                      "dble-1's session to expire")
             time.sleep(3)   # a reconcile pass or more while the ALTER still waits
             assert cluster.zk_children("ddl"), "the record was reconciled while the ALTER still ran on dn1"
+            (row,) = _show_ddl(p2)                     # still shown, the table still locked
+            assert row[1] == TABLE and row[3] == "dble-1" and row[4] == "INIT (orphaned)", row
+            with pytest.raises(pymysql.MySQLError) as e:
+                p2.query(f"ALTER TABLE {TABLE} ADD COLUMN meanwhile INT")
+            assert e.value.args[0] == 4006
             with blocker.cursor() as cur:
                 cur.execute("COMMIT")
             wait_for(lambda: not cluster.zk_children("ddl"), 20, "the survivor to reconcile the record")
