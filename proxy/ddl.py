@@ -136,10 +136,36 @@ class NodeWork:
         raise AssertionError("unreachable")
 
     async def run(self, coros: Iterable[Awaitable[NodeResult]]) -> list[NodeResult | BaseException]:
-        """The DDL on every node, each as a task give_up can wait for."""
+        """The DDL on every node, each as a task give_up can wait for, watched for silent nodes."""
         loop = asyncio.get_running_loop()
         self.tasks = [loop.create_task(c) for c in coros]   # type: ignore[arg-type]
-        return await asyncio.gather(*self.tasks, return_exceptions=True)
+        watch = loop.create_task(self._watch())
+        try:
+            return await asyncio.gather(*self.tasks, return_exceptions=True)
+        finally:
+            watch.cancel()
+
+    async def _watch(self) -> None:
+        """A DDL has no time limit, but a node that stops answering altogether must not hold it (and
+        its table) forever: every backend_timeout_s, another connection asks each node still running
+        it whether the DDL's connection is still there; where it cannot be asked, or is gone, that
+        node's part fails (its connection is dropped) and the refresh reads what the nodes have."""
+        while True:
+            await asyncio.sleep(self.backends.timeout_s)
+            busy = [(n, c, t) for n, c, t in zip(self.nodes, self.conns, self.tasks) if not t.done()]
+            outs = await asyncio.gather(*(self._alive(n, c) for n, c, _ in busy), return_exceptions=True)
+            for (node, conn, task), out in zip(busy, outs):
+                if out is True or task.done():
+                    continue
+                why = out.message if isinstance(out, ProxyError) else "its connection is gone there"
+                log.warning("a node running a DDL stopped answering; its part fails", node=node, reason=why)
+                conn.close()
+
+    async def _alive(self, node: str, conn: BackendConnection) -> bool:
+        """Is the DDL's connection still in the node's processlist (asked on another connection)?"""
+        sc = await self._aside(node, f"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = "
+                                     f"{int(conn.thread_id)}")
+        return bool(sc.results) and int(sc.results[0].rows[0][0] or 0) > 0
 
     def give_up(self, why: str) -> None:
         """Stop the DDL on every node still running it; its own path then sees it end on each, reloads
@@ -166,9 +192,13 @@ class NodeWork:
 
     async def _kill(self, node: str, conn: BackendConnection) -> None:
         """KILL QUERY on the DDL's connection, sent from another connection to the same node."""
+        await self._aside(node, f"KILL QUERY {int(conn.thread_id)}")
+
+    async def _aside(self, node: str, sql: str) -> ResponseScanner:
+        """Run SQL on another connection to a node than the DDL's own (bounded by backend_timeout_s)."""
         other = await self.backends.acquire(node, 0)
         try:
-            await other.query(f"KILL QUERY {int(conn.thread_id)}", self.backends.timeout_s)
+            return await other.query(sql, self.backends.timeout_s)
         finally:
             self.backends.release(node, other)
 
@@ -291,6 +321,8 @@ class DdlRunner:
             cluster = self.server.config.cluster
             bound = 2 * self.server.backends.timeout_s + (2 * cluster.ack_timeout_s if cluster else 0)
             await asyncio.wait(list(self.tasks), timeout=bound)
+            for _ in range(2):
+                await asyncio.sleep(0)   # each finished DDL's history entry (_remember, scheduled) before the history closes
 
     async def running(self, marker: str, kill: bool = False) -> list[str]:
         """The dbGroups whose processlist shows a statement carrying a DDL's marker (its connections,
