@@ -327,7 +327,8 @@ class DdlRunner:
     async def running(self, marker: str, kill: bool = False) -> list[str]:
         """The dbGroups whose processlist shows a statement carrying a DDL's marker (its connections,
         wherever they come from), or that could not be asked; `kill`: KILL QUERY each one found first."""
-        if not marker.startswith(MARKER_PREFIX) or not marker[len(MARKER_PREFIX):].isalnum():
+        if not marker.startswith(MARKER_PREFIX) or not (marker[len(MARKER_PREFIX):].isascii()
+                                                        and marker[len(MARKER_PREFIX):].isalnum()):
             raise ValueError(f"not a DDL marker: {marker!r}")
         backends = self.server.backends
         one_node: dict[str, str] = {}

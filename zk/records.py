@@ -106,8 +106,10 @@ class DdlRecord:
 
     @property
     def ddl_id(self) -> str:
-        """The DDL's unique id (from its marker; "" for a record written before ids existed)."""
-        return self.marker.rsplit(":", 1)[-1] if self.marker.startswith(MARKER_PREFIX) else ""
+        """The DDL's unique id (from its marker; "" for a record written before ids existed, or a marker
+        that is not one of ours: it goes into znode paths and SQL, so only letters and digits)."""
+        tail = self.marker[len(MARKER_PREFIX):] if self.marker.startswith(MARKER_PREFIX) else ""
+        return tail if tail.isascii() and tail.isalnum() else ""
 
     def with_status(self, status: str, message: str = "", reconciled_by: str = "") -> DdlRecord:
         """The same record with a decision."""

@@ -16,7 +16,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from .cluster import REMOVE_ATTEMPTS, SAFETY_POLL_S, ZK_ERRORS, PassLoop, Waker, went_through
 from .paths import parse_table_node
-from .records import FAILED, BadRecord, DdlLockInfo, DdlRecord, HistoryEntry
+from .records import FAILED, MARKER_PREFIX, BadRecord, DdlLockInfo, DdlRecord, HistoryEntry
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -164,13 +164,13 @@ class Recovery(PassLoop):
         Past `[server] ddl_timeout_s` since the DDL began, its statements are stopped (KILL QUERY), as
         its originator would have. False: still running, the record is left for a later pass."""
         c = self.cluster
-        if not rec.marker or c.ddl_running is None:
+        if not rec.ddl_id or c.ddl_running is None:
             return True   # a record from before markers: nothing to look for
         limit = c.config.server.ddl_timeout_s
         deadline = time.monotonic() + min(c.cc.ack_timeout_s, RUNNING_WAIT_S)
         while True:
             give_up = limit > 0 and time.time() - rec.created_at > limit
-            where = await c.ddl_running(rec.marker, kill=give_up)
+            where = await c.ddl_running(MARKER_PREFIX + rec.ddl_id, kill=give_up)
             if not where:
                 return True
             if time.monotonic() > deadline:
