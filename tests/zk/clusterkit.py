@@ -7,7 +7,7 @@ import time
 from typing import Any, Callable
 
 import pymysql
-from harness import cluster_section
+from harness import cluster_section, free_port, proxy_config
 
 SESSION_TIMEOUT_S = 3
 ACK_TIMEOUT_S = 6
@@ -27,10 +27,16 @@ class Cluster:
                                        ack_timeout_s=ack_timeout_s)
         self.proxies: list[Any] = []
 
-    def start(self, n: int = 3, env: dict[int, dict[str, str]] | None = None) -> list[Any]:
-        """Start n instances dble-1..dble-n (env per index, 0-based)."""
+    def start(self, n: int = 3, env: dict[int, dict[str, str]] | None = None,
+              server: dict[str, Any] | None = None) -> list[Any]:
+        """Start n instances dble-1..dble-n (env per index, 0-based; `server`: [server] settings for all)."""
         for i in range(n):
-            self.proxies.append(self.make(instance=f"dble-{i + 1}", cluster=self.section,
+            config = None
+            if server:
+                config = proxy_config(self.backends, free_port(), free_port(), instance=f"dble-{i + 1}",
+                                      cluster=self.section)
+                config["server"].update(server)
+            self.proxies.append(self.make(config, instance=f"dble-{i + 1}", cluster=self.section,
                                           env=(env or {}).get(i)))
         return self.proxies
 

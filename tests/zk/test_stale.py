@@ -242,3 +242,31 @@ def test_an_originator_that_lost_its_decision_makes_every_instance_reload(cluste
         wait_for(lambda p=p: full_meta(p)[4:] == (1, 1), 10, f"{p.instance} to equal the backends")
     for p in (p1, p2):
         wait_for(lambda p=p: full_meta(p)[4:] == (1, 1), 10, f"{p.instance} to equal the backends")
+
+
+def test_a_blocked_alter_outlasts_the_backend_timeout_with_the_cluster_locked(cluster: Any) -> None:
+    """backend_timeout_s = 2 and an ALTER waiting on dn1's metadata lock: it keeps the table locked in
+    the whole cluster (shown by `show @@ddl` on the other instance, a DDL there refused with 4006)
+    until the transaction ends, then completes everywhere with every instance equal to the backends."""
+    p1, p2 = cluster.start(2, server={"backend_timeout_s": 2})
+    blocker = _hold_on_dn1(cluster.backends[0])
+    try:
+        t1, out1 = run_async(p1, f"ALTER TABLE {TABLE} ADD COLUMN x INT FIRST")
+        wait_for(lambda: _show_ddl(p2), 10, "the ALTER to show on dble-2")
+        time.sleep(3.5)   # past backend_timeout_s
+        assert not out1, out1
+        (row,) = _show_ddl(p2)
+        assert row[1] == TABLE and row[3] == "dble-1" and "ADD COLUMN x" in row[2], row
+        with pytest.raises(pymysql.MySQLError) as e:
+            p2.query(f"ALTER TABLE {TABLE} ADD COLUMN y INT")
+        assert e.value.args[0] == 4006
+        with blocker.cursor() as cur:
+            cur.execute("COMMIT")
+    finally:
+        blocker.close()
+    t1.join(30)
+    assert out1.get("ok"), out1
+    truth = backend_structure(cluster.backends)
+    assert len(truth) == 1 and "`x` int(11) DEFAULT NULL,\n  `id`" in next(iter(truth)), truth
+    for p in (p1, p2):
+        assert full_meta(p)[4:] == (1, 1), p.instance
