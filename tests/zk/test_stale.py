@@ -58,6 +58,20 @@ def _hold_on_dn1(server: Any, database: str = "db1") -> Any:
     return conn
 
 
+def _let_go(blocker: Any) -> None:
+    """End the blocking transaction (the DDL waiting behind it goes on) and close its connection."""
+    try:
+        with blocker.cursor() as cur:
+            cur.execute("COMMIT")
+    finally:
+        blocker.close()
+
+
+def _answered_ok(thread: Any, out: dict[str, Any]) -> None:
+    thread.join(30)
+    assert out.get("ok"), out
+
+
 def _znode(cluster: Any, path: str) -> dict[str, Any] | None:
     zk = cluster.zk()
     try:
@@ -95,12 +109,9 @@ def test_a_released_originator_resuming_cannot_touch_the_next_ddls_record(cluste
         lock = _znode(cluster, f"lock/ddl_lock/schema1.{TABLE}")
         assert lock is not None and lock["instance"] == "dble-2"
         assert not out2, "dble-2's DDL ended while dn1 still held the table"
-        with blocker.cursor() as cur:
-            cur.execute("COMMIT")
     finally:
-        blocker.close()
-    t2.join(30)
-    assert out2.get("ok"), out2
+        _let_go(blocker)
+    _answered_ok(t2, out2)
     wait_for(lambda: not cluster.zk_children("ddl") and not cluster.zk_children("lock/ddl_lock"), 10,
              "ddl records and locks to be gone")
     truth = backend_structure(cluster.backends)
@@ -260,12 +271,9 @@ def test_a_blocked_alter_outlasts_the_backend_timeout_with_the_cluster_locked(cl
         with pytest.raises(pymysql.MySQLError) as e:
             p2.query(f"ALTER TABLE {TABLE} ADD COLUMN y INT")
         assert e.value.args[0] == 4006
-        with blocker.cursor() as cur:
-            cur.execute("COMMIT")
     finally:
-        blocker.close()
-    t1.join(30)
-    assert out1.get("ok"), out1
+        _let_go(blocker)
+    _answered_ok(t1, out1)
     truth = backend_structure(cluster.backends)
     assert len(truth) == 1 and "`x` int(11) DEFAULT NULL,\n  `id`" in next(iter(truth)), truth
     for p in (p1, p2):
