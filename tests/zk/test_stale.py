@@ -58,6 +58,12 @@ def _hold_on_dn1(server: Any, database: str = "db1") -> Any:
     return conn
 
 
+def _ddl_marked_on(server: Any) -> bool:
+    """A statement carrying pydble's DDL marker waits for a metadata lock on that backend."""
+    rows = server.query("SHOW PROCESSLIST")
+    return any("metadata lock" in (r[6] or "") and "pydble-ddl:" in (r[7] or "") for r in rows)
+
+
 def _let_go(blocker: Any) -> None:
     """End the blocking transaction (the DDL waiting behind it goes on) and close its connection."""
     try:
@@ -191,11 +197,7 @@ def test_a_reconcile_waits_until_the_orphaned_ddl_has_ended_on_the_backends(clus
     try:
         t1, out1 = run_async(p1, f"ALTER TABLE {TABLE} ADD COLUMN x INT FIRST")
 
-        def alter_waits_on_dn1() -> bool:
-            rows = b1.query("SHOW PROCESSLIST")
-            return any("metadata lock" in (r[6] or "") and "pydble-ddl:" in (r[7] or "") for r in rows)
-
-        wait_for(alter_waits_on_dn1, 10, "the ALTER to wait on dn1")
+        wait_for(lambda: _ddl_marked_on(b1), 10, "the ALTER to wait on dn1")
         p1.pause()
         try:
             wait_for(lambda: "dble-1" not in cluster.zk_children("online"), SESSION_TIMEOUT_S + 10,
@@ -278,3 +280,27 @@ def test_a_blocked_alter_outlasts_the_backend_timeout_with_the_cluster_locked(cl
     assert len(truth) == 1 and "`x` int(11) DEFAULT NULL,\n  `id`" in next(iter(truth)), truth
     for p in (p1, p2):
         assert full_meta(p)[4:] == (1, 1), p.instance
+
+
+def test_a_reconcile_stops_an_orphaned_ddl_past_ddl_timeout(cluster: Any) -> None:
+    """Past `[server] ddl_timeout_s`, the survivor does what the frozen originator would have done for
+    a client gone: it stops the orphaned ALTER on dn1 (KILL QUERY) and reconciles from what the nodes
+    have, while the transaction still holds the table."""
+    p1, p2 = cluster.start(2, server={"ddl_timeout_s": 4})
+    b1 = cluster.backends[0]
+    blocker = _hold_on_dn1(b1)
+    try:
+        t1, _ = run_async(p1, f"ALTER TABLE {TABLE} ADD COLUMN k INT")
+        wait_for(lambda: _ddl_marked_on(b1), 10, "the ALTER to wait on dn1")
+        p1.pause()
+        try:
+            wait_for(lambda: not cluster.zk_children("ddl"), SESSION_TIMEOUT_S + 20, "the survivor to reconcile")
+            assert not _ddl_marked_on(b1), "reconciled while the ALTER still waited on dn1"
+            row = full_meta(p2)
+            assert row[4] == 0                      # dn1 without the column, the other nodes with it
+            assert row[3] in {text for text in backend_structure(cluster.backends)}
+        finally:
+            p1.resume()
+    finally:
+        _let_go(blocker)
+    t1.join(30)
