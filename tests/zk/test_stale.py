@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import pymysql
 import pytest
@@ -62,6 +63,26 @@ def _ddl_marked_on(server: Any) -> bool:
     """A statement carrying pydble's DDL marker waits for a metadata lock on that backend."""
     rows = server.query("SHOW PROCESSLIST")
     return any("metadata lock" in (r[6] or "") and "pydble-ddl:" in (r[7] or "") for r in rows)
+
+
+@contextmanager
+def _frozen_mid_alter(cluster: Any, sql: str, **server: Any) -> Iterator[tuple[Any, Any, Any, Any, dict]]:
+    """Two instances; dble-1 runs `sql`, held on dn1 by an open transaction, and is then frozen
+    (SIGSTOP). Yields (dble-1, dble-2, the blocking connection, dble-1's client thread and outcome);
+    afterwards dble-1 is resumed and the transaction ended."""
+    p1, p2 = cluster.start(2, server=server or None)
+    b1 = cluster.backends[0]
+    blocker = _hold_on_dn1(b1)
+    try:
+        thread, out = run_async(p1, sql)
+        wait_for(lambda: _ddl_marked_on(b1), 10, "the ALTER to wait on dn1")
+        p1.pause()
+        try:
+            yield p1, p2, blocker, thread, out
+        finally:
+            p1.resume()
+    finally:
+        _let_go(blocker)
 
 
 def _let_go(blocker: Any) -> None:
@@ -191,36 +212,24 @@ def test_a_reconcile_waits_until_the_orphaned_ddl_has_ended_on_the_backends(clus
     session: the survivor must not read the table while the ALTER still waits there (it would publish
     the old structure for good); once the transaction ends and the ALTER completes, it publishes the
     new one."""
-    p1, p2 = cluster.start(2)
-    b1 = cluster.backends[0]
-    blocker = _hold_on_dn1(b1)
-    try:
-        t1, out1 = run_async(p1, f"ALTER TABLE {TABLE} ADD COLUMN x INT FIRST")
-
-        wait_for(lambda: _ddl_marked_on(b1), 10, "the ALTER to wait on dn1")
-        p1.pause()
-        try:
-            wait_for(lambda: "dble-1" not in cluster.zk_children("online"), SESSION_TIMEOUT_S + 10,
-                     "dble-1's session to expire")
-            time.sleep(3)   # a reconcile pass or more while the ALTER still waits
-            assert cluster.zk_children("ddl"), "the record was reconciled while the ALTER still ran on dn1"
-            (row,) = _show_ddl(p2)                     # still shown, the table still locked
-            assert row[1] == TABLE and row[3] == "dble-1" and row[4] == "INIT (orphaned)", row
-            with pytest.raises(pymysql.MySQLError) as e:
-                p2.query(f"ALTER TABLE {TABLE} ADD COLUMN meanwhile INT")
-            assert e.value.args[0] == 4006
-            with blocker.cursor() as cur:
-                cur.execute("COMMIT")
-            wait_for(lambda: not cluster.zk_children("ddl"), 20, "the survivor to reconcile the record")
-            truth = backend_structure(cluster.backends)
-            assert len(truth) == 1 and "`x` int(11) DEFAULT NULL,\n  `id`" in next(iter(truth)), truth
-            row = full_meta(p2)
-            assert row[4:] == (1, 1), row
-            assert "`x`" in row[3]
-        finally:
-            p1.resume()
-    finally:
-        blocker.close()
+    with _frozen_mid_alter(cluster, f"ALTER TABLE {TABLE} ADD COLUMN x INT FIRST") as (p1, p2, blocker, t1, out1):
+        wait_for(lambda: "dble-1" not in cluster.zk_children("online"), SESSION_TIMEOUT_S + 10,
+                 "dble-1's session to expire")
+        time.sleep(3)   # a reconcile pass or more while the ALTER still waits
+        assert cluster.zk_children("ddl"), "the record was reconciled while the ALTER still ran on dn1"
+        (row,) = _show_ddl(p2)                     # still shown, the table still locked
+        assert row[1] == TABLE and row[3] == "dble-1" and row[4] == "INIT (orphaned)", row
+        with pytest.raises(pymysql.MySQLError) as e:
+            p2.query(f"ALTER TABLE {TABLE} ADD COLUMN meanwhile INT")
+        assert e.value.args[0] == 4006
+        with blocker.cursor() as cur:
+            cur.execute("COMMIT")
+        wait_for(lambda: not cluster.zk_children("ddl"), 20, "the survivor to reconcile the record")
+        truth = backend_structure(cluster.backends)
+        assert len(truth) == 1 and "`x` int(11) DEFAULT NULL,\n  `id`" in next(iter(truth)), truth
+        row = full_meta(p2)
+        assert row[4:] == (1, 1), row
+        assert "`x`" in row[3]
     t1.join(30)
     assert "error" in out1, out1   # dble-1 lost its session: it could not publish the outcome
     wait_for(lambda: full_meta(p1)[4:] == (1, 1), 30, "dble-1 to equal the backends once back")
@@ -286,21 +295,10 @@ def test_a_reconcile_stops_an_orphaned_ddl_past_ddl_timeout(cluster: Any) -> Non
     """Past `[server] ddl_timeout_s`, the survivor does what the frozen originator would have done for
     a client gone: it stops the orphaned ALTER on dn1 (KILL QUERY) and reconciles from what the nodes
     have, while the transaction still holds the table."""
-    p1, p2 = cluster.start(2, server={"ddl_timeout_s": 4})
-    b1 = cluster.backends[0]
-    blocker = _hold_on_dn1(b1)
-    try:
-        t1, _ = run_async(p1, f"ALTER TABLE {TABLE} ADD COLUMN k INT")
-        wait_for(lambda: _ddl_marked_on(b1), 10, "the ALTER to wait on dn1")
-        p1.pause()
-        try:
-            wait_for(lambda: not cluster.zk_children("ddl"), SESSION_TIMEOUT_S + 20, "the survivor to reconcile")
-            assert not _ddl_marked_on(b1), "reconciled while the ALTER still waited on dn1"
-            row = full_meta(p2)
-            assert row[4] == 0                      # dn1 without the column, the other nodes with it
-            assert row[3] in {text for text in backend_structure(cluster.backends)}
-        finally:
-            p1.resume()
-    finally:
-        _let_go(blocker)
+    with _frozen_mid_alter(cluster, f"ALTER TABLE {TABLE} ADD COLUMN k INT", ddl_timeout_s=4) as (_, p2, _b, t1, _o):
+        wait_for(lambda: not cluster.zk_children("ddl"), SESSION_TIMEOUT_S + 20, "the survivor to reconcile")
+        assert not _ddl_marked_on(cluster.backends[0]), "reconciled while the ALTER still waited on dn1"
+        row = full_meta(p2)
+        assert row[4] == 0                      # dn1 without the column, the other nodes with it
+        assert row[3] in backend_structure(cluster.backends)
     t1.join(30)
