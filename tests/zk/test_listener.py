@@ -15,7 +15,7 @@ from meta.registry import Registry
 from zk.aio import Zk
 from zk.cluster import Cluster
 from zk.listener import GONE_GRACE_S
-from zk.records import INIT, SUCCESS, DdlRecord
+from zk.records import INIT, SUCCESS, DdlRecord, HistoryEntry
 
 
 @pytest.mark.parametrize("on_the_spot", [False, True], ids=["step-task", "on-the-spot"])
@@ -80,6 +80,47 @@ def test_a_pass_that_read_a_record_before_its_outcome_came_does_not_lock_the_tab
             for t in list(c._tasks):
                 t.cancel()
             await asyncio.gather(*c._tasks, return_exceptions=True)
+            await c.zk.stop()
+
+    asyncio.run(go())
+
+
+def test_a_history_entry_is_seen_only_once_applied(zookeeper: Any, zk_root: str, backends: list[Any]) -> None:
+    """Catching up on ddl_history: when the refresh of an entry fails (backends away for a moment),
+    the entry is read again at the next pass instead of being marked seen and forgotten."""
+    raw = proxy_config(backends, free_port(), free_port(), instance="dble-2",
+                       cluster=cluster_section(zookeeper, root=zk_root + "-history"))
+    config = parse_config(raw)
+
+    async def go() -> None:
+        refreshed: list[list[tuple[str, str]]] = []
+        fail = [True]
+
+        async def refresh(keys: list[tuple[str, str]], texts: Any = None) -> None:
+            if fail[0]:
+                raise RuntimeError("backends away for a moment")
+            refreshed.append(keys)
+
+        async def load_all() -> None:
+            pass
+
+        c = Cluster(config, Registry(config), MetaLocks("dble-2"), load_all, refresh)
+        c.zk = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
+        await c.zk.start(10)
+        try:
+            await c.zk.ensure_path(c.paths.history)
+            await c.listener._catch_up()                  # the first read only notes where history is
+            await c.append_history(HistoryEntry("schema1", "sharding_4_t1", "dble-1", "ALTER ...", SUCCESS, 77))
+            with pytest.raises(RuntimeError):
+                await c.listener._catch_up()
+            assert refreshed == []
+            fail[0] = False
+            await c.listener._catch_up()
+            assert refreshed == [[("schema1", "sharding_4_t1")]]
+            await c.listener._catch_up()                  # applied: not again
+            assert refreshed == [[("schema1", "sharding_4_t1")]]
+        finally:
+            await c.zk.delete(c.paths.base, recursive=True)
             await c.zk.stop()
 
     asyncio.run(go())
