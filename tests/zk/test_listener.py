@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from clusterkit import instance_and_other
 from harness import cluster_section, free_port, proxy_config
 
 from meta.config import parse_config
@@ -88,39 +89,23 @@ def test_a_pass_that_read_a_record_before_its_outcome_came_does_not_lock_the_tab
 def test_a_history_entry_is_seen_only_once_applied(zookeeper: Any, zk_root: str, backends: list[Any]) -> None:
     """Catching up on ddl_history: when the refresh of an entry fails (backends away for a moment),
     the entry is read again at the next pass instead of being marked seen and forgotten."""
-    raw = proxy_config(backends, free_port(), free_port(), instance="dble-2",
-                       cluster=cluster_section(zookeeper, root=zk_root + "-history"))
-    config = parse_config(raw)
-
     async def go() -> None:
         refreshed: list[list[tuple[str, str]]] = []
-        fail = [True]
+        async with instance_and_other(zookeeper, zk_root + "-history", backends, refreshed) as (c, _):
+            recorded = c.refresh
 
-        async def refresh(keys: list[tuple[str, str]], texts: Any = None) -> None:
-            if fail[0]:
+            async def failing(keys: list[tuple[str, str]], texts: Any = None) -> None:
                 raise RuntimeError("backends away for a moment")
-            refreshed.append(keys)
 
-        async def load_all() -> None:
-            pass
-
-        c = Cluster(config, Registry(config), MetaLocks("dble-2"), load_all, refresh)
-        c.zk = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
-        await c.zk.start(10)
-        try:
-            await c.zk.ensure_path(c.paths.history)
             await c.listener._catch_up()                  # the first read only notes where history is
             await c.append_history(HistoryEntry("schema1", "sharding_4_t1", "dble-1", "ALTER ...", SUCCESS, 77))
+            c.refresh = failing
             with pytest.raises(RuntimeError):
                 await c.listener._catch_up()
-            assert refreshed == []
-            fail[0] = False
+            c.refresh = recorded
             await c.listener._catch_up()
             assert refreshed == [[("schema1", "sharding_4_t1")]]
             await c.listener._catch_up()                  # applied: not again
             assert refreshed == [[("schema1", "sharding_4_t1")]]
-        finally:
-            await c.zk.delete(c.paths.base, recursive=True)
-            await c.zk.stop()
 
     asyncio.run(go())

@@ -15,15 +15,10 @@ from typing import Any, Iterator
 
 import pymysql
 import pytest
-from clusterkit import SESSION_TIMEOUT_S, TABLE, backend_structure, full_meta, run_async, wait_for
-from harness import cluster_section, free_port, proxy_config
+from clusterkit import (SESSION_TIMEOUT_S, TABLE, backend_structure, full_meta, instance_and_other, run_async,
+                        wait_for)
 from kazoo.exceptions import NoNodeError
 
-from meta.config import parse_config
-from meta.locks import MetaLocks
-from meta.registry import Registry
-from zk.aio import Zk
-from zk.cluster import Cluster
 from zk.records import INIT, Ack, DdlRecord
 
 PAUSE_S = 8
@@ -153,22 +148,8 @@ def test_a_late_ack_of_an_earlier_record_does_not_count_for_the_next(
     not take that ack for its own, and an ack written for the previous record once the next one is
     there is not written at all."""
     async def go() -> None:
-        root = zk_root + "-lateack"
-        config = parse_config(proxy_config(backends, free_port(), free_port(), instance="dble-2",
-                                           cluster=cluster_section(zookeeper, root=root)))
-
-        async def nothing(*_: Any) -> None:
-            pass
-
-        c = Cluster(config, Registry(config), MetaLocks("dble-2"), nothing, nothing)
-        c.zk = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
-        await c.zk.start(10)
-        other = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
-        await other.start(10)
         key = ("schema1", TABLE)
-        try:
-            for p in (c.paths.ddl, c.paths.history, c.paths.online):
-                await c.zk.ensure_path(p)
+        async with instance_and_other(zookeeper, zk_root + "-lateack", backends, []) as (c, other):
             await other.create(c.paths.online_instance("dble-3"), b"{}", ephemeral=True)
             path = c.paths.ddl_record(*key)
 
@@ -199,10 +180,6 @@ def test_a_late_ack_of_an_earlier_record_does_not_count_for_the_next(
             await c.ack(second, second_czxid)
             data, _ = await c.zk.get(c.paths.ddl_ack(*key, "dble-2"))
             assert Ack.decode(data).record == second_czxid
-        finally:
-            await c.zk.delete(root, recursive=True)
-            await other.stop()
-            await c.zk.stop()
 
     asyncio.run(go())
 
