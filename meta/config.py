@@ -37,6 +37,7 @@ class ServerConfig:
     version: str | None = None
     max_connections: int = 4096
     backend_timeout_s: float = 30.0
+    ddl_timeout_s: float = 0.0  # a DDL whose client left is stopped on its nodes after this long; 0: never
     data_dir: str = ""          # DDL history etc.; default: <config file's folder>/data/<instance>
     metrics_port: int = 0       # Prometheus endpoint; 0: off
     merge_memory_mb: int = 256  # rows one query may hold while merging several nodes' results
@@ -274,7 +275,7 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
     p = "server"
     _typed(s, p, dict, "a table")
     _take(s, p, {"instance", "bind", "port", "manager_port", "version", "max_connections",
-                 "backend_timeout_s", "data_dir", "metrics_port", "merge_memory_mb", "client_buffer_kb",
+                 "backend_timeout_s", "ddl_timeout_s", "data_dir", "metrics_port", "merge_memory_mb", "client_buffer_kb",
                  "ssl_cert", "ssl_key", "max_allowed_packet", "packet_timeout_s"})
     d = ServerConfig()
     cfg = ServerConfig(
@@ -286,6 +287,7 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
         max_connections=_get(s, p, "max_connections", int, "an integer", d.max_connections),
         backend_timeout_s=float(_get(s, p, "backend_timeout_s", (int, float), "a number",
                                      d.backend_timeout_s)),
+        ddl_timeout_s=float(_get(s, p, "ddl_timeout_s", (int, float), "a number of seconds", d.ddl_timeout_s)),
         data_dir=_get(s, p, "data_dir", str, "a folder path", ""),
         metrics_port=_port(s, p, "metrics_port", 0) if s.get("metrics_port") else 0,
         merge_memory_mb=_get(s, p, "merge_memory_mb", int, "an integer (MB)", d.merge_memory_mb),
@@ -302,6 +304,8 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
         raise ConfigError("server.max_allowed_packet", "must be between 1024 and 1073741824 bytes")
     if cfg.packet_timeout_s <= 0:
         raise ConfigError("server.packet_timeout_s", "must be a positive number of seconds")
+    if cfg.ddl_timeout_s < 0:
+        raise ConfigError("server.ddl_timeout_s", "must be >= 0 (0: a DDL is never given up)")
     if cfg.merge_memory_mb < 1 or cfg.client_buffer_kb < 16:
         raise ConfigError("server.merge_memory_mb", "merge_memory_mb must be >= 1 and client_buffer_kb >= 16")
     if cfg.metrics_port and cfg.metrics_port in (cfg.port, cfg.manager_port):

@@ -349,12 +349,16 @@ class BackendConnection(asyncio.Protocol):
             raise
         if timeout is not None:
             self._watch(timeout)
+        elif self._timer is not None:   # unbounded (a DDL): the watchdog armed by an earlier command stops
+            self._timer.cancel()
+            self._timer = None
         return fut
 
-    async def run(self, packet: bytes, timeout: float, *, kind: str = "query", sink: Sink | None = None,
+    async def run(self, packet: bytes, timeout: float | None, *, kind: str = "query", sink: Sink | None = None,
                   collect: bool = False, budget: Budget | None = None,
                   sent: Callable[[], None] | None = None) -> ResponseScanner:
-        """Send a command and wait (bounded) for its whole response; `sent` is called once it is written."""
+        """Send a command and wait for its whole response, bounded by `timeout` of silence (None: no
+        bound, for a DDL); `sent` is called once it is written."""
         fut = self.start(packet, kind=kind, sink=sink, collect=collect, budget=budget, timeout=timeout)
         assert fut is not None
         if sent is not None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Awaitable, Callable, Iterable, Mapping
 
 import structlog
 
@@ -20,12 +21,15 @@ from meta.later import Later
 from meta.loader import LoadResult, load_tables, node_tables, result_from_texts
 from meta.locks import MetaLocks
 from zk.originator import ClusterDdl
+from zk.records import MARKER_PREFIX
 
+from .protocol import constants as C
 from .protocol.messages import ErrInfo
 from .protocol.packets import frame
 
 if TYPE_CHECKING:
     from .backend import BackendConnection
+    from .pool import Backends
     from .protocol.response import ResponseScanner
     from .reply import Reply
     from .router import Plan
@@ -84,6 +88,131 @@ class DdlTrace:
                 "meta_version": meta_version, "started_at": self.started_at}
 
 
+class NodeWork:
+    """One DDL's connections to its nodes (one per target): each answered a ping before anything ran,
+    each is stopped with KILL QUERY where pydble gives up, all are given back once the DDL has ended."""
+
+    def __init__(self, backends: Backends, started: float) -> None:
+        self.backends = backends
+        self.started = started
+        self.nodes: list[str] = []
+        self.conns: list[BackendConnection] = []
+        self.tasks: list[asyncio.Task] = []
+        self.marker = f"{MARKER_PREFIX}{uuid.uuid4().hex}"   # in the DDL text: its connections found from outside
+        self.stopped = ""                                 # why pydble gave up on it ("": it has not)
+        self.giving_up: asyncio.Task | None = None
+        self.timer: asyncio.TimerHandle | None = None
+
+    async def reach(self, nodes: list[str]) -> None:
+        """A connection to every node; refused, with nothing run anywhere, naming a node that does not
+        answer (DBLE checks every node before a DDL too: a DDL run on some nodes only splits the table)."""
+        outs = await asyncio.gather(*(self._reach_one(n) for n in nodes), return_exceptions=True)
+        for node, out in zip(nodes, outs):
+            if not isinstance(out, BaseException):
+                self.nodes.append(node)
+                self.conns.append(out)
+        for node, out in zip(nodes, outs):
+            if isinstance(out, BaseException):
+                self.release()
+                why = out.message if isinstance(out, ProxyError) else str(out) or out.__class__.__name__
+                raise ProxyError(f"DDL refused: shardingNode[{node}] is unreachable ({why}); a DDL runs only "
+                                 f"when every shardingNode of its table answers", 1105, "HY000")
+
+    async def _reach_one(self, node: str) -> BackendConnection:
+        """A pooled connection that answers COM_PING (an idle one may be stale: then one more try)."""
+        for attempt in (1, 2):
+            conn = await self.backends.acquire(node, 0)
+            try:
+                sc = await conn.run(frame(0, bytes((C.COM_PING,))), self.backends.timeout_s)
+            except ProxyError:
+                self.backends.release(node, conn)   # closed by run(): the pool drops it
+                if attempt == 2:
+                    raise
+                continue
+            if sc.error is None:
+                return conn
+            self.backends.release(node, conn)
+            raise ProxyError(sc.error.message, sc.error.code, sc.error.sqlstate)
+        raise AssertionError("unreachable")
+
+    async def run(self, coros: Iterable[Awaitable[NodeResult]]) -> list[NodeResult | BaseException]:
+        """The DDL on every node, each as a task give_up can wait for, watched for silent nodes."""
+        loop = asyncio.get_running_loop()
+        self.tasks = [loop.create_task(c) for c in coros]   # type: ignore[arg-type]
+        watch = loop.create_task(self._watch())
+        try:
+            return await asyncio.gather(*self.tasks, return_exceptions=True)
+        finally:
+            watch.cancel()
+
+    async def _watch(self) -> None:
+        """A DDL has no time limit, but a node that stops answering altogether must not hold it (and
+        its table) forever: every backend_timeout_s, another connection asks each node still running
+        it whether the DDL's connection is still there; where it cannot be asked, or is gone, that
+        node's part fails (its connection is dropped) and the refresh reads what the nodes have."""
+        while True:
+            await asyncio.sleep(self.backends.timeout_s)
+            busy = [(n, c, t) for n, c, t in zip(self.nodes, self.conns, self.tasks) if not t.done()]
+            outs = await asyncio.gather(*(self._alive(n, c) for n, c, _ in busy), return_exceptions=True)
+            for (node, conn, task), out in zip(busy, outs):
+                if out is True or task.done():
+                    continue
+                why = out.message if isinstance(out, ProxyError) else "its connection is gone there"
+                log.warning("a node running a DDL stopped answering; its part fails", node=node, reason=why)
+                conn.close()
+
+    async def _alive(self, node: str, conn: BackendConnection) -> bool:
+        """Is the DDL's connection still in the node's processlist (asked on another connection)?"""
+        sc = await self._aside(node, f"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = "
+                                     f"{int(conn.thread_id)}")
+        return bool(sc.results) and int(sc.results[0].rows[0][0] or 0) > 0
+
+    def give_up(self, why: str) -> None:
+        """Stop the DDL on every node still running it; its own path then sees it end on each, reloads
+        the table from the backends and only then releases the locks. Idempotent."""
+        if self.giving_up is None:
+            self.stopped = why
+            self.giving_up = asyncio.get_running_loop().create_task(self._stop(why))
+
+    async def _stop(self, why: str) -> None:
+        busy = [(n, c, t) for n, c, t in zip(self.nodes, self.conns, self.tasks) if not t.done()]
+        log.warning("giving up on a DDL: stopping it on its nodes", reason=why, marker=self.marker,
+                    nodes=[n for n, _, _ in busy])
+        outs = await asyncio.gather(*(self._kill(n, c) for n, c, _ in busy), return_exceptions=True)
+        for (node, _, _), out in zip(busy, outs):
+            if isinstance(out, BaseException):
+                log.warning("KILL QUERY failed", node=node, error=str(out))
+        pending = [t for _, _, t in busy if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=self.backends.timeout_s)
+        for node, conn, task in busy:
+            if not task.done():   # the node did not end it: drop the connection, the reload tells the truth
+                log.warning("DDL still running after KILL QUERY; connection dropped", node=node)
+                conn.close()
+
+    async def _kill(self, node: str, conn: BackendConnection) -> None:
+        """KILL QUERY on the DDL's connection, sent from another connection to the same node."""
+        await self._aside(node, f"KILL QUERY {int(conn.thread_id)}")
+
+    async def _aside(self, node: str, sql: str) -> ResponseScanner:
+        """Run SQL on another connection to a node than the DDL's own (bounded by backend_timeout_s)."""
+        other = await self.backends.acquire(node, 0)
+        try:
+            return await other.query(sql, self.backends.timeout_s)
+        finally:
+            self.backends.release(node, other)
+
+    def release(self) -> None:
+        """Give the connections back (closed after a give-up: a pending kill must not hit a later query)."""
+        if self.timer is not None:
+            self.timer.cancel()
+        for node, conn in zip(self.nodes, self.conns):
+            if self.stopped:
+                conn.close()
+            self.backends.release(node, conn)
+        self.nodes, self.conns = [], []
+
+
 class DdlRunner:
     """Serializes DDL per table on this instance and keeps metadata in step with the backends."""
 
@@ -91,6 +220,7 @@ class DdlRunner:
         self.server = server
         self.locks = MetaLocks(server.config.server.instance)
         self.tasks: set[asyncio.Task] = set()
+        self.active: dict[str, NodeWork] = {}   # owner -> the DDL's backend connections while it runs
         self.later = Later()   # each DDL's info line, written a moment after its answer (flushed at stop)
 
     async def run(self, session: Session, plan: Plan, sql: str, r: Reply, more: bool) -> None:
@@ -114,6 +244,9 @@ class DdlRunner:
         status = session.status
         try:
             err, warning = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            self._client_gone(owner)
+            raise
         finally:
             # history and metrics once the answer is written (the session writes it before its next
             # loop turn), or once the DDL ends if the client has gone
@@ -137,13 +270,15 @@ class DdlRunner:
         started = time.monotonic()
         err: ProxyError | None = None
         warning: str | None = None
+        work = self.active[owner] = NodeWork(self.server.backends, started)
         try:
             self._precheck(plan)
+            await work.reach([t.node for t in plan.targets])
             cluster = self.server.cluster
             if cluster is None:
                 err = await self._apply(plan, keys, dlog, started, owner, trace)
                 return err, None
-            async with ClusterDdl(cluster, keys, sql, plan.ddl or "UNKNOWN") as cd:
+            async with ClusterDdl(cluster, keys, sql, plan.ddl or "UNKNOWN", work.marker) as cd:
                 trace.mark("cluster_init")
                 await cd.ensure_held()
 
@@ -163,8 +298,66 @@ class DdlRunner:
             err = ProxyError("DDL failed: an internal error in pydble (its log has the details)")  # no Python text
             return err, None
         finally:
+            work.release()
+            self.active.pop(owner, None)
             for s, t in keys:
                 self.locks.release(s, t, owner)
+
+    def _client_gone(self, owner: str) -> None:
+        """The client left mid-DDL: give up once `[server] ddl_timeout_s` has passed (never when 0)."""
+        work = self.active.get(owner)
+        limit = self.server.config.server.ddl_timeout_s
+        if work is None or limit <= 0 or work.timer is not None:
+            return
+        delay = max(0.0, work.started + limit - time.monotonic())
+        work.timer = asyncio.get_running_loop().call_later(
+            delay, work.give_up, f"its client went away and ddl_timeout_s ({limit:g}s) passed")
+
+    async def stop(self) -> None:
+        """Shutdown: give up on every DDL in flight, and wait (bounded) until each has ended and released."""
+        for work in list(self.active.values()):
+            work.give_up("pydble is shutting down")
+        if self.tasks:
+            cluster = self.server.config.cluster
+            bound = 2 * self.server.backends.timeout_s + (2 * cluster.ack_timeout_s if cluster else 0)
+            await asyncio.wait(list(self.tasks), timeout=bound)
+            for _ in range(2):
+                await asyncio.sleep(0)   # each finished DDL's history entry (_remember, scheduled) before the history closes
+
+    async def running(self, marker: str, kill: bool = False) -> list[str]:
+        """The dbGroups whose processlist shows a statement carrying a DDL's marker (its connections,
+        wherever they come from), or that could not be asked; `kill`: KILL QUERY each one found first."""
+        if not marker.startswith(MARKER_PREFIX) or not (marker[len(MARKER_PREFIX):].isascii()
+                                                        and marker[len(MARKER_PREFIX):].isalnum()):
+            raise ValueError(f"not a DDL marker: {marker!r}")
+        backends = self.server.backends
+        one_node: dict[str, str] = {}
+        for node, sn in self.server.config.sharding_nodes.items():
+            one_node.setdefault(sn.db_group, node)
+        sql = ("SELECT ID FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() "
+               f"AND INFO LIKE '%{marker} */%'")
+
+        async def ask(group: str, node: str) -> bool:
+            try:
+                conn = await backends.acquire(node, 0)
+            except ProxyError:
+                return True   # cannot tell: it may still run there
+            try:
+                sc = await conn.query(sql, backends.timeout_s)
+                ids = [int(row[0]) for row in sc.results[0].rows] if sc.results else []
+                if kill:
+                    for thread in ids:
+                        log.warning("stopping an orphaned DDL", db_group=group, thread=thread, marker=marker)
+                        await conn.query(f"KILL QUERY {thread}", backends.timeout_s)
+                return bool(ids)
+            except ProxyError:
+                return True
+            finally:
+                backends.release(node, conn)
+
+        groups = sorted(one_node)
+        found = await asyncio.gather(*(ask(g, one_node[g]) for g in groups))
+        return [g for g, yes in zip(groups, found) if yes]
 
     def _remember(self, plan: Plan, sql: str, trace: DdlTrace, task: asyncio.Task) -> None:
         """Append the finished DDL (`task`: _locked's) to this instance's persistent history and metrics."""
@@ -196,7 +389,7 @@ class DdlRunner:
         None when it loads, to the other instances) starts as soon as the backends answered, while this
         instance refreshes, and is awaited before returning."""
         self._phase(keys, owner, "EXECUTING")
-        results = await self.execute(plan, keys, sent)
+        results = await self.execute(plan, self.active[owner], keys, sent)
         if trace is not None:
             trace.mark("execute")
         err = self._outcome(plan, results)
@@ -248,11 +441,14 @@ class DdlRunner:
             if plan.ddl == "CREATE_TABLE" and not plan.if_exists and reg.get(schema, table) is not None:
                 raise TableExists(f"Table '{schema}.{table}' or table meta already exists")
 
-    async def execute(self, plan: Plan, keys: list[tuple[str, str]] | None = None,
+    async def execute(self, plan: Plan, work: NodeWork, keys: list[tuple[str, str]] | None = None,
                       sent: Callable[[], None] | None = None) -> list[NodeResult]:
-        """Run the DDL on every target node in parallel, on connections of its own; in the same
-        command each connection reads the structure of the keys' tables on its node (the refresh's
-        input): `DDL;SHOW CREATE TABLE ...` as one multi-statement, one round trip per node.
+        """Run the DDL on every target node in parallel, on the connections `work` reached (one per
+        target); in the same command each connection reads the structure of the keys' tables on its
+        node (the refresh's input): `DDL;SHOW CREATE TABLE ...` as one multi-statement, one round trip
+        per node. No time limit: a DDL may wait on a metadata lock as long as the backend lets it
+        (pydble stops it with KILL QUERY where it gives up, NodeWork.give_up). The DDL text carries
+        `work.marker`, so its connections can be found in a backend's processlist.
         `sent()` is called once every node's command is written."""
         backends = self.server.backends
         nodes = [t.node for t in plan.targets]
@@ -270,23 +466,23 @@ class DdlRunner:
         for n in {n for n in nodes if nodes.count(n) > 1}:
             wanted.pop(n, None)  # two statements on one node in parallel: no single "after"
 
-        async def one(node: str, sql: str) -> NodeResult:
-            conn = await backends.acquire(node, 0)
-            try:
-                tables = wanted.get(node) if _prints_plainly(conn) else None
-                if tables:
-                    db = _quote(backends.database_of(node))
-                    # a new line first: a trailing "-- comment" in the DDL must not swallow the rest
-                    sql += "".join(f"\n;SHOW CREATE TABLE {db}.{_quote(t)}" for t in tables)
-                sc = await conn.run(frame(0, b"\x03" + sql.encode("utf-8", "surrogateescape")),
-                                    backends.timeout_s, collect=True, sent=one_sent)
-            finally:
-                backends.release(node, conn)
+        async def one(i: int, node: str, sql: str) -> NodeResult:
+            if work.stopped:
+                raise ProxyError(f"the DDL was not run: {work.stopped}")
+            conn = work.conns[i]
+            tables = wanted.get(node) if _prints_plainly(conn) else None
+            # a new line first: a trailing "-- comment" in the DDL must not swallow what follows
+            sql += f"\n/* {work.marker} */"
+            if tables:
+                db = _quote(backends.database_of(node))
+                sql += "".join(f"\n;SHOW CREATE TABLE {db}.{_quote(t)}" for t in tables)
+            sc = await conn.run(frame(0, b"\x03" + sql.encode("utf-8", "surrogateescape")),
+                                None, collect=True, sent=one_sent)
             if not tables or not sc.results:   # no texts asked for, or the DDL failed (nothing after it ran)
                 return NodeResult(node, sc.error)
             return NodeResult(node, None, _texts_after(sc, tables, plan.ddl == "DROP_TABLE"))
 
-        outs = await asyncio.gather(*(one(t.node, t.sql) for t in plan.targets), return_exceptions=True)
+        outs = await work.run(one(i, t.node, t.sql) for i, t in enumerate(plan.targets))
         results: list[NodeResult] = []
         for t, o in zip(plan.targets, outs):
             if isinstance(o, ProxyError):

@@ -101,7 +101,7 @@ class Manager:
         if isinstance(cmd, ShowDdl):
             return await self.show_ddl()
         if isinstance(cmd, KillDdlLock):
-            await self.server.kill_ddl_lock(cmd.schema, cmd.table)
+            await self.server.kill_ddl_lock(cmd.schema, cmd.table, cmd.force)
             return "release ddl lock success"
         if isinstance(cmd, ShowCluster):
             return text_result(["NAME", "ADDRESS", "META_VERSION", "SESSION_STATE"],

@@ -51,6 +51,7 @@ class ShowDdl:
 class KillDdlLock:
     schema: str
     table: str
+    force: bool = False   # release even though the holder is online (it then cannot publish its outcome)
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,8 @@ HELP: list[tuple[str, str]] = [
      " | where reload_time is null | where consistent_in_sharding_nodes=0|1 | where consistent_in_memory=0|1]",
      "Show every table's metadata and whether it is consistent across nodes and with memory"),
     ("show @@ddl", "Show the DDL statements in flight in the whole cluster"),
-    ("kill @@ddl_lock where schema='?' and table='?'", "Release a table's DDL lock here and in the cluster"),
+    ("kill @@ddl_lock where schema='?' and table='?' [force]",
+     "Release a table's DDL lock here and in the cluster (refused while its holder is online unless force)"),
     ("show @@cluster", "Show the online instances of the cluster"),
     ("show @@backend", "Show backend connection pool use per dbGroup"),
     ("show @@ddl_history", "Show the DDLs this instance ran (persistent, newest first)"),
@@ -108,6 +110,7 @@ def _get(m: re.Match, group: str) -> str | None:
 
 _WHERE_SCHEMA_TABLE = re.compile(
     rf"^schema\s*=\s*{_name('s')}(?:\s+and\s+table\s*=\s*{_name('t')})?$", re.I)
+_FORCE = re.compile(r"\s+force$", re.I)
 _WHERE_TABLE_IN = re.compile(r"^table\s+in\s*\((?P<list>.*)\)$", re.I | re.S)
 _LIST_ITEM = re.compile(rf"^\s*{_name('x')}\s*$")
 # unquoted or backticked parts: schema1.t, `schema1`.`t`
@@ -194,10 +197,11 @@ def parse_manager(sql: str) -> Command:
             return CheckFullMetadata(TableFilter(), reload_time_op="is null")
         return CheckFullMetadata(_table_filter(where, head))
     if head == "kill @@ddl_lock":
-        m = _WHERE_SCHEMA_TABLE.match(where or "")
+        force = _FORCE.search(where or "")
+        m = _WHERE_SCHEMA_TABLE.match((where or "")[:force.start()] if force else where or "")
         if not m or _get(m, "t") is None:
             raise _usage(head)
-        return KillDdlLock(_get(m, "s") or "", _get(m, "t") or "")
+        return KillDdlLock(_get(m, "s") or "", _get(m, "t") or "", force is not None)
     if where is None:
         simple = {"show @@ddl": ShowDdl, "show @@cluster": ShowCluster, "show @@help": ShowHelp,
                   "show @@backend": ShowBackend, "show @@ddl_history": ShowDdlHistory}

@@ -54,7 +54,7 @@ class ProxyServer:
         self.cluster: Cluster | None = None
         if config.cluster is not None:
             self.cluster = Cluster(config, self.registry, self.ddl.locks, self.load_metadata, self.ddl.refresh,
-                                   self.ddl.refresh_now)
+                                   self.ddl.refresh_now, self.ddl.running)
         self.sessions: set[Session] = set()
         self.user_counts: dict[str, int] = {}
         self.version = config.server.version or DEFAULT_VERSION
@@ -120,6 +120,7 @@ class ProxyServer:
             srv.close()
         for s in list(self.sessions):
             s.client.close()
+        await self.ddl.stop()
         if self.cluster is not None:
             await self.cluster.stop()
         self.ddl.later.flush()
@@ -202,14 +203,34 @@ class ProxyServer:
                 rows[(row[0], row[1])] = row
         return sorted(rows.values(), key=lambda r: r[5])
 
-    async def kill_ddl_lock(self, schema: str, table: str) -> None:
-        """Operator release of a table's DDL lock, here and in the cluster."""
+    async def kill_ddl_lock(self, schema: str, table: str, force: bool = False) -> None:
+        """Operator release of a table's DDL lock, here and in the cluster; refused while the DDL's
+        holder is online unless `force` (like `pydble ddl release`): a live DDL may still be running."""
+        if not force:
+            live = await self._live_ddl_holders(schema, table)
+            if live:
+                raise ProxyError(f"refusing to release {schema}.{table}: its DDL belongs to online instance(s) "
+                                 f"{', '.join(live)}; wait for it, or add `force` (the holder then cannot "
+                                 f"publish its outcome: check the table with `check full @@metadata`)",
+                                 1105, "HY000")
         released = self.ddl.locks.release(schema, table)
         if self.cluster is not None:
             await self.cluster.release_table(schema, table)
         elif not released:
             raise ProxyError(f"there is no ddl lock on {schema}.{table}", 1105, "HY000")
         self.log.warning("ddl lock released by operator", table=f"{schema}.{table}")
+
+    async def _live_ddl_holders(self, schema: str, table: str) -> list[str]:
+        """The online instances holding a table's DDL lock (this one for its own sessions' DDL)."""
+        me = self.config.server.instance
+        holders = set()
+        lk = self.ddl.locks.get(schema, table)
+        if lk is not None:
+            holders.add(lk.instance)
+        if self.cluster is None:
+            return sorted(holders & {me})
+        holders |= {row[3] for row in await self.cluster.ddl_rows() if (row[0], row[1]) == (schema, table)}
+        return sorted(holders & (await self.cluster.online() | {me}))
 
     async def cluster_rows(self) -> list[tuple[object, ...]]:
         """`show @@cluster`: every online instance (just this one without a cluster)."""

@@ -13,7 +13,7 @@ import os
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 import structlog
 from kazoo.exceptions import (AuthFailedError, BadVersionError, KazooException, NodeExistsError, NoAuthError,
@@ -28,7 +28,7 @@ from meta.registry import MetaChange, Registry
 from .aio import Zk, ZkTimeout
 from .paths import Paths, history_order, history_seq, parse_table_node
 from .peers import PeerLinks, PeerServer
-from .records import INIT, Ack, BadRecord, DdlLockInfo, DdlRecord, HistoryEntry, OnlineInfo
+from .records import FAILED, INIT, Ack, BadRecord, DdlLockInfo, DdlRecord, HistoryEntry, OnlineInfo
 
 log = structlog.get_logger("pydble.cluster")
 
@@ -38,6 +38,8 @@ PEER_GRACE_S = 0.2    # how long acks are awaited on the peer channel alone befo
 PEER_RETRY_S = 0.1    # a final step that found no usable link is sent again this much later
 HISTORY_MAX = 1000    # finished DDLs kept in ddl_history for instances that must catch up
 HISTORY_PRUNE_EVERY = 100
+LOST_DECISION_RETRY_S = 300.0   # how long an originator that lost its decision tries to reach the others
+REMOVE_ATTEMPTS = 5   # removal transactions tried while acks come and go meanwhile
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,11 @@ class AckOutcome:
     laggards: tuple[str, ...] = ()            # online instances that did not ack in time
     refusals: tuple[tuple[str, str], ...] = ()  # (instance, message) that acked ok=false
     by_peer: frozenset[str] = frozenset()     # instances that acked every record over the peer channel
+
+
+def went_through(results: list) -> bool:
+    """A transaction's results say it was applied (a failed one has an exception per operation)."""
+    return not any(isinstance(r, Exception) for r in results)
 
 
 def drop_tasks(tasks: dict) -> None:
@@ -120,7 +127,8 @@ class Cluster:
     def __init__(self, config: Config, registry: Registry, locks: MetaLocks,
                  load_all: Callable[[], Awaitable[None]],
                  refresh: Callable[..., Awaitable[None]],   # refresh(keys, texts=None)
-                 refresh_now: Callable[[list[tuple[str, str]], Mapping], bool] | None = None) -> None:
+                 refresh_now: Callable[[list[tuple[str, str]], Mapping], bool] | None = None,
+                 ddl_running: Callable[..., Awaitable[list[str]]] | None = None) -> None:
         assert config.cluster is not None
         self.config = config
         self.cc = config.cluster
@@ -131,6 +139,8 @@ class Cluster:
         self.load_all = load_all
         self.refresh = refresh
         self.refresh_now = refresh_now   # refresh from texts without waiting; False: refresh must load
+        # ddl_running(marker, kill=False): the dbGroups where a DDL with that marker still runs
+        self.ddl_running = ddl_running
         self.zk: Zk | None = None
         self.ready = False
         self.session_state = "NOT_CONNECTED"
@@ -600,20 +610,23 @@ class Cluster:
             drop_tasks(tasks)
 
     async def wait_acks(self, keys: list[tuple[str, str]], status: str, expected: set[str],
-                        timeout: float, peer: dict[tuple[tuple[str, str], str], asyncio.Future] | None = None
-                        ) -> AckOutcome:
+                        timeout: float, peer: dict[tuple[tuple[str, str], str], asyncio.Future] | None = None,
+                        records: Mapping[tuple[str, str], int] | None = None) -> AckOutcome:
         """Wait until every expected instance still online has acked status on every record (bounded).
 
         An answer on the peer channel counts as an ack; ZooKeeper is read only for instances that
-        have not answered there within PEER_GRACE_S (or at once when their channel failed)."""
+        have not answered there within PEER_GRACE_S (or at once when their channel failed). A ZooKeeper
+        ack counts only for the record it names (`records`: the czxid of each key's record), never for
+        an earlier DDL's on the same table."""
         peer = dict(peer or {})
         try:
-            return await self._wait_acks(keys, status, expected, timeout, peer)
+            return await self._wait_acks(keys, status, expected, timeout, peer, records or {})
         finally:
             drop_tasks(peer)
 
     async def _wait_acks(self, keys: list[tuple[str, str]], status: str, expected: set[str],
-                         timeout: float, peer: dict[tuple[tuple[str, str], str], asyncio.Future]) -> AckOutcome:
+                         timeout: float, peer: dict[tuple[tuple[str, str], str], asyncio.Future],
+                         records: Mapping[tuple[str, str], int]) -> AckOutcome:
         zk = self.zk
         assert zk is not None
         deadline = time.monotonic() + timeout
@@ -668,7 +681,7 @@ class Cluster:
                     ack = Ack.decode(got[0])
                 except BadRecord:
                     continue
-                if ack.status == status and inst not in acked[key]:
+                if ack.status == status and ack.record == records.get(key, ack.record) and inst not in acked[key]:
                     acked[key].add(inst)
                     if not ack.ok:
                         refusals.append((inst, ack.message))
@@ -680,26 +693,39 @@ class Cluster:
                 return result(tuple(sorted(pending)))
             await wake.wait(min(remaining, SAFETY_POLL_S))
 
-    def own_ack(self, schema: str, table: str, status: str, ok: bool = True, message: str = "") -> tuple[str, bytes]:
-        """Path and data of this instance's ack of a record's status (also written inside transactions)."""
+    def own_ack(self, schema: str, table: str, status: str, ok: bool = True, message: str = "",
+                record: int = 0) -> tuple[str, bytes]:
+        """Path and data of this instance's ack of a record's (czxid `record`) status (also written
+        inside transactions)."""
         return (self.paths.ddl_ack(schema, table, self.instance),
-                Ack(status, ok, message, self.registry.version).encode())
+                Ack(status, ok, message, self.registry.version, record).encode())
 
-    async def ack(self, schema: str, table: str, status: str, ok: bool = True, message: str = "") -> None:
-        """Write (or update) this instance's ack of a record's status."""
+    async def ack(self, rec: DdlRecord, record: int, ok: bool = True, message: str = "") -> None:
+        """Write (or update) this instance's ack of a record's (czxid `record`) status, only while the
+        record is that DDL's (its owner znode is there); NoNodeError when it is not."""
         zk = self.zk
         assert zk is not None
-        path, data = self.own_ack(schema, table, status, ok, message)
-        if status != INIT:  # our INIT ack is usually there already: update it
-            try:
-                await zk.set(path, data)
+        path, data = self.own_ack(rec.schema, rec.table, rec.status, ok, message, record)
+        owner = self.paths.ddl_owner(rec.schema, rec.table, rec.ddl_id) if rec.ddl_id else None
+
+        def write(create: bool) -> Callable[[Any], None]:
+            def build(tx: Any) -> None:
+                if owner is not None:
+                    tx.check(owner, 0)
+                if create:
+                    tx.create(path, data, ephemeral=True)
+                else:
+                    tx.set_data(path, data)
+            return build
+
+        # our INIT ack is new; a later step updates it (the other way round when that fails)
+        for create in ((True, False) if rec.status == INIT else (False, True)):
+            results = await zk.commit(write(create))
+            if went_through(results):
                 return
-            except NoNodeError:
-                pass
-        try:
-            await zk.create(path, data, ephemeral=True, makepath=False)
-        except NodeExistsError:
-            await zk.set(path, data)
+            if owner is not None and isinstance(results[0], NoNodeError):
+                raise NoNodeError(f"{owner}: the record is gone or another DDL's")
+        raise NoNodeError(f"{path}: could not write the ack")
 
     async def append_history(self, entry: HistoryEntry) -> None:
         """Record a finished DDL in ddl_history."""
@@ -707,6 +733,29 @@ class Cluster:
         assert zk is not None
         path = await zk.create(self.paths.history_entry_prefix(entry.record_czxid), entry.encode(), sequence=True)
         await self.prune_history(path)
+
+    def reload_everywhere_later(self, keys: list[tuple[str, str]], sql: str) -> None:
+        """After a DDL whose outcome this instance could not publish: once it is back in the cluster
+        (bounded), a ddl_history entry per table that names no record (czxid 0), so every instance,
+        whatever it applied before, reloads the table from the backends."""
+        async def run() -> None:
+            deadline = time.monotonic() + LOST_DECISION_RETRY_S
+            while not self._stopping and time.monotonic() < deadline:
+                if self.ready and self.zk is not None and self.zk.connected:
+                    try:
+                        for schema, table in keys:
+                            await self.append_history(HistoryEntry(
+                                schema, table, self.instance, sql, FAILED, 0,
+                                message="the originator lost its decision: reload from the backends"))
+                        self.log.info("asked every instance to reload after a lost decision",
+                                      tables=[f"{s}.{t}" for s, t in keys])
+                        return
+                    except ZK_ERRORS as e:
+                        self.log.debug("could not append the reload entry yet", error=str(e))
+                await asyncio.sleep(1.0)
+            self.log.warning("could not ask the other instances to reload after a lost decision; "
+                             "run `reload @@metadata` on them", tables=[f"{s}.{t}" for s, t in keys])
+        self._spawn(run())
 
     async def prune_history(self, created: str) -> None:
         """Every HISTORY_PRUNE_EVERY entries, drop those beyond HISTORY_MAX (oldest first)."""
@@ -742,6 +791,21 @@ class Cluster:
                 except BadRecord:
                     phase = "UNKNOWN"
             rows.append((parts[0], parts[1], info.sql, info.instance, phase, info.since))
+        # a record whose lock went with its originator's session: the DDL may still run on the nodes
+        # until a survivor has reconciled it, and the table stays locked meanwhile
+        locked = {(r[0], r[1]) for r in rows}
+        for name in await zk.children(self.paths.ddl):
+            parts = parse_table_node(name)
+            if parts is None or parts in locked:
+                continue
+            got = await zk.get_or_none(self.paths.ddl_record(*parts))
+            if got is None:
+                continue
+            try:
+                rec = DdlRecord.decode(got[0])
+            except BadRecord:
+                continue
+            rows.append((parts[0], parts[1], rec.sql, rec.instance, f"{rec.status} (orphaned)", rec.created_at))
         return rows
 
     async def instance_rows(self) -> list[tuple[str, str, int, str]]:

@@ -103,7 +103,7 @@ class DdlListener(PassLoop):
                     continue  # the peer channel brought it, or its outcome, while we read the record
                 ok, message = await self.handle(rec, last, czxid=stat.czxid)
                 self._handled(key, rec.status, ok, message)
-                await self._ack(rec.schema, rec.table, rec.status, ok, message)
+                await self._ack(rec, stat.czxid, ok, message)
         gone = [k for k in known if k not in seen and k in self.handled]
         for key in gone:
             last = self.handled.pop(key)
@@ -238,7 +238,7 @@ class DdlListener(PassLoop):
                 stat = await zk.exists(key[0]) if zk is not None else None
                 if stat is None or stat.czxid != key[1]:
                     return
-                await self._ack(rec.schema, rec.table, rec.status, ok, message)
+                await self._ack(rec, key[1], ok, message)
             except Exception as e:  # noqa: BLE001 - the originator already has our answer
                 log.debug("zookeeper ack after a peer step failed", instance=self.cluster.instance,
                           table=f"{rec.schema}.{rec.table}", error=str(e))
@@ -254,6 +254,8 @@ class DdlListener(PassLoop):
         self._finished(czxid)
 
     def _finished(self, czxid: int) -> None:
+        if not czxid:
+            return   # 0 names no record (a history entry that asks everyone to reload): never "applied"
         self.finished[czxid] = None
         while len(self.finished) > 10_000:
             del self.finished[next(iter(self.finished))]
@@ -271,23 +273,29 @@ class DdlListener(PassLoop):
             seq = history_seq(name)
             if seq <= self.history_seen:
                 continue
-            self.history_seen = seq
-            if history_czxid(name) in self.finished:
-                continue  # a DDL we applied (or ran): no need to read its entry
-            got = await zk.get_or_none(f"{c.paths.history}/{name}")
-            if got is None:
-                continue
-            try:
-                entry = HistoryEntry.decode(got[0])
-            except BadRecord:
-                continue
-            if entry.instance == c.instance or entry.record_czxid in self.finished:
-                continue
-            log.info("catching up on a ddl finished while this instance lagged", instance=c.instance,
-                     table=f"{entry.schema}.{entry.table}", originator=entry.instance)
-            self._finished(entry.record_czxid)
-            self._release(entry.schema, entry.table, entry.record_czxid, f"instance:{entry.instance}")
-            await c.refresh([(entry.schema, entry.table)])
+            if history_czxid(name) not in self.finished:
+                await self._catch_up_entry(name)
+            self.history_seen = seq   # only once applied: a refresh that failed is tried again next pass
+
+    async def _catch_up_entry(self, name: str) -> None:
+        """Apply one ddl_history entry this instance has not applied (nor ran): refresh its table."""
+        c = self.cluster
+        zk = c.zk
+        assert zk is not None
+        got = await zk.get_or_none(f"{c.paths.history}/{name}")
+        if got is None:
+            return
+        try:
+            entry = HistoryEntry.decode(got[0])
+        except BadRecord:
+            return
+        if entry.instance == c.instance or entry.record_czxid in self.finished:
+            return
+        log.info("catching up on a ddl finished while this instance lagged", instance=c.instance,
+                 table=f"{entry.schema}.{entry.table}", originator=entry.instance)
+        await c.refresh([(entry.schema, entry.table)])
+        self._finished(entry.record_czxid)
+        self._release(entry.schema, entry.table, entry.record_czxid, f"instance:{entry.instance}")
 
     async def handle(self, rec: DdlRecord, last: str | None, texts: dict | None = None,
                      czxid: int = 0) -> tuple[bool, str]:
@@ -346,11 +354,12 @@ class DdlListener(PassLoop):
                     return False, f"{self.cluster.instance}: {e.message}"
             await asyncio.sleep(0.05)
 
-    async def _ack(self, schema: str, table: str, status: str, ok: bool, message: str) -> None:
+    async def _ack(self, rec: DdlRecord, czxid: int, ok: bool, message: str) -> None:
+        """Our ack of the record with that czxid (conditional on it still being that DDL's record)."""
         try:
-            await self.cluster.ack(schema, table, status, ok, message)
+            await self.cluster.ack(rec, czxid, ok, message)
         except NoNodeError:
-            pass  # the record is already gone: nothing to acknowledge
+            pass  # the record is already gone (or another DDL's now): nothing to acknowledge
 
     def _release(self, schema: str, table: str, czxid: int, owner: str | None = None) -> None:
         """Release the local lock a peer's DDL record (czxid) holds here (that instance's, when `owner`

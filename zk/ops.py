@@ -381,6 +381,10 @@ class ZkOps:
             if rec_ok and now.record is not None:
                 for a in now.record.acks:
                     ops.append(("delete", self.paths.ddl_ack(schema, table, a.instance), -1))
+                record_path = self.paths.ddl_record(schema, table)
+                for child in self.children(record_path):   # the ack folder, the DDL's owner znode
+                    if child != "instance":
+                        ops.append(("delete", f"{record_path}/{child}", -1))
                 if self.get(self.paths.ddl_acks(schema, table)) is not None:
                     ops.append(("delete", self.paths.ddl_acks(schema, table), -1))
                 ops.append(("delete", self.paths.ddl_record(schema, table), now.record.stat.version))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import uuid
 from typing import TYPE_CHECKING, Any, Callable
 
 import structlog
@@ -30,8 +31,8 @@ from kazoo.exceptions import ConnectionLoss, NodeExistsError, NotEmptyError, Rol
 from meta.errors import DdlInProgress, ProxyError
 from meta.locks import another_instance_ddl
 
-from .cluster import ZK_ERRORS, AckOutcome, drop_tasks
-from .records import FAILED, INIT, SUCCESS, DdlLockInfo, DdlRecord, HistoryEntry
+from .cluster import REMOVE_ATTEMPTS, ZK_ERRORS, AckOutcome, drop_tasks, went_through
+from .records import FAILED, INIT, MARKER_PREFIX, SUCCESS, DdlLockInfo, DdlRecord, HistoryEntry
 
 if TYPE_CHECKING:
     from .aio import Zk
@@ -40,23 +41,18 @@ if TYPE_CHECKING:
 log = structlog.get_logger("pydble.cluster.ddl")
 
 PAUSE_ENV = "PYDBLE_TEST_PAUSE"
-PAUSE_PHASES = ("before_init", "after_init_acks", "after_execute", "after_success", "during_final_acks")
+# test hooks: each only pauses (the path taken is production's); a fast end has no SUCCESS state in
+# ZooKeeper, so there "after_success" and "during_final_acks" pause once the decision is removed
+PAUSE_PHASES = ("before_init", "after_init", "after_execute", "after_init_acks", "after_success",
+                "during_final_acks")
 PAUSE_SECONDS_ENV = "PYDBLE_TEST_PAUSE_S"   # how long the pause lasts (default 600 s)
 LEASE_MAX_S = 1.0   # an answer from ZooKeeper this recent proves our session (and its locks) alive
-# test pauses that need the strict order: INIT acked before the DDL runs; a SUCCESS record to stop after
-STRICT_INIT_PHASES = ("after_init_acks",)
-CLASSIC_END_PHASES = ("after_success", "during_final_acks")
 
 
 class LostDecision(ProxyError):
     """The DDL ran but this instance could not record the outcome (session or lock lost)."""
 
     code, sqlstate = 4006, "HY000"
-
-
-def _went_through(results: list) -> bool:
-    """A transaction's results say it was applied (a failed one has an exception per operation)."""
-    return not any(isinstance(r, Exception) for r in results)
 
 
 def _failures(results: list) -> list[Exception]:
@@ -68,11 +64,6 @@ def _publish_failed(e: Exception) -> LostDecision:
     """ZooKeeper failed us after the DDL ran: the outcome is left for reconciliation."""
     return LostDecision(f"ZooKeeper failed while publishing the outcome ({e.__class__.__name__}); "
                         f"another instance will reconcile it from the backends")
-
-
-def _pausing_at(phases: tuple[str, ...]) -> bool:
-    """Test-only: a pause is set at one of these phases."""
-    return os.environ.get(PAUSE_ENV) in phases
 
 
 async def test_pause(phase: str) -> None:
@@ -87,16 +78,20 @@ async def test_pause(phase: str) -> None:
 class ClusterDdl:
     """One DDL's life in ZooKeeper, seen from the instance that runs it."""
 
-    def __init__(self, cluster: Cluster, keys: list[tuple[str, str]], sql: str, ddl_type: str) -> None:
+    def __init__(self, cluster: Cluster, keys: list[tuple[str, str]], sql: str, ddl_type: str,
+                 marker: str = "") -> None:
         self.cluster = cluster
         self.keys = keys
         self.sql = sql
         self.ddl_type = ddl_type
+        # in the DDL text on the nodes (the reconciler looks for it in their processlist); its id names
+        # the record's owner znode, which every later write of this DDL checks or deletes
+        self.marker = marker or f"{MARKER_PREFIX}{uuid.uuid4().hex}"
         self.locked: list[tuple[str, str]] = []
         self.records: dict[tuple[str, str], tuple[DdlRecord, int]] = {}
         self.laggards: set[str] = set()
         self.expected: set[str] = set()   # the other instances online at INIT: they ack every step
-        self.czxids: dict[tuple[str, str], int] = {}
+        self.czxids: dict[tuple[str, str], int] = {}   # each record's czxid (its lock's too: one transaction)
         self.ack_listing: dict[tuple[str, str], asyncio.Task] = {}   # ack names, read while peers apply
         self.init_acks: asyncio.Task | None = None   # the wait for INIT acks, running while the DDL runs
         self.init_asked: dict = {}                   # the INIT steps sent over the peer channel
@@ -108,6 +103,7 @@ class ClusterDdl:
         self.message = ""
         self.details: dict = {}   # user, nodes, phases_ms, meta_version, started_at for ddl_history
         self.status = "LOCKING"
+        self.ran = False   # the DDL went to the nodes (complete() was reached)
         self.log = log.bind(instance=cluster.instance, tables=[f"{s}.{t}" for s, t in keys])
 
     async def __aenter__(self) -> ClusterDdl:
@@ -120,6 +116,10 @@ class ClusterDdl:
 
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
         await self._cleanup()
+        if self.ran and isinstance(exc, LostDecision):
+            # the record may have been reconciled (or released by an operator) while the DDL still
+            # changed the table: once back, make every instance reload it from the backends
+            self.cluster.reload_everywhere_later(self.keys, self.sql)
 
     async def _begin(self) -> None:
         c = self.cluster
@@ -134,7 +134,7 @@ class ClusterDdl:
             self.lease_from = time.monotonic()
             self.session = zk.session_id
             for schema, table in self.keys:
-                rec = DdlRecord(c.instance, schema, table, self.ddl_type, self.sql, INIT)
+                rec = DdlRecord(c.instance, schema, table, self.ddl_type, self.sql, INIT, marker=self.marker)
                 path = c.paths.ddl_record(schema, table)
                 lock = DdlLockInfo(c.instance, self.sql).encode()
                 ack_path, ack = c.own_ack(schema, table, INIT)
@@ -146,6 +146,7 @@ class ClusterDdl:
                     tx.delete(c.paths.sync_meta_lock)
                     tx.create(c.paths.ddl_lock(schema, table), lock, ephemeral=True)  # fails fast if held
                     tx.create(path, rec.encode())
+                    tx.create(c.paths.ddl_owner(schema, table, rec.ddl_id), b"")
                     tx.create(c.paths.ddl_acks(schema, table), b"")
                     tx.create(ack_path, ack, ephemeral=True)
                     tx.set_data(ack_path, ack)  # its stat carries the transaction's zxid: the record's czxid
@@ -161,19 +162,11 @@ class ClusterDdl:
                 self.czxids[(schema, table)] = results[-1].czxid
                 c.active_ddls.add(path)
             self.status = INIT
-            if _pausing_at(STRICT_INIT_PHASES):
-                self.announce()
-                outcome = await self._init_outcome()
         except ProxyError:
             raise
         except ZK_ERRORS as e:
             raise DdlInProgress(f"ZooKeeper is unreachable ({e.__class__.__name__}): DDL is refused") from None
-        if _pausing_at(STRICT_INIT_PHASES):
-            if outcome.refusals:
-                msg = "; ".join(f"{i}: {m}" for i, m in outcome.refusals)
-                await self._decide(FAILED, f"refused by {msg}")
-                raise DdlInProgress(f"DDL refused by another instance: {msg}")
-            await test_pause("after_init_acks")
+        await test_pause("after_init")
 
     def announce(self) -> None:
         """Hand INIT to the other instances (called once the DDL is on its way to the nodes: an INIT
@@ -192,7 +185,8 @@ class ClusterDdl:
         # online, so this is exactly who must ack
         self.expected = await c.online_now() - {c.instance}
         self.init_asked.update(c.ask_peers(self.keys, steps, self.expected - {inst for _, inst in self.init_asked}))
-        return await c.wait_acks(self.keys, INIT, self.expected, c.cc.ack_timeout_s, peer=self.init_asked)
+        return await c.wait_acks(self.keys, INIT, self.expected, c.cc.ack_timeout_s, peer=self.init_asked,
+                                 records=self.czxids)
 
     async def _init_outcome(self) -> AckOutcome:
         """The INIT acks (bounded by ack_timeout_s from the INIT write); logged the first time."""
@@ -235,7 +229,7 @@ class ClusterDdl:
                                "the DDL was not run")
 
     def _check_tx(self, results: list, what: str) -> None:
-        if not _went_through(results):
+        if not went_through(results):
             failed = _failures(results)
             why = failed[0].__class__.__name__ if failed else "RolledBackError"
             raise LostDecision(f"could not {what}: {why} (this instance lost its ZooKeeper session or DDL lock)")
@@ -258,17 +252,18 @@ class ClusterDdl:
             new = rec.with_status(status, message)
             path = c.paths.ddl_record(*key)
             lock_path = c.paths.ddl_lock(*key)
-            ack_path, own_ack = c.own_ack(key[0], key[1], status)
+            ack_path, own_ack = c.own_ack(key[0], key[1], status, record=self.czxids[key])
+            owner = c.paths.ddl_owner(key[0], key[1], rec.ddl_id)
 
             def build(tx, path=path, new=new, version=version, lock_path=lock_path, own_ack=own_ack,
-                      ack_path=ack_path):
+                      ack_path=ack_path, owner=owner):
                 tx.check(lock_path, 0)
+                tx.check(owner, 0)   # the record is still this DDL's (version 0 alone says any new one)
                 tx.set_data(path, new.encode(), version)
                 tx.set_data(ack_path, own_ack)  # our own ack (created with INIT) in the same write
 
             results = await zk.commit(build)
             self._check_tx(results, f"publish {status} for {key[0]}.{key[1]}")
-            self.czxids[key] = results[1].czxid
             self.records[key] = (new, version + 1)
         self.status = status
 
@@ -279,6 +274,7 @@ class ClusterDdl:
         The peers hear the outcome straight away, with `texts` (the CREATE texts this instance read
         back from the nodes: node -> table -> text or None) so they need not ask the backends."""
         c = self.cluster
+        self.ran = True
         await test_pause("after_execute")
         status = SUCCESS if success else FAILED
         self.announce()   # when no node was reached, nobody has been told yet
@@ -287,13 +283,14 @@ class ClusterDdl:
         except ZK_ERRORS as e:
             raise LostDecision(f"ZooKeeper failed while the INIT acks were awaited ({e.__class__.__name__}); "
                                f"another instance will reconcile the DDL from the backends") from None
+        await test_pause("after_init_acks")
         # those online at INIT (no instance can join while a record is in flight: a join drains
         # first) but not the INIT laggards, which never locked and will catch up from ddl_history:
         # a stuck instance costs the client one ack_timeout_s, not two; waits drop any that went
         # offline since
         targets = self.expected - self.laggards
         steps = {key: (rec.with_status(status, message), self.czxids[key]) for key, (rec, _) in self.records.items()}
-        if c.cc.peer_port >= 0 and targets <= init.by_peer and not _pausing_at(CLASSIC_END_PHASES):
+        if c.cc.peer_port >= 0 and targets <= init.by_peer:
             outcome = await self._fast_end(status, message, steps, targets, texts)
         else:
             outcome = await self._classic_end(status, message, steps, targets, texts)
@@ -321,6 +318,8 @@ class ClusterDdl:
             for key, answer in first.items():
                 await self._finish(key, steps[key][0], answer)
             self.status = status
+            await test_pause("after_success")
+            await test_pause("during_final_acks")
             return await delivery
         except ZK_ERRORS as e:
             raise _publish_failed(e) from None
@@ -334,18 +333,20 @@ class ClusterDdl:
     async def _finish(self, key: tuple[str, str], decided: DdlRecord, answer: asyncio.Future) -> None:
         """The answer to one table's removal transaction (_send_remove); if it failed only because
         peers' ZooKeeper acks (written only when the DDL outlasted their reply delay) are in the ack
-        folder, once more with their names."""
+        folder, again with their names (bounded)."""
         c = self.cluster
         results = await answer
-        if not _went_through(results):
+        for _ in range(REMOVE_ATTEMPTS):
             failed = _failures(results)
-            if failed and isinstance(failed[0], NotEmptyError):
-                zk = self._own_session(decided.status)
-                names = await zk.children(c.paths.ddl_acks(*key))
-                if c.instance in names:
-                    results = await self._send_remove(key, decided, names, self.records[key][1],
-                                                      self._own_session(decided.status))
-            self._check_tx(results, f"publish {decided.status} for {key[0]}.{key[1]}")
+            if went_through(results) or not failed or not isinstance(failed[0], NotEmptyError):
+                break
+            zk = self._own_session(decided.status)
+            names = await zk.children(c.paths.ddl_acks(*key))
+            if c.instance not in names:
+                break
+            results = await self._send_remove(key, decided, names, self.records[key][1],
+                                              self._own_session(decided.status))
+        self._check_tx(results, f"publish {decided.status} for {key[0]}.{key[1]}")
         self._removed(key, results)
         self.records.pop(key)
         self.locked.remove(key)
@@ -364,7 +365,8 @@ class ClusterDdl:
         try:
             await self._decide(status, message)
             await test_pause("after_success")
-            outcome = await c.wait_acks(list(self.records), status, targets, c.cc.ack_timeout_s, peer=peer)
+            outcome = await c.wait_acks(list(self.records), status, targets, c.cc.ack_timeout_s, peer=peer,
+                                        records=self.czxids)
         except ZK_ERRORS as e:
             raise _publish_failed(e) from None
         finally:
@@ -388,7 +390,7 @@ class ClusterDdl:
                     continue
                 lock, acks = await asyncio.gather(zk.exists(c.paths.ddl_lock(*key)),
                                                   zk.children(c.paths.ddl_acks(*key)))
-                if lock is not None and lock.ephemeralOwner == zk.session_id:
+                if self._ours(key, lock):
                     if self.status == INIT:
                         await self._decide(FAILED, "the originator gave up before running the DDL")
                     await self._remove(key, self.records[key][0].with_status(self.status, self.message), acks)
@@ -399,8 +401,8 @@ class ClusterDdl:
         for key in self.locked:
             try:
                 lock = await zk.exists(c.paths.ddl_lock(*key))
-                if lock is not None and lock.ephemeralOwner == zk.session_id:
-                    await zk.delete(c.paths.ddl_lock(*key))
+                if self._ours(key, lock):
+                    await zk.delete(c.paths.ddl_lock(*key), lock.version)
             except ZK_ERRORS:
                 pass
         self.locked = []
@@ -410,6 +412,13 @@ class ClusterDdl:
         if self.init_acks is not None:
             drop_tasks({0: self.init_acks})
         drop_tasks(self.init_asked)
+
+    def _ours(self, key: tuple[str, str], lock: Any) -> bool:
+        """A lock's stat is this DDL's lock: our session's, and created with our record (same czxid),
+        not a later DDL's on the table (ours released by an operator, then taken again)."""
+        zk = self.cluster.zk
+        return (lock is not None and zk is not None and lock.ephemeralOwner == zk.session_id
+                and lock.czxid == self.czxids.get(key))
 
     async def _remove_decided(self, key: tuple[str, str]) -> bool:
         """The common end of a DDL: decided, the ack names read while the peers applied it, and one
@@ -427,7 +436,7 @@ class ClusterDdl:
         if self.cluster.instance not in acks:
             return False
         results = await self._remove_tx(key, self.records[key][0].with_status(self.status, self.message), acks)
-        return _went_through(results)
+        return went_through(results)
 
     def _history_entry(self, key: tuple[str, str], rec: DdlRecord) -> HistoryEntry:
         d = self.details
@@ -447,6 +456,7 @@ class ClusterDdl:
             for name in acks:
                 tx.delete(c.paths.ddl_ack(key[0], key[1], name))
             tx.delete(c.paths.ddl_acks(*key))
+            tx.delete(c.paths.ddl_owner(key[0], key[1], rec.ddl_id))   # fails unless the record is ours
             tx.delete(c.paths.ddl_record(*key), version)
             tx.delete(c.paths.ddl_lock(*key))
             tx.create(c.paths.history_entry_prefix(entry.record_czxid), entry.encode(), sequence=True)
@@ -459,7 +469,7 @@ class ClusterDdl:
 
     def _removed(self, key: tuple[str, str], results: list) -> None:
         """After a removal transaction that went through: our catch-up skips it, old history goes."""
-        if _went_through(results):
+        if went_through(results):
             c = self.cluster
             c.listener.ran_here(self.czxids.get(key, 0))
             c.spawn_quietly(c.prune_history(results[-1]))
@@ -475,16 +485,19 @@ class ClusterDdl:
         return results
 
     async def _remove(self, key: tuple[str, str], rec: DdlRecord, acks: list[str]) -> None:
-        """Record, acks, lock and a ddl_history entry, all in one transaction (ours: checked by the caller)."""
+        """Record, acks, lock and a ddl_history entry, all in one transaction, conditional on the
+        record being ours (its owner znode); an ack that came or went meanwhile: again, acks re-read."""
         c = self.cluster
         zk = c.zk
         assert zk is not None
-        if _went_through(await self._remove_tx(key, rec, acks)):
-            return
-        # an ack came or went meanwhile: slow path
-        await zk.delete(c.paths.ddl_record(*key), recursive=True)
-        await zk.delete(c.paths.ddl_lock(*key))
-        await c.append_history(self._history_entry(key, rec))
+        for _ in range(REMOVE_ATTEMPTS):
+            results = await self._remove_tx(key, rec, acks)
+            if went_through(results):
+                return
+            if not await zk.exists(c.paths.ddl_owner(key[0], key[1], rec.ddl_id)):
+                return   # not ours any more (reconciled, or released by an operator): touch nothing
+            acks = await zk.children(c.paths.ddl_acks(*key))
+        raise LostDecision(f"could not remove the ddl record of {key[0]}.{key[1]} (acks kept changing)")
 
     def warning(self) -> str | None:
         """The note for the client when some instance lagged or could not lock the table at INIT."""

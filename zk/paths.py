@@ -56,6 +56,12 @@ class Paths:
     def ddl_ack(self, schema: str, table: str, instance: str) -> str:
         return f"{self.ddl_acks(schema, table)}/{instance}"
 
+    def ddl_owner(self, schema: str, table: str, ddl_id: str) -> str:
+        """A child of the record created with it, its path carrying the DDL's unique id: a multi that
+        checks (or deletes) it only goes through while the record is that DDL's (ZooKeeper's check
+        compares versions only, and every new record has version 0)."""
+        return f"{self.ddl_record(schema, table)}/{OWNER_PREFIX}{ddl_id}"
+
     @property
     def history(self) -> str:
         return f"{self.base}/ddl_history"
@@ -64,6 +70,9 @@ class Paths:
         """A new ddl_history entry (created sequential): h-{record czxid}-{sequence}, so an instance
         that already applied that DDL can skip the entry without reading it."""
         return f"{self.history}/h-{record_czxid}-"
+
+
+OWNER_PREFIX = "owner-"
 
 
 def history_seq(name: str) -> int:

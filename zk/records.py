@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 API_VERSION = 1
 
 INIT, SUCCESS, FAILED = "INIT", "SUCCESS", "FAILED"
+MARKER_PREFIX = "pydble-ddl:"   # a DDL's marker: this prefix and its unique id
 STATUSES = (INIT, SUCCESS, FAILED)
 
 
@@ -98,14 +99,22 @@ class DdlRecord:
     api_version: int = API_VERSION
     message: str = ""
     reconciled_by: str = ""
+    marker: str = ""   # in the DDL text sent to the nodes: its connections found in a backend's processlist
 
     def encode(self) -> bytes:
         return _dump(self)
 
+    @property
+    def ddl_id(self) -> str:
+        """The DDL's unique id (from its marker; "" for a record written before ids existed, or a marker
+        that is not one of ours: it goes into znode paths and SQL, so only letters and digits)."""
+        tail = self.marker[len(MARKER_PREFIX):] if self.marker.startswith(MARKER_PREFIX) else ""
+        return tail if tail.isascii() and tail.isalnum() else ""
+
     def with_status(self, status: str, message: str = "", reconciled_by: str = "") -> DdlRecord:
         """The same record with a decision."""
         return DdlRecord(self.instance, self.schema, self.table, self.type, self.sql, status, self.created_at,
-                         self.api_version, message, reconciled_by or self.reconciled_by)
+                         self.api_version, message, reconciled_by or self.reconciled_by, self.marker)
 
     @classmethod
     def decode(cls, data: bytes | None) -> DdlRecord:
@@ -117,7 +126,7 @@ class DdlRecord:
             return cls(str(o["instance"]), str(o["schema"]), str(o["table"]), str(o.get("type", "UNKNOWN")),
                        str(o.get("sql", "")), status, float(o.get("created_at", 0)),
                        int(o.get("api_version", API_VERSION)), str(o.get("message", "")),
-                       str(o.get("reconciled_by", "")))
+                       str(o.get("reconciled_by", "")), str(o.get("marker", "")))
         except (KeyError, TypeError, ValueError) as e:
             raise BadRecord(f"bad ddl record: {e}") from None
 
@@ -130,6 +139,7 @@ class Ack:
     ok: bool = True
     message: str = ""
     meta_version: int = 0
+    record: int = 0   # the czxid of the record it answers: an ack counts only for that record
 
     def encode(self) -> bytes:
         return _dump(self)
@@ -141,7 +151,7 @@ class Ack:
             if o["status"] not in STATUSES:
                 raise ValueError(f"unknown status {o['status']}")
             return cls(str(o["status"]), bool(o.get("ok", True)), str(o.get("message", "")),
-                       int(o.get("meta_version", 0)))
+                       int(o.get("meta_version", 0)), int(o.get("record", 0)))
         except (KeyError, TypeError, ValueError) as e:
             raise BadRecord(f"bad ack: {e}") from None
 

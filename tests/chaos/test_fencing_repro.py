@@ -60,7 +60,7 @@ def test_originator_that_lost_its_lock_before_executing_never_runs_the_ddl(
     _reset(backends)
     section = cluster_section(zookeeper, root=zk_root, session_timeout_s=SESSION_TIMEOUT_S, ack_timeout_s=6)
     p1 = fresh_proxy(instance="dble-1", cluster=section,
-                     env={"PYDBLE_TEST_PAUSE": "after_init_acks", "PYDBLE_TEST_PAUSE_S": "1"})
+                     env={"PYDBLE_TEST_PAUSE": "after_init", "PYDBLE_TEST_PAUSE_S": "1"})
     p2 = fresh_proxy(instance="dble-2", cluster=section)
     out: dict[str, Any] = {}
 
@@ -73,8 +73,8 @@ def test_originator_that_lost_its_lock_before_executing_never_runs_the_ddl(
 
     t = threading.Thread(target=originate, daemon=True)
     t.start()
-    _wait(lambda: "paused for test" in p1.log_text(), 20, "dble-1 to hold its INIT-acknowledged DDL")
-    p1.pause()   # frozen between the INIT acks and the backends, past its session timeout
+    _wait(lambda: "paused for test" in p1.log_text(), 20, "dble-1 to hold its INIT-written DDL")
+    p1.pause()   # frozen between the INIT write and the backends, past its session timeout
     client = zookeeper.client()
     try:
         _wait(lambda: not client.get_children(f"{zk_root}/cluster-1/ddl"), 20,

@@ -156,7 +156,10 @@ def test_kill_ddl_lock_frees_the_table_for_the_next_ddl(env: MetaProxyEnv) -> No
         _wait_blocked_on_backend(env, "dn2")
         env.wait_ddl("glob_b")
         _fails_fast_with_4006(env, "ALTER TABLE glob_b ADD COLUMN k2 INT", "glob_b")
-        assert env.mq("kill @@ddl_lock where schema='schema1' and table='glob_b'") == ([], [])
+        code, msg = env.manager_error("kill @@ddl_lock where schema='schema1' and table='glob_b'")
+        assert code == 1105 and "belongs to online instance(s) pydble-ddllock" in msg and "force" in msg
+        assert len(env.show_ddl()) == 1
+        assert env.mq("kill @@ddl_lock where schema='schema1' and table='glob_b' force") == ([], [])
         assert env.show_ddl() == []
         code, msg = env.manager_error("kill @@ddl_lock where schema=schema1 and table=glob_b")
         assert code == 1105 and "no ddl lock" in msg

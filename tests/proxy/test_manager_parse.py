@@ -49,6 +49,7 @@ def test_other_commands() -> None:
     assert parse_manager("show @@help") == ShowHelp()
     assert parse_manager("kill @@ddl_lock where schema='s' and table='t'") == KillDdlLock("s", "t")
     assert parse_manager("kill @@ddl_lock where schema=s and table=`t`") == KillDdlLock("s", "t")
+    assert parse_manager("KILL @@ddl_lock where schema='s' and table='t' FORCE") == KillDdlLock("s", "t", True)
 
 
 @pytest.mark.parametrize("sql", [

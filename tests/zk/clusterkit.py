@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from typing import Any, Callable
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Callable
 
 import pymysql
-from harness import cluster_section
+from harness import cluster_section, free_port, proxy_config
+
+from meta.config import parse_config
+from meta.locks import MetaLocks
+from meta.registry import Registry
+from zk.aio import Zk
+from zk.cluster import Cluster as ZkCluster
 
 SESSION_TIMEOUT_S = 3
 ACK_TIMEOUT_S = 6
@@ -27,10 +35,16 @@ class Cluster:
                                        ack_timeout_s=ack_timeout_s)
         self.proxies: list[Any] = []
 
-    def start(self, n: int = 3, env: dict[int, dict[str, str]] | None = None) -> list[Any]:
-        """Start n instances dble-1..dble-n (env per index, 0-based)."""
+    def start(self, n: int = 3, env: dict[int, dict[str, str]] | None = None,
+              server: dict[str, Any] | None = None) -> list[Any]:
+        """Start n instances dble-1..dble-n (env per index, 0-based; `server`: [server] settings for all)."""
         for i in range(n):
-            self.proxies.append(self.make(instance=f"dble-{i + 1}", cluster=self.section,
+            config = None
+            if server:
+                config = proxy_config(self.backends, free_port(), free_port(), instance=f"dble-{i + 1}",
+                                      cluster=self.section)
+                config["server"].update(server)
+            self.proxies.append(self.make(config, instance=f"dble-{i + 1}", cluster=self.section,
                                           env=(env or {}).get(i)))
         return self.proxies
 
@@ -116,3 +130,31 @@ def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+@asynccontextmanager
+async def instance_and_other(zookeeper: Any, root: str, backends: list[Any],
+                             refreshed: list[Any]) -> AsyncIterator[tuple[ZkCluster, Zk]]:
+    """dble-2's Cluster on a session of its own (refreshes recorded, not run), and another session."""
+    config = parse_config(proxy_config(backends, free_port(), free_port(), instance="dble-2",
+                                       cluster=cluster_section(zookeeper, root=root)))
+
+    async def refresh(keys: list[tuple[str, str]], texts: Any = None) -> None:
+        refreshed.append(keys)
+
+    async def load_all() -> None:
+        pass
+
+    c = ZkCluster(config, Registry(config), MetaLocks("dble-2"), load_all, refresh)
+    c.zk = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
+    await c.zk.start(10)
+    other = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
+    await other.start(10)
+    try:
+        for p in (c.paths.ddl, c.paths.history, c.paths.online):
+            await c.zk.ensure_path(p)
+        yield c, other
+    finally:
+        await c.zk.delete(root, recursive=True)
+        await other.stop()
+        await c.zk.stop()

@@ -7,7 +7,9 @@ import time
 import pytest
 from clusterkit import SESSION_TIMEOUT_S, TABLE, backend_structure, full_meta, run_async, wait_for
 
-PHASES = ["before_init", "after_init_acks", "after_execute", "after_success", "during_final_acks"]
+from zk.originator import PAUSE_PHASES
+
+PHASES = list(PAUSE_PHASES)
 
 
 @pytest.mark.parametrize("phase", PHASES)

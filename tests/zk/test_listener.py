@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
 import pytest
+from clusterkit import instance_and_other
 from harness import cluster_section, free_port, proxy_config
 
 from meta.config import parse_config
@@ -17,7 +18,7 @@ from meta.registry import Registry
 from zk.aio import Zk
 from zk.cluster import Cluster
 from zk.listener import GONE_GRACE_S
-from zk.records import FAILED, INIT, SUCCESS, DdlRecord
+from zk.records import FAILED, INIT, SUCCESS, DdlRecord, HistoryEntry
 
 TEXTS = {"dn1": {"sharding_4_t1": "CREATE TABLE `sharding_4_t1` (`id` int(11))"}}
 
@@ -141,5 +142,30 @@ def test_a_peer_step_that_does_not_match_its_zookeeper_record_changes_nothing(
             assert stat is not None
             assert await lsn.on_peer_step("dble-1", path, stat.czxid, rec, None) == (True, "")
             assert locks.is_locked("schema1", "sharding_4_t1")
+
+    asyncio.run(go())
+
+
+def test_a_history_entry_is_seen_only_once_applied(zookeeper: Any, zk_root: str, backends: list[Any]) -> None:
+    """Catching up on ddl_history: when the refresh of an entry fails (backends away for a moment),
+    the entry is read again at the next pass instead of being marked seen and forgotten."""
+    async def go() -> None:
+        refreshed: list[list[tuple[str, str]]] = []
+        async with instance_and_other(zookeeper, zk_root + "-history", backends, refreshed) as (c, _):
+            recorded = c.refresh
+
+            async def failing(keys: list[tuple[str, str]], texts: Any = None) -> None:
+                raise RuntimeError("backends away for a moment")
+
+            await c.listener._catch_up()                  # the first read only notes where history is
+            await c.append_history(HistoryEntry("schema1", "sharding_4_t1", "dble-1", "ALTER ...", SUCCESS, 77))
+            c.refresh = failing
+            with pytest.raises(RuntimeError):
+                await c.listener._catch_up()
+            c.refresh = recorded
+            await c.listener._catch_up()
+            assert refreshed == [[("schema1", "sharding_4_t1")]]
+            await c.listener._catch_up()                  # applied: not again
+            assert refreshed == [[("schema1", "sharding_4_t1")]]
 
     asyncio.run(go())

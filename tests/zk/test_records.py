@@ -59,3 +59,15 @@ def test_other_records_round_trip():
     for rec in (Ack(INIT, False, "locked", 3), OnlineInfo("127.0.0.1", 8066, 9066, 1.5, 7, 42),
                 DdlLockInfo("dble-1", "DROP TABLE t", 2.0), HistoryEntry("s", "t", "i", "sql", FAILED, 9, 1.0, "m")):
         assert type(rec).decode(rec.encode()) == rec
+
+
+def test_a_ddl_record_carries_its_id_and_an_ack_the_record_it_answers():
+    rec = DdlRecord("dble-1", "schema1", "t", "ALTER_TABLE", "ALTER ...", INIT, marker="pydble-ddl:0af3")
+    back = DdlRecord.decode(rec.encode())
+    assert back.ddl_id == "0af3" and back.with_status(FAILED).ddl_id == "0af3"
+    assert Paths("/dble", "c").ddl_owner("schema1", "t", back.ddl_id) == "/dble/c/ddl/schema1.t/owner-0af3"
+    # the id goes into znode paths and SQL: anything but letters and digits is no id at all
+    for marker in ("", "pydble-ddl:", "pydble-ddl:a/b", "pydble-ddl:x' OR 1", "other:abc", "pydble-ddl:é1"):
+        assert DdlRecord("i", "s", "t", "X", "", INIT, marker=marker).ddl_id == ""
+    assert Ack.decode(Ack(INIT, record=42).encode()).record == 42
+    assert Ack.decode(b'{"status":"INIT"}').record == 0   # an ack from before: answers no record

@@ -4,45 +4,11 @@ released them (in process, against a real ZooKeeper): they must not block the cl
 from __future__ import annotations
 
 import asyncio
-from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
-from harness import cluster_section, free_port, proxy_config
+from clusterkit import instance_and_other
 
-from meta.config import parse_config
-from meta.locks import MetaLocks
-from meta.registry import Registry
-from zk.aio import Zk
-from zk.cluster import Cluster
 from zk.records import INIT, DdlRecord
-
-
-@asynccontextmanager
-async def instance_and_other(zookeeper: Any, root: str, backends: list[Any],
-                             refreshed: list[Any]) -> AsyncIterator[tuple[Cluster, Zk]]:
-    """dble-2's Cluster on a session of its own (refreshes recorded, not run), and another session."""
-    config = parse_config(proxy_config(backends, free_port(), free_port(), instance="dble-2",
-                                       cluster=cluster_section(zookeeper, root=root)))
-
-    async def refresh(keys: list[tuple[str, str]], texts: Any = None) -> None:
-        refreshed.append(keys)
-
-    async def load_all() -> None:
-        pass
-
-    c = Cluster(config, Registry(config), MetaLocks("dble-2"), load_all, refresh)
-    c.zk = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
-    await c.zk.start(10)
-    other = Zk(zookeeper.hosts, 10, asyncio.get_running_loop())
-    await other.start(10)
-    try:
-        for p in (c.paths.ddl, c.paths.history, c.paths.online):
-            await c.zk.ensure_path(p)
-        yield c, other
-    finally:
-        await c.zk.delete(root, recursive=True)
-        await other.stop()
-        await c.zk.stop()
 
 
 def test_a_reconcile_lock_our_own_session_still_holds_is_taken_up_again(
