@@ -72,32 +72,31 @@ async def plan_repair(server: ProxyServer, schema: str, table: str) -> RepairPla
     if meta.unknown:
         why = "; ".join(f"{n}: {r}" for n, r in meta.unknown.items())
         raise RepairRefused(f"cannot read every shardingNode of {name} ({why}): repair once it is back")
+    shapes = {n: normalize_create(t) if (t := meta.node_sql.get(n)) is not None else None for n in meta.nodes}
     want = normalize_create(before)
-    lagging = [n for n in meta.nodes if (t := meta.node_sql.get(n)) is not None and normalize_create(t) == want]
-    others = [n for n in meta.nodes if n not in lagging]
-    after = {normalize_create(t) if (t := meta.node_sql.get(n)) is not None else None for n in others}
-    if None in after:
-        gone = [n for n in others if meta.node_sql.get(n) is None]
-        raise RepairRefused(f"{name} is missing on {','.join(gone)}: not the result of DDL #{entry.id}, fix by hand")
-    if len(after) > 1:
-        raise RepairRefused(f"the nodes of {name} where DDL #{entry.id} ran differ from each other "
-                            f"({','.join(others)}): fix by hand")
+    done = [n for n in entry.succeeded_nodes if n in shapes]
+    after = {shapes[n] for n in done}
+    if None in after or len(after) != 1:
+        raise RepairRefused(f"the nodes of {name} where DDL #{entry.id} succeeded ({','.join(done)}) no longer "
+                            f"have one same structure: fix by hand")
+    (made,) = after
+    if made == want:
+        raise RepairRefused(f"the nodes of {name} where DDL #{entry.id} succeeded have the structure from before "
+                            f"it again: nothing to re-run, fix by hand if needed")
+    lagging = [n for n in meta.nodes if n not in done and shapes[n] == want]
+    odd = [n for n in meta.nodes if n not in done and shapes[n] not in (want, made)]
+    if odd:
+        raise RepairRefused(f"{','.join(odd)} of {name} has neither the structure from before DDL #{entry.id} nor "
+                            f"the one it made: fix by hand")
     if not lagging:
         return f"{NOTHING}: every node of {name} has the structure DDL #{entry.id} made"
-    if not others:
-        raise RepairRefused(f"no node of {name} has the structure DDL #{entry.id} made: run the DDL again instead")
-    strays = [n for n in lagging if n not in entry.failed_nodes]
-    if strays:
-        raise RepairRefused(f"{','.join(strays)} of {name} ran DDL #{entry.id} successfully but has the structure "
-                            f"from before it now: fix by hand")
-    lost = [n for n in entry.failed_nodes if n not in lagging and n in others]
-    log.info("repair plan", table=name, ddl=entry.id, lagging=lagging, already=lost)
+    log.info("repair plan", table=name, ddl=entry.id, lagging=lagging)
     return RepairPlan(entry, tuple(lagging))
 
 
 async def repair(server: ProxyServer, schema: str, table: str, user: str) -> str:
     """Re-run the table's half-applied DDL on its lagging nodes; the OK's message says what was done."""
-    schema, table = schema, table.lower()
+    table = table.lower()
     if schema not in server.config.schemas:
         raise ProxyError(f"Unknown database '{schema}'", 1049, "42000")
     rp = await plan_repair(server, schema, table)
