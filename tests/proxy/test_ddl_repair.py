@@ -17,7 +17,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from harness import free_port, proxy_config
+from harness import cluster_section, free_port, proxy_config
 from harness.proxy import REPO_ROOT
 
 TABLE = "sharding_2_t1"   # dn1 on the first backend, dn2 on the second (DESIGN.md §2)
@@ -56,10 +56,10 @@ def _wait(cond: Any, timeout: float, what: str) -> Any:
         time.sleep(0.05)
 
 
-def _half_applied(fresh_backends: list, fresh_proxy: Any) -> Any:
+def _half_applied(fresh_backends: list, fresh_proxy: Any, cluster: Any = None) -> Any:
     """A proxy whose last ALTER of TABLE succeeded on dn1 and died with dn2's server (restarted since)."""
     b1, b2 = fresh_backends
-    p = fresh_proxy(proxy_config(fresh_backends, free_port(), free_port(), instance="pydble-repair"),
+    p = fresh_proxy(proxy_config(fresh_backends, free_port(), free_port(), instance="dble-1", cluster=cluster),
                     backends=fresh_backends)
     p.query(f"CREATE TABLE {TABLE} (id INT PRIMARY KEY, name VARCHAR(64))")
     for server, n in ((b1, ROWS_FAST), (b2, ROWS_SLOW)):   # straight into the shards: fast to fill
@@ -90,9 +90,13 @@ def _half_applied(fresh_backends: list, fresh_proxy: Any) -> Any:
     return p
 
 
-def test_a_ddl_half_applied_by_a_dying_backend_is_shown_then_repaired(fresh_backends, fresh_proxy) -> None:
+def test_a_ddl_half_applied_by_a_dying_backend_is_shown_then_repaired(fresh_backends, fresh_proxy, zookeeper,
+                                                                      zk_root) -> None:
     b1, b2 = fresh_backends
-    p = _half_applied(fresh_backends, fresh_proxy)
+    section = cluster_section(zookeeper, root=zk_root)
+    p2 = fresh_proxy(proxy_config(fresh_backends, free_port(), free_port(), instance="dble-2", cluster=section),
+                     backends=fresh_backends)
+    p = _half_applied(fresh_backends, fresh_proxy, section)
 
     # check full @@metadata names the lagging node (DBLE's columns unchanged, pydble's at the end)
     where = f"where schema='schema1' and table='{TABLE}'"
@@ -114,8 +118,11 @@ def test_a_ddl_half_applied_by_a_dying_backend_is_shown_then_repaired(fresh_back
     row = _manager(p, f"check full @@metadata {where}")[0]
     assert (int(row["consistent_in_sharding_nodes"]), int(row["consistent_in_memory"])) == (1, 1)
     assert "`added`" in row["table_structure"] and row["differing_sharding_nodes"] == ""
-    p.query(f"INSERT INTO {TABLE} VALUES (900001, 'n', 5)")   # memory's column order: three columns
-    assert p.query(f"SELECT added FROM {TABLE} WHERE id = 900001") == [(5,)]
+    for i, q in enumerate((p, p2)):   # every instance reloaded: memory's column order has three columns
+        row = _manager(q, f"check full @@metadata {where}")[0]
+        assert (int(row["consistent_in_memory"]), "`added`" in row["table_structure"]) == (1, True), q.instance
+        q.query(f"INSERT INTO {TABLE} VALUES ({900001 + i}, 'n', 5)")
+        assert q.query(f"SELECT added FROM {TABLE} WHERE id = {900001 + i}") == [(5,)]
     (repair_row, *_) = _manager(p, "show @@ddl_history")
     assert (repair_row["repair_of"], repair_row["nodes"], repair_row["outcome"]) == (str(last["id"]), "dn2", "OK")
 
