@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from meta.consistency import normalize_create
+from meta.consistency import Consistency, differing_nodes, normalize_create
 from meta.errors import ProxyError
 from meta.loader import load_tables
 
@@ -56,15 +56,6 @@ async def plan_repair(server: ProxyServer, schema: str, table: str) -> RepairPla
     """The lagging nodes of the table's last DDL, or the "nothing to repair" sentence; RepairRefused
     when the nodes are not exactly "before" (the failed ones) and "after" (the others)."""
     name = f"{schema}.{table}"
-    entry = last_ddl(server, schema, table)
-    if entry is None:
-        return f"{NOTHING}: this instance ran no DDL on {name} (run repair on the instance that ran it)"
-    if not entry.failed_nodes:
-        return f"{NOTHING}: the last DDL on {name} (#{entry.id}) succeeded on every node"
-    before = entry.before.get(name)
-    if before is None:
-        raise RepairRefused(f"the last DDL on {name} (#{entry.id}) failed on {','.join(entry.failed_nodes)} and "
-                            f"succeeded nowhere else, or changed no existing table: nothing to re-run")
     fresh = await load_tables(server.config, [(schema, table)], backend=server.meta_backend)
     meta = fresh.tables.get((schema, table))
     if meta is None:
@@ -72,6 +63,19 @@ async def plan_repair(server: ProxyServer, schema: str, table: str) -> RepairPla
     if meta.unknown:
         why = "; ".join(f"{n}: {r}" for n, r in meta.unknown.items())
         raise RepairRefused(f"cannot read every shardingNode of {name} ({why}): repair once it is back")
+    entry = last_ddl(server, schema, table)
+    if entry is None or not entry.failed_nodes:
+        if meta.consistency is Consistency.CONSISTENT:
+            return f"{NOTHING}: every node of {name} has the same structure"
+        if entry is None:
+            raise RepairRefused(f"{name} differs across its nodes ({differing_nodes(meta.verdict())}) but this "
+                                f"instance ran no DDL on it: repair on the instance that did (show @@ddl_history)")
+        raise RepairRefused(f"{name} differs across its nodes ({differing_nodes(meta.verdict())}) but its last "
+                            f"DDL (#{entry.id}) succeeded on every node: fix by hand")
+    before = entry.before.get(name)
+    if before is None:
+        raise RepairRefused(f"the last DDL on {name} (#{entry.id}) failed on {','.join(entry.failed_nodes)} and "
+                            f"succeeded nowhere else, or changed no existing table: nothing to re-run")
     shapes = {n: normalize_create(t) if (t := meta.node_sql.get(n)) is not None else None for n in meta.nodes}
     want = normalize_create(before)
     done = [n for n in entry.succeeded_nodes if n in shapes]
