@@ -112,6 +112,16 @@ def tables(env: MetaProxyEnv) -> MetaProxyEnv:
     return env
 
 
+def test_repair_without_a_half_applied_ddl_changes_nothing(tables: MetaProxyEnv) -> None:
+    env = tables
+    cols, rows = env.mq("repair @@ddl where schema='schema1' and table='shard_a'")
+    assert cols == ["schema", "table", "action", "message"]
+    assert rows[0][2] == "nothing" and rows[0][3].startswith("nothing to repair"), rows
+    code, msg = env.manager_error("repair @@ddl where schema='schema1' and table='glob_a'")   # differs, no DDL
+    assert code == 1105 and "dn3(missing)" in msg and "ran no DDL" in msg, msg
+    assert env.manager_error("repair @@ddl where schema='nope' and table='t'")[0] == 1049
+
+
 def test_check_full_columns_and_rows(tables: MetaProxyEnv) -> None:
     env = tables
     conn = env.manager()
