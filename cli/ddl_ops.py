@@ -18,8 +18,6 @@ from meta.consistency import Consistency
 from zk.ops import LockView, OnlineView, RecordView, TableDdl, ZkOps, age
 from zk.paths import table_node
 
-from proxy.ddl_repair import NOTHING
-
 from .cluster_ops import (EXIT_NOTHING, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Output, Target,
                           add_connection_options, fmt_age, fmt_time, quiet_logs, run_command, yes_no)
 
@@ -376,6 +374,8 @@ REPAIR_TIMEOUT_S = 3600.0   # a re-run copying ALTER on a big table may take lon
 def ddl_repair(args: argparse.Namespace) -> int:
     """Ask a running instance (its manager port) to re-run a table's half-applied DDL: `repair @@ddl`."""
     import pymysql
+
+    from proxy.ddl_repair import NOTHING
 
     quiet_logs(args.verbose)
     out = Output(args.json)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from meta.consistency import Consistency, differing_nodes, normalize_create
-from meta.errors import ProxyError
+from meta.errors import ProxyError, UnknownDatabase
 from meta.loader import load_tables
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ async def repair(server: ProxyServer, schema: str, table: str, user: str) -> str
     """Re-run the table's half-applied DDL on its lagging nodes; the OK's message says what was done."""
     table = table.lower()
     if schema not in server.config.schemas:
-        raise ProxyError(f"Unknown database '{schema}'", 1049, "42000")
+        raise UnknownDatabase(f"Unknown database '{schema}'")
     rp = await plan_repair(server, schema, table)
     if isinstance(rp, str):
         return rp
