@@ -13,13 +13,13 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from meta.config import Config
+from meta.config import Config, ConfigError, load_config
 from meta.consistency import Consistency
 from zk.ops import LockView, OnlineView, RecordView, TableDdl, ZkOps, age
 from zk.paths import table_node
 
-from .cluster_ops import (EXIT_NOTHING, EXIT_OK, EXIT_REFUSED, Output, Target,
-                          add_connection_options, fmt_age, fmt_time, run_command, yes_no)
+from .cluster_ops import (EXIT_NOTHING, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Output, Target,
+                          add_connection_options, fmt_age, fmt_time, quiet_logs, run_command, yes_no)
 
 if TYPE_CHECKING:
     from meta.model import TableMeta
@@ -366,6 +366,60 @@ def ddl_gc(ops: ZkOps, target: Target, out: Output, args: argparse.Namespace) ->
     return code
 
 
+# -- ddl repair -----------------------------------------------------------------------------------
+
+REPAIR_TIMEOUT_S = 3600.0   # a re-run copying ALTER on a big table may take long
+
+
+def ddl_repair(args: argparse.Namespace) -> int:
+    """Ask a running instance (its manager port) to re-run a table's half-applied DDL: `repair @@ddl`."""
+    import pymysql
+
+    from proxy.ddl_repair import NOTHING
+
+    quiet_logs(args.verbose)
+    out = Output(args.json)
+    schema, table = args.table
+    host, port, user, password = args.host, args.port, args.user, args.password
+    if args.config:
+        try:
+            config = load_config(args.config)
+        except ConfigError as e:
+            out.error(f"config error: {e}")
+            return EXIT_USAGE
+        bind = config.server.bind
+        host = host or ("127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind)
+        port = port or config.server.manager_port
+        if user is None and config.manager_users:
+            user = next(iter(config.manager_users))
+        mu = config.manager_users.get(user or "")
+        if password is None and mu is not None and not (len(mu.password) == 41 and mu.password[0] == "*"):
+            password = mu.password   # clear text in the config (a '*' hash cannot log in)
+    if not port or not user:
+        out.error("say which instance to ask: --config FILE (its manager port and user) or --port and --user")
+        return EXIT_USAGE
+    sql = f"repair @@ddl where schema='{schema}' and table='{table}'"
+    result: dict[str, Any] = {"instance": f"{host or '127.0.0.1'}:{port}", "schema": schema, "table": table}
+    try:
+        conn = pymysql.connect(host=host or "127.0.0.1", port=port, user=user, password=password or "",
+                               connect_timeout=args.timeout, read_timeout=REPAIR_TIMEOUT_S)
+    except pymysql.MySQLError as e:
+        return _finish(out, result, "unreachable", f"cannot reach the manager port {result['instance']}: "
+                       f"{e.args[-1]}", EXIT_USAGE)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            row = cur.fetchone()
+        message = str(row[3]) if row else ""
+    except pymysql.MySQLError as e:
+        return _finish(out, result, "refused", f"({e.args[0]}) {e.args[-1]}", EXIT_REFUSED)
+    finally:
+        conn.close()
+    if message.startswith(NOTHING):
+        return _finish(out, result, "nothing", message, EXIT_NOTHING)
+    return _finish(out, result, "repaired", message, EXIT_OK)
+
+
 # -- wiring ---------------------------------------------------------------------------------------
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -394,5 +448,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
     add_connection_options(p)
     p.set_defaults(func=lambda a: run_command(a, ddl_gc))
+    p = dsub.add_parser("repair", help="re-run a table's half-applied DDL on the nodes where it failed "
+                                       "(through a running instance's manager port)")
+    p.add_argument("table", metavar="SCHEMA.TABLE", type=parse_table_arg)
+    p.add_argument("--config", metavar="FILE", help="the instance's config: its manager port and manager user")
+    p.add_argument("--host", help="the instance's manager address (default: the config's bind, or 127.0.0.1)")
+    p.add_argument("--port", type=int, help="the instance's manager port (default: the config's)")
+    p.add_argument("--user", help="manager user (default: the config's first)")
+    p.add_argument("--password", help="manager password (default: the config's, when in clear text)")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="bound on connecting")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a line")
+    p.add_argument("-v", "--verbose", action="store_true", help="log to stderr what the command does")
+    p.set_defaults(func=ddl_repair)
     from .history_ops import add_history_parser
     add_history_parser(dsub)

@@ -110,6 +110,15 @@ def judge(nodes: Sequence[str], node_sql: Mapping[str, str | None],
                    tuple(missing), unknown_nodes)
 
 
+def differing_nodes(v: Verdict) -> str:
+    """`check full @@metadata`'s differing_sharding_nodes: the nodes not holding the structure most
+    nodes hold, e.g. "dn2" or "dn3(missing),dn4(unknown)"; empty when every node agrees."""
+    parts = [n for x in v.variants[1:] for n in x.nodes]
+    parts += [f"{n}(missing)" for n in v.missing] if v.variants else []
+    parts += [f"{n}(unknown)" for n in v.unknown]
+    return ",".join(parts)
+
+
 def consistent_in_memory(memory: TableMeta | None, fresh: TableMeta) -> bool | None:
     """Does memory match a fresh fetch on every node? None when some node could not answer."""
     if memory is None or memory.structure is None:

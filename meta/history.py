@@ -41,6 +41,14 @@ class DdlHistoryEntry:
     finished_at: float = 0.0
     laggards: list[str] = field(default_factory=list)
     id: int = 0
+    failed_nodes: list[str] = field(default_factory=list)   # shardingNodes where the statement failed
+    before: dict[str, str] = field(default_factory=dict)    # half-applied only: "schema.table" -> CREATE before
+    repair_of: int = 0                                      # a `repair @@ddl` run: the id of the DDL it repairs
+
+    @property
+    def succeeded_nodes(self) -> list[str]:
+        """The nodes where the statement succeeded."""
+        return [n for n in self.nodes if n not in self.failed_nodes]
 
     @classmethod
     def from_json(cls, line: str) -> DdlHistoryEntry | None:

@@ -73,6 +73,8 @@ class DdlTrace:
     keys: list[tuple[str, str]] = field(default_factory=list)   # the tables locked and refreshed
     laggards: list[str] = field(default_factory=list)           # instances that did not ack in time
     executed: tuple[float, list[str]] | None = None   # seconds until the nodes answered, nodes that failed
+    before: dict[str, str] = field(default_factory=dict)   # "schema.table" -> memory's CREATE text at lock time
+    repair_of: int = 0                                     # the history id this DDL repairs (ddl_repair.py)
 
     def mark(self, phase: str) -> None:
         """A phase just ended."""
@@ -226,16 +228,8 @@ class DdlRunner:
     async def run(self, session: Session, plan: Plan, sql: str, r: Reply, more: bool) -> None:
         """Run a DDL for a session; it finishes (and unlocks) even if the client leaves meanwhile."""
         owner = f"session:{session.conn_id}"
-        taken: list[tuple[str, str]] = []
-        try:
-            for schema, table in self.keys_of(plan, sql):
-                self.locks.acquire(schema, table, sql, owner)
-                taken.append((schema, table))
-        except ProxyError:
-            for s, t in taken:
-                self.locks.release(s, t, owner)
-            raise
-        trace = DdlTrace(session.user)
+        self._take_locks(plan, sql, owner)
+        trace = DdlTrace(session.user, before=self._structures(plan, sql))
         trace.mark("lock")
         loop = asyncio.get_running_loop()
         task = loop.create_task(self._locked(plan, sql, owner, session.schema, trace))
@@ -258,6 +252,52 @@ class DdlRunner:
             r.ok(status(), warnings=1, info=warning.encode(), more=more)
         else:
             r.ok(status(), more=more)
+
+    async def run_on(self, plan: Plan, sql: str, user: str, repair_of: int,
+                     verify: Callable[[], Awaitable[None]] | None = None) -> ProxyError | None:
+        """A DDL without a session (the repair of a half-applied one, proxy/ddl_repair.py), on exactly
+        `plan.targets`: the same locks, cluster protocol, refresh and history as run(). `verify` runs
+        once this instance's locks are held (raising refuses the DDL)."""
+        owner = f"repair:{repair_of}"
+        self._take_locks(plan, sql, owner)
+        if verify is not None:
+            try:
+                await verify()
+            except BaseException:
+                for s, t in self.keys_of(plan, sql):
+                    self.locks.release(s, t, owner)
+                raise
+        trace = DdlTrace(user, before=self._structures(plan, sql), repair_of=repair_of)
+        trace.mark("lock")
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self._locked(plan, sql, owner, None, trace))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(lambda t: self._remember(plan, sql, trace, t))
+        err, _ = await asyncio.shield(task)
+        return err
+
+    def _take_locks(self, plan: Plan, sql: str, owner: str) -> None:
+        """This instance's lock on every table of the DDL, all or none."""
+        taken: list[tuple[str, str]] = []
+        try:
+            for schema, table in self.keys_of(plan, sql):
+                self.locks.acquire(schema, table, sql, owner)
+                taken.append((schema, table))
+        except ProxyError:
+            for s, t in taken:
+                self.locks.release(s, t, owner)
+            raise
+
+    def _structures(self, plan: Plan, sql: str) -> dict[str, str]:
+        """Memory's CREATE text of the DDL's tables before it runs: what a half-applied DDL's lagging
+        nodes must still have for `repair @@ddl` to re-run it there."""
+        out = {}
+        for s, t in self.keys_of(plan, sql):
+            meta = self.server.registry.get(s, t)
+            if meta is not None and meta.structure is not None:
+                out[f"{s}.{t}"] = meta.structure
+        return out
 
     async def _locked(self, plan: Plan, sql: str, owner: str, schema: str | None,
                       trace: DdlTrace | None = None) -> tuple[ProxyError | None, str | None]:
@@ -376,7 +416,7 @@ class DdlRunner:
             self.server.config.server.instance, trace.user, sql, plan.ddl or "UNKNOWN",
             [f"{s}.{t}" for s, t in keys], details["nodes"], "OK" if err is None else "FAILED",
             "" if err is None else f"({err.code}) {err.message}", details["phases_ms"], details["meta_version"],
-            trace.started_at, time.time(), laggards))
+            trace.started_at, time.time(), laggards, **_node_outcome(trace, details["nodes"])))
 
     async def _apply(self, plan: Plan, keys: list[tuple[str, str]], dlog: structlog.stdlib.BoundLogger,
                      started: float, owner: str = "", trace: DdlTrace | None = None,
@@ -539,6 +579,14 @@ class DdlRunner:
             schema, table = plan.tables[0]
             return TableExists(f"Table '{schema}.{table}' or table meta already exists" + note)
         return ProxyError(first.error.message + note, first.error.code, first.error.sqlstate)
+
+
+def _node_outcome(trace: DdlTrace, nodes: list[str]) -> dict:
+    """The history's record of where a DDL failed; the structure before it only when it also
+    succeeded somewhere (half-applied: what `repair @@ddl` checks the lagging nodes against)."""
+    failed = trace.executed[1] if trace.executed is not None else []
+    partial = bool(failed) and len(set(failed)) < len(set(nodes))
+    return {"failed_nodes": list(failed), "before": trace.before if partial else {}, "repair_of": trace.repair_of}
 
 
 def _prints_plainly(conn: BackendConnection) -> bool:

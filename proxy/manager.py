@@ -8,15 +8,16 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from meta.consistency import consistent_in_memory
+from meta.consistency import consistent_in_memory, differing_nodes
 from meta.errors import AccessDenied, DdlInProgress, ProxyError
 from meta.loader import LoadResult, load_tables
 from meta.model import TableMeta
 from meta.registry import format_check_time
 
 from . import local
-from .manager_parse import (HELP, CheckFullMetadata, CheckMetadata, KillDdlLock, ReloadMetadata, ShowBackend,
-                            ShowCluster, ShowDdl, ShowDdlHistory, ShowHelp, TableFilter, parse_manager)
+from .ddl_repair import NOTHING, repair
+from .manager_parse import (HELP, CheckFullMetadata, CheckMetadata, KillDdlLock, ReloadMetadata, RepairDdl,
+                            ShowBackend, ShowCluster, ShowDdl, ShowDdlHistory, ShowHelp, TableFilter, parse_manager)
 from .protocol import constants as C
 from .protocol.handshake import parse_stored_password, verify_native_password
 from .protocol.messages import ColumnDef, ResultSet
@@ -37,8 +38,9 @@ def text_result(names: list[str], rows: list[list[object]], int_columns: frozens
     return ResultSet(cols, [[None if v is None else str(v).encode() for v in row] for row in rows])
 
 
+# DBLE's six columns, then pydble's: the shardingNodes whose structure differs from the one most hold
 CHECK_FULL_COLUMNS = ["schema", "table", "reload_time", "table_structure", "consistent_in_sharding_nodes",
-                      "consistent_in_memory"]
+                      "consistent_in_memory", "differing_sharding_nodes"]
 ROWS_PER_STEP = 1000  # rows built between yields, so a check of 40,000 tables does not stall queries
 
 
@@ -66,7 +68,7 @@ class ManagerSession(Session):
             r.resultset(rs, self.status(), more)
             return False
         cmd = parse_manager(sql)
-        out = await self.server.manager.run(cmd)
+        out = await self.server.manager.run(cmd, self.user)
         if isinstance(out, ResultSet):
             r.resultset(out, self.status(), more)
         else:
@@ -89,8 +91,13 @@ class Manager:
     def __init__(self, server: ProxyServer) -> None:
         self.server = server
 
-    async def run(self, cmd: object) -> ResultSet | str:
-        """Execute a parsed command: a result set, or the message of an OK."""
+    async def run(self, cmd: object, user: str = "") -> ResultSet | str:
+        """Execute a parsed command (for manager user `user`): a result set, or the message of an OK."""
+        if isinstance(cmd, RepairDdl):
+            message = await repair(self.server, cmd.schema, cmd.table, user)
+            return text_result(["schema", "table", "action", "message"],
+                               [[cmd.schema, cmd.table.lower(), "nothing" if message.startswith(NOTHING)
+                                 else "repaired", message]])
         if isinstance(cmd, ReloadMetadata):
             await self.reload(cmd.filter)
             return "reload metadata success"
@@ -180,11 +187,13 @@ class Manager:
 
     @staticmethod
     def _row(key: tuple[str, str], mem: TableMeta | None, new: TableMeta | None) -> list[object]:
+        # the full comparison only for the few tables that differ (a check may cover 40,000 tables)
+        differing = differing_nodes(new.verdict()) if new is not None and new.consistency.flag == 0 else ""
         if mem is None or mem.structure is None:
-            return [key[0], key[1], "null", "null", 0, 0]
+            return [key[0], key[1], "null", "null", 0, 0, differing]
         in_nodes = 1 if new is not None and new.consistency.flag == 1 else 0
         in_memory = 1 if new is not None and consistent_in_memory(mem, new) is True else 0
-        return [key[0], key[1], format_check_time(mem.reload_time), mem.structure, in_nodes, in_memory]
+        return [key[0], key[1], format_check_time(mem.reload_time), mem.structure, in_nodes, in_memory, differing]
 
     @staticmethod
     def _keep(cmd: CheckFullMetadata, row: list[object], mem: TableMeta | None) -> bool:
@@ -207,10 +216,12 @@ class Manager:
         """`show @@ddl_history`: this instance's persistent DDL history, newest first."""
         rows = [[e.id, format_check_time(e.started_at), e.instance, e.user, ",".join(e.tables), e.sql,
                  ",".join(e.nodes), e.outcome, e.message, e.phases_ms.get("total"),
-                 json.dumps(e.phases_ms, separators=(",", ":")), e.meta_version, ",".join(e.laggards)]
+                 json.dumps(e.phases_ms, separators=(",", ":")), e.meta_version, ",".join(e.laggards),
+                 ",".join(e.succeeded_nodes), ",".join(e.failed_nodes), e.repair_of or None]
                 for e in self.server.history.entries()]
         return text_result(["id", "started", "instance", "user", "tables", "sql", "nodes", "outcome", "message",
-                            "total_ms", "phases_ms", "meta_version", "laggards"], rows)
+                            "total_ms", "phases_ms", "meta_version", "laggards", "succeeded_nodes", "failed_nodes",
+                            "repair_of"], rows)
 
     async def show_ddl(self) -> ResultSet:
         """DDLs in flight in the whole cluster."""

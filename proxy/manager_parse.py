@@ -55,6 +55,12 @@ class KillDdlLock:
 
 
 @dataclass(frozen=True)
+class RepairDdl:
+    schema: str
+    table: str
+
+
+@dataclass(frozen=True)
 class ShowCluster:
     pass
 
@@ -75,7 +81,7 @@ class ShowBackend:
 
 
 Command = (ReloadMetadata | CheckMetadata | CheckFullMetadata | ShowDdl | KillDdlLock | ShowCluster | ShowHelp
-           | ShowBackend | ShowDdlHistory)
+           | ShowBackend | ShowDdlHistory | RepairDdl)
 
 HELP: list[tuple[str, str]] = [
     ("reload @@metadata [where schema='?' [and table='?'] | where table in ('schema.table',...)]",
@@ -87,6 +93,8 @@ HELP: list[tuple[str, str]] = [
     ("show @@ddl", "Show the DDL statements in flight in the whole cluster"),
     ("kill @@ddl_lock where schema='?' and table='?' [force]",
      "Release a table's DDL lock here and in the cluster (refused while its holder is online unless force)"),
+    ("repair @@ddl where schema='?' and table='?'",
+     "Re-run a table's half-applied last DDL on the nodes where it failed (only where they kept the old structure)"),
     ("show @@cluster", "Show the online instances of the cluster"),
     ("show @@backend", "Show backend connection pool use per dbGroup"),
     ("show @@ddl_history", "Show the DDLs this instance ran (persistent, newest first)"),
@@ -196,11 +204,13 @@ def parse_manager(sql: str) -> Command:
         if _WHERE_RELOAD_NULL.match(where):
             return CheckFullMetadata(TableFilter(), reload_time_op="is null")
         return CheckFullMetadata(_table_filter(where, head))
-    if head == "kill @@ddl_lock":
-        force = _FORCE.search(where or "")
+    if head in ("kill @@ddl_lock", "repair @@ddl"):
+        force = _FORCE.search(where or "") if head == "kill @@ddl_lock" else None
         m = _WHERE_SCHEMA_TABLE.match((where or "")[:force.start()] if force else where or "")
         if not m or _get(m, "t") is None:
             raise _usage(head)
+        if head == "repair @@ddl":
+            return RepairDdl(_get(m, "s") or "", _get(m, "t") or "")
         return KillDdlLock(_get(m, "s") or "", _get(m, "t") or "", force is not None)
     if where is None:
         simple = {"show @@ddl": ShowDdl, "show @@cluster": ShowCluster, "show @@help": ShowHelp,

@@ -158,7 +158,7 @@ def test_gc_with_proxies_online_and_their_metadata_follows(seed, backends, zooke
     assert not seed.exists(seed.paths.ddl_record("schema1", TABLE))
 
     for p in (p1, p2):
-        row = _wait(lambda p=p: (lambda m: m if m[4:] == ("1", "1") and "`c_gc`" in m[3] else None)(_full_meta(p)),
+        row = _wait(lambda p=p: (lambda m: m if m[4:6] == ("1", "1") and "`c_gc`" in m[3] else None)(_full_meta(p)),
                     10, f"{p.instance} to refresh {TABLE} from the backends")
         assert "`c_gc`" in row[3]
     p2.query(f"ALTER TABLE {TABLE} DROP COLUMN c_gc")   # the local locks are gone too

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from meta.consistency import Consistency, consistent_in_memory, judge, normalize_create
+from meta.consistency import Consistency, consistent_in_memory, differing_nodes, judge, normalize_create
 from meta.model import TableMeta
 
 BASE = ("CREATE TABLE `t` (\n"
@@ -130,3 +130,11 @@ def test_consistent_in_memory() -> None:
     assert consistent_in_memory(mem, _meta(part, {"dn4": "down"})) is None
     assert consistent_in_memory(None, _meta(part)) is False
     assert consistent_in_memory(_meta({}, structure=None), _meta(part)) is False
+
+
+def test_differing_nodes_names_the_nodes_off_the_majority() -> None:
+    other = ddl().replace("varchar(10)", "varchar(20)")
+    assert differing_nodes(judge(NODES, {n: ddl() for n in NODES})) == ""
+    assert differing_nodes(judge(NODES, {"dn1": ddl(), "dn2": other, "dn3": ddl(), "dn4": ddl()})) == "dn2"
+    assert differing_nodes(judge(NODES, {"dn1": ddl(), "dn2": ddl(), "dn3": None}, {"dn4": "down"})) \
+        == "dn3(missing),dn4(unknown)"

@@ -75,3 +75,18 @@ def test_a_burst_reaches_the_file_without_close(tmp_path: Path) -> None:
         assert len(path.read_text().splitlines()) == 4
     finally:
         h.close()
+
+
+def test_where_a_ddl_failed_survives_a_restart_and_old_lines_still_load(tmp_path: Path) -> None:
+    h = DdlHistory(tmp_path)
+    h.append(DdlHistoryEntry("i1", "u", "ALTER TABLE t ADD c INT", "ALTER_TABLE", ["s.t"], ["dn1", "dn2"], "FAILED",
+                             failed_nodes=["dn2"], before={"s.t": "CREATE TABLE `t` (`id` int)"}))
+    h.close()
+    old = json.loads((tmp_path / HISTORY_FILE).read_text().splitlines()[0])
+    for k in ("failed_nodes", "before", "repair_of"):   # a line written before these fields existed
+        old.pop(k)
+    with open(tmp_path / HISTORY_FILE, "a") as f:
+        f.write(json.dumps({**old, "id": 2}) + "\n")
+    old_entry, e = DdlHistory(tmp_path).entries()
+    assert (e.succeeded_nodes, e.failed_nodes, e.before) == (["dn1"], ["dn2"], {"s.t": "CREATE TABLE `t` (`id` int)"})
+    assert (old_entry.id, old_entry.succeeded_nodes, old_entry.failed_nodes) == (2, ["dn1", "dn2"], [])

@@ -112,6 +112,16 @@ def tables(env: MetaProxyEnv) -> MetaProxyEnv:
     return env
 
 
+def test_repair_without_a_half_applied_ddl_changes_nothing(tables: MetaProxyEnv) -> None:
+    env = tables
+    cols, rows = env.mq("repair @@ddl where schema='schema1' and table='shard_a'")
+    assert cols == ["schema", "table", "action", "message"]
+    assert rows[0][2] == "nothing" and rows[0][3].startswith("nothing to repair"), rows
+    code, msg = env.manager_error("repair @@ddl where schema='schema1' and table='glob_a'")   # differs, no DDL
+    assert code == 1105 and "dn3(missing)" in msg and "ran no DDL" in msg, msg
+    assert env.manager_error("repair @@ddl where schema='nope' and table='t'")[0] == 1049
+
+
 def test_check_full_columns_and_rows(tables: MetaProxyEnv) -> None:
     env = tables
     conn = env.manager()
@@ -126,12 +136,12 @@ def test_check_full_columns_and_rows(tables: MetaProxyEnv) -> None:
                                            "shard_c", "shard_d", "glob_a", "glob_b", "never_created")}
     configured |= {("schema2", "sing"), ("schema2", "sing_a")}
     assert configured | {("schema1", "dflt_m")} <= set(rows)
-    s, t, reload_time, structure, in_nodes, in_memory = rows[("schema1", "shard_a")]
+    s, t, reload_time, structure, in_nodes, in_memory, differing = rows[("schema1", "shard_a")]
     assert TIMESTAMP.fullmatch(reload_time) and structure == env.show_create("dn1", "shard_a")
-    assert (in_nodes, in_memory) == (1, 1)
-    assert rows[("schema1", "glob_a")][4:] == (0, 0)             # missing on dn3: never consistent
-    assert rows[("schema1", "dflt_m")][4:] == (1, 1)
-    assert rows[("schema1", "never_created")][2:] == ("null", "null", 0, 0)
+    assert (in_nodes, in_memory, differing) == (1, 1, "")
+    assert rows[("schema1", "glob_a")][4:] == (0, 0, "dn3(missing)")   # missing on dn3: never consistent
+    assert rows[("schema1", "dflt_m")][4:] == (1, 1, "")
+    assert rows[("schema1", "never_created")][2:] == ("null", "null", 0, 0, "")
 
 
 def test_check_full_schema_and_table_filters(tables: MetaProxyEnv) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.manager_parse import (CheckFullMetadata, CheckMetadata, KillDdlLock, ManagerSyntaxError, ReloadMetadata,
-                                 ShowCluster, ShowDdl, ShowHelp, TableFilter, normalize_time, parse_manager)
+                                 RepairDdl, ShowCluster, ShowDdl, ShowHelp, TableFilter, normalize_time, parse_manager)
 
 
 @pytest.mark.parametrize("sql, expect", [
@@ -50,6 +50,7 @@ def test_other_commands() -> None:
     assert parse_manager("kill @@ddl_lock where schema='s' and table='t'") == KillDdlLock("s", "t")
     assert parse_manager("kill @@ddl_lock where schema=s and table=`t`") == KillDdlLock("s", "t")
     assert parse_manager("KILL @@ddl_lock where schema='s' and table='t' FORCE") == KillDdlLock("s", "t", True)
+    assert parse_manager("REPAIR @@DDL where schema='s' and table='T';") == RepairDdl("s", "T")
 
 
 @pytest.mark.parametrize("sql", [
@@ -57,6 +58,7 @@ def test_other_commands() -> None:
     "reload @@metadata where table in ('a.b.c')", "reload @@metadata where schema='a' and",
     "check @@metadata where x", "check full @@metadata where reload_time > 'soon'",
     "check full @@metadata where reload_time is not null", "kill @@ddl_lock where schema='s'",
+    "repair @@ddl", "repair @@ddl where schema='s'",
     "show @@ddl where 1", "show @@ddls", "", "select 1",
 ])
 def test_malformed_is_a_usage_error(sql: str) -> None:

@@ -1,0 +1,126 @@
+"""`repair @@ddl`: re-run a half-applied DDL (it failed on some nodes after succeeding on others, e.g.
+a backend died mid-ALTER) on its lagging nodes, once they are back.
+
+Only where it is safe: the DDL is the newest one this instance ran on the table (its history keeps the
+statement, the nodes where it failed and memory's structure before it); every node of the table is
+read; a lagging node must still have exactly the structure from before the DDL, and every other node
+one and the same structure (the DDL's result). Anything else is refused with the reason. The re-run
+goes through DdlRunner.run_on, so it takes the table's local and cluster locks like any DDL and ends
+with every instance reloading the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import structlog
+
+from meta.consistency import Consistency, differing_nodes, normalize_create
+from meta.errors import ProxyError, UnknownDatabase
+from meta.loader import load_tables
+
+if TYPE_CHECKING:
+    from meta.history import DdlHistoryEntry
+    from .server import ProxyServer
+
+log = structlog.get_logger("pydble.ddl_repair")
+
+NOTHING = "nothing to repair"   # how an answer that changed nothing starts (the CLI's exit code 1)
+
+
+class RepairRefused(ProxyError):
+    """A half-applied DDL that cannot be re-run safely; the message says why and what to do."""
+
+    code, sqlstate = 1105, "HY000"
+
+
+@dataclass(frozen=True)
+class RepairPlan:
+    """What a repair would do: re-run `entry` on `lagging`."""
+
+    entry: DdlHistoryEntry
+    lagging: tuple[str, ...]
+
+
+def last_ddl(server: ProxyServer, schema: str, table: str) -> DdlHistoryEntry | None:
+    """The newest DDL (not a repair) this instance ran on the table, from its history."""
+    name = f"{schema}.{table}"
+    for e in server.history.entries():
+        if name in e.tables and not e.repair_of:
+            return e
+    return None
+
+
+async def plan_repair(server: ProxyServer, schema: str, table: str) -> RepairPlan | str:
+    """The lagging nodes of the table's last DDL, or the "nothing to repair" sentence; RepairRefused
+    when the nodes are not exactly "before" (the failed ones) and "after" (the others)."""
+    name = f"{schema}.{table}"
+    fresh = await load_tables(server.config, [(schema, table)], backend=server.meta_backend)
+    meta = fresh.tables.get((schema, table))
+    if meta is None:
+        raise RepairRefused(f"{name} is not found on its shardingNodes")
+    if meta.unknown:
+        why = "; ".join(f"{n}: {r}" for n, r in meta.unknown.items())
+        raise RepairRefused(f"cannot read every shardingNode of {name} ({why}): repair once it is back")
+    entry = last_ddl(server, schema, table)
+    if entry is None or not entry.failed_nodes:
+        if meta.consistency is Consistency.CONSISTENT:
+            return f"{NOTHING}: every node of {name} has the same structure"
+        if entry is None:
+            raise RepairRefused(f"{name} differs across its nodes ({differing_nodes(meta.verdict())}) but this "
+                                f"instance ran no DDL on it: repair on the instance that did (show @@ddl_history)")
+        raise RepairRefused(f"{name} differs across its nodes ({differing_nodes(meta.verdict())}) but its last "
+                            f"DDL (#{entry.id}) succeeded on every node: fix by hand")
+    before = entry.before.get(name)
+    if before is None:
+        raise RepairRefused(f"the last DDL on {name} (#{entry.id}) failed on {','.join(entry.failed_nodes)} and "
+                            f"succeeded nowhere else, or changed no existing table: nothing to re-run")
+    shapes = {n: normalize_create(t) if (t := meta.node_sql.get(n)) is not None else None for n in meta.nodes}
+    want = normalize_create(before)
+    done = [n for n in entry.succeeded_nodes if n in shapes]
+    after = {shapes[n] for n in done}
+    if None in after or len(after) != 1:
+        raise RepairRefused(f"the nodes of {name} where DDL #{entry.id} succeeded ({','.join(done)}) no longer "
+                            f"have one same structure: fix by hand")
+    (made,) = after
+    if made == want:
+        raise RepairRefused(f"the nodes of {name} where DDL #{entry.id} succeeded have the structure from before "
+                            f"it again: nothing to re-run, fix by hand if needed")
+    lagging = [n for n in meta.nodes if n not in done and shapes[n] == want]
+    odd = [n for n in meta.nodes if n not in done and shapes[n] not in (want, made)]
+    if odd:
+        raise RepairRefused(f"{','.join(odd)} of {name} has neither the structure from before DDL #{entry.id} nor "
+                            f"the one it made: fix by hand")
+    if not lagging:
+        return f"{NOTHING}: every node of {name} has the structure DDL #{entry.id} made"
+    log.info("repair plan", table=name, ddl=entry.id, lagging=lagging)
+    return RepairPlan(entry, tuple(lagging))
+
+
+async def repair(server: ProxyServer, schema: str, table: str, user: str) -> str:
+    """Re-run the table's half-applied DDL on its lagging nodes; the OK's message says what was done."""
+    table = table.lower()
+    if schema not in server.config.schemas:
+        raise UnknownDatabase(f"Unknown database '{schema}'")
+    rp = await plan_repair(server, schema, table)
+    if isinstance(rp, str):
+        return rp
+    entry = rp.entry
+    plan = server.router.route(entry.sql, schema)
+    targets = tuple(t for t in plan.targets if t.node in rp.lagging)
+    if plan.kind != "ddl" or {t.node for t in targets} != set(rp.lagging):
+        raise RepairRefused(f"DDL #{entry.id} no longer routes to {','.join(rp.lagging)}: the config changed, "
+                            f"fix by hand")
+    log.warning("repairing a half-applied ddl", table=f"{schema}.{table}", ddl=entry.id, nodes=list(rp.lagging))
+
+    async def unchanged() -> None:   # under the table's lock: no DDL slipped in since the plan was made
+        again = await plan_repair(server, schema, table)
+        if again != rp:
+            raise RepairRefused(f"{schema}.{table} changed while preparing its repair: try again")
+
+    err = await server.ddl.run_on(replace(plan, targets=targets), entry.sql, user, entry.id, unchanged)
+    if err is not None:
+        raise err
+    return (f"repaired {schema}.{table}: DDL #{entry.id} re-run on {','.join(rp.lagging)}; "
+            f"every instance reloaded the table")
