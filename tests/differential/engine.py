@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import re
 import time
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -122,8 +123,9 @@ def _norm(v: Any, fuzzy: bool, double: bool) -> Any:
             return float(f"{float(v):.9g}")
         except ValueError:
             return v
-    if fuzzy:
-        return v.rstrip(" ").casefold()
+    if fuzzy:   # utf8mb4_general_ci: case, accents and trailing spaces do not count
+        v = unicodedata.normalize("NFD", v.rstrip(" "))
+        return "".join(c for c in v if not unicodedata.combining(c)).casefold()
     return v
 
 
