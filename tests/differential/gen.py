@@ -89,7 +89,17 @@ class Generator:
     def value(self, col: str) -> str:
         r = self.r
         if col == "id":
-            return str(r.randint(-6, 95))
+            v = r.randint(-6, 95)
+            form = r.randrange(12)
+            if form == 0:
+                return f"'{v}'"            # a string compared with the INT sharding key
+            if form == 1:
+                return f"{v}.0"
+            if form == 2:
+                return f"{v}.5"
+            if form == 3:
+                return f"'{v} '"
+            return str(v)
         if col == "k":
             return str(r.choice([0, 1, 2, 3, 5, -1, 9]))
         if col == "s":
@@ -221,7 +231,7 @@ class Generator:
         if r.random() < 0.7:
             keys = [r.choice(["k", "s", "b", "d", "m", "dt", "k DESC", "s DESC", "m DESC"])
                     for _ in range(r.randint(0, 2))]
-            keys.append(r.choice(["id", "id DESC"]))
+            keys.append(r.choice(["id", "id DESC", "id + 0", "-id"]))
             return Case(sql + " ORDER BY " + ", ".join(keys) + self.limit(), "select", "simple-order",
                         ordered=True)
         return Case(sql, "select", "simple")
@@ -261,7 +271,10 @@ class Generator:
         sel = [f"{e} AS g{i}" if alias else e for i, e in enumerate(items)]
         sql = f"SELECT {', '.join(sel)} FROM {t}{self.where()} GROUP BY {', '.join(keys)}"
         if r.random() < 0.3:
-            sql += f" HAVING COUNT(*) {r.choice(['>', '>=', '='])} {r.randint(1, 3)}"
+            sql += " HAVING " + r.choice([f"COUNT(*) {r.choice(['>', '>=', '='])} {r.randint(1, 3)}",
+                                          f"SUM(m) > {r.choice(['0', '1.5', '-1'])}",
+                                          f"MAX(b) >= {self.value('b')}", f"MIN(s) < {self.value('s')}",
+                                          f"MAX(d) > {self.value('d')}"])
         if r.random() < 0.6:
             order = [f"g{i}" if alias and r.random() < 0.5 else k for i, k in enumerate(keys)]
             if r.random() < 0.3:
@@ -359,10 +372,14 @@ class Generator:
                              "dt = dt + INTERVAL 1 HOUR", "j = JSON_SET(COALESCE(j, '{}'), '$.a', 3)"],
                             r.randint(1, 2))
             sql = f"UPDATE {t} SET {', '.join(sets)}{self.where()}"
+            if r.random() < 0.1:
+                sql += f" ORDER BY id LIMIT {r.randint(1, 4)}"
             shape = "update"
         elif x < 0.45:
             cond = self.cond() if r.random() < 0.7 else f"id = {self.value('id')}"
             sql = f"DELETE FROM {t} WHERE {cond}"
+            if r.random() < 0.1:
+                sql += f" ORDER BY id DESC LIMIT {r.randint(1, 3)}"
             shape = "delete"
         elif x < 0.9:
             rows = []

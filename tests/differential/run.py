@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             differ.run(seed, args.queries, stats, None if args.quiet else print)
         differ.close()
         print(stats.summary())
-        return 1 if stats.wrong else 0
+        return 1 if stats.unknown else 0
     finally:
         if proxy is not None:
             proxy.cleanup()
