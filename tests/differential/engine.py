@@ -21,7 +21,7 @@ import MySQLdb
 from .gen import COLS, DDL, NAMES, SHARDED, TABLES, Case, Generator, insert_sql, seed_rows
 
 SCHEMA = "diff"
-REF_DB = "diffref"
+REF_DB = SCHEMA   # same name, so schema-qualified statements run on both
 NODE_DB = {"dn1": (0, "db1"), "dn2": (1, "db1"), "dn3": (0, "db2"), "dn4": (1, "db2"), "dn5": (0, "db3")}
 DOUBLE_TYPES = (4, 5)          # FLOAT, DOUBLE: the last digits depend on the summation order
 LOST = (2006, 2013, 2055)      # the connection went away

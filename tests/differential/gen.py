@@ -119,6 +119,8 @@ class Generator:
         r = self.r
         col = r.choice(["id", "id", "id", "k", "s", "b", "d", "dt", "m", "j"])
         c = q + col
+        if r.random() < 0.03:
+            return r.choice(["1 = 0", "1 = 1", "NULL", f"{c} = {c}"])
         if col == "j":
             return r.choice([f"JSON_EXTRACT({c}, '$.a') = {r.choice([1, 2])}",
                              f"JSON_TYPE({c}) = 'ARRAY'", f"{c} IS NULL",
@@ -217,8 +219,10 @@ class Generator:
             return self.distinct()
         if x < 0.61:
             return self.union()
-        if x < 0.71:
+        if x < 0.66:
             return self.join()
+        if x < 0.71:
+            return self.join_agg() if r.random() < 0.6 else self.routing()
         if x < 0.79:
             return self.subquery()
         return self.dml()
@@ -260,7 +264,8 @@ class Generator:
     def group(self) -> Case:
         r = self.r
         t = self.table()
-        keys = r.sample(["k", "s", "b", "d", "YEAR(dt)", "m"], r.randint(1, 2))
+        keys = r.sample(["k", "s", "b", "d", "YEAR(dt)", "m", "j", "k IS NULL", "LEFT(b, 1)"],
+                        r.randint(1, 2))
         outs = [self.agg() for _ in range(r.randint(1, 3))]
         items = keys + [o for o, _ in outs]
         fuzzy = {i for i, k in enumerate(keys) if k == "s"}
@@ -275,6 +280,8 @@ class Generator:
                                           f"SUM(m) > {r.choice(['0', '1.5', '-1'])}",
                                           f"MAX(b) >= {self.value('b')}", f"MIN(s) < {self.value('s')}",
                                           f"MAX(d) > {self.value('d')}"])
+        if alias and r.random() < 0.2:
+            sql += f" HAVING g{len(keys)} IS NOT NULL"
         if r.random() < 0.6:
             order = [f"g{i}" if alias and r.random() < 0.5 else k for i, k in enumerate(keys)]
             if r.random() < 0.3:
@@ -288,7 +295,8 @@ class Generator:
     def distinct(self) -> Case:
         r = self.r
         t = self.table()
-        cols = r.sample(["k", "s", "b", "d", "m", "YEAR(d)", "k % 2"], r.randint(1, 2))
+        cols = r.sample(["k", "s", "b", "d", "m", "YEAR(d)", "k % 2", "j", "dt", "UPPER(b)"],
+                        r.randint(1, 3))
         fuzzy = {i for i, c in enumerate(cols) if c == "s"}
         sql = f"SELECT DISTINCT {', '.join(cols)} FROM {t}{self.where()}"
         if r.random() < 0.5:
@@ -329,6 +337,46 @@ class Generator:
         if r.random() < 0.5:
             return Case(sql + " ORDER BY a.id, b.id" + self.limit(), "select", "join-order", ordered=True)
         return Case(sql, "select", "join")
+
+    def join_agg(self) -> Case:
+        """Aggregates, DISTINCT and LIMIT over a join the nodes can run (co-located or global)."""
+        r = self.r
+        a, b = r.choice([("dx_t4", "dx_t4b"), ("dx_t4", "dx_t4"), ("dx_t2", "dx_t2"),
+                         ("dx_t4", "dx_g"), ("dx_t2", "dx_g"), ("dx_g", "dx_t4b")])
+        on = "a.id = b.id" if b != "dx_g" else r.choice(["a.k = b.k", "a.id = b.id", "a.s = b.s"])
+        kind = r.choice(["JOIN", "LEFT JOIN"])
+        where = f" WHERE {self.cond(r.choice(['a.', 'b.']))}" if r.random() < 0.5 else ""
+        base = f"FROM {a} a {kind} {b} b ON {on}{where}"
+        form = r.randrange(3)
+        if form == 0:
+            key = r.choice(["a.k", "b.k", "a.b", "b.d", "a.s"])
+            agg = r.choice(["COUNT(*)", "SUM(b.m)", "MAX(a.b)", "COUNT(DISTINCT b.k)", "AVG(a.k)", "MIN(b.s)"])
+            sql = f"SELECT {key} AS g, {agg} AS v {base} GROUP BY {key} ORDER BY {key}"
+            fuzzy = {0} if key == "a.s" else set()
+            if agg == "MIN(b.s)":
+                fuzzy.add(1)
+            return Case(sql + self.limit(), "select", "join-group", ordered=True, fuzzy=fuzzy)
+        if form == 1:
+            cols = r.sample(["a.k", "b.b", "a.d", "b.m"], r.randint(1, 2))
+            sql = f"SELECT DISTINCT {', '.join(cols)} {base} ORDER BY {', '.join(cols)}"
+            return Case(sql + self.limit(), "select", "join-distinct", ordered=True)
+        sql = f"SELECT COUNT(*), SUM(a.m), MAX(b.dt) {base}"
+        return Case(sql, "select", "join-aggregate", ordered=True)
+
+    def routing(self) -> Case:
+        """Predicates on the sharding key the router has to read right (or scatter)."""
+        r = self.r
+        t = r.choice(SHARDED)
+        v1, v2 = self.value("id"), self.value("id")
+        cond = r.choice([f"id = {v1} OR id = {v2}", f"id = {v1} AND id = {v2}", f"id + 0 = {v1}",
+                         f"{v1} = id", f"id IN ({v1}, {v2}, NULL)", f"id NOT IN ({v1}, {v2})",
+                         f"(id = {v1} OR k = 1) AND id = {v2}", f"id = {v1} OR id IS NULL",
+                         f"id BETWEEN {v1} AND {v1}", f"-id = {v1}", f"id = {v1} AND k IS NULL",
+                         f"id IN (SELECT id FROM {t} WHERE id = {v2})", f"id = ({v1})",
+                         f"`id` = {v1}", f"{t}.id = {v1}", f"id = CAST({v1} AS SIGNED)"])
+        qual = f"{'diff.' if r.random() < 0.2 else ''}{t}"
+        return Case(f"SELECT id, k, s AS `S` FROM {qual} WHERE {cond} ORDER BY id", "select",
+                    "routing", ordered=True)
 
     def subquery(self) -> Case:
         r = self.r

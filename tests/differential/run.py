@@ -7,6 +7,7 @@ database on the first server, runs the seed and prints the summary and every wro
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, action="append", help="seed (repeatable); default 1")
     ap.add_argument("--quiet", action="store_true", help="print only the summary")
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still stop the servers
     servers = [MariaDBServer("diff-backend1"), MariaDBServer("diff-backend2")]
     proxy = None
     try:
