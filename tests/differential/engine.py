@@ -24,6 +24,7 @@ SCHEMA = "diff"
 REF_DB = SCHEMA   # same name, so schema-qualified statements run on both
 NODE_DB = {"dn1": (0, "db1"), "dn2": (1, "db1"), "dn3": (0, "db2"), "dn4": (1, "db2"), "dn5": (0, "db3")}
 DOUBLE_TYPES = (4, 5)          # FLOAT, DOUBLE: the last digits depend on the summation order
+SCALED_TYPES = (0, 4, 5, 246)  # DECIMAL, FLOAT, DOUBLE, NEWDECIMAL: the decimals count is seen
 LOST = (2006, 2013, 2055)      # the connection went away
 RELOAD_EVERY = 500
 # Issue 18 item 4, being fixed in the executor (all-or-nothing multi-node writes): a write that
@@ -113,7 +114,8 @@ def run_sql(conn: Any, sql: str) -> Answer:
         cur.execute(sql)
         desc = cur.description
         if desc:
-            return Answer(names=tuple(d[0] for d in desc), types=tuple(d[1] for d in desc),
+            return Answer(names=tuple(d[0] for d in desc), types=tuple((d[1], d[5] if d[1] in SCALED_TYPES else None)
+                                          for d in desc),
                           rows=list(cur.fetchall()), affected=cur.rowcount)
         return Answer(affected=cur.rowcount)
     except MySQLdb.Error as e:
@@ -141,7 +143,7 @@ def _norm(v: Any, fuzzy: bool, double: bool) -> Any:
 
 def normalize(ans: Answer, case: Case) -> list[tuple[Any, ...]]:
     """Rows as comparable tuples (collation-fuzzy columns folded, doubles rounded)."""
-    doubles = {i for i, t in enumerate(ans.types) if t in DOUBLE_TYPES}
+    doubles = {i for i, t in enumerate(ans.types) if t[0] in DOUBLE_TYPES}
     return [tuple(_norm(v, i in case.fuzzy, i in doubles) for i, v in enumerate(row))
             for row in ans.rows or []]
 
