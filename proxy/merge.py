@@ -99,7 +99,7 @@ class MergePlan:
     offset: int = 0
     limit: int | None = None
     node_limit: int | None = None  # the LIMIT grouped nodes ran with (ordered by the group keys)
-    collations: tuple[tuple[int, int], ...] = ()  # (column, hidden COLLATION(column)) pairs
+    collations: tuple[tuple[int, int | None], ...] = ()  # (column, hidden COLLATION(column) or None)
 
     @property
     def concat_only(self) -> bool:
@@ -455,7 +455,14 @@ def _peek_collations(plan: MergePlan, columns: list[ColumnDef], streams: Iterabl
     kinds = {}
     for c, p in plan.collations:
         i = _abs(c, width)
-        kinds[i] = collation_kind(first[_abs(p, width)], column_kind(columns[i]), columns[i].name)
+        kind = column_kind(columns[i])
+        if p is None:
+            if kind in (K_CI, K_BIN):
+                raise NotSupported(f"the text column {columns[i].name} is sorted by its position inside "
+                                   f"SELECT *, so pydble cannot ask the shardingNodes which collation "
+                                   f"it compares by; name the column instead")
+            continue
+        kinds[i] = collation_kind(first[_abs(p, width)], kind, columns[i].name)
     return kinds, out
 
 

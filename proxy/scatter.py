@@ -757,17 +757,20 @@ class _Builder:
             elif offset:
                 self.edits.append((limit_at, end, f"LIMIT {min(offset + limit, _MAX_LIMIT)}"))
 
-    def collation_probes(self, compared: list[Ref]) -> list[tuple[Ref, Ref]]:
+    def collation_probes(self, compared: list[Ref]) -> list[tuple[Ref, Ref | None]]:
         """A hidden COLLATION(x) next to every value the merge compares.
 
         MariaDB labels every text column of a result with the connection's collation, not the
         one its values compare by (a utf8mb4_bin column arrives as utf8mb4_general_ci), so the
         nodes are asked: the merge then compares each column as its own collation does, or
         refuses one it cannot reproduce."""
-        probes: list[tuple[Ref, Ref]] = []
+        probes: list[tuple[Ref, Ref | None]] = []
         numeric = {a.ref for a in self.aggs if a.spec.func not in (MIN, MAX, ANY, GROUP_CONCAT)}
         for ref in dict.fromkeys(compared):
-            if ref[0] == "p" or ref in numeric:
+            if ref[0] == "p":      # a column inside `*`: no name to ask about
+                probes.append((ref, None))
+                continue
+            if ref in numeric:
                 continue
             if ref[0] == "i":
                 it = self.items[ref[1]]
@@ -782,7 +785,7 @@ class _Builder:
     def finish(self, grouped: bool, group_refs: list[Ref],
                having: list[tuple[Ref, str, str, bool]], order_refs: list[tuple[Ref, bool]],
                distinct: bool, offset: int, limit: int | None,
-               probes: list[tuple[Ref, Ref]] = ()) -> MergePlan:
+               probes: list[tuple[Ref, Ref | None]] = ()) -> MergePlan:
         n_items = len(self.items)
         n_hidden = len(self.hidden)
         stars = [j for j, it in enumerate(self.items) if it.star]
@@ -815,7 +818,7 @@ class _Builder:
             distinct=distinct,
             offset=offset,
             limit=limit,
-            collations=tuple((col(r), col(p)) for r, p in probes),
+            collations=tuple((col(r), None if p is None else col(p)) for r, p in probes),
         )
 
 

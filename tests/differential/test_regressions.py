@@ -104,3 +104,12 @@ def test_order_by_a_unicode_ci_column_across_nodes_is_refused(both):
         rows(px, "SELECT DISTINCT u FROM rg")
     assert e.value.args[0] == 1235
     assert "utf8mb4_unicode_ci" in e.value.args[1]
+
+
+def test_order_by_a_text_column_by_its_position_inside_star_is_refused(both):
+    px, ref = both
+    assert rows(ref, "SELECT * FROM rg ORDER BY 2 LIMIT 2") == [(2, "A", "ß", "A"), (6, "B", "A", "Zed")]
+    with pytest.raises(pymysql.MySQLError) as e:
+        rows(px, "SELECT * FROM rg ORDER BY 2 LIMIT 2")
+    assert e.value.args[0] == 1235 and "name the column" in e.value.args[1]
+    same(both, "SELECT * FROM rg ORDER BY 1 DESC LIMIT 2", [(6, "B", "A", "Zed"), (5, "b", "a", "x")])
