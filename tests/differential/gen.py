@@ -10,6 +10,7 @@ MariaDB picks for a group of 'a' = 'A' = 'a ' is not determined).
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 
 # table name -> (pydble type, nodes, function) for the proxy config; the reference has them all.
@@ -33,7 +34,7 @@ INT_COLS = ("id", "k")
 NUM_COLS = ("id", "k", "m")
 
 S_VALUES = ["a", "A", "a ", "b", "B", "abc", "ABC", "Zed", "zed", "é", "E", "", None]
-B_VALUES = ["a", "A", "b", "B", "abc", "x y", "Zed", None]
+B_VALUES = ["a", "A", "b", "B", "B ", "abc", "x y", "Zed", None]   # utf8mb4_bin still pads: 'B' = 'B ' 
 D_VALUES = ["2024-01-01", "2024-02-29", "2023-12-31", "2025-06-15", None]
 DT_VALUES = ["2024-01-01 00:00:00", "2024-01-01 12:30:00", "2024-02-29 23:59:59",
              "2023-12-31 08:00:00", None]
@@ -63,6 +64,15 @@ def insert_sql(table: str, rows: list[tuple[object, ...]]) -> str:
     """One multi-row INSERT of rows into table."""
     return (f"INSERT INTO {table} ({', '.join(COLS)}) VALUES "
             + ", ".join("(" + ", ".join(lit(v) for v in row) + ")" for row in rows))
+
+
+_TEXT = re.compile(r"\b[sb]\b")
+
+
+def texty(expr: str) -> bool:
+    """Whether a value reads a text column: a group or DISTINCT of 'a' and 'a ' (or 'a' and 'A'
+    under general_ci) shows whichever of them MariaDB met first, so only its class is determined."""
+    return bool(_TEXT.search(expr))
 
 
 @dataclass
@@ -250,7 +260,7 @@ class Generator:
         a = r.choice(self.AGGS)
         c = r.choice(COLS[:-1])
         n = r.choice(NUM_COLS)
-        fuzzy = c == "s" and (a.startswith("MIN") or a.startswith("MAX"))
+        fuzzy = c in ("s", "b") and (a.startswith("MIN") or a.startswith("MAX"))
         return a.format(c=c, n=n), fuzzy
 
     def aggregate(self) -> Case:
@@ -268,7 +278,7 @@ class Generator:
                         r.randint(1, 2))
         outs = [self.agg() for _ in range(r.randint(1, 3))]
         items = keys + [o for o, _ in outs]
-        fuzzy = {i for i, k in enumerate(keys) if k == "s"}
+        fuzzy = {i for i, k in enumerate(keys) if texty(k)}
         fuzzy |= {len(keys) + i for i, (_, f) in enumerate(outs) if f}
         if "s" in keys:   # a GROUP_CONCAT over a group of 'a' and 'A' still lists both, fine
             pass
@@ -297,7 +307,7 @@ class Generator:
         t = self.table()
         cols = r.sample(["k", "s", "b", "d", "m", "YEAR(d)", "k % 2", "j", "dt", "UPPER(b)"],
                         r.randint(1, 3))
-        fuzzy = {i for i, c in enumerate(cols) if c == "s"}
+        fuzzy = {i for i, c in enumerate(cols) if texty(c)}
         sql = f"SELECT DISTINCT {', '.join(cols)} FROM {t}{self.where()}"
         if r.random() < 0.5:
             return Case(sql + " ORDER BY " + ", ".join(cols) + self.limit(), "select", "distinct-order",
@@ -311,7 +321,7 @@ class Generator:
         parts = [f"SELECT {', '.join(cols)} FROM {self.table()}{self.where()}" for _ in range(r.randint(2, 3))]
         op = r.choice([" UNION ", " UNION ALL "])
         sql = op.join(parts)
-        fuzzy = {i for i, c in enumerate(cols) if c == "s"} if "ALL" not in op else set()
+        fuzzy = {i for i, c in enumerate(cols) if texty(c)} if "ALL" not in op else set()
         if r.random() < 0.4:
             order = ", ".join(cols)
             # UNION ALL may keep duplicates: only total with the columns' full tuple and no dups
@@ -352,14 +362,15 @@ class Generator:
             key = r.choice(["a.k", "b.k", "a.b", "b.d", "a.s"])
             agg = r.choice(["COUNT(*)", "SUM(b.m)", "MAX(a.b)", "COUNT(DISTINCT b.k)", "AVG(a.k)", "MIN(b.s)"])
             sql = f"SELECT {key} AS g, {agg} AS v {base} GROUP BY {key} ORDER BY {key}"
-            fuzzy = {0} if key == "a.s" else set()
-            if agg == "MIN(b.s)":
+            fuzzy = {0} if texty(key) else set()
+            if agg in ("MIN(b.s)", "MAX(a.b)"):
                 fuzzy.add(1)
             return Case(sql + self.limit(), "select", "join-group", ordered=True, fuzzy=fuzzy)
         if form == 1:
             cols = r.sample(["a.k", "b.b", "a.d", "b.m"], r.randint(1, 2))
             sql = f"SELECT DISTINCT {', '.join(cols)} {base} ORDER BY {', '.join(cols)}"
-            return Case(sql + self.limit(), "select", "join-distinct", ordered=True)
+            return Case(sql + self.limit(), "select", "join-distinct", ordered=True,
+                        fuzzy={i for i, c in enumerate(cols) if texty(c)})
         sql = f"SELECT COUNT(*), SUM(a.m), MAX(b.dt) {base}"
         return Case(sql, "select", "join-aggregate", ordered=True)
 
