@@ -113,3 +113,22 @@ def test_order_by_a_text_column_by_its_position_inside_star_is_refused(both):
         rows(px, "SELECT * FROM rg ORDER BY 2 LIMIT 2")
     assert e.value.args[0] == 1235 and "name the column" in e.value.args[1]
     same(both, "SELECT * FROM rg ORDER BY 1 DESC LIMIT 2", [(6, "B", "A", "Zed"), (5, "b", "a", "x")])
+
+
+# --- issue 18 item 4 (all-or-nothing multi-node writes) is being fixed in the executor; until it
+# lands the differential test names these as known, and this is the smallest case.
+
+@pytest.mark.xfail(reason="issue 18 item 4: a multi-node write failing on one node stays applied "
+                          "on the others (the executor change makes it atomic)", strict=False)
+def test_multi_row_insert_failing_on_one_node_changes_no_node(both):
+    px, ref = both
+    sql = "INSERT INTO rg (id, b) VALUES (1000, 'new'), (1, 'dup')"   # 1000 -> dn1, 1 -> dn2 (taken)
+    for conn in (ref, px):
+        with pytest.raises(pymysql.MySQLError) as e:
+            rows(conn, sql)
+        assert e.value.args[0] == 1062
+    assert rows(ref, "SELECT COUNT(*) FROM rg WHERE id = 1000") == [(0,)]
+    try:
+        assert rows(px, "SELECT COUNT(*) FROM rg WHERE id = 1000") == [(0,)]
+    finally:
+        rows(px, "DELETE FROM rg WHERE id = 1000")
