@@ -298,8 +298,11 @@ class Generator:
                 order = [o + " DESC" for o in order]
             return Case(sql + " ORDER BY " + ", ".join(order) + self.limit(), "select", "group-order",
                         ordered=True, fuzzy=fuzzy)
-        if r.random() < 0.2:
-            return Case(sql + f" ORDER BY {outs[0][0]}", "select", "group-order-agg", fuzzy=fuzzy)
+        if r.random() < 0.3:   # by an aggregate (or its alias), then the keys: total
+            first = f"g{len(keys)}" if alias else outs[0][0]
+            order = f" ORDER BY {first} {r.choice(['', 'DESC'])}, {', '.join(keys)}"
+            return Case(sql + order + self.limit(), "select", "group-order-agg", ordered=True,
+                        fuzzy=fuzzy)
         return Case(sql, "select", "group", fuzzy=fuzzy)
 
     def distinct(self) -> Case:
@@ -403,8 +406,11 @@ class Generator:
             sql = (f"SELECT id FROM {t} x WHERE {r.choice(['', 'NOT '])}EXISTS "
                    f"(SELECT 1 FROM {u} y WHERE y.k = x.k)")
         else:
-            sql = (f"SELECT q.k, COUNT(*) FROM (SELECT k, s FROM {t}{self.where()}) q GROUP BY q.k "
-                   f"ORDER BY q.k")
+            inner = r.choice([f"SELECT k, s FROM {t}{self.where()}",
+                              f"SELECT DISTINCT k, s FROM {t}",
+                              f"SELECT k, s FROM {t} ORDER BY id LIMIT {r.randint(1, 20)}",
+                              f"SELECT k, COUNT(*) AS s FROM {t} GROUP BY k"])
+            sql = f"SELECT q.k, COUNT(*) FROM ({inner}) q GROUP BY q.k ORDER BY q.k"
             return Case(sql, "select", "subquery-from", ordered=True)
         if r.random() < 0.5:
             return Case(sql + " ORDER BY id" + self.limit(), "select", f"subquery{form}-order", ordered=True)
