@@ -99,6 +99,7 @@ class MergePlan:
     offset: int = 0
     limit: int | None = None
     node_limit: int | None = None  # the LIMIT grouped nodes ran with (ordered by the group keys)
+    collations: tuple[tuple[int, int | None], ...] = ()  # (column, hidden COLLATION(column) or None)
 
     @property
     def concat_only(self) -> bool:
@@ -420,12 +421,60 @@ def _abs(i: int, width: int) -> int:
     return j
 
 
-def _resolve(plan: MergePlan, columns: list[ColumnDef]) -> _Resolved:
+# Collations whose comparison value_key reproduces: the general_ci family (K_CI), *_bin (K_BIN).
+_CI_COLLATIONS = frozenset({b"utf8mb4_general_ci", b"utf8mb3_general_ci", b"utf8_general_ci",
+                            b"latin1_swedish_ci", b"ascii_general_ci"})
+
+
+def collation_kind(name: bytes | None, kind: int, column: str) -> int:
+    """The kind of a text column from the collation its values compare by (COLLATION(x))."""
+    if name is None or kind not in (K_CI, K_BIN) or name == b"binary":
+        return kind
+    if name in _CI_COLLATIONS:
+        return K_CI
+    if name.endswith(b"_bin") and b"nopad" not in name:
+        return K_BIN
+    raise NotSupported(f"the values of {column} compare by the collation {name.decode('ascii', 'replace')}, "
+                       f"which pydble does not reproduce when it merges rows of several shardingNodes")
+
+
+def _peek_collations(plan: MergePlan, columns: list[ColumnDef], streams: Iterable[Iterable[Row]]
+                     ) -> tuple[dict[int, int], list[Iterable[Row]]]:
+    """Read the COLLATION() probes from the first row any node sent; the streams are kept whole."""
+    out: list[Iterable[Row]] = []
+    first = None
+    for s in streams:
+        it = iter(s)
+        row = next(it, None)
+        if row is not None:
+            first = first if first is not None else row
+            out.append(chain((row,), it))
+    if first is None:
+        return {}, out
+    width = len(columns)
+    kinds = {}
+    for c, p in plan.collations:
+        i = _abs(c, width)
+        kind = column_kind(columns[i])
+        if p is None:
+            if kind in (K_CI, K_BIN):
+                raise NotSupported(f"the text column {columns[i].name} is sorted by its position inside "
+                                   f"SELECT *, so pydble cannot ask the shardingNodes which collation "
+                                   f"it compares by; name the column instead")
+            continue
+        kinds[i] = collation_kind(first[_abs(p, width)], kind, columns[i].name)
+    return kinds, out
+
+
+def _resolve(plan: MergePlan, columns: list[ColumnDef], collated: dict[int, int] | None = None
+             ) -> _Resolved:
     width = len(columns)
     visible = width - plan.hidden
     if visible < 0:
         raise NotSupported("the shardingNodes returned fewer columns than the merge needs")
     kinds = [column_kind(c) for c in columns]
+    for i, k in (collated or {}).items():
+        kinds[i] = k
     aggs = []
     for a in plan.aggregates:
         col = _abs(a.column, width)
@@ -436,8 +485,8 @@ def _resolve(plan: MergePlan, columns: list[ColumnDef]) -> _Resolved:
             sum_kind = K_FLOAT
         scale = min(columns[col].decimals + 4, MAX_SCALE) if sum_kind != K_FLOAT else 0
         aggs.append(_AggRuntime(col, a.func, cnt, dcols,
-                                tuple(value_key(columns[c]) for c in dcols), sum_kind, scale,
-                                value_key(columns[col]), a.separator))
+                                tuple(value_key(columns[c], kinds[c]) for c in dcols), sum_kind,
+                                scale, value_key(columns[col], kinds[col]), a.separator))
         if a.func == AVG:
             kinds[col] = K_FLOAT if sum_kind == K_FLOAT else K_DEC
         elif a.func in (COUNT, BIT_AND, BIT_OR, BIT_XOR):
@@ -583,7 +632,10 @@ def _watched(stream: Iterable[Row], key: Callable[[Row], tuple]) -> Iterator[Row
 def merge_streams(plan: MergePlan, columns: list[ColumnDef],
                   streams: Iterable[Iterable[Row]]) -> Iterator[Row]:
     """Merge per-node row iterators lazily; only grouping and DISTINCT keep state."""
-    r = _resolve(plan, columns)
+    collated = None
+    if plan.collations:
+        collated, streams = _peek_collations(plan, columns, streams)
+    r = _resolve(plan, columns, collated)
     terms = _sort_terms(plan, r, columns)
     rows: Iterable[Row]
     if plan.grouped:

@@ -502,9 +502,16 @@ class _Builder:
                                   bool(distinct_args), distinct, offset, limit)
         if grouped and not order_refs and not order_null:
             order_refs = [(r, False) for r in group_refs]
+        compared = list(group_refs) + [r for r, _, _, _ in having] + [r for r, _ in order_refs]
+        if distinct:
+            compared += [("i", j) for j in range(len(self.items))]
+        if grouped:
+            compared += [a.ref for a in self.aggs if a.spec.func in (MIN, MAX)]
+            compared += [r for a in self.aggs for r in a.distinct_refs]
+        probes = self.collation_probes(compared)
         if self.hidden:
             self.edits.append((self.items_end, self.items_end, ", " + ", ".join(self.hidden)))
-        plan = self.finish(grouped, group_refs, having, order_refs, distinct, offset, limit)
+        plan = self.finish(grouped, group_refs, having, order_refs, distinct, offset, limit, probes)
         if grouped and self.pushed:
             plan = replace(plan, node_limit=min(offset + (limit or 0), _MAX_LIMIT))
         return tuple(self.edits), plan
@@ -744,9 +751,35 @@ class _Builder:
             elif offset:
                 self.edits.append((limit_at, end, f"LIMIT {min(offset + limit, _MAX_LIMIT)}"))
 
+    def collation_probes(self, compared: list[Ref]) -> list[tuple[Ref, Ref | None]]:
+        """A hidden COLLATION(x) next to every value the merge compares.
+
+        MariaDB labels every text column of a result with the connection's collation, not the
+        one its values compare by (a utf8mb4_bin column arrives as utf8mb4_general_ci), so the
+        nodes are asked: the merge then compares each column as its own collation does, or
+        refuses one it cannot reproduce."""
+        probes: list[tuple[Ref, Ref | None]] = []
+        numeric = {a.ref for a in self.aggs if a.spec.func not in (MIN, MAX, ANY, GROUP_CONCAT)}
+        for ref in dict.fromkeys(compared):
+            if ref[0] == "p":      # a column inside `*`: no name to ask about
+                probes.append((ref, None))
+                continue
+            if ref in numeric:
+                continue
+            if ref[0] == "i":
+                it = self.items[ref[1]]
+                if it.star:
+                    continue
+                text = _sql(it.expr)
+            else:
+                text = self.hidden[ref[1]]
+            probes.append((ref, self.add_hidden(f"COLLATION({text})")))
+        return probes
+
     def finish(self, grouped: bool, group_refs: list[Ref],
                having: list[tuple[Ref, str, str, bool]], order_refs: list[tuple[Ref, bool]],
-               distinct: bool, offset: int, limit: int | None) -> MergePlan:
+               distinct: bool, offset: int, limit: int | None,
+               probes: list[tuple[Ref, Ref | None]] = ()) -> MergePlan:
         n_items = len(self.items)
         n_hidden = len(self.hidden)
         stars = [j for j, it in enumerate(self.items) if it.star]
@@ -779,6 +812,7 @@ class _Builder:
             distinct=distinct,
             offset=offset,
             limit=limit,
+            collations=tuple((col(r), None if p is None else col(p)) for r, p in probes),
         )
 
 

@@ -383,6 +383,7 @@ def _table(conn: sqlite3.Connection, rows: list[tuple]) -> None:
 def _sqlite(rows: list[tuple], sql: str) -> ResultSet:
     """Run SQL on an in-memory SQLite node; integer sums are typed DECIMAL like MySQL's."""
     conn = sqlite3.connect(":memory:")
+    conn.create_function("COLLATION", 1, lambda v: "binary")  # MySQL's answer for numbers
     try:
         _table(conn, rows)
         cur = conn.execute(sql)

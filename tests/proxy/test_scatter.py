@@ -26,12 +26,18 @@ def node_sql(sql: str) -> str:
 @pytest.mark.parametrize("sql", [
     "SELECT c FROM sbtest1 WHERE id BETWEEN 1 AND 100",
     "SELECT SUM(k) FROM sbtest1 WHERE id BETWEEN 1 AND 100",
-    "SELECT c FROM sbtest1 WHERE id BETWEEN 1 AND 100 ORDER BY c",
-    "SELECT DISTINCT c FROM sbtest1 WHERE id BETWEEN 1 AND 100 ORDER BY c",
     "SELECT * FROM t WHERE 1=0",
 ])
 def test_sysbench_and_probe_queries_are_sent_unchanged(sql):
     assert plan_scatter_select(sql)[0] == sql
+
+
+@pytest.mark.parametrize("distinct", ["", "DISTINCT "])
+def test_sorted_text_asks_the_nodes_for_its_collation(distinct):
+    sql = f"SELECT {distinct}c FROM sbtest1 WHERE id BETWEEN 1 AND 100 ORDER BY c"
+    node, plan = plan_scatter_select(sql)
+    assert node == f"SELECT {distinct}c, COLLATION(c) FROM sbtest1 WHERE id BETWEEN 1 AND 100 ORDER BY c"
+    assert plan.collations == ((0, 1),) and plan.hidden == 1
 
 
 def test_plain_concatenation_plan():
@@ -43,7 +49,7 @@ def test_plain_concatenation_plan():
 def test_order_by_plan():
     _, plan = plan_scatter_select(
         "SELECT DISTINCT c FROM sbtest1 WHERE id BETWEEN 1 AND 9 ORDER BY c")
-    assert plan == MergePlan(order_by=(SortKey(0),), distinct=True)
+    assert plan == MergePlan(hidden=1, order_by=(SortKey(0),), distinct=True, collations=((0, 1),))
 
 
 def test_sum_plan():
@@ -55,22 +61,24 @@ def test_sum_plan():
 
 def test_order_by_alias_position_and_expression_use_selected_columns():
     sql, plan = plan_scatter_select("SELECT a AS x, b, a + b FROM t ORDER BY x DESC, 2, a+b")
-    assert sql == "SELECT a AS x, b, a + b FROM t ORDER BY x DESC, 2, a+b"
+    assert sql == ("SELECT a AS x, b, a + b, COLLATION(a), COLLATION(b), COLLATION(a + b) FROM t "
+                   "ORDER BY x DESC, 2, a+b")
     assert plan.order_by == (SortKey(0, True), SortKey(1), SortKey(2))
-    assert plan.hidden == 0
+    assert plan.hidden == 3 and plan.collations == ((0, 3), (1, 4), (2, 5))
 
 
 def test_order_by_unselected_column_adds_a_hidden_column():
     sql, plan = plan_scatter_select("SELECT a FROM t ORDER BY b DESC, a")
-    assert sql == "SELECT a, b FROM t ORDER BY b DESC, a"
-    assert plan == MergePlan(hidden=1, order_by=(SortKey(1, True), SortKey(0)))
+    assert sql == "SELECT a, b, COLLATION(b), COLLATION(a) FROM t ORDER BY b DESC, a"
+    assert plan == MergePlan(hidden=3, order_by=(SortKey(1, True), SortKey(0)),
+                             collations=((1, 2), (0, 3)))
 
 
 def test_hidden_order_column_after_star_counts_from_the_end():
     sql, plan = plan_scatter_select("SELECT *, x FROM t ORDER BY id DESC, x")
-    assert sql == "SELECT *, x, id FROM t ORDER BY id DESC, x"
-    assert plan.order_by == (SortKey(-1, True), SortKey(-2))
-    assert plan.hidden == 1
+    assert sql == "SELECT *, x, id, COLLATION(id), COLLATION(x) FROM t ORDER BY id DESC, x"
+    assert plan.order_by == (SortKey(-3, True), SortKey(-4))
+    assert plan.hidden == 3 and plan.collations == ((-3, -2), (-4, -1))
 
 
 def test_order_by_position_beyond_a_star_is_absolute():
@@ -80,7 +88,7 @@ def test_order_by_position_beyond_a_star_is_absolute():
 
 def test_order_by_expression_over_an_alias_inlines_the_alias():
     sql, plan = plan_scatter_select("SELECT a+1 AS z FROM t ORDER BY z+1")
-    assert sql == "SELECT a+1 AS z, (a + 1) + 1 FROM t ORDER BY z+1"
+    assert sql == "SELECT a+1 AS z, (a + 1) + 1, COLLATION((a + 1) + 1) FROM t ORDER BY z+1"
     assert plan.order_by == (SortKey(1),)
 
 
@@ -98,7 +106,7 @@ def test_order_by_unknown_position_is_mysql_error_1054():
 
 def test_order_by_quoted_and_qualified_names_match_items():
     _, plan = plan_scatter_select("SELECT t.c FROM t ORDER BY `C`")
-    assert plan.order_by == (SortKey(0),) and plan.hidden == 0
+    assert plan.order_by == (SortKey(0),) and plan.hidden == 1  # the collation probe
 
 
 # --- LIMIT --------------------------------------------------------------------------------
@@ -106,7 +114,7 @@ def test_order_by_quoted_and_qualified_names_match_items():
 @pytest.mark.parametrize("clause", ["LIMIT 20, 10", "LIMIT 10 OFFSET 20"])
 def test_limit_with_offset_pushes_offset_plus_count(clause):
     sql, plan = plan_scatter_select(f"SELECT a FROM t ORDER BY a {clause}")
-    assert sql == "SELECT a FROM t ORDER BY a LIMIT 30"
+    assert sql == "SELECT a, COLLATION(a) FROM t ORDER BY a LIMIT 30"
     assert (plan.offset, plan.limit) == (20, 10)
 
 
@@ -118,7 +126,7 @@ def test_limit_without_offset_is_unchanged():
 
 def test_limit_before_for_update_without_limit_is_fine():
     sql, plan = plan_scatter_select("SELECT a FROM t WHERE a > 1 ORDER BY a FOR UPDATE")
-    assert sql == "SELECT a FROM t WHERE a > 1 ORDER BY a FOR UPDATE"
+    assert sql == "SELECT a, COLLATION(a) FROM t WHERE a > 1 ORDER BY a FOR UPDATE"
     assert plan.order_by == (SortKey(0),)
 
 
@@ -134,16 +142,17 @@ def test_avg_becomes_sum_and_hidden_count():
 
 def test_group_by_without_order_sorts_by_keys_and_keeps_limit_with_explicit_order():
     sql, plan = plan_scatter_select("SELECT g, COUNT(*) FROM t GROUP BY g LIMIT 3, 10")
-    assert sql == "SELECT g, COUNT(*) FROM t GROUP BY g ORDER BY g LIMIT 13"
-    assert plan == MergePlan(grouped=True, group_by=(0,), aggregates=(Aggregate(1, COUNT),),
-                             order_by=(SortKey(0),), offset=3, limit=10, node_limit=13)
+    assert sql == "SELECT g, COUNT(*), COLLATION(g) FROM t GROUP BY g ORDER BY g LIMIT 13"
+    assert plan == MergePlan(hidden=1, grouped=True, group_by=(0,), aggregates=(Aggregate(1, COUNT),),
+                             order_by=(SortKey(0),), offset=3, limit=10, node_limit=13,
+                             collations=((0, 2),))
 
 
 def test_group_by_order_by_keys_pushes_limit():
     sql, plan = plan_scatter_select("SELECT g, h, COUNT(*) FROM t GROUP BY g, h "
                                     "ORDER BY h DESC, g LIMIT 5")
-    assert node_sql_of(sql) == ("SELECT g, h, COUNT(*) FROM t GROUP BY g, h "
-                                "ORDER BY h DESC, g LIMIT 5")
+    assert node_sql_of(sql) == ("SELECT g, h, COUNT(*), COLLATION(g), COLLATION(h) FROM t "
+                                "GROUP BY g, h ORDER BY h DESC, g LIMIT 5")
     assert (plan.limit, plan.node_limit) == (5, 5)
 
 
@@ -153,30 +162,30 @@ def node_sql_of(sql: str) -> str:
 
 def test_group_by_order_by_part_of_keys_pushes_no_limit():
     sql, plan = plan_scatter_select("SELECT g, h, COUNT(*) FROM t GROUP BY g, h ORDER BY g LIMIT 5")
-    assert node_sql_of(sql) == "SELECT g, h, COUNT(*) FROM t GROUP BY g, h"
+    assert node_sql_of(sql) == "SELECT g, h, COUNT(*), COLLATION(g), COLLATION(h) FROM t GROUP BY g, h"
     assert (plan.order_by, plan.limit, plan.node_limit) == ((SortKey(0),), 5, None)
 
 
 def test_group_by_order_by_aggregate_pushes_no_limit_and_no_order():
     sql, plan = plan_scatter_select(
         "SELECT a, AVG(b) AS m FROM t GROUP BY a ORDER BY m DESC LIMIT 3, 5")
-    assert node_sql_of(sql) == "SELECT a, SUM(b) AS m, COUNT(b) FROM t GROUP BY a"
-    assert plan == MergePlan(hidden=1, grouped=True, group_by=(0,),
+    assert node_sql_of(sql) == "SELECT a, SUM(b) AS m, COUNT(b), COLLATION(a) FROM t GROUP BY a"
+    assert plan == MergePlan(hidden=2, grouped=True, group_by=(0,),
                              aggregates=(Aggregate(1, AVG, count_column=2, name="m"),),
-                             order_by=(SortKey(1, True),), offset=3, limit=5)
+                             order_by=(SortKey(1, True),), offset=3, limit=5, collations=((0, 3),))
 
 
 def test_order_by_unselected_aggregate_is_hidden():
     sql, plan = plan_scatter_select("SELECT g FROM t GROUP BY g ORDER BY COUNT(*) DESC, AVG(v)")
-    assert node_sql_of(sql) == "SELECT g, COUNT(*), SUM(v), COUNT(v) FROM t GROUP BY g"
+    assert node_sql_of(sql) == "SELECT g, COUNT(*), SUM(v), COUNT(v), COLLATION(g) FROM t GROUP BY g"
     assert plan.aggregates == (Aggregate(1, COUNT), Aggregate(2, AVG, count_column=3))
     assert plan.order_by == (SortKey(1, True), SortKey(2))
-    assert plan.hidden == 3
+    assert plan.hidden == 4
 
 
 def test_group_by_unselected_column_and_position():
     sql, plan = plan_scatter_select("SELECT COUNT(*), g FROM t GROUP BY h, 2")
-    assert sql == "SELECT COUNT(*), g, h FROM t GROUP BY h, 2"
+    assert sql == "SELECT COUNT(*), g, h, COLLATION(h), COLLATION(g) FROM t GROUP BY h, 2"
     assert plan.group_by == (2, 1)
     assert plan.order_by == (SortKey(2), SortKey(1))
 
@@ -191,7 +200,8 @@ def test_having_is_evaluated_after_merging():
     sql, plan = plan_scatter_select(
         "SELECT g, SUM(v) AS s FROM t GROUP BY g HAVING s > 10 AND COUNT(*) >= 2 AND 'x' < MAX(w)"
         " ORDER BY g")
-    assert node_sql_of(sql) == "SELECT g, SUM(v) AS s, COUNT(*), MAX(w) FROM t GROUP BY g"
+    assert node_sql_of(sql) == ("SELECT g, SUM(v) AS s, COUNT(*), MAX(w), COLLATION(g), "
+                                "COLLATION(MAX(w)) FROM t GROUP BY g")
     assert plan.having == (HavingTerm(1, ">", "10"), HavingTerm(2, ">=", "2"),
                            HavingTerm(3, ">", "x", True))
 
@@ -209,7 +219,7 @@ def test_having_without_grouping_stays_on_the_nodes():
 
 def test_count_distinct_groups_nodes_by_its_argument():
     sql, plan = plan_scatter_select("SELECT COUNT(DISTINCT x) FROM t WHERE z > 3")
-    assert sql == "SELECT COUNT(DISTINCT x), x FROM t WHERE z > 3 GROUP BY x"
+    assert sql == "SELECT COUNT(DISTINCT x), x, COLLATION(x) FROM t WHERE z > 3 GROUP BY x"
     assert plan.aggregates == (Aggregate(0, COUNT, distinct=True, distinct_columns=(1,)),)
     assert plan.group_by == ()
 
@@ -220,14 +230,16 @@ def test_count_distinct_with_group_by_and_other_aggregates():
         "HAVING COUNT(*) > 1 "
         "ORDER BY 1 LIMIT 4")
     assert node_sql_of(sql) == ("SELECT g, COUNT(DISTINCT x), SUM(y), SUM(DISTINCT x), "
-                                "COUNT(DISTINCT x), COUNT(*), x FROM t GROUP BY g, x")
+                                "COUNT(DISTINCT x), COUNT(*), x, COLLATION(g), COLLATION(x) FROM t "
+                                "GROUP BY g, x")
     assert plan.group_by == (0,)
-    assert plan.limit == 4 and plan.hidden == 3
+    assert plan.limit == 4 and plan.hidden == 5
 
 
 def test_distinct_aggregates_over_different_arguments_group_by_all_of_them():
     sql, plan = plan_scatter_select("SELECT COUNT(DISTINCT a), COUNT(DISTINCT b, A) FROM t")
-    assert sql == "SELECT COUNT(DISTINCT a), COUNT(DISTINCT b, A), a, b FROM t GROUP BY a, b"
+    assert sql == ("SELECT COUNT(DISTINCT a), COUNT(DISTINCT b, A), a, b, COLLATION(a), COLLATION(b) "
+                   "FROM t GROUP BY a, b")
     assert [a.distinct_columns for a in plan.aggregates] == [(2,), (3, 2)]
 
 
@@ -274,7 +286,7 @@ def test_where_literals_share_one_cached_plan_and_keep_their_values():
     a, plan_a = plan_scatter_select("SELECT c FROM sbtest1 WHERE id BETWEEN 1 AND 100 ORDER BY c")
     b, plan_b = plan_scatter_select("SELECT c FROM sbtest1 WHERE id BETWEEN 57 AND 156 ORDER BY c")
     assert plan_a is plan_b
-    assert b == "SELECT c FROM sbtest1 WHERE id BETWEEN 57 AND 156 ORDER BY c"
+    assert b == "SELECT c, COLLATION(c) FROM sbtest1 WHERE id BETWEEN 57 AND 156 ORDER BY c"
     assert len(scatter._cache) == 1
 
 
@@ -314,7 +326,7 @@ def test_cache_is_bounded(monkeypatch):
 
 def test_hints_and_trailing_semicolon_survive():
     sql, _ = plan_scatter_select("SELECT /*+ MAX_EXECUTION_TIME(100) */ a FROM t ORDER BY b;")
-    assert sql == "SELECT /*+ MAX_EXECUTION_TIME(100) */ a, b FROM t ORDER BY b;"
+    assert sql == "SELECT /*+ MAX_EXECUTION_TIME(100) */ a, b, COLLATION(b) FROM t ORDER BY b;"
 
 
 def test_lexer_masks_only_from_and_where_literals():
