@@ -305,3 +305,44 @@ def test_a_crash_inside_a_connection_attempt_does_not_end_reconnecting(zookeeper
             assert await zk.exists("/") is not None
 
     run(go())
+
+
+def test_a_reply_out_of_order_drops_the_connection() -> None:
+    """ZooKeeper answers one connection in the order of its requests: a server that answers the second
+    request before the first breaks that, so both calls get ConnectionLoss (never each other's answer)
+    and the session is SUSPENDED."""
+    import struct
+
+    from kazoo.exceptions import ConnectionLoss
+
+    async def go() -> None:
+        async def swapping(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readexactly(4 + 45)     # the connect request
+            hs = struct.pack("!iiq", 0, 4000, 0x42) + struct.pack("!i", 16) + b"p" * 16 + b"\x00"
+            writer.write(struct.pack("!i", len(hs)) + hs)
+            xids = []
+            while len(xids) < 2:
+                (n,) = struct.unpack("!i", await reader.readexactly(4))
+                (xid, op) = struct.unpack("!ii", (await reader.readexactly(n))[:8])
+                if op == 3:                      # exists (pings are not answered)
+                    xids.append(xid)
+            for xid in reversed(xids):           # no node: an exists() answer without a body
+                writer.write(struct.pack("!i", 16) + struct.pack("!iqi", xid, 5, NoNodeError.code))
+            await writer.drain()
+            await asyncio.sleep(5)
+
+        port = free_port()
+        server = await asyncio.start_server(swapping, "127.0.0.1", port)
+        states: list[str] = []
+        try:
+            async with session(f"127.0.0.1:{port}", 4, states, start_s=5) as zk:
+                first = asyncio.ensure_future(zk.exists("/a"))
+                second = asyncio.ensure_future(zk.exists("/b"))
+                done = await asyncio.wait_for(asyncio.gather(first, second, return_exceptions=True), 3)
+                assert [type(r) for r in done] == [ConnectionLoss, ConnectionLoss]
+                await until(lambda: KazooState.SUSPENDED in states, 2, "the connection dropped")
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    run(go())
