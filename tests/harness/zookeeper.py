@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from .ports import HOST, free_port, release_port, wait_port_free
+from .ports import HOST, free_port, release_port, tcp_connections, wait_port_free
 from .process import HarnessError, ManagedProcess, tail
 
 log = logging.getLogger("harness")
@@ -55,6 +55,21 @@ def zookeeper_classpath() -> tuple[str, bool]:
     else:
         jars += [j for j in (_find_jar(n) for n in _NOP_JARS) if j]
     return ":".join(dict.fromkeys(jars)), has_log4j
+
+
+def kazoo_client(hosts: str, timeout: float = 10.0, **kw: Any) -> Any:
+    """A started KazooClient on `hosts` (retrying its connection for ever); the caller stops and closes it."""
+    from kazoo.client import KazooClient
+
+    kw.setdefault("connection_retry", {"max_tries": -1, "delay": 0.1, "max_delay": 1})
+    c = KazooClient(hosts=hosts, timeout=kw.pop("session_timeout", 10.0), **kw)
+    try:
+        c.start(timeout=timeout)
+    except Exception:
+        c.stop()
+        c.close()
+        raise
+    return c
 
 
 def java_path() -> str:
@@ -241,17 +256,7 @@ class ZooKeeperServer(ManagedProcess):
         kazoo's start() may take up to the session timeout (``session_timeout``, default 10 s)
         to give up on an unresponsive server, whatever ``timeout`` says.
         """
-        from kazoo.client import KazooClient
-
-        kw.setdefault("connection_retry", {"max_tries": -1, "delay": 0.1, "max_delay": 1})
-        c = KazooClient(hosts=self.hosts, timeout=kw.pop("session_timeout", 10.0), **kw)
-        try:
-            c.start(timeout=timeout)
-        except Exception:
-            c.stop()
-            c.close()
-            raise
-        return c
+        return kazoo_client(self.hosts, timeout, **kw)
 
     def server_log_text(self) -> str:
         """ZooKeeper's own (WARN and above) log."""
@@ -292,6 +297,18 @@ class ZooKeeperEnsemble:
             if s.port == port:
                 return s
         raise HarnessError(f"no member of the ensemble listens on {port}")
+
+    def connected_to(self, pid: int) -> ZooKeeperServer:
+        """The member process `pid` holds an established client connection to (read from /proc)."""
+        ports = {s.port for s in self.servers}
+        for _, remote, established in tcp_connections(pid):
+            if established and remote in ports:
+                return self.serving(remote)
+        raise HarnessError(f"process {pid} has no connection to a member of the ensemble")
+
+    def client(self, timeout: float = 10.0, **kw: Any) -> Any:
+        """A started KazooClient on the whole ensemble; the caller stops and closes it."""
+        return kazoo_client(self.hosts, timeout, **kw)
 
     def cleanup(self) -> None:
         """Stop every member and remove their directories."""

@@ -12,6 +12,8 @@ import uuid
 from typing import Any, Iterator
 
 import pytest
+from clusterkit import (TABLE, Cluster, backend_structure, full_meta, lock_table_on_backend, reset_table, run_async,
+                        show_ddl, wait_for)
 from harness import ZooKeeperEnsemble, free_port
 from kazoo.protocol.states import EventType, KazooState
 
@@ -106,3 +108,30 @@ def test_a_silent_member_costs_a_share_of_the_granted_timeout(whole: ZooKeeperEn
         run(go())
     finally:
         silent.close()
+
+
+def test_a_cluster_ddl_outlives_the_zookeeper_server_of_its_originator(whole: ZooKeeperEnsemble, zk_root: str,
+                                                                       fresh_proxy: Any, backends: list[Any]) -> None:
+    """An ALTER waits on a metadata lock on dn1 while the ZooKeeper server its instance is connected to
+    dies: the instance keeps its session on another member, the ALTER completes, both instances serve
+    the new structure, which is the backends' own, and no lock or record is left."""
+    reset_table(backends)
+    cluster = Cluster(fresh_proxy, whole, zk_root, backends, session_timeout_s=SESSION_S)
+    p1, p2 = cluster.start(2)
+    blocker = lock_table_on_backend(backends)
+    try:
+        t, out = run_async(p1, f"ALTER TABLE {TABLE} ADD COLUMN across_failover INT")
+        wait_for(lambda: show_ddl(p2), 10, "the DDL in flight cluster-wide")
+        whole.connected_to(p1.pid).kill()
+        wait_for(lambda: "suspended" in p1.log_text(), 5, "dble-1 to lose its ZooKeeper server")
+    finally:
+        blocker.rollback()
+        blocker.close()
+    t.join(30)
+    assert out.get("ok"), out
+    for p in (p1, p2):
+        wait_for(lambda: "`across_failover`" in full_meta(p)[3], 10, f"{p.instance} to serve the new column")
+        assert full_meta(p)[4:] == (1, 1)
+    assert all("`across_failover`" in text for text in backend_structure(backends))
+    assert not cluster.zk_children("ddl") and not cluster.zk_children("lock/ddl_lock")
+    assert p1.log_text().count("joined the cluster") == 1      # the same session all along: no re-join
