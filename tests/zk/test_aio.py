@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 import pytest
 from harness import ZooKeeperServer, free_port
 from kazoo.exceptions import (BadVersionError, ConnectionClosedError, NodeExistsError, NoNodeError,
-                              RolledBackError)
+                              RolledBackError, SessionExpiredError)
 from kazoo.protocol.states import EventType, KazooState
 
 from zk.aio import Zk, ZkTimeout
@@ -163,13 +163,21 @@ def test_a_watch_fires_once_on_the_loop_with_its_event(zookeeper: ZooKeeperServe
 def test_a_frozen_client_loses_its_session_and_gets_a_new_one(zookeeper: ZooKeeperServer) -> None:
     """The loop blocked past the session timeout (a GC pause, SIGSTOP): the server expires the
     session; the client says SUSPENDED, LOST, then CONNECTED with a new session, fires its watch once, and
-    its ephemeral nodes are gone."""
+    its ephemeral nodes are gone. A call made while SUSPENDED, under the old session, fails with
+    SessionExpiredError and never runs under the new one."""
     root = f"/aio-x-{uuid.uuid4().hex[:8]}"
 
     async def go() -> None:
         states: list[str] = []
         fired: list[Any] = []
+        queued: list[asyncio.Task] = []
+
+        def on_state(state: str) -> None:
+            if state == KazooState.SUSPENDED and not queued:
+                queued.append(asyncio.ensure_future(zk.create(f"{root}/queued", b"")))
+
         async with session(zookeeper.hosts, 2, states, remove=root) as zk:
+            zk.on_state(on_state)
             await zk.create(f"{root}/e", b"", ephemeral=True)
             await zk.exists(f"{root}/e", watch=fired.append)
             old = zk.session_id
@@ -179,6 +187,9 @@ def test_a_frozen_client_loses_its_session_and_gets_a_new_one(zookeeper: ZooKeep
             # the server may get the node's deletion out before it closes the connection
             assert len(fired) == 1 and fired[0].type in (EventType.NONE, EventType.DELETED)
             assert await zk.exists(f"{root}/e") is None
+            with pytest.raises(SessionExpiredError):
+                await queued[0]
+            assert await zk.exists(f"{root}/queued") is None
 
     run(go())
 
