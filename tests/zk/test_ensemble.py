@@ -1,6 +1,7 @@
 """zk/aio.py against a real three-server ZooKeeper ensemble: when the server a session is connected
 through dies, the session moves to another member within its timeout and stays the same session; what
-was asked during the move goes out after it, in order; a watch fires once."""
+was asked during the move goes out after it, in order; a watch fires once; a cluster DDL in flight
+completes with its instance's session intact."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from clusterkit import (TABLE, Cluster, backend_structure, full_meta, lock_table
 from harness import ZooKeeperEnsemble, free_port
 from kazoo.protocol.states import EventType, KazooState
 
-from tests.zk.test_aio import run, session, until
+from test_aio import run, session, until
 
 SESSION_S = 6.0   # what the members grant at most (maxSessionTimeout)
 
