@@ -48,19 +48,28 @@ def test_the_session_moves_to_another_member_when_its_server_dies(whole: ZooKeep
     async def go() -> None:
         states: list[str] = []
         fired: list[Any] = []
+        asked: list[asyncio.Future] = []
+        connected_when_asked: list[bool] = []
+
+        def on_state(state: str) -> None:
+            if state == KazooState.SUSPENDED and not asked:
+                # asked while no server is connected: they wait and go out in the order asked
+                connected_when_asked.append(zk.connected)
+                asked.extend(asyncio.ensure_future(zk.create(f"{root}/q/n-", str(i).encode(), sequence=True))
+                             for i in range(20))
+
         async with session(whole.hosts, SESSION_S, states, remove=root) as zk:
+            zk.on_state(on_state)
             await zk.create(f"{root}/e", b"", ephemeral=True)
             await zk.ensure_path(f"{root}/q")
             await zk.exists(f"{root}/w", watch=fired.append)
             sid, (_, port) = zk.session_id, zk.server
             victim = whole.serving(port)
-            await asyncio.to_thread(victim.kill)
             t0 = time.monotonic()
-            await until(lambda: not zk.connected, 5, "the dead server noticed")
-            # asked while no server is connected: they wait and go out in the order asked
-            asked = [asyncio.ensure_future(zk.create(f"{root}/q/n-", str(i).encode(), sequence=True))
-                     for i in range(20)]
+            await asyncio.to_thread(victim.kill)
+            await until(lambda: asked, 5, "the dead server noticed")
             made = await asyncio.wait_for(asyncio.gather(*asked), SESSION_S)
+            assert connected_when_asked == [False]
             moved_s = time.monotonic() - t0
             assert zk.session_id == sid and zk.server[1] != port
             assert moved_s < SESSION_S, f"the session took {moved_s:.1f}s to move"
