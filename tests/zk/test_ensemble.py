@@ -145,3 +145,30 @@ def test_a_cluster_ddl_outlives_the_zookeeper_server_of_its_originator(whole: Zo
     assert all("`across_failover`" in text for text in backend_structure(backends))
     assert not cluster.zk_children("ddl") and not cluster.zk_children("lock/ddl_lock")
     assert p1.log_text().count("joined the cluster") == 1      # the same session all along: no re-join
+
+
+def test_a_survivor_reconciles_after_its_zookeeper_server_died(whole: ZooKeeperEnsemble, zk_root: str,
+                                                               fresh_proxy: Any, backends: list[Any]) -> None:
+    """The originator dies (kill -9) after running its ALTER, and while its session is expiring the
+    ZooKeeper server of the only other instance dies too: that instance moves to another member with
+    its session (every watch fired once and gone), still sees the originator leave, reconciles the
+    record from the backends and serves their structure, with no record or lock left."""
+    reset_table(backends)
+    cluster = Cluster(fresh_proxy, whole, zk_root, backends, session_timeout_s=SESSION_S)
+    p1, p2 = cluster.start(2, env={0: {"PYDBLE_TEST_PAUSE": "after_execute"}})
+    run_async(p1, f"ALTER TABLE {TABLE} ADD COLUMN orphaned INT")
+    wait_for(lambda: "paused for test" in p1.log_text(), 20, "dble-1 to pause after executing")
+    p1.kill()
+    killed = time.monotonic()
+    whole.connected_to(p2.pid).kill()
+    wait_for(lambda: "suspended" in p2.log_text(), 5, "dble-2 to lose its ZooKeeper server")
+    wait_for(lambda: "orphaned ddl reconciled" in p2.log_text(), SESSION_S + 10, "dble-2 to reconcile")
+    assert time.monotonic() - killed < SESSION_S + 10
+    wait_for(lambda: not cluster.zk_children("ddl") and not cluster.zk_children("lock/ddl_lock"), 5,
+             "ddl records and locks to be gone")
+    truth = backend_structure(backends)
+    assert len(truth) == 1 and "`orphaned`" in next(iter(truth))
+    row = full_meta(p2)
+    assert row[4:] == (1, 1) and "`orphaned`" in row[3]
+    assert p2.log_text().count("joined the cluster") == 1      # the same session all along
+    p2.query(f"ALTER TABLE {TABLE} DROP COLUMN orphaned")      # the table is free again
