@@ -233,6 +233,26 @@ def test_a_frozen_server_is_dropped_within_the_read_timeout(own_zookeeper: ZooKe
     run(go())
 
 
+def test_a_late_answer_to_a_call_that_timed_out_keeps_its_place(own_zookeeper: ZooKeeperServer) -> None:
+    """A server frozen past a call's bound but within the read timeout: the call fails with ZkTimeout,
+    its answer arrives late and is the one its place in line expects (not a protocol error), so the
+    connection and the session stay, and the next call is answered."""
+    async def go() -> None:
+        states: list[str] = []
+        async with session(own_zookeeper.hosts, 15, states) as zk:
+            own_zookeeper.pause()
+            try:
+                with pytest.raises(ZkTimeout):
+                    await zk.exists("/")                # bounded by OP_TIMEOUT_S, below the read timeout
+            finally:
+                own_zookeeper.resume()
+            assert await zk.exists("/") is not None
+            await asyncio.sleep(0.3)
+            assert zk.connected and states == [KazooState.CONNECTED]
+
+    run(go())
+
+
 def test_a_server_that_talks_nonsense_is_a_failed_start_not_a_crash() -> None:
     async def go() -> None:
         async def nonsense(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
