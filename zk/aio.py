@@ -590,6 +590,7 @@ class Zk:
 
 
 def _time_out(fut: asyncio.Future) -> None:
+    """A call's bound has passed: its caller hears ZkTimeout (its request, if sent, keeps its place)."""
     if not fut.done():
         fut.set_exception(ZkTimeout("ZooKeeper did not answer in time"))
 
