@@ -11,7 +11,12 @@ kazoo's states, stats and exceptions, so it behaves like the KazooClient it repl
   the same session back is CONNECTED again; an expired one is LOST, then a new session CONNECTED;
 - a dropped connection fails the requests in flight with ConnectionLoss and fires every watch with
   a NONE event (watches are one-shot and gone: the owner re-arms them), as kazoo does;
-- a request made under one session never goes out under the next (SessionExpiredError);
+- replies come back in the order of the requests (ZooKeeper answers one connection in order): a reply
+  that is not to the oldest request still waiting is a protocol error that drops the connection;
+- a request made while disconnected waits (bounded) and goes out, in the order made, once the same
+  session is back; a request made under one session never goes out under the next (SessionExpiredError);
+- the connect and read timeouts come from the session timeout the server negotiated (kazoo's
+  session/len(hosts) and 2/3 of it), and `session_timeout_s` says what it was;
 - every call is bounded (OP_TIMEOUT_S), and a connection that hears nothing for two thirds of the
   session timeout is dropped (a ping goes out after a third of it without a request);
 - with credentials, a connection serves requests only once ZooKeeper has accepted them; when it
@@ -26,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -108,6 +113,16 @@ class _Pending:
     watcher: Callable | None
 
 
+@dataclass
+class _Queued:
+    """A request made while disconnected: sent once the session it began under is back."""
+
+    request: Any
+    future: asyncio.Future
+    watcher: Callable | None
+    session_id: int | None
+
+
 class Tx:
     """The operations of one multi-op transaction (kazoo's TransactionRequest methods)."""
 
@@ -144,6 +159,7 @@ class Zk:
         self.hosts = hosts
         self._servers, self._chroot = collect_hosts(hosts)
         self._timeout_ms = int(session_timeout_s * 1000)
+        self._negotiated_ms: int | None = None
         self._auth: list[tuple[str, str]] = [("digest", auth)] if auth else []
         self._auth_reply: asyncio.Future | None = None   # ZooKeeper's verdict on our credentials
         self.auth_failed: AuthFailedError | None = None   # set once ZooKeeper refused them: the client is done
@@ -162,7 +178,8 @@ class Zk:
         self._live = asyncio.Event()       # a connection with a session, ready for requests
         self._handshake: asyncio.Future | None = None
         self._xid = 0
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, _Pending] = {}   # in the order sent: replies come back in it
+        self._queue: deque[_Queued] = deque()      # made while disconnected, in the order made
         self._data_watchers: defaultdict[str, set[Callable]] = defaultdict(set)
         self._child_watchers: defaultdict[str, set[Callable]] = defaultdict(set)
         self._read_timeout = session_timeout_s * 2 / 3
@@ -210,6 +227,7 @@ class Zk:
             except (asyncio.CancelledError, Exception):  # noqa: BLE001 - the runner's end is not news
                 pass
         self._fail_pending(ConnectionClosedError("the ZooKeeper client was stopped"))
+        self._fail_queued(ConnectionClosedError("the ZooKeeper client was stopped"))
         self._fire_watchers(KeeperState.CLOSED)
         self._session_id = None
         self._set_state(KazooState.LOST)
@@ -218,6 +236,19 @@ class Zk:
     def session_id(self) -> int | None:
         """The current session id (ephemeral owner of our nodes)."""
         return self._session_id
+
+    @property
+    def server(self) -> tuple[str, int] | None:
+        """(host, port) of the server this session is connected through; None while disconnected."""
+        link = self._link
+        if link is None or link.transport is None or not self._live.is_set():
+            return None
+        return link.transport.get_extra_info("peername")[:2]
+
+    @property
+    def session_timeout_s(self) -> float:
+        """The session timeout the server granted (the configured one until a server has answered)."""
+        return (self._negotiated_ms or self._timeout_ms) / 1000
 
     def on_state(self, fn: Callable[[str], None]) -> None:
         """Call fn(state) on the loop whenever the connection state changes."""
@@ -271,7 +302,7 @@ class Zk:
 
     async def _connection(self, host: str, port: int, n_servers: int) -> bool:
         """One connection: handshake, then heartbeats until it ends. True if the handshake succeeded."""
-        connect_timeout = max(self._timeout_ms / 1000 / n_servers, 0.5)
+        connect_timeout = max(self.session_timeout_s / n_servers, 0.5)
         _, link = await asyncio.wait_for(
             self.loop.create_connection(lambda: _Link(self._on_frame, self._on_end), host, port), connect_timeout)
         self._link = link
@@ -290,11 +321,16 @@ class Zk:
             link.abort(ConnectionDropped("session expired"))
             raise SessionExpiredError("session expired")
         self._session_id, self._passwd = hs.session_id, hs.passwd
+        if hs.timeout_ms != self._negotiated_ms and hs.timeout_ms != self._timeout_ms:
+            self.log.info("zookeeper granted another session timeout than the configured one",
+                          configured_ms=self._timeout_ms, granted_ms=hs.timeout_ms)
+        self._negotiated_ms = hs.timeout_ms
         self._read_timeout = hs.timeout_ms / 1000 * 2 / 3
         if self._auth:
             await self._authenticate(link, connect_timeout)
         self._last_recv = self._last_send = time.monotonic()
         self._live.set()
+        self._flush_queued()
         self.log.debug("zookeeper session connected", server=f"{host}:{port}", session=hex(hs.session_id),
                        timeout_ms=hs.timeout_ms)
         self._set_state(KazooState.CONNECTED)
@@ -327,6 +363,7 @@ class Zk:
         self._stopped = True
         self._session_id = None
         self._fail_pending(e)
+        self._fail_queued(e)
         self._fire_watchers(KeeperState.AUTH_FAILED)
         if self.state == KazooState.LOST:   # an expired session before: the owner must still hear of this
             for fn in list(self._state_callbacks):
@@ -355,6 +392,8 @@ class Zk:
         self._passwd = b"\x00" * 16
         self._last_zxid = 0
         self._fail_pending(SessionExpiredError("the ZooKeeper session expired"))
+        self._fail_queued(SessionExpiredError("the ZooKeeper session this call began under expired"),
+                          keep_sessionless=True)
         self._fire_watchers(KeeperState.EXPIRED_SESSION)
         self._set_state(KazooState.LOST)
 
@@ -377,6 +416,26 @@ class Zk:
         for p in pending.values():
             if not p.future.done():
                 p.future.set_exception(exc)
+
+    def _fail_queued(self, exc: Exception, keep_sessionless: bool = False) -> None:
+        """Fail the requests waiting for a connection (those made before any session may stay)."""
+        queue, self._queue = self._queue, deque()
+        for q in queue:
+            if keep_sessionless and q.session_id is None:
+                self._queue.append(q)
+            elif not q.future.done():
+                q.future.set_exception(exc)
+
+    def _flush_queued(self) -> None:
+        """The connection is live: what waited for it goes out now, in the order it was made."""
+        queue, self._queue = self._queue, deque()
+        for q in queue:
+            if q.future.done():
+                continue   # its caller gave up
+            if q.session_id is not None and q.session_id != self._session_id:
+                q.future.set_exception(SessionExpiredError("the ZooKeeper session this call began under expired"))
+                continue
+            self._write(q.request, q.watcher, q.future)
 
     def _fire_watchers(self, state: str) -> None:
         """As kazoo: a connection's end fires every watch once with a NONE event and forgets it."""
@@ -410,8 +469,12 @@ class Zk:
         if xid == jute.WATCH_XID:
             self._on_watch(jute.parse_watch(payload, offset))
             return
-        p = self._pending.pop(xid, None)
-        if p is None or p.future.done():
+        oldest = next(iter(self._pending), None)
+        if xid != oldest:
+            self.log.warning("zookeeper answered out of order: dropping the connection", xid=xid, expected=oldest)
+            raise jute.FrameError(f"ZooKeeper answered xid {xid} while the oldest request waiting is xid {oldest}")
+        p = self._pending.pop(xid)
+        if p.future.done():
             return   # its caller gave up (timed out or cancelled)
         if p.request is _Close:
             p.future.set_result(True)
@@ -469,41 +532,42 @@ class Zk:
         return path
 
     async def _call(self, req: Any, watcher: Callable | None = None, timeout: float = OP_TIMEOUT_S) -> Any:
-        """Send one request on the session this call began under and await its answer (bounded)."""
-        loop = self.loop
-        deadline = loop.time() + timeout
-        began = self._session_id
-        if not self._live.is_set():
-            if self.auth_failed is not None:
-                raise self.auth_failed
-            if self._stopped:
-                raise ConnectionClosedError("the ZooKeeper client is stopped")
-            try:
-                await asyncio.wait_for(self._live.wait(), timeout)
-            except asyncio.TimeoutError:
-                raise ZkTimeout("ZooKeeper did not answer in time") from None
-            if began is not None and self._session_id != began:
-                raise SessionExpiredError("the ZooKeeper session this call began under expired")
-        return await self._send(req, watcher, deadline)
+        """Send one request on the session this call began under and await its answer (bounded);
+        while disconnected it waits in line for that session to be back."""
+        deadline = self.loop.time() + timeout
+        if self._live.is_set():
+            return await self._send(req, watcher, deadline)
+        if self.auth_failed is not None:
+            raise self.auth_failed
+        if self._stopped:
+            raise ConnectionClosedError("the ZooKeeper client is stopped")
+        fut = self._bounded_future(deadline)
+        self._queue.append(_Queued(req, fut, watcher, self._session_id))
+        return await fut
 
     def _send(self, req: Any, watcher: Callable | None, deadline: float) -> asyncio.Future:
         """Write a request now; its answer (or ZkTimeout at `deadline`) settles the future."""
-        link = self._link
-        if link is None or not self._live.is_set():
+        if self._link is None or not self._live.is_set():
             raise ConnectionLoss("not connected to ZooKeeper")
-        xid = self._next_xid()
-        fut = self.loop.create_future()
-        self._pending[xid] = _Pending(req, fut, watcher)
-        link.write(jute.request(xid, req))
-        self._last_send = time.monotonic()
-        timer = self.loop.call_at(deadline, self._timed_out, xid)
-        fut.add_done_callback(lambda _f: timer.cancel())
+        fut = self._bounded_future(deadline)
+        self._write(req, watcher, fut)
         return fut
 
-    def _timed_out(self, xid: int) -> None:
-        p = self._pending.pop(xid, None)
-        if p is not None and not p.future.done():
-            p.future.set_exception(ZkTimeout("ZooKeeper did not answer in time"))
+    def _write(self, req: Any, watcher: Callable | None, fut: asyncio.Future) -> None:
+        """Put a request on the live connection; its reply settles `fut`."""
+        assert self._link is not None
+        xid = self._next_xid()
+        self._pending[xid] = _Pending(req, fut, watcher)
+        self._link.write(jute.request(xid, req))
+        self._last_send = time.monotonic()
+
+    def _bounded_future(self, deadline: float) -> asyncio.Future:
+        """A future that fails with ZkTimeout at `deadline` unless settled before (a timed-out
+        request stays in line: its late reply is still the one its place expects)."""
+        fut = self.loop.create_future()
+        timer = self.loop.call_at(deadline, _time_out, fut)
+        fut.add_done_callback(lambda _f: timer.cancel())
+        return fut
 
     async def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False, sequence: bool = False,
                      makepath: bool = True) -> str:
@@ -575,6 +639,12 @@ class Zk:
         tx = Tx(self)
         build(tx)
         return self._send(Transaction(tx.ops), None, self.loop.time() + timeout)
+
+
+def _time_out(fut: asyncio.Future) -> None:
+    """A call's bound has passed: its caller hears ZkTimeout (its request, if sent, keeps its place)."""
+    if not fut.done():
+        fut.set_exception(ZkTimeout("ZooKeeper did not answer in time"))
 
 
 class _CloseRequest:

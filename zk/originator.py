@@ -214,9 +214,10 @@ class ClusterDdl:
         if zk is None or not zk.connected:
             raise LostDecision("this instance lost its ZooKeeper connection before running the DDL; "
                                "the DDL was not run")
-        # a lease: ZooKeeper expires a session only after session_timeout_s without hearing from it,
-        # and it heard our INIT write (sent at lease_from) on this very session
-        lease = min(c.cc.session_timeout_s / 3, LEASE_MAX_S)
+        # a lease: ZooKeeper expires a session only after the timeout it granted (which may be shorter
+        # than the configured one) without hearing from it, and it heard our INIT write (sent at
+        # lease_from) on this very session
+        lease = min(zk.session_timeout_s / 3, LEASE_MAX_S)
         if zk is self.zk and zk.session_id == self.session and time.monotonic() - self.lease_from < lease:
             return
         try:

@@ -15,7 +15,8 @@ from meta.config import load_config
 
 DOCKER = REPO_ROOT / "docker"
 COMPOSE = DOCKER / "compose.yml"
-SERVICES = {"zookeeper", "mariadb1", "mariadb2", "pydble-1", "pydble-2"}
+ZOOKEEPERS = {"zk1", "zk2", "zk3"}
+SERVICES = {*ZOOKEEPERS, "mariadb1", "mariadb2", "pydble-1", "pydble-2"}
 
 
 def compose_command() -> list[str] | None:
@@ -57,8 +58,12 @@ def test_compose_file_structure() -> None:
     assert len(published) == len(set(published)), "host ports must not clash"
     for name in ("pydble-1", "pydble-2"):
         deps = services[name]["depends_on"]
-        assert set(deps) == {"zookeeper", "mariadb1", "mariadb2"}
+        assert set(deps) == {*ZOOKEEPERS, "mariadb1", "mariadb2"}
         assert all(d["condition"] == "service_healthy" for d in deps.values())
+    # one ensemble: every member has its own id and the same list of all three
+    assert sorted(str(services[z]["environment"]["ZOO_MY_ID"]) for z in ZOOKEEPERS) == ["1", "2", "3"]
+    assert len({services[z]["environment"]["ZOO_SERVERS"] for z in ZOOKEEPERS}) == 1
+    assert all(f"={z}:2888:3888;2181" in services["zk1"]["environment"]["ZOO_SERVERS"] for z in ZOOKEEPERS)
     build = services["pydble-1"]["build"]
     assert (DOCKER / build["context"]).resolve() == REPO_ROOT
     assert (REPO_ROOT / build["dockerfile"]).exists()
@@ -69,7 +74,7 @@ def test_cluster_configs_are_valid_and_point_at_the_services(n: int) -> None:
     cfg = load_config(DOCKER / f"pydble-{n}.toml")
     assert cfg.server.instance == f"pydble-{n}"
     assert cfg.server.bind == "0.0.0.0"
-    assert cfg.cluster is not None and cfg.cluster.zk == "zookeeper:2181"
+    assert cfg.cluster is not None and cfg.cluster.zk == "zk1:2181,zk2:2181,zk3:2181"
     assert {g.host for g in cfg.db_groups.values()} == {"mariadb1", "mariadb2"}
     assert cfg.table("schema1", "orders") is not None and cfg.table("schema1", "orders_by_region") is not None
 

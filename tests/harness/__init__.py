@@ -6,7 +6,7 @@ from .process import HarnessError, sweep_orphans
 from .require import in_ci, missing, require_connector_j, require_module, require_tool
 from .proxy import PEER_SECRET, ProxyProcess, cli_available, cluster_section, proxy_config, to_toml
 from .terminal import Terminal
-from .zookeeper import ZooKeeperServer
+from .zookeeper import ZooKeeperEnsemble, ZooKeeperServer
 
 __all__ = [
     "HarnessError",
@@ -14,6 +14,7 @@ __all__ = [
     "MariaDBServer",
     "ProxyProcess",
     "Terminal",
+    "ZooKeeperEnsemble",
     "ZooKeeperServer",
     "backend_rows",
     "cli_available",

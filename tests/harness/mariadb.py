@@ -248,13 +248,7 @@ class MariaDBServer(ManagedProcess):
     def query(self, sql: str, database: str | None = None,
               args: Any = None) -> list[tuple[Any, ...]]:
         """Run one statement on a short-lived connection and return all rows as tuples."""
-        conn = self.connect(database)
-        try:
-            with conn.cursor() as cur:
-                cur.execute(sql, args)
-                return list(cur.fetchall())
-        finally:
-            conn.close()
+        return rows_then_close(self.connect(database), sql, args)
 
     def execute_many(self, statements: Iterable[str], database: str | None = None) -> None:
         """Run several statements in order on one connection."""
@@ -296,3 +290,13 @@ def backend_rows(server: MariaDBServer, database: str | None, sql: str,
                  args: Any = None) -> list[tuple[Any, ...]]:
     """Rows of a query run directly on a backend, bypassing the proxy."""
     return server.query(sql, database, args)
+
+
+def rows_then_close(conn: Any, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
+    """The rows of one statement on `conn` (a PyMySQL connection), which is closed after."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, args)
+            return list(cur.fetchall())
+    finally:
+        conn.close()

@@ -93,3 +93,23 @@ def wait_port_free(port: int, host: str = HOST, timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return port_is_bindable(port, host)
+
+
+def tcp_connections(pid: int) -> list[tuple[int, int, bool]]:
+    """A process's IPv4 TCP sockets as (local port, remote port, established), read from /proc."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    out = []
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            cols = line.split()
+            if cols[9] in inodes:
+                out.append((int(cols[1].split(":")[1], 16), int(cols[2].split(":")[1], 16), cols[3] == "01"))
+    return out

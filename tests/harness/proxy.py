@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .mariadb import rows_then_close
 from .ports import HOST, release_port, wait_port_free
 from .process import HarnessError, ManagedProcess
 
@@ -291,13 +292,11 @@ class ProxyProcess(ManagedProcess):
     def query(self, sql: str, database: str | None = "schema1",
               args: Any = None) -> list[tuple[Any, ...]]:
         """Run one statement through the proxy on a short-lived connection; return the rows."""
-        conn = self.connect(database=database)
-        try:
-            with conn.cursor() as cur:
-                cur.execute(sql, args)
-                return list(cur.fetchall())
-        finally:
-            conn.close()
+        return rows_then_close(self.connect(database=database), sql, args)
+
+    def manager_query(self, sql: str) -> list[tuple[Any, ...]]:
+        """Run one manager command on a short-lived manager connection; return the rows."""
+        return rows_then_close(self.manager(), sql)
 
     def _on_cleanup(self) -> None:
         if self._release_ports:

@@ -1,4 +1,5 @@
-"""A real standalone ZooKeeper for cluster tests, from the Debian ``zookeeper`` package jars."""
+"""A real ZooKeeper for cluster tests, from the Debian ``zookeeper`` package jars: one standalone server,
+or an ensemble of three (``ZooKeeperEnsemble``) whose members can be killed one at a time."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from .ports import HOST, free_port, release_port, wait_port_free
+from .ports import HOST, free_port, release_port, tcp_connections, wait_port_free
 from .process import HarnessError, ManagedProcess, tail
 
 log = logging.getLogger("harness")
@@ -56,6 +57,21 @@ def zookeeper_classpath() -> tuple[str, bool]:
     return ":".join(dict.fromkeys(jars)), has_log4j
 
 
+def kazoo_client(hosts: str, timeout: float = 10.0, **kw: Any) -> Any:
+    """A started KazooClient on `hosts` (retrying its connection for ever); the caller stops and closes it."""
+    from kazoo.client import KazooClient
+
+    kw.setdefault("connection_retry", {"max_tries": -1, "delay": 0.1, "max_delay": 1})
+    c = KazooClient(hosts=hosts, timeout=kw.pop("session_timeout", 10.0), **kw)
+    try:
+        c.start(timeout=timeout)
+    except Exception:
+        c.stop()
+        c.close()
+        raise
+    return c
+
+
 def java_path() -> str:
     """The java binary: $JAVA_HOME/bin/java, java on PATH, or /usr/bin/java."""
     home = os.environ.get("JAVA_HOME")
@@ -68,14 +84,18 @@ def java_path() -> str:
 
 
 class ZooKeeperServer(ManagedProcess):
-    """A standalone ZooKeeper on a free 127.0.0.1 port with a private, persistent data dir."""
+    """A ZooKeeper on a free 127.0.0.1 port with a private, persistent data dir: standalone, or
+    member `myid` of an ensemble when `peers` (myid -> (peer port, election port)) is given."""
 
     stop_signal = signal.SIGTERM
     stop_timeout = 15.0
 
     def __init__(self, name: str = "zookeeper", port: int | None = None, tick_ms: int = 500,
-                 min_session_timeout_ms: int = 1000, max_session_timeout_ms: int = 60000) -> None:
+                 min_session_timeout_ms: int = 1000, max_session_timeout_ms: int = 60000,
+                 myid: int = 0, peers: dict[int, tuple[int, int]] | None = None) -> None:
         super().__init__(name)
+        self.myid = myid
+        self.peers = peers or {}
         self._own_port = port is None
         self._port = port if port is not None else free_port()
         self.tick_ms = tick_ms
@@ -115,8 +135,11 @@ class ZooKeeperServer(ManagedProcess):
             "forceSync=no",
             "autopurge.purgeInterval=0",
             "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons",
+            *self._quorum_lines(),
             "",
         ]))
+        if self.peers:
+            (self.datadir / "myid").write_text(f"{self.myid}\n")
         self.log4j_path.write_text("\n".join([
             "log4j.rootLogger=WARN, F",
             "log4j.appender.F=org.apache.log4j.FileAppender",
@@ -127,6 +150,26 @@ class ZooKeeperServer(ManagedProcess):
             "",
         ]))
 
+    def _quorum_lines(self) -> list[str]:
+        """An ensemble member's share of zoo.cfg: the peer list (none when standalone)."""
+        if not self.peers:
+            return []
+        return ["initLimit=10", "syncLimit=4", "cnxTimeout=1000", "standaloneEnabled=false",
+                "reconfigEnabled=false",
+                *(f"server.{n}={HOST}:{peer}:{election}" for n, (peer, election) in sorted(self.peers.items()))]
+
+    @property
+    def mode(self) -> str:
+        """"leader", "follower" or "standalone" (its `srvr` answer); "" when it does not answer."""
+        try:
+            out = self._four_letter(b"srvr").decode(errors="replace")
+        except OSError:
+            return ""
+        for line in out.splitlines():
+            if line.startswith("Mode:"):
+                return line.split(":", 1)[1].strip()
+        return ""
+
     def _argv(self) -> list[str]:
         cp, _ = zookeeper_classpath()
         return [java_path(), "-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
@@ -134,7 +177,12 @@ class ZooKeeperServer(ManagedProcess):
                 "-Dzookeeper.admin.enableServer=false", "-Dzookeeper.jmx.log4j.disable=true",
                 f"-Dlog4j.configuration=file:{self.log4j_path}",
                 f"-Dzookeeper.log.dir={self.workdir}",
-                "-cp", cp, "org.apache.zookeeper.server.ZooKeeperServerMain", str(self.config_path)]
+                "-cp", cp, self._main_class(), str(self.config_path)]
+
+    def _main_class(self) -> str:
+        if self.peers:
+            return "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+        return "org.apache.zookeeper.server.ZooKeeperServerMain"
 
     def spawn(self) -> None:
         """Launch the JVM without waiting for it."""
@@ -208,17 +256,7 @@ class ZooKeeperServer(ManagedProcess):
         kazoo's start() may take up to the session timeout (``session_timeout``, default 10 s)
         to give up on an unresponsive server, whatever ``timeout`` says.
         """
-        from kazoo.client import KazooClient
-
-        kw.setdefault("connection_retry", {"max_tries": -1, "delay": 0.1, "max_delay": 1})
-        c = KazooClient(hosts=self.hosts, timeout=kw.pop("session_timeout", 10.0), **kw)
-        try:
-            c.start(timeout=timeout)
-        except Exception:
-            c.stop()
-            c.close()
-            raise
-        return c
+        return kazoo_client(self.hosts, timeout, **kw)
 
     def read(self, path: str) -> bytes:
         """A node's data as an anonymous client reads it (what anyone who can reach ZooKeeper sees)."""
@@ -239,3 +277,53 @@ class ZooKeeperServer(ManagedProcess):
     def _on_cleanup(self) -> None:
         if self._own_port:
             release_port(self._port)
+
+
+class ZooKeeperEnsemble:
+    """Three ZooKeeper servers forming one ensemble on loopback ports; `hosts` names all of them."""
+
+    def __init__(self, name: str = "zk-ensemble", size: int = 3, **kw: Any) -> None:
+        self._ports = [free_port() for _ in range(size * 2)]
+        peers = {n + 1: (self._ports[2 * n], self._ports[2 * n + 1]) for n in range(size)}
+        self.servers = [ZooKeeperServer(f"{name}-{n}", myid=n, peers=peers, **kw) for n in peers]
+
+    @property
+    def hosts(self) -> str:
+        """Connection string naming every member."""
+        return ",".join(s.hosts for s in self.servers)
+
+    def start(self, timeout: float = START_TIMEOUT) -> "ZooKeeperEnsemble":
+        """Start every member at once (a quorum needs two of them), then wait until each serves."""
+        for s in self.servers:
+            s.spawn()
+        for s in self.servers:
+            s.wait_ready(timeout)
+        return self
+
+    def serving(self, port: int) -> ZooKeeperServer:
+        """The member whose client port is `port`."""
+        for s in self.servers:
+            if s.port == port:
+                return s
+        raise HarnessError(f"no member of the ensemble listens on {port}")
+
+    def connected_to(self, pid: int) -> ZooKeeperServer:
+        """The member process `pid` holds an established client connection to (read from /proc)."""
+        ports = {s.port for s in self.servers}
+        for _, remote, established in tcp_connections(pid):
+            if established and remote in ports:
+                return self.serving(remote)
+        raise HarnessError(f"process {pid} has no connection to a member of the ensemble")
+
+    def client(self, timeout: float = 10.0, **kw: Any) -> Any:
+        """A started KazooClient on the whole ensemble; the caller stops and closes it."""
+        return kazoo_client(self.hosts, timeout, **kw)
+
+    def cleanup(self) -> None:
+        """Stop every member and remove their directories."""
+        try:
+            for s in self.servers:
+                s.cleanup()
+        finally:
+            for p in self._ports:
+                release_port(p)

@@ -6,7 +6,6 @@ failed, quickly, and everything else keeps being served.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +15,7 @@ import pymysql
 import pytest
 
 from harness import free_port, proxy_config
+from harness.ports import tcp_connections
 
 from wire import drop_after
 
@@ -203,24 +203,8 @@ def test_a_backend_lost_in_a_transaction_is_reported(fresh_backends, fresh_proxy
 
 
 def _proxy_ports(pid: int, backend_port: int) -> set[int]:
-    """Local ports of a process's TCP connections to a backend port (from /proc, no tools needed)."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    with open("/proc/net/tcp") as f:
-        next(f)
-        for line in f:
-            cols = line.split()
-            local, remote, inode = cols[1], cols[2], cols[9]
-            if inode in inodes and int(remote.split(":")[1], 16) == backend_port:
-                ports.add(int(local.split(":")[1], 16))
-    return ports
+    """Local ports of a process's TCP connections to a backend port."""
+    return {local for local, remote, _ in tcp_connections(pid) if remote == backend_port}
 
 
 def test_a_backend_killing_idle_pooled_connections_is_harmless(backends, fresh_proxy) -> None:

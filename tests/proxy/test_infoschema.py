@@ -305,13 +305,7 @@ OURS = {"is_child", "is_parent", "sharding_2_t1", "sharding_4_t1"}
 
 
 def _param(p: ProxyProcess, sql: str, args: Any) -> list[tuple[Any, ...]]:
-    conn = p.connect(database="schema1")
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, args)
-            return list(cur.fetchall())
-    finally:
-        conn.close()
+    return p.query(sql, args=args)
 
 
 def test_what_mycli_completion_asks(isp: ProxyProcess) -> None:

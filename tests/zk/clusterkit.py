@@ -96,6 +96,20 @@ def reset_table(backends: list[Any], table: str = TABLE) -> None:
             server.query(f"CREATE TABLE `{table}` (id INT PRIMARY KEY, v INT)", database=db)
 
 
+def lock_table_on_backend(backends: list[Any], table: str = TABLE) -> Any:
+    """Hold a metadata lock on one node so an ALTER through the proxy blocks there."""
+    conn = backends[0].connect("db1")
+    conn.autocommit(False)
+    cur = conn.cursor()
+    cur.execute(f"SELECT * FROM `{table}` LIMIT 1")  # an open transaction holds the MDL
+    return conn
+
+
+def show_ddl(proxy: Any) -> tuple[Any, ...]:
+    """The rows of `show @@ddl` on one instance."""
+    return tuple(proxy.manager_query("show @@ddl"))
+
+
 def run_async(proxy: Any, sql: str) -> tuple[threading.Thread, dict[str, Any]]:
     """Run a statement in a thread; the dict gets 'ok' or 'error' when it returns."""
     out: dict[str, Any] = {}

@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 import pytest
 from harness import ZooKeeperServer, free_port
 from kazoo.exceptions import (BadVersionError, ConnectionClosedError, NodeExistsError, NoNodeError,
-                              RolledBackError)
+                              RolledBackError, SessionExpiredError)
 from kazoo.protocol.states import EventType, KazooState
 
 from zk.aio import Zk, ZkTimeout
@@ -163,13 +163,21 @@ def test_a_watch_fires_once_on_the_loop_with_its_event(zookeeper: ZooKeeperServe
 def test_a_frozen_client_loses_its_session_and_gets_a_new_one(zookeeper: ZooKeeperServer) -> None:
     """The loop blocked past the session timeout (a GC pause, SIGSTOP): the server expires the
     session; the client says SUSPENDED, LOST, then CONNECTED with a new session, fires its watch once, and
-    its ephemeral nodes are gone."""
+    its ephemeral nodes are gone. A call made while SUSPENDED, under the old session, fails with
+    SessionExpiredError and never runs under the new one."""
     root = f"/aio-x-{uuid.uuid4().hex[:8]}"
 
     async def go() -> None:
         states: list[str] = []
         fired: list[Any] = []
+        queued: list[asyncio.Task] = []
+
+        def on_state(state: str) -> None:
+            if state == KazooState.SUSPENDED and not queued:
+                queued.append(asyncio.ensure_future(zk.create(f"{root}/queued", b"")))
+
         async with session(zookeeper.hosts, 2, states, remove=root) as zk:
+            zk.on_state(on_state)
             await zk.create(f"{root}/e", b"", ephemeral=True)
             await zk.exists(f"{root}/e", watch=fired.append)
             old = zk.session_id
@@ -179,6 +187,9 @@ def test_a_frozen_client_loses_its_session_and_gets_a_new_one(zookeeper: ZooKeep
             # the server may get the node's deletion out before it closes the connection
             assert len(fired) == 1 and fired[0].type in (EventType.NONE, EventType.DELETED)
             assert await zk.exists(f"{root}/e") is None
+            with pytest.raises(SessionExpiredError):
+                await queued[0]
+            assert await zk.exists(f"{root}/queued") is None
 
     run(go())
 
@@ -218,6 +229,26 @@ def test_a_frozen_server_is_dropped_within_the_read_timeout(own_zookeeper: ZooKe
                 own_zookeeper.resume()
             await until(lambda: zk.connected, 15, "connected again")
             assert await zk.children("/") is not None
+
+    run(go())
+
+
+def test_a_late_answer_to_a_call_that_timed_out_keeps_its_place(own_zookeeper: ZooKeeperServer) -> None:
+    """A server frozen past a call's bound but within the read timeout: the call fails with ZkTimeout,
+    its answer arrives late and is the one its place in line expects (not a protocol error), so the
+    connection and the session stay, and the next call is answered."""
+    async def go() -> None:
+        states: list[str] = []
+        async with session(own_zookeeper.hosts, 15, states) as zk:
+            own_zookeeper.pause()
+            try:
+                with pytest.raises(ZkTimeout):
+                    await zk.exists("/")                # bounded by OP_TIMEOUT_S, below the read timeout
+            finally:
+                own_zookeeper.resume()
+            assert await zk.exists("/") is not None
+            await asyncio.sleep(0.3)
+            assert zk.connected and states == [KazooState.CONNECTED]
 
     run(go())
 
@@ -303,5 +334,46 @@ def test_a_crash_inside_a_connection_attempt_does_not_end_reconnecting(zookeeper
         async with session(zookeeper.hosts, 10) as zk:
             assert calls["n"] == 3 and zk.connected
             assert await zk.exists("/") is not None
+
+    run(go())
+
+
+def test_a_reply_out_of_order_drops_the_connection() -> None:
+    """ZooKeeper answers one connection in the order of its requests: a server that answers the second
+    request before the first breaks that, so both calls get ConnectionLoss (never each other's answer)
+    and the session is SUSPENDED."""
+    import struct
+
+    from kazoo.exceptions import ConnectionLoss
+
+    async def go() -> None:
+        async def swapping(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readexactly(4 + 45)     # the connect request
+            hs = struct.pack("!iiq", 0, 4000, 0x42) + struct.pack("!i", 16) + b"p" * 16 + b"\x00"
+            writer.write(struct.pack("!i", len(hs)) + hs)
+            xids = []
+            while len(xids) < 2:
+                (n,) = struct.unpack("!i", await reader.readexactly(4))
+                (xid, op) = struct.unpack("!ii", (await reader.readexactly(n))[:8])
+                if op == 3:                      # exists (pings are not answered)
+                    xids.append(xid)
+            for xid in reversed(xids):           # no node: an exists() answer without a body
+                writer.write(struct.pack("!i", 16) + struct.pack("!iqi", xid, 5, NoNodeError.code))
+            await writer.drain()
+            await asyncio.sleep(5)
+
+        port = free_port()
+        server = await asyncio.start_server(swapping, "127.0.0.1", port)
+        states: list[str] = []
+        try:
+            async with session(f"127.0.0.1:{port}", 4, states, start_s=5) as zk:
+                first = asyncio.ensure_future(zk.exists("/a"))
+                second = asyncio.ensure_future(zk.exists("/b"))
+                done = await asyncio.wait_for(asyncio.gather(first, second, return_exceptions=True), 3)
+                assert [type(r) for r in done] == [ConnectionLoss, ConnectionLoss]
+                await until(lambda: KazooState.SUSPENDED in states, 2, "the connection dropped")
+        finally:
+            server.close()
+            await server.wait_closed()
 
     run(go())

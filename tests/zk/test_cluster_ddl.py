@@ -6,16 +6,8 @@ import time
 
 import pymysql
 import pytest
-from clusterkit import ACK_TIMEOUT_S, TABLE, backend_structure, full_meta, run_async, wait_for
-
-
-def _lock_table_on_backend(backends, table: str = TABLE):
-    """Hold a metadata lock on one node so an ALTER through the proxy blocks there."""
-    conn = backends[0].connect("db1")
-    conn.autocommit(False)
-    cur = conn.cursor()
-    cur.execute(f"SELECT * FROM `{table}` LIMIT 1")  # an open transaction holds the MDL
-    return conn
+from clusterkit import (ACK_TIMEOUT_S, TABLE, backend_structure, full_meta, lock_table_on_backend, run_async,
+                        show_ddl, wait_for)
 
 
 def test_ok_means_every_instance_serves_the_new_structure(cluster):
@@ -44,11 +36,11 @@ def test_create_on_one_instance_then_insert_on_the_others(cluster, backends):
 
 def test_second_ddl_on_the_same_table_from_another_instance_fails_at_once(cluster, backends):
     p1, p2, p3 = cluster.start()
-    blocker = _lock_table_on_backend(backends)
+    blocker = lock_table_on_backend(backends)
     try:
         t, out = run_async(p1, f"ALTER TABLE {TABLE} ADD COLUMN slow INT")
-        wait_for(lambda: _show_ddl(p2), 10, "the DDL to show up cluster-wide")
-        rows = _show_ddl(p3)
+        wait_for(lambda: show_ddl(p2), 10, "the DDL to show up cluster-wide")
+        rows = show_ddl(p3)
         assert rows and rows[0][0] == "schema1" and rows[0][1] == TABLE and rows[0][3] == "dble-1", rows
         started = time.monotonic()
         with pytest.raises(pymysql.MySQLError) as e:
@@ -67,22 +59,12 @@ def test_second_ddl_on_the_same_table_from_another_instance_fails_at_once(cluste
     assert not cluster.zk_children("ddl") and not cluster.zk_children("lock/ddl_lock")
 
 
-def _show_ddl(proxy):
-    conn = proxy.manager()
-    try:
-        with conn.cursor() as cur:
-            cur.execute("show @@ddl")
-            return cur.fetchall()
-    finally:
-        conn.close()
-
-
 def test_ddls_on_different_tables_run_in_parallel(cluster, backends):
     p1, p2, _ = cluster.start()
-    blocker = _lock_table_on_backend(backends)
+    blocker = lock_table_on_backend(backends)
     try:
         t, out = run_async(p1, f"ALTER TABLE {TABLE} ADD COLUMN slow INT")
-        wait_for(lambda: _show_ddl(p2), 10, "the first DDL in flight")
+        wait_for(lambda: show_ddl(p2), 10, "the first DDL in flight")
         started = time.monotonic()
         p2.query("CREATE TABLE IF NOT EXISTS sharding_2_t1 (id INT PRIMARY KEY)")
         p2.query("ALTER TABLE sharding_2_t1 ADD COLUMN x INT")
