@@ -13,14 +13,16 @@ server, so a client's query on it is never sent as it is. Instead pydble:
    on one backend connection, and runs the client's query there with each `information_schema.X`
    replaced by its copy: MariaDB itself evaluates WHERE, joins, ORDER BY and functions exactly.
 
+PROCESSLIST's rows are pydble's own client sessions (as SHOW PROCESSLIST's), never a backend's threads.
 A query that mixes information_schema with other tables, writes, or names an information_schema table
-pydble cannot answer from the logical schemas (PROCESSLIST, privileges, status, engines' internals) is
-refused with 1235: a wrong answer is worse than none.
+pydble cannot answer from the logical schemas (privileges, status, engines' internals) is refused with
+1235: a wrong answer is worse than none.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -30,7 +32,7 @@ from meta.errors import NotSupported, ProxyError
 
 from .analysis import SYSTEM_SCHEMAS
 from .executor import _com_query
-from .local import substitute_database
+from .local import PROCESSLIST_TABLE_COLUMNS, processlist_table_rows, substitute_database
 from .protocol.messages import ColumnDef, ResultSet
 from .protocol.packets import splice
 from .reply import Reply
@@ -75,6 +77,8 @@ EMPTY = frozenset({"ROUTINES", "PARAMETERS", "EVENTS", "FILES"})
 # Facts of the server, not of any database: the backend's own rows are the answer.
 SERVER_WIDE = frozenset({"CHARACTER_SETS", "COLLATIONS", "COLLATION_CHARACTER_SET_APPLICABILITY", "ENGINES",
                          "KEYWORDS", "SQL_FUNCTIONS"})
+# pydble's own client sessions, not the nodes'.
+SESSIONS = frozenset({"PROCESSLIST"})
 # Summed over a sharding table's nodes in its TABLES and PARTITIONS rows; the largest of its nodes; the
 # rest is its first node's.
 SUMMED = ("TABLE_ROWS", "DATA_LENGTH", "INDEX_LENGTH", "DATA_FREE")
@@ -188,14 +192,14 @@ class InfoSchema:
             backends.release(node, conn)
         return [r for r in sc.results if r.columns]
 
-    async def _logical_rows(self, tables: list[str]) -> dict[str, tuple[list[ColumnDef], list[list[bytes | None]]]]:
-        """Per information_schema table: (columns, rows) of the user's logical schemas."""
+    async def _logical_rows(self, tables: list[str]) -> dict[str, tuple[list[str], list[list[bytes | None]]]]:
+        """Per information_schema table: (column names, rows) of the user's logical schemas."""
         schemas = self._schemas()
         homes = [self.config.home_node(s) for s in schemas]   # SCHEMATA's row, even for a schema with no table
         nodes = list(dict.fromkeys([n for s in schemas for n in self._nodes_of(s)] + [h for h in homes if h]))
         answers = await asyncio.gather(*(self._read_node(n, tables) for n in nodes))
         per_node = dict(zip(nodes, answers))
-        out: dict[str, tuple[list[ColumnDef], list[list[bytes | None]]]] = {}
+        out: dict[str, tuple[list[str], list[list[bytes | None]]]] = {}
         for i, t in enumerate(tables):
             columns = per_node[nodes[0]][i].columns if nodes else []
             names = [c.name.upper() for c in columns]
@@ -205,7 +209,7 @@ class InfoSchema:
             rows: list[list[bytes | None]] = []
             for schema in schemas:
                 rows += self._rows_of_schema(schema, MAPPED[t], names, {n: per_node[n][i].rows for n in nodes}, t)
-            out[t] = (columns, rows)
+            out[t] = (names, rows)
         return out
 
     def _rows_of_schema(self, schema: str, spec: Mapped, names: list[str],
@@ -299,12 +303,13 @@ class InfoSchema:
             return False
         kw = first_keyword(sql)
         if kw in ("SELECT", "WITH"):
-            sql = substitute_database(sql, self.session.schema)  # a backend would answer 'db3'
+            # a backend would answer 'db3' and its own thread id
+            sql = substitute_database(sql, self.session.schema, self.session.conn_id)
             refs = find_refs(sql)
         if kw not in ("SELECT", "WITH"):
             raise NotSupported("pydble answers information_schema in SELECT statements only")
         for ref in refs:
-            if ref.table not in MAPPED and ref.table not in EMPTY and ref.table not in SERVER_WIDE:
+            if not any(ref.table in known for known in (MAPPED, EMPTY, SERVER_WIDE, SESSIONS)):
                 raise NotSupported(f"information_schema.{ref.table} is not answered by pydble: it describes the "
                                    f"backend servers, not the logical schemas")
         plan = self.server.router.route(sql, self.session.schema)
@@ -313,6 +318,10 @@ class InfoSchema:
         copies = {ref.spelling: ref.table for ref in refs if ref.table not in SERVER_WIDE}
         mapped = sorted({t for t in copies.values() if t in MAPPED})
         data = await self._logical_rows(mapped) if mapped else {}
+        if "PROCESSLIST" in copies.values():
+            s = self.session
+            data["PROCESSLIST"] = (list(PROCESSLIST_TABLE_COLUMNS), processlist_table_rows(
+                s.client_sessions(), s.user, s.admin, time.perf_counter()))
         text = self._rewrite(sql, refs)
         chunks = _chunks(self._setup(copies, data))
         drop = ("DROP TEMPORARY TABLE IF EXISTS " + ", ".join(_quote(m) for m in copies)) if copies else ""
@@ -357,15 +366,14 @@ class InfoSchema:
         return True
 
     @staticmethod
-    def _setup(copies: dict[str, str], data: dict[str, tuple[list[ColumnDef], list[list[bytes | None]]]]
-               ) -> list[str]:
+    def _setup(copies: dict[str, str], data: dict[str, tuple[list[str], list[list[bytes | None]]]]) -> list[str]:
         """The statements that create the temporary copies and fill them with the logical rows."""
         stmts: list[str] = []
         for spelling, table in copies.items():
             q = _quote(spelling)
             stmts.append(f"CREATE TEMPORARY TABLE {q} AS SELECT * FROM information_schema.{table} WHERE 0")
             columns, rows = data.get(table, ([], []))
-            into = f"INSERT INTO {q} (" + ",".join(_quote(c.name) for c in columns) + ") VALUES "
+            into = f"INSERT INTO {q} (" + ",".join(_quote(c) for c in columns) + ") VALUES "
             batch: list[str] = []
             size = 0
             for row in rows:

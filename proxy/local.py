@@ -207,18 +207,22 @@ def parse_savepoint(sql: str) -> tuple[str, str] | None:
     return op, name
 
 
-# -- DATABASE() inside routed statements -----------------------------------------------------------
-_DB_CALL = re.compile(r"(?:database|schema)\s*\(", re.I)
+# -- DATABASE() (and CONNECTION_ID()) inside routed statements ---------------------------------------
+_DB_CALL = re.compile(r"(?:database|schema|connection_id)\s*\(", re.I)
 _ITEM_END = frozenset({",", ";", "FROM", "LIMIT", "ORDER", "WHERE", "GROUP", "HAVING", "UNION", "INTO", "FOR"})
 
 
-def substitute_database(sql: str, schema: str | None) -> str:
-    """Replace DATABASE()/SCHEMA() with the logical schema name: a backend would answer 'db3'."""
+def substitute_database(sql: str, schema: str | None, conn_id: int | None = None) -> str:
+    """Replace DATABASE()/SCHEMA() with the logical schema name: a backend would answer 'db3'; and
+    CONNECTION_ID() with the client's when conn_id is given (a backend would answer its own thread)."""
     low = sql.lower()
-    if ("database" not in low and "schema" not in low) or _DB_CALL.search(sql) is None:
+    if ("database" not in low and "schema" not in low and "connection_id" not in low) or _DB_CALL.search(sql) is None:
         return sql
     toks = tokenize(sql)
-    lit = "NULL" if schema is None else "'" + schema.replace("\\", "\\\\").replace("'", "''") + "'"
+    lits = {"DATABASE": "NULL" if schema is None else "'" + schema.replace("\\", "\\\\").replace("'", "''") + "'"}
+    lits["SCHEMA"] = lits["DATABASE"]
+    if conn_id is not None:
+        lits["CONNECTION_ID"] = str(int(conn_id))
     out: list[str] = []
     last = 0
     depth = 0
@@ -228,10 +232,10 @@ def substitute_database(sql: str, schema: str | None) -> str:
             depth += 1
         elif kind == "o" and text == ")":
             depth -= 1
-        if (kind == "w" and text.upper() in ("DATABASE", "SCHEMA") and i + 2 < n
+        if (kind == "w" and text.upper() in lits and i + 2 < n
                 and toks[i + 1][1] == "(" and toks[i + 2][1] == ")" and (i == 0 or toks[i - 1][1] != ".")):
             call_end = toks[i + 2][3]
-            rep = lit
+            lit = rep = lits[text.upper()]
             prev = toks[i - 1][1].upper() if i else ""
             nxt = toks[i + 3][1].upper() if i + 3 < n else ""
             if depth == 0 and prev in ("SELECT", ",", "DISTINCT") and (nxt == "" or nxt in _ITEM_END):
@@ -423,25 +427,50 @@ def parse_kill(sql: str) -> tuple[bool, int] | None:
 
 
 PROCESSLIST_COLUMNS = ("Id", "User", "Host", "db", "Command", "Time", "State", "Info")
+# information_schema.PROCESSLIST on MariaDB: the SHOW columns, then its own (no thread, stage, memory
+# or row counts exist in pydble: 0; INFO_BINARY is INFO's bytes).
+PROCESSLIST_TABLE_COLUMNS = tuple(c.upper() for c in PROCESSLIST_COLUMNS) + (
+    "TIME_MS", "STAGE", "MAX_STAGE", "PROGRESS", "MEMORY_USED", "MAX_MEMORY_USED", "EXAMINED_ROWS", "QUERY_ID",
+    "INFO_BINARY", "TID")
+_NOT_BMP = re.compile("[\U00010000-\U0010FFFF]")
+
+
+def _visible(sessions: Iterable[Any], viewer: str, see_all: bool) -> list[Any]:
+    """The logged-in sessions a viewer may see (its own only unless see_all), by connection id."""
+    return sorted((s for s in sessions if s.user and (see_all or s.user == viewer)), key=lambda x: x.conn_id)
+
+
+def _processlist_row(s: Any, full: bool, now: float) -> list[bytes | None]:
+    peer = s.client.transport.get_extra_info("peername") if s.client.transport is not None else None
+    host = f"{peer[0]}:{peer[1]}" if peer else s.peer
+    info = s.info if s.command == "Query" else None
+    if info is not None and not full:
+        info = info[:100]
+    return [str(s.conn_id).encode(), s.user.encode(), host.encode(),
+            s.schema.encode() if s.schema else None, s.command.encode(),
+            str(int(now - s.since)).encode(), b"executing" if info is not None else b"",
+            info.encode("utf-8", "surrogateescape") if info is not None else None]
 
 
 def processlist_rows(sessions: Iterable[Any], viewer: str, see_all: bool, full: bool,
                      now: float) -> list[list[bytes | None]]:
     """pydble's client sessions as MySQL's processlist rows (the viewer's own only unless see_all):
-    for SHOW [FULL] PROCESSLIST and information_schema.PROCESSLIST."""
+    for SHOW [FULL] PROCESSLIST."""
+    return [_processlist_row(s, full, now) for s in _visible(sessions, viewer, see_all)]
+
+
+def processlist_table_rows(sessions: Iterable[Any], viewer: str, see_all: bool,
+                           now: float) -> list[list[bytes | None]]:
+    """The same sessions as information_schema.PROCESSLIST rows (PROCESSLIST_TABLE_COLUMNS): INFO in
+    full, with a character utf8mb3 (its column's charset) cannot hold as '????' as MariaDB shows it."""
     rows: list[list[bytes | None]] = []
-    for s in sorted(sessions, key=lambda x: x.conn_id):
-        if not s.user or (not see_all and s.user != viewer):
-            continue
-        peer = s.client.transport.get_extra_info("peername") if s.client.transport is not None else None
-        host = f"{peer[0]}:{peer[1]}" if peer else s.peer
-        info = s.info if s.command == "Query" else None
-        if info is not None and not full:
-            info = info[:100]
-        rows.append([str(s.conn_id).encode(), s.user.encode(), host.encode(),
-                     s.schema.encode() if s.schema else None, s.command.encode(),
-                     str(int(now - s.since)).encode(), b"executing" if info is not None else b"",
-                     info.encode("utf-8", "surrogateescape") if info is not None else None])
+    for s in _visible(sessions, viewer, see_all):
+        row = _processlist_row(s, True, now)
+        raw = row[7]
+        if raw is not None:
+            row[7] = _NOT_BMP.sub("????", raw.decode("utf-8", "replace")).encode()
+        rows.append(row + [f"{(now - s.since) * 1000:.3f}".encode(), b"0", b"0", b"0.000", b"0", b"0", b"0", b"0",
+                           raw, b"0"])
     return rows
 
 

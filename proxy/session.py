@@ -904,8 +904,7 @@ class Session:
         up = " ".join(sql.upper().split()[:3])
         if up.startswith(("SHOW PROCESSLIST", "SHOW FULL PROCESSLIST")):
             return local.show_processlist(local.processlist_rows(
-                [s for s in self.server.sessions if type(s) is Session], self.user, self.admin, "FULL" in up,
-                time.perf_counter()))
+                self.client_sessions(), self.user, self.admin, "FULL" in up, time.perf_counter()))
         who = local.parse_show_grants(sql)
         if who is not None:
             if who not in ("", self.user):  # as MySQL answers a user without access to the mysql database
@@ -914,6 +913,10 @@ class Session:
             return local.show_grants(u.name, u.schemas, u.privileges, u.read_only)
         return None
 
+    def client_sessions(self) -> list[Session]:
+        """The client port's sessions (not the manager's): what the processlist and KILL speak of."""
+        return [s for s in self.server.sessions if type(s) is Session]
+
     async def kill(self, sql: str) -> None:
         """KILL [CONNECTION | QUERY] id on pydble's own sessions (the user's own unless admin), never a
         backend's thread: QUERY interrupts the statement on the backends running it for that session."""
@@ -921,7 +924,7 @@ class Session:
         if parsed is None:
             raise ParseError(f"You have an error in your SQL syntax near '{sql.strip()[:40]}'")
         query_only, cid = parsed
-        target = next((s for s in self.server.sessions if s.conn_id == cid and type(s) is Session and s.user), None)
+        target = next((s for s in self.client_sessions() if s.conn_id == cid and s.user), None)
         if target is None:
             raise ProxyError(f"Unknown thread id: {cid}", 1094, "HY000")
         if target.user != self.user and not self.admin:

@@ -252,7 +252,7 @@ def test_columns_and_keys_as_one_mariadb_shows_them(isp: ProxyProcess, backends:
 
 
 @pytest.mark.parametrize("table", ["SCHEMATA", "TABLES", "COLUMNS", "STATISTICS", "KEY_COLUMN_USAGE",
-                                   "TABLE_CONSTRAINTS", "REFERENTIAL_CONSTRAINTS", "ROUTINES"])
+                                   "TABLE_CONSTRAINTS", "REFERENTIAL_CONSTRAINTS", "ROUTINES", "PROCESSLIST"])
 @pytest.mark.parametrize("charset", ["utf8mb4", "latin1"])
 def test_column_definitions_equal_mariadbs(isp: ProxyProcess, backends: list[Any], table: str, charset: str) -> None:
     """Types, lengths, flags and character sets of the answer are information_schema's own."""
@@ -423,8 +423,23 @@ def test_a_version_comment_reading_information_schema_is_answered_as_its_content
     assert plain[0][1] >= 2
 
 
+def test_processlist_is_pydbles_sessions(isp: ProxyProcess) -> None:
+    """information_schema.PROCESSLIST answers pydble's client sessions (the rest: tests/security)."""
+    conn = isp.connect(database="schema1")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT CONNECTION_ID()")
+            me = cur.fetchone()[0]
+            sql = ("SELECT ID, USER, DB, COMMAND, INFO, INFO_BINARY, TID FROM information_schema.PROCESSLIST "
+                   "WHERE ID = CONNECTION_ID() AND 'x😀é' <> ''")
+            cur.execute(sql)
+            # INFO is utf8mb3 (MariaDB shows '????' for what it cannot hold), INFO_BINARY the bytes
+            assert cur.fetchall() == ((me, "test", "schema1", "Query", sql.replace("😀", "????"), sql.encode(), 0),)
+    finally:
+        conn.close()
+
+
 @pytest.mark.parametrize("sql", [
-    "SELECT * FROM information_schema.PROCESSLIST",
     "SELECT * FROM information_schema.USER_PRIVILEGES",
     "SELECT t.TABLE_NAME FROM information_schema.TABLES t JOIN sharding_4_t1 s ON s.id = 1",
     "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_NAME IN (SELECT s FROM schema2.sing)",

@@ -240,6 +240,48 @@ def test_processlist_and_kill_speak_of_pydbles_sessions(px):
                 pass
 
 
+PROCESSLIST_TABLE_COLUMNS = ["ID", "USER", "HOST", "DB", "COMMAND", "TIME", "STATE", "INFO", "TIME_MS", "STAGE",
+                             "MAX_STAGE", "PROGRESS", "MEMORY_USED", "MAX_MEMORY_USED", "EXAMINED_ROWS", "QUERY_ID",
+                             "INFO_BINARY", "TID"]
+
+
+def test_information_schema_processlist_speaks_of_pydbles_sessions(px, backends):
+    a = px.connect(user="limited", password="lim-pw")
+    b = px.connect(user="limited", password="lim-pw")
+    other = px.connect()   # user test
+    watcher = px.connect(user="watcher", password="watch-pw")
+    try:
+        a_id, b_id, other_id, w_id = (_rows(c, "SELECT CONNECTION_ID()")[0][0] for c in (a, b, other, watcher))
+        sql = "SELECT * FROM information_schema.PROCESSLIST"
+        with a.cursor() as cur:
+            cur.execute(sql)
+            assert [d[0] for d in cur.description] == PROCESSLIST_TABLE_COLUMNS   # MariaDB's columns
+            rows = list(cur.fetchall())
+        assert {r[0] for r in rows} == {a_id, b_id}        # its own sessions only, as MySQL without PROCESS
+        me = next(r for r in rows if r[0] == a_id)
+        assert me[1] == "limited" and me[2].startswith("127.0.0.1:") and me[3] == "schema1"
+        assert me[4] == "Query" and me[7] == sql and me[16] == sql.encode()
+        assert next(r for r in rows if r[0] == b_id)[4:8] == ("Sleep", 0, "", None)
+        assert _rows(a, "SELECT ID, USER FROM information_schema.PROCESSLIST WHERE USER = 'test'") == []
+        assert _rows(a, "SELECT COUNT(*) FROM information_schema.PROCESSLIST") == [(2,)]
+        assert _rows(a, "SELECT ID FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()") == [(a_id,)]
+
+        seen = _rows(watcher, "SELECT ID, USER FROM information_schema.PROCESSLIST WHERE USER = 'test'")
+        assert (other_id, "test") in seen and {u for _, u in seen} == {"test"}
+        everyone = _rows(watcher, "SELECT ID, USER FROM information_schema.PROCESSLIST")
+        assert {a_id, b_id, other_id, w_id} <= {i for i, _ in everyone}
+        assert "root" not in {u for _, u in everyone}     # never the backend account's threads
+        assert _rows(watcher, f"SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+                              f"WHERE ID IN ({a_id}, {b_id}, {other_id}, {w_id})") == [(4,)]
+        threads = {r[0] for r in backends[0].query("SELECT ID FROM information_schema.PROCESSLIST")}
+        pydble_ids = {i for i, _ in everyone}
+        assert _rows(watcher, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID IN (" +
+                     ",".join(str(t) for t in threads - pydble_ids or {0}) + ")") == [(0,)]
+    finally:
+        for c in (a, b, other, watcher):
+            c.close()
+
+
 def test_kill_query_interrupts_a_running_statement(px):
     import threading
     victim = px.connect(user="limited", password="lim-pw")
