@@ -111,6 +111,7 @@ class DeadlockDetector:
         if len(groups) == 0:
             return
         edges: dict[int, set[int]] = {}
+        edge_group: dict[tuple[int, int], str] = {}
         waiter_conn: dict[int, BackendConnection] = {}
         for group in groups:
             for waiter, blocker in await self._lock_waits(group):
@@ -118,10 +119,11 @@ class DeadlockDetector:
                 if w is None or b is None or w[0] == b[0]:
                     continue
                 edges.setdefault(w[0], set()).add(b[0])
+                edge_group[(w[0], b[0])] = group
                 waiter_conn[w[0]] = w[1]
         cycle = find_cycle(edges)
-        if not cycle:
-            return
+        if len({edge_group[(a, b)] for a, b in zip(cycle, cycle[1:] + cycle[:1])}) < 2:
+            return  # no cycle, or one server's InnoDB sees all of it and picks its own victim
         # InnoDB picks the transaction cheapest to roll back; the youngest wait is a fair stand-in
         victim = max(cycle, key=lambda sid: waiter_conn[sid].last_used)
         conn = waiter_conn[victim]

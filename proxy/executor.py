@@ -56,7 +56,7 @@ class Executor:
         self.last_node: str | None = None
         self.savepoints: list[str] = []   # of the open transaction, oldest first (lower-cased names)
         self.broken_txn: str | None = None  # why the open transaction can only be rolled back now
-        self.txn_lost = False  # a node rolled the transaction back (deadlock): the others must follow
+        self._rolling_back: asyncio.Task | None = None  # the rest of a transaction a deadlock ended
         self._committing = False
         self.relay_sink: Sink | None = None  # set by a prepared EXECUTE: relayed rows go through it
 
@@ -123,8 +123,6 @@ class Executor:
 
         With autocommit=0 a read alone opens a transaction (its snapshot) without MariaDB flagging
         IN_TRANS, so the connection stays with the session until the transaction really ends."""
-        if conn.txn_rolled_back and self._pinning():
-            self.txn_lost = True  # settle() rolls back the other nodes before the next command
         if self.pinned.get(node) is conn:
             if conn.broken or not self._pinning():
                 del self.pinned[node]
@@ -133,12 +131,39 @@ class Executor:
                     self.broken_txn = f"shardingNode[{node}] connection was lost in the middle of a transaction"
         else:
             self.server.backends.release(node, conn)
+        if conn.txn_rolled_back and self.pinned:
+            self._abort_txn()
 
-    async def _end_all(self, sql: str, quiet: bool = False) -> None:
-        """COMMIT or ROLLBACK every pinned connection; quiet: a rollback whose failures only close them."""
+    def _abort_txn(self) -> None:
+        """A node rolled the transaction back (InnoDB does on a deadlock): roll back its part on every
+        other node at once, releasing their locks, and end it, as one MariaDB would have."""
         pinned, self.pinned = self.pinned, {}
         self.savepoints = []
-        self.txn_lost = False
+        self.broken_txn = None
+        self.session.explicit_txn = False
+        self._rolling_back = asyncio.get_running_loop().create_task(self._finish(pinned, "ROLLBACK"))
+
+    async def _finish(self, pinned: dict[str, BackendConnection], sql: str) -> list[BaseException]:
+        """Run COMMIT or ROLLBACK on the given connections at once and release them; the failures."""
+        errors: list[BaseException] = []
+
+        async def one(node: str, conn: BackendConnection) -> None:
+            try:
+                if not conn.broken:  # also ends a read-only snapshot MariaDB does not flag as IN_TRANS
+                    await conn.query(sql, self.server.backends.timeout_s)
+            except BaseException as e:  # noqa: BLE001 - reported by the caller
+                conn.close()  # its transaction ends with the connection
+                errors.append(e)
+            finally:
+                self.server.backends.release(node, conn)
+
+        await asyncio.gather(*(one(n, c) for n, c in pinned.items()))
+        return errors
+
+    async def _end_all(self, sql: str) -> None:
+        """COMMIT or ROLLBACK every node of the transaction (a COMMIT rolls back if a node was lost)."""
+        pinned, self.pinned = self.pinned, {}
+        self.savepoints = []
         broken, self.broken_txn = self.broken_txn, None
         if broken is None and sql == "COMMIT":
             lost = next((n for n, c in pinned.items() if c.broken), None)  # e.g. killed while idle
@@ -146,24 +171,10 @@ class Executor:
                 broken = f"shardingNode[{lost}] connection was lost in the middle of a transaction"
         if broken is not None and sql == "COMMIT":
             sql = "ROLLBACK"  # part of the transaction is gone: committing the rest would tear it
-        errors: list[BaseException] = []
-
-        async def one(node: str, conn: BackendConnection) -> None:
-            try:
-                if not conn.broken:  # also ends a read-only snapshot MariaDB does not flag as IN_TRANS
-                    await conn.query(sql, self.server.backends.timeout_s)
-            except BaseException as e:  # noqa: BLE001 - reported below
-                conn.close()  # its transaction ends with the connection
-                errors.append(e)
-            finally:
-                self.server.backends.release(node, conn)
-
-        await asyncio.gather(*(one(n, c) for n, c in pinned.items()))
+        errors = await self._finish(pinned, sql)
         if broken is not None and self._committing:
             raise BackendUnavailable(f"COMMIT failed: {broken}; the transaction was rolled back on every "
                                      f"shardingNode, nothing was committed")
-        if quiet:
-            return
         for e in errors:
             if isinstance(e, ProxyError):
                 raise e
@@ -175,8 +186,8 @@ class Executor:
         any_db: the statement names its database, so a connection of the node's dbGroup on another
         database will do."""
         s = self.session
-        if self.txn_lost:
-            return None  # the task rolls the transaction back first
+        if self._rolling_back is not None:
+            return None  # the task waits for the rollback a deadlock started first
         if s.explicit_txn or not s.autocommit:
             conn = self.pinned.get(node)
             if (conn is None or conn.broken or self.broken_txn is not None or conn.vars != s.vars
@@ -202,11 +213,11 @@ class Executor:
         await self._end_all("ROLLBACK")
 
     async def settle(self) -> None:
-        """Before the next command: a node rolled the transaction back (InnoDB does on a deadlock), so
-        roll back its part on every other node too and end it, as one MariaDB would have."""
-        if self.txn_lost:
-            self.session.explicit_txn = False
-            await self._end_all("ROLLBACK", quiet=True)
+        """Before the next command: wait for the rollback a deadlock started (its failures only closed
+        the connections concerned, whose transactions end with them)."""
+        task, self._rolling_back = self._rolling_back, None
+        if task is not None:
+            await task
 
     def abort_all(self) -> None:
         """The client is gone: close pinned connections so their transactions roll back."""
