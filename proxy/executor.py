@@ -30,6 +30,8 @@ MERGE_INLINE_ROWS = 5_000
 log = structlog.get_logger("pydble.executor")
 
 
+STMT_SAVEPOINT = "`pydble_statement`"   # taken with each write on several nodes inside a transaction
+
 WARNING_COLUMNS = (ColumnDef("Level", C.T_VAR_STRING, 45, 28), ColumnDef("Code", C.T_LONG, 63, 4, 0xA1),
                    ColumnDef("Message", C.T_VAR_STRING, 45, 2048))
 
@@ -352,8 +354,10 @@ class Executor:
         if sc.error is not None:
             r.err_info(sc.error)
 
-    async def _run_on(self, targets: list[tuple[str, str]]) -> list[ResponseScanner]:
-        """Run per-node SQL on several nodes in parallel, collecting their answers."""
+    async def _run_on(self, targets: list[tuple[str, str]], keep: list[BackendConnection] | None = None
+                      ) -> list[ResponseScanner]:
+        """Run per-node SQL on several nodes in parallel, collecting their answers. keep: the caller
+        ends the connections' work itself (they are appended there instead of being given back)."""
         acquired = await asyncio.gather(*(self._get(node) for node, _ in targets), return_exceptions=True)
         failure = next((a for a in acquired if isinstance(a, BaseException)), None)
         if failure is not None:
@@ -366,8 +370,11 @@ class Executor:
         results = await asyncio.gather(
             *(c.run(_com_query(sql), self.server.backends.timeout_s, collect=True, budget=budget)
               for c, (_, sql) in zip(conns, targets)), return_exceptions=True)
-        for (node, _), c in zip(targets, conns):
-            self._done_with(node, c)
+        if keep is not None:
+            keep.extend(conns)
+        else:
+            for (node, _), c in zip(targets, conns):
+                self._done_with(node, c)
         for (node, _), res in zip(targets, results):
             if isinstance(res, BackendUnavailable):
                 raise _on_node(node, res)
@@ -376,9 +383,37 @@ class Executor:
         self.last_node = targets[-1][0]
         return results  # type: ignore[return-value]
 
+    async def _write_all_or_nothing(self, targets: list[tuple[str, str]]) -> list[ResponseScanner]:
+        """A write on several nodes is one statement: when it fails on one node it is undone on the others,
+        as InnoDB undoes a failed statement. In a transaction each node takes a savepoint with it (same
+        round trip) and goes back to it; in autocommit each node runs it in a transaction of its own,
+        committed once every node has succeeded (a node lost during that COMMIT is XA's business)."""
+        if self._pinning():
+            scanners = await self._run_on([(n, f"SAVEPOINT {STMT_SAVEPOINT};{sql}") for n, sql in targets])
+            if any(sc.error is not None for sc in scanners) and self._rolling_back is None:
+                back = [self.pinned[n] for (n, _), sc in zip(targets, scanners) if sc.error is None and n in self.pinned]
+                await asyncio.gather(*(c.query(f"ROLLBACK TO SAVEPOINT {STMT_SAVEPOINT}", self.server.backends.timeout_s)
+                                       for c in back))
+            return scanners
+        conns: list[BackendConnection] = []
+        try:
+            scanners = await self._run_on([(n, f"START TRANSACTION;{sql}") for n, sql in targets], keep=conns)
+        except BaseException:
+            await self._finish({n: c for (n, _), c in zip(targets, conns)}, "ROLLBACK")
+            raise
+        failed = any(sc.error is not None for sc in scanners)
+        errors = await self._finish({n: c for (n, _), c in zip(targets, conns)}, "ROLLBACK" if failed else "COMMIT")
+        if errors and not failed:
+            raise BackendUnavailable(f"COMMIT of a write on several shardingNodes failed: {errors[0]}")
+        return scanners
+
     async def run_multi(self, plan: Plan, r: Reply, more: bool) -> None:
-        """Scatter a statement to several nodes; merge reads, sum writes."""
-        scanners = await self._run_on([(t.node, t.sql) for t in plan.targets])
+        """Scatter a statement to several nodes; merge reads, sum writes (all of them or none)."""
+        targets = [(t.node, t.sql) for t in plan.targets]
+        if plan.kind in ("insert", "replace", "update", "delete"):
+            scanners = await self._write_all_or_nothing(targets)
+        else:
+            scanners = await self._run_on(targets)
         for sc in scanners:
             if sc.error is not None:
                 r.err_info(sc.error)
