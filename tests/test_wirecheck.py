@@ -124,3 +124,10 @@ def test_prepare_and_binary_execute() -> None:
 def test_the_integration_proxies_are_behind_the_checker(proxy) -> None:
     assert proxy.port != proxy.proxy_port
     assert proxy.query("SELECT 1") == [(1,)]
+
+
+def test_pipelined_commands_are_answered_in_order() -> None:
+    c = logged_in()
+    c.client(pkt(0, b"\x03SELECT 1") + pkt(0, b"\x19\x01\x00\x00\x00") + pkt(0, b"\x03DO 1"))  # STMT_CLOSE: no answer
+    c.server(pkt(1, b"\x01") + pkt(2, coldef()) + pkt(3, eof()) + pkt(4, b"\x011") + pkt(5, eof()) + pkt(1, ok()))
+    assert c.violations == [] and not c.answers

@@ -181,6 +181,8 @@ class WireChecker:
             self.autocommit = bool(status & AUTOCOMMIT)
             self.seq = 1
             return
+        if self.phase == "command" and not self.answers:
+            raise _Bad("a packet no command asked for")
         expected, self.seq = self.seq, (seq + 1) & 0xFF
         if seq != expected:
             raise _Bad(f"sequence id {seq}, expected {expected}")
@@ -194,8 +196,6 @@ class WireChecker:
             elif p[:1] not in (b"\xfe", b"\x01"):
                 raise _Bad("unexpected packet during authentication")
             return
-        if not self.answers:
-            raise _Bad("a packet no command asked for")
         a = self.answers[0]
         if a.cont:
             a.cont = len(p) == 0xFFFFFF
@@ -204,6 +204,7 @@ class WireChecker:
         done = self._answer_packet(a, p)
         if done:
             self.answers.popleft()
+            self.seq = 1   # a pipelined command's answer starts over
             self._flags(a)
 
     def _answer_packet(self, a: _Answer, p: bytes) -> bool:
