@@ -2,7 +2,8 @@
 
 Two transactions that each hold a row on one node and wait for the other's row on another node wait
 on both nodes until innodb_lock_wait_timeout (50 s by default), where one MariaDB would have found
-the deadlock at once and answered 1213. While a statement of an open transaction has waited longer
+the deadlock at once and answered 1213; so do two shardingNodes on one server, which are two
+transactions to its InnoDB. While a statement of an open transaction has waited longer
 than WAIT_S, the detector asks each server concerned which transactions block which
 (information_schema.INNODB_LOCK_WAITS), maps the backend connections to pydble sessions, and when the
 waits form a cycle across sessions it interrupts the youngest waiter (KILL QUERY): that session gets
@@ -63,6 +64,20 @@ def find_cycle(edges: dict[int, set[int]]) -> list[int]:
     return []
 
 
+def _innodb_sees(cycle: list[int], via: dict[tuple[int, int], set[tuple[BackendConnection, BackendConnection]]]
+                 ) -> bool:
+    """True when the cycle goes through one backend connection per session: then it is a cycle of one
+    server's transactions, which its InnoDB finds and breaks itself. A session holding two connections
+    to one server (two shardingNodes there) is two transactions to InnoDB, so a cycle through both is
+    as invisible to it as one across servers."""
+    used: dict[int, set[BackendConnection]] = {}
+    for a, b in zip(cycle, cycle[1:] + cycle[:1]):
+        for wc, bc in via[(a, b)]:
+            used.setdefault(a, set()).add(wc)
+            used.setdefault(b, set()).add(bc)
+    return all(len(c) == 1 for c in used.values())
+
+
 class DeadlockDetector:
     """Looks for wait cycles across backends while some transaction's statement waits; one per proxy."""
 
@@ -84,7 +99,8 @@ class DeadlockDetector:
         while True:
             await asyncio.sleep(PERIOD_S)
             try:
-                await self.check()
+                async with asyncio.timeout(self.server.backends.timeout_s):
+                    await self.check()
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - the detector must never take the proxy down
@@ -111,7 +127,8 @@ class DeadlockDetector:
         if len(groups) == 0:
             return
         edges: dict[int, set[int]] = {}
-        edge_group: dict[tuple[int, int], str] = {}
+        # the backend connections each session-to-session edge goes through: (waiter's, blocker's)
+        via: dict[tuple[int, int], set[tuple[BackendConnection, BackendConnection]]] = {}
         waiter_conn: dict[int, BackendConnection] = {}
         for group in groups:
             for waiter, blocker in await self._lock_waits(group):
@@ -119,11 +136,11 @@ class DeadlockDetector:
                 if w is None or b is None or w[0] == b[0]:
                     continue
                 edges.setdefault(w[0], set()).add(b[0])
-                edge_group[(w[0], b[0])] = group
+                via.setdefault((w[0], b[0]), set()).add((w[1], b[1]))
                 waiter_conn[w[0]] = w[1]
         cycle = find_cycle(edges)
-        if len({edge_group[(a, b)] for a, b in zip(cycle, cycle[1:] + cycle[:1])}) < 2:
-            return  # no cycle, or one server's InnoDB sees all of it and picks its own victim
+        if not cycle or _innodb_sees(cycle, via):
+            return
         # InnoDB picks the transaction cheapest to roll back; the youngest wait is a fair stand-in
         victim = max(cycle, key=lambda sid: waiter_conn[sid].last_used)
         conn = waiter_conn[victim]

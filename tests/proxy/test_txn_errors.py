@@ -175,18 +175,19 @@ def _deadlock_victim(a: tuple[Any, Any, dict], b: tuple[Any, Any, dict]) -> tupl
     return victim, survivor
 
 
-@pytest.mark.parametrize("nodes", ["one node", "across nodes"])
+@pytest.mark.parametrize("first, second, a_other, b_other", [
+    pytest.param(1, 5, 2, 3, id="one node"),              # both rows on dn2: InnoDB sees the cycle
+    pytest.param(4, 1, 2, 3, id="across servers"),        # dn1 and dn2: only pydble sees it
+    pytest.param(4, 6, 1, 3, id="two nodes of a server"),  # dn1 and dn3: two transactions to one InnoDB
+])
 def test_a_deadlock_rolls_back_the_whole_transaction_of_its_victim(proxy, rows, backends, backend_rows,
-                                                                   nodes: str) -> None:
+                                                                   first: int, second: int, a_other: int,
+                                                                   b_other: int) -> None:
     ca, a = _begin(proxy)
     cb, b = _begin(proxy)
     try:
-        a.execute(f"UPDATE {TABLE} SET name = 'a' WHERE id = 2")    # dn3: a's part on another node
-        b.execute(f"UPDATE {TABLE} SET name = 'b' WHERE id = 3")    # dn4: b's part on another node
-        if nodes == "one node":
-            first, second = 1, 5      # both on dn2: InnoDB sees the cycle
-        else:
-            first, second = 4, 1      # dn1 and dn2: only pydble sees it
+        a.execute(f"UPDATE {TABLE} SET name = 'a' WHERE id = {a_other}")    # a's part elsewhere
+        b.execute(f"UPDATE {TABLE} SET name = 'b' WHERE id = {b_other}")    # b's part elsewhere
         a.execute(f"UPDATE {TABLE} SET name = 'a' WHERE id = {first}")
         b.execute(f"UPDATE {TABLE} SET name = 'b' WHERE id = {second}")
         started = time.monotonic()
@@ -203,7 +204,7 @@ def test_a_deadlock_rolls_back_the_whole_transaction_of_its_victim(proxy, rows, 
             cur.execute("SET @after = 1")   # an OK: PyMySQL reads the status flags of OK packets
         assert not victim.server_status & SERVER_STATUS.SERVER_STATUS_IN_TRANS
         who = "a" if survivor is ca else "b"
-        won = {2: "a", first: "a", second: "a"} if who == "a" else {3: "b", first: "b", second: "b"}
+        won = {a_other: "a", first: "a", second: "a"} if who == "a" else {b_other: "b", first: "b", second: "b"}
         assert _names(backends, backend_rows) == {**_original(), **won}   # nothing of the victim's
     finally:
         ca.close()
