@@ -6,7 +6,7 @@ the deadlock at once and answered 1213; so do two shardingNodes on one server, w
 transactions to its InnoDB. While a statement of an open transaction has waited longer
 than WAIT_S, the detector asks each server concerned which transactions block which
 (information_schema.INNODB_LOCK_WAITS), maps the backend connections to pydble sessions, and when the
-waits form a cycle across sessions it interrupts the youngest waiter (KILL QUERY): that session gets
+waits form a cycle across sessions it interrupts the youngest waiter (KILL QUERY ID): that session gets
 1213 and its transaction is rolled back on every node, exactly what InnoDB does to its victim.
 """
 
@@ -30,9 +30,13 @@ log = structlog.get_logger("pydble.deadlock")
 WAIT_S = 0.2        # a statement of an open transaction waiting longer than this is looked at
 PERIOD_S = 0.2      # how often the detector looks while anything waits that long
 
-LOCK_WAITS_SQL = ("SELECT r.trx_mysql_thread_id, b.trx_mysql_thread_id FROM information_schema.INNODB_LOCK_WAITS w "
+# waiting thread, blocking thread, and the waiting statement's query id (KILL QUERY ID interrupts that
+# statement only, never a later one of the same connection)
+LOCK_WAITS_SQL = ("SELECT r.trx_mysql_thread_id, b.trx_mysql_thread_id, p.QUERY_ID "
+                  "FROM information_schema.INNODB_LOCK_WAITS w "
                   "JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id "
-                  "JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id")
+                  "JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id "
+                  "JOIN information_schema.PROCESSLIST p ON p.ID = r.trx_mysql_thread_id")
 
 Key = tuple[str, int]   # (dbGroup, backend thread id)
 
@@ -130,14 +134,16 @@ class DeadlockDetector:
         # the backend connections each session-to-session edge goes through: (waiter's, blocker's)
         via: dict[tuple[int, int], set[tuple[BackendConnection, BackendConnection]]] = {}
         waiter_conn: dict[int, BackendConnection] = {}
+        waiter_query: dict[int, int] = {}
         for group in groups:
-            for waiter, blocker in await self._lock_waits(group):
+            for waiter, blocker, query_id in await self._lock_waits(group):
                 w, b = conns.get((group, waiter)), conns.get((group, blocker))
                 if w is None or b is None or w[0] == b[0]:
                     continue
                 edges.setdefault(w[0], set()).add(b[0])
                 via.setdefault((w[0], b[0]), set()).add((w[1], b[1]))
                 waiter_conn[w[0]] = w[1]
+                waiter_query[w[0]] = query_id
         cycle = find_cycle(edges)
         if not cycle or _innodb_sees(cycle, via):
             return
@@ -148,10 +154,14 @@ class DeadlockDetector:
             return
         conn.deadlock_victim = True
         log.info("deadlock across shardingNodes", sessions=cycle, victim=victim, db_group=conn.group.name)
-        await self._run(conn.group.name, f"KILL QUERY {int(conn.thread_id)}")
+        try:
+            await self._run(conn.group.name, f"KILL QUERY ID {int(waiter_query[victim])}")
+        except ProxyError as e:
+            conn.deadlock_victim = False  # the statement ended meanwhile (unknown query id)
+            log.info("deadlock victim already gone", victim=victim, error=e.message)
 
-    async def _lock_waits(self, group: str) -> list[tuple[int, int]]:
-        """(waiting thread id, blocking thread id) pairs on one dbGroup's server."""
+    async def _lock_waits(self, group: str) -> list[tuple[int, int, int]]:
+        """(waiting thread id, blocking thread id, waiting query id) on one dbGroup's server."""
         try:
             sc = await self._run(group, LOCK_WAITS_SQL)
         except ProxyError as e:
@@ -161,7 +171,7 @@ class DeadlockDetector:
                             db_group=group, error=e.message)
             return []
         rows = sc.results[0].rows if sc.results else []
-        return [(int(r[0]), int(r[1])) for r in rows if r[0] is not None and r[1] is not None]
+        return [(int(r[0]), int(r[1]), int(r[2])) for r in rows if None not in r[:3]]
 
     async def _run(self, group: str, sql: str):  # noqa: ANN202 - a ResponseScanner
         """Run one statement on a pooled connection of a dbGroup (any of its shardingNodes)."""
