@@ -59,6 +59,7 @@ class Executor:
         self.savepoints: list[str] = []   # of the open transaction, oldest first (lower-cased names)
         self.broken_txn: str | None = None  # why the open transaction can only be rolled back now
         self._rolling_back: asyncio.Task | None = None  # the rest of a transaction a deadlock ended
+        self._aborted: list[BackendConnection] = []     # the connections that rollback ends
         self._committing = False
         self.relay_sink: Sink | None = None  # set by a prepared EXECUTE: relayed rows go through it
 
@@ -131,7 +132,7 @@ class Executor:
                 self.server.backends.release(node, conn)
                 if conn.broken and self._pinning():
                     self.broken_txn = f"shardingNode[{node}] connection was lost in the middle of a transaction"
-        else:
+        elif self._rolling_back is None or conn not in self._aborted:  # those the rollback releases itself
             self.server.backends.release(node, conn)
         if conn.txn_rolled_back and self.pinned:
             self._abort_txn()
@@ -143,6 +144,7 @@ class Executor:
         self.savepoints = []
         self.broken_txn = None
         self.session.explicit_txn = False
+        self._aborted = list(pinned.values())
         self._rolling_back = asyncio.get_running_loop().create_task(self._finish(pinned, "ROLLBACK"))
 
     async def _finish(self, pinned: dict[str, BackendConnection], sql: str) -> list[BaseException]:
@@ -220,6 +222,7 @@ class Executor:
         task, self._rolling_back = self._rolling_back, None
         if task is not None:
             await task
+            self._aborted = []
 
     def abort_all(self) -> None:
         """The client is gone: close pinned connections so their transactions roll back."""
