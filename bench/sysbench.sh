@@ -1,29 +1,44 @@
 #!/usr/bin/env bash
-# sysbench 1.0 through pydble vs straight to MariaDB, in the same run: point_select and read_write.
+# sysbench 1.0 through pydble vs straight to MariaDB, in the same invocation.
 #
 # Starts two MariaDB servers and one pydble instance (the test harness classes). Through the proxy,
-# sbtest1 is a sharding table (hash-four on id over dn1..dn4, two nodes per server); the baseline is
-# the same sbtest1 unsharded in one database of the first server. Each workload runs for SECONDS with
-# THREADS threads, direct and proxy alternating, in sysbench's default --db-ps-mode=auto (prepared
-# statements) and in --db-ps-mode=disable. Prints tps/qps of each and the ratio proxy/direct.
+# sbtest1..sbtestN are sharding tables (hash-four on id over dn1..dn4, two nodes per server); the
+# baseline is the same tables unsharded in one database of the first server. Each workload runs for
+# SECONDS with THREADS threads, direct and proxy alternating, in each --db-ps-mode (auto = prepared
+# statements, disable = text), REPEAT times. Prints per run: tps, qps, ignored errors (and their
+# codes), reconnects, sysbench's exit code and whether it reported a malformed packet; then the ratio.
 #
-#   bench/sysbench.sh [--table-size N] [--time SECONDS] [--threads N] [--modes "auto disable"]
+#   bench/sysbench.sh [--table-size N] [--tables N] [--time SECONDS] [--threads "4 16"]
+#                     [--modes "auto disable"] [--tests "oltp_read_write oltp_write_only"]
+#                     [--rand-type uniform|special|...] [--repeat N] [--keep-logs DIR]
 #
 # The `--auto_inc=off` option makes sysbench send the ids itself, so every INSERT carries the
-# sharding key (pydble has no global sequence); `--rand-type=uniform` spreads the rows touched.
+# sharding key (pydble has no global sequence). The default --rand-type is sysbench's own (special:
+# skewed, so transactions collide: deadlocks and lock wait timeouts, the contended run);
+# `--rand-type uniform` spreads the rows touched.
 set -euo pipefail
 
 TABLE_SIZE=100000
+TABLES=1
 SECONDS_PER_RUN=20
-THREADS=8
+THREADS="8"
 MODES="auto disable"
+TESTS="oltp_point_select oltp_read_write"
+RAND_TYPE=""
+REPEAT=1
+KEEP_LOGS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --table-size) TABLE_SIZE="$2"; shift 2 ;;
+    --tables) TABLES="$2"; shift 2 ;;
     --time) SECONDS_PER_RUN="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
     --modes) MODES="$2"; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --tests) TESTS="$2"; shift 2 ;;
+    --rand-type) RAND_TYPE="$2"; shift 2 ;;
+    --repeat) REPEAT="$2"; shift 2 ;;
+    --keep-logs) KEEP_LOGS="$2"; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -34,13 +49,13 @@ command -v sysbench >/dev/null || { echo "sysbench is not installed (apt-get ins
 
 WORK="$(mktemp -d -t pydble-sysbench-XXXXXX)"
 # The launcher keeps the servers up until $WORK/stop appears, then cleans them up.
-"$PYTHON" - "$WORK" <<'EOF' > "$WORK/launcher.log" 2>&1 &
+"$PYTHON" - "$WORK" "$TABLES" <<'PYEOF' > "$WORK/launcher.log" 2>&1 &
 import sys, time
 from pathlib import Path
 sys.path[:0] = [".", "tests"]
 from harness import MariaDBServer, ProxyProcess, free_port, proxy_config, start_all
 
-work = Path(sys.argv[1])
+work, tables = Path(sys.argv[1]), int(sys.argv[2])
 backends = [MariaDBServer("sysbench-backend1"), MariaDBServer("sysbench-backend2")]
 proxy = None
 try:
@@ -49,8 +64,9 @@ try:
         b.create_databases("db1", "db2", "db3")
     backends[0].create_databases("sbdirect")
     cfg = proxy_config(backends, free_port(), free_port(), instance="pydble-sysbench")
-    cfg["schemas"]["schema1"]["tables"]["sbtest1"] = {
-        "type": "sharding", "nodes": ["dn1", "dn2", "dn3", "dn4"], "function": "hash-four", "column": "id"}
+    for i in range(1, tables + 1):
+        cfg["schemas"]["schema1"]["tables"][f"sbtest{i}"] = {
+            "type": "sharding", "nodes": ["dn1", "dn2", "dn3", "dn4"], "function": "hash-four", "column": "id"}
     proxy = ProxyProcess(cfg, name="sysbench-proxy", release_ports=True)
     proxy.start()
     (work / "env").write_text(f"PROXY_PORT={proxy.port}\nDIRECT_PORT={backends[0].port}\n")
@@ -62,11 +78,12 @@ finally:
     for b in backends:
         b.cleanup()
     (work / "stopped").write_text("1")
-EOF
+PYEOF
 LAUNCHER=$!
 cleanup() {
   touch "$WORK/stop"
   wait "$LAUNCHER" 2>/dev/null || true
+  if [ -n "$KEEP_LOGS" ]; then mkdir -p "$KEEP_LOGS"; cp "$WORK"/*.log "$KEEP_LOGS"/ 2>/dev/null || true; fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -80,37 +97,54 @@ done
 # shellcheck disable=SC1091
 . "$WORK/env"
 
-COMMON=(--db-driver=mysql --mysql-host=127.0.0.1 --tables=1 --table-size="$TABLE_SIZE" --auto_inc=off
-        --rand-type=uniform)
+COMMON=(--db-driver=mysql --mysql-host=127.0.0.1 --tables="$TABLES" --table-size="$TABLE_SIZE" --auto_inc=off)
+[ -n "$RAND_TYPE" ] && COMMON+=(--rand-type="$RAND_TYPE")
 PROXY=(--mysql-port="$PROXY_PORT" --mysql-user=test --mysql-password=111111 --mysql-db=schema1)
 DIRECT=(--mysql-port="$DIRECT_PORT" --mysql-user=root --mysql-password= --mysql-db=sbdirect)
 
-echo "preparing sbtest1 ($TABLE_SIZE rows): through the proxy (sharded over 4 nodes) and direct"
+echo "preparing $TABLES table(s) of $TABLE_SIZE rows: through the proxy (sharded over 4 nodes) and direct"
 sysbench oltp_read_write "${COMMON[@]}" "${PROXY[@]}" prepare >/dev/null
 sysbench oltp_read_write "${COMMON[@]}" "${DIRECT[@]}" prepare >/dev/null
 
-# run TEST MODE TARGET...: prints "tps qps errors"
+N=0
+# run TEST MODE THREADS TARGET...: prints "tps qps errors reconnects exit malformed error-codes"
 run() {
-  local test="$1" mode="$2"; shift 2
-  local out
-  out="$(sysbench "$test" "${COMMON[@]}" "$@" --db-ps-mode="$mode" --threads="$THREADS" \
-         --time="$SECONDS_PER_RUN" --report-interval=0 run)"
-  local tps qps errs
-  tps="$(sed -n 's/^ *transactions: *[0-9]* *(\([0-9.]*\) per sec.)/\1/p' <<<"$out")"
-  qps="$(sed -n 's/^ *queries: *[0-9]* *(\([0-9.]*\) per sec.)/\1/p' <<<"$out")"
-  errs="$(sed -n 's/^ *ignored errors: *\([0-9]*\).*/\1/p' <<<"$out")"
-  echo "${tps:-0} ${qps:-0} ${errs:-?}"
+  local test="$1" mode="$2" threads="$3"; shift 3
+  N=$((N + 1))
+  local log="$WORK/run$N.log" rc=0
+  sysbench "$test" "${COMMON[@]}" "$@" --db-ps-mode="$mode" --threads="$threads" \
+    --time="$SECONDS_PER_RUN" --report-interval=0 --verbosity=5 run >"$log" 2>&1 || rc=$?
+  local tps qps errs recon malformed codes
+  tps="$(sed -n 's/^ *transactions: *[0-9]* *(\([0-9.]*\) per sec.)/\1/p' "$log")"
+  qps="$(sed -n 's/^ *queries: *[0-9]* *(\([0-9.]*\) per sec.)/\1/p' "$log")"
+  errs="$(sed -n 's/^ *ignored errors: *\([0-9]*\).*/\1/p' "$log")"
+  recon="$(sed -n 's/^ *reconnects: *\([0-9]*\).*/\1/p' "$log")"
+  malformed="$(grep -c -i 'malformed packet' "$log" || true)"
+  # at --verbosity=5 sysbench logs an ignored error as "Ignoring error NNNN" (not every occurrence)
+  codes="$( (grep -o 'Ignoring error [0-9]*' "$log" || true) | awk '{print $3}' | sort -u | paste -sd, -)"
+  echo "${tps:-0} ${qps:-0} ${errs:-?} ${recon:-?} $rc $malformed ${codes:--}"
 }
 
-printf '\n%-18s %-8s %-7s %12s %12s %8s %6s\n' workload ps-mode target tps qps errors ratio
-for test in oltp_point_select oltp_read_write; do
-  for mode in $MODES; do
-    read -r d_tps d_qps d_err < <(run "$test" "$mode" "${DIRECT[@]}")
-    read -r p_tps p_qps p_err < <(run "$test" "$mode" "${PROXY[@]}")
-    ratio="$(awk -v p="$p_tps" -v d="$d_tps" 'BEGIN { if (d > 0) printf "%.2f", p / d; else print "-" }')"
-    printf '%-18s %-8s %-7s %12s %12s %8s %6s\n' "$test" "$mode" direct "$d_tps" "$d_qps" "$d_err" ""
-    printf '%-18s %-8s %-7s %12s %12s %8s %6s\n' "$test" "$mode" proxy "$p_tps" "$p_qps" "$p_err" "$ratio"
+printf '\n%-18s %-8s %3s %-7s %10s %10s %7s %6s %4s %9s %s\n' workload ps-mode thr target tps qps ignored recon exit malformed codes
+FAILED=0
+for test in $TESTS; do
+  for threads in $THREADS; do
+    for mode in $MODES; do
+      for _ in $(seq "$REPEAT"); do
+        run "$test" "$mode" "$threads" "${DIRECT[@]}" >"$WORK/result"
+        read -r d_tps d_qps d_err d_rec d_rc d_mal d_codes <"$WORK/result"
+        run "$test" "$mode" "$threads" "${PROXY[@]}" >"$WORK/result"
+        read -r p_tps p_qps p_err p_rec p_rc p_mal p_codes <"$WORK/result"
+        [ "$p_rc" = 0 ] && [ "$p_mal" = 0 ] || FAILED=$((FAILED + 1))
+        ratio="$(awk -v p="$p_tps" -v d="$d_tps" 'BEGIN { if (d > 0) printf "%.2f", p / d; else print "-" }')"
+        printf '%-18s %-8s %3s %-7s %10s %10s %7s %6s %4s %9s %s\n' "$test" "$mode" "$threads" direct \
+          "$d_tps" "$d_qps" "$d_err" "$d_rec" "$d_rc" "$d_mal" "$d_codes"
+        printf '%-18s %-8s %3s %-7s %10s %10s %7s %6s %4s %9s %s  ratio %s\n' "$test" "$mode" "$threads" proxy \
+          "$p_tps" "$p_qps" "$p_err" "$p_rec" "$p_rc" "$p_mal" "$p_codes" "$ratio"
+      done
+    done
   done
 done
 echo
-echo "threads $THREADS, $SECONDS_PER_RUN s per run, table $TABLE_SIZE rows; ratio = proxy tps / direct tps"
+echo "threads $THREADS, $SECONDS_PER_RUN s per run, $TABLES table(s) of $TABLE_SIZE rows, rand-type ${RAND_TYPE:-special, sysbench default}"
+echo "ratio = proxy tps / direct tps; codes = the ignored error codes seen; proxy runs failed (exit != 0 or malformed packet): $FAILED"

@@ -16,10 +16,9 @@ import pymysql
 from pymysql.constants import CLIENT
 
 from meta.config import DbGroupConfig, ShardingNodeConfig
+from meta.errors import CLIENT_ERROR_MIN
 from meta.multiresult import MultiResultParser, ProtocolError, com_query
 
-# Client error codes start here; anything below is a server error about one statement.
-CLIENT_ERROR_MIN = 2000
 RAW_READ_SIZE = 256 * 1024
 
 

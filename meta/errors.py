@@ -6,6 +6,20 @@ ERR packets in one place, the session.
 
 from __future__ import annotations
 
+# Client-library error codes (libmysqlclient / libmariadb / PyMySQL: 2013 "Lost connection", ...).
+# A server never sends them: libmariadb reads one in an ERR packet as "2027 Received malformed
+# packet" and drops the message, so they never reach the wire (see wire_error).
+CLIENT_ERROR_MIN = 2000
+CLIENT_ERROR_MAX = 2999
+ER_UNKNOWN_ERROR = 1105
+
+
+def wire_error(code: int, sqlstate: str) -> tuple[int, str]:
+    """The code and SQLSTATE an ERR packet may carry: client-range codes become 1105/HY000."""
+    if CLIENT_ERROR_MIN <= code <= CLIENT_ERROR_MAX or not 0 < code <= 0xFFFF:
+        return ER_UNKNOWN_ERROR, "HY000"
+    return code, sqlstate
+
 
 class ProxyError(Exception):
     """Base of every error a client should see as an ERR packet."""
@@ -73,9 +87,12 @@ class DdlInProgress(ProxyError):
 
 
 class BackendUnavailable(ProxyError):
-    """A shardingNode's backend cannot be reached or timed out."""
+    """A shardingNode's backend cannot be reached, timed out or lost its connection.
 
-    code, sqlstate = 2003, "HY000"
+    A server code (1105, as DBLE answers), never the client library's 2003/2013: the message names
+    the shardingNode or dbGroup."""
+
+    code, sqlstate = ER_UNKNOWN_ERROR, "HY000"
 
 
 class ReadOnly(ProxyError):

@@ -13,7 +13,7 @@ from meta.errors import BackendError, BackendUnavailable, ProxyError
 
 from .protocol import constants as C
 from .protocol.handshake import build_handshake_response, parse_auth_switch, parse_greeting, scramble_native_password
-from .protocol.messages import parse_err, parse_ok
+from .protocol.messages import err_packet, parse_err, parse_ok
 from .protocol.packets import PacketFramer, ProtocolError, frame
 from .protocol.response import Budget, BudgetExceeded, ResponseScanner
 
@@ -30,7 +30,10 @@ BACKEND_CAPS = (C.LONG_PASSWORD | C.LONG_FLAG | C.PROTOCOL_41 | C.TRANSACTIONS |
 
 # Errors after which InnoDB has rolled back the whole transaction (deadlock, lock wait with
 # innodb_rollback_on_timeout is per statement, so only deadlocks count here).
-_TXN_ROLLED_BACK = frozenset({1213})
+ER_LOCK_DEADLOCK = 1213
+TXN_ROLLED_BACK = frozenset({ER_LOCK_DEADLOCK})
+ER_QUERY_INTERRUPTED = 1317
+DEADLOCK_ERR = err_packet(ER_LOCK_DEADLOCK, "40001", "Deadlock found when trying to get lock; try restarting transaction")
 
 
 # Called when a command started with on_done ends: (scanner, None) or (None, the error).
@@ -126,6 +129,8 @@ class BackendConnection(asyncio.Protocol):
         self.autocommit = True
         self.in_trans = False
         self.broken = False
+        self.txn_rolled_back = False  # the last answer was an error that ended the transaction (1213)
+        self.deadlock_victim = False  # its statement was interrupted to break a deadlock across nodes
         self.thread_id = 0
         self.server_version = ""
         self.last_used = time.monotonic()
@@ -153,6 +158,8 @@ class BackendConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._rx = True
+        if self.deadlock_victim:
+            data = self._victim_answer(data)
         scanner = self._scanner
         if scanner is None:
             if self._framer is not None:
@@ -207,10 +214,24 @@ class BackendConnection(asyncio.Protocol):
         if scanner.done:
             self._complete(scanner)
 
+    def _victim_answer(self, data: bytes) -> bytes:
+        """The deadlock detector interrupted this statement (KILL QUERY, 1317): answer 1213 instead, as
+        InnoDB answers the victim of a deadlock it sees itself."""
+        scanner = self._scanner
+        if scanner is None or scanner.packets or self._buf or len(data) < 7 or data[4] != 0xFF:
+            return data
+        self.deadlock_victim = False
+        end = 4 + (data[0] | data[1] << 8 | data[2] << 16)
+        if data[5] | data[6] << 8 != ER_QUERY_INTERRUPTED or end > len(data):
+            return data
+        return frame(data[3], DEADLOCK_ERR) + data[end:]
+
     def _complete(self, scanner: ResponseScanner) -> None:
         """The answer is whole: note its final status and hand it to whoever waits for it."""
         self._scanner = None
         self._sink = None
+        if scanner.error is None:
+            self.deadlock_victim = False  # answered before the interruption landed
         self._note_status(scanner)
         if self._paused:  # the last write to a slow client may have paused us after the answer ended
             self.resume_reading()
@@ -225,10 +246,11 @@ class BackendConnection(asyncio.Protocol):
 
     def _note_status(self, scanner: ResponseScanner) -> None:
         """Transaction and autocommit state from the final status flags of a complete answer."""
-        if scanner.error is None or scanner.status:
-            self.in_trans = bool(scanner.status & C.STATUS_IN_TRANS)
-        elif scanner.error.code in _TXN_ROLLED_BACK:
+        self.txn_rolled_back = scanner.error is not None and scanner.error.code in TXN_ROLLED_BACK
+        if self.txn_rolled_back:
             self.in_trans = False
+        elif scanner.error is None or scanner.status:
+            self.in_trans = bool(scanner.status & C.STATUS_IN_TRANS)
         # else: an ERR carries no status; the transaction (if any) goes on, as MariaDB keeps it
         if scanner.error is None:
             self.autocommit = bool(scanner.status & C.STATUS_AUTOCOMMIT) or scanner.status == 0 and self.autocommit

@@ -33,6 +33,8 @@ MERGE_INLINE_ROWS = 5_000
 log = structlog.get_logger("pydble.executor")
 
 
+STMT_SAVEPOINT = "`pydble_statement`"   # taken with each write on several nodes inside a transaction
+
 WARNING_COLUMNS = (ColumnDef("Level", C.T_VAR_STRING, 45, 28), ColumnDef("Code", C.T_LONG, 63, 4, 0xA1),
                    ColumnDef("Message", C.T_VAR_STRING, 45, 2048))
 
@@ -92,6 +94,8 @@ class Executor:
         self.last_node: str | None = None
         self.savepoints: list[str] = []   # of the open transaction, oldest first (lower-cased names)
         self.broken_txn: str | None = None  # why the open transaction can only be rolled back now
+        self._rolling_back: asyncio.Task | None = None  # the rest of a transaction a deadlock ended
+        self._aborted: list[BackendConnection] = []     # the connections that rollback ends
         self._committing = False
         self.relay_sink: Sink | None = None  # set by a prepared EXECUTE: relayed rows go through it
         # LOCK TABLES: the connection holding the session's locks on each node, and the tables locked
@@ -183,33 +187,53 @@ class Executor:
                 self.server.backends.release(node, conn)
                 if conn.broken and self._pinning():
                     self.broken_txn = f"shardingNode[{node}] connection was lost in the middle of a transaction"
-        else:
+        elif self._rolling_back is None or conn not in self._aborted:  # those the rollback releases itself
             self.server.backends.release(node, conn)
+        if conn.txn_rolled_back and self.pinned:
+            self._abort_txn()
 
-    async def _end_all(self, sql: str) -> None:
+    def _abort_txn(self) -> None:
+        """A node rolled the transaction back (InnoDB does on a deadlock): roll back its part on every
+        other node at once, releasing their locks, and end it, as one MariaDB would have."""
         pinned, self.pinned = self.pinned, {}
         self.savepoints = []
-        broken, self.broken_txn = self.broken_txn, None
-        if broken is not None and sql == "COMMIT":
-            sql = "ROLLBACK"  # part of the transaction is gone: committing the rest would tear it
+        self.broken_txn = None
+        self.session.explicit_txn = False
+        self._aborted = list(pinned.values())
+        self._rolling_back = asyncio.get_running_loop().create_task(self._finish(pinned, "ROLLBACK"))
+
+    async def _finish(self, pinned: dict[str, BackendConnection], sql: str) -> list[BaseException]:
+        """Run COMMIT or ROLLBACK on the given connections at once and release them; the failures."""
         errors: list[BaseException] = []
 
         async def one(node: str, conn: BackendConnection) -> None:
             try:
-                if conn.broken:
-                    if sql == "COMMIT":
-                        errors.append(BackendUnavailable(f"shardingNode[{node}] connection was lost before COMMIT; "
-                                                         "its part of the transaction was rolled back"))
-                else:  # also ends a read-only snapshot MariaDB does not flag as IN_TRANS
+                if not conn.broken:  # also ends a read-only snapshot MariaDB does not flag as IN_TRANS
                     await conn.query(sql, self.server.backends.timeout_s)
-            except BaseException as e:  # noqa: BLE001 - reported below
+            except BaseException as e:  # noqa: BLE001 - reported by the caller
+                conn.close()  # its transaction ends with the connection
                 errors.append(e)
             finally:
                 self.server.backends.release(node, conn)
 
         await asyncio.gather(*(one(n, c) for n, c in pinned.items()))
+        return errors
+
+    async def _end_all(self, sql: str) -> None:
+        """COMMIT or ROLLBACK every node of the transaction (a COMMIT rolls back if a node was lost)."""
+        pinned, self.pinned = self.pinned, {}
+        self.savepoints = []
+        broken, self.broken_txn = self.broken_txn, None
+        if broken is None and sql == "COMMIT":
+            lost = next((n for n, c in pinned.items() if c.broken), None)  # e.g. killed while idle
+            if lost is not None:
+                broken = f"shardingNode[{lost}] connection was lost in the middle of a transaction"
+        if broken is not None and sql == "COMMIT":
+            sql = "ROLLBACK"  # part of the transaction is gone: committing the rest would tear it
+        errors = await self._finish(pinned, sql)
         if broken is not None and self._committing:
-            raise BackendUnavailable(f"COMMIT failed, the transaction was rolled back: {broken}")
+            raise BackendUnavailable(f"COMMIT failed: {broken}; the transaction was rolled back on every "
+                                     f"shardingNode, nothing was committed")
         for e in errors:
             if isinstance(e, ProxyError):
                 raise e
@@ -223,6 +247,8 @@ class Executor:
         s = self.session
         if self.locked:
             return None
+        if self._rolling_back is not None:
+            return None  # the task waits for the rollback a deadlock started first
         if s.explicit_txn or not s.autocommit:
             conn = self.pinned.get(node)
             if (conn is None or conn.broken or self.broken_txn is not None or conn.vars != s.vars
@@ -246,6 +272,14 @@ class Executor:
     async def rollback_all(self) -> None:
         """ROLLBACK on every node this transaction touched."""
         await self._end_all("ROLLBACK")
+
+    async def settle(self) -> None:
+        """Before the next command: wait for the rollback a deadlock started (its failures only closed
+        the connections concerned, whose transactions end with them)."""
+        task, self._rolling_back = self._rolling_back, None
+        if task is not None:
+            await task
+            self._aborted = []
 
     def abort_all(self) -> None:
         """The client is gone: close pinned connections so their transactions roll back."""
@@ -442,9 +476,11 @@ class Executor:
         if sc.error is not None:
             r.err_info(sc.error)
 
-    async def _run_on(self, targets: list[tuple[str, str]], copies: bool = False) -> list[ResponseScanner]:
-        """Run per-node SQL on several nodes in parallel, collecting their answers; copies: the nodes run
-        the same statement on copies of the same rows (global tables), so one node's warnings stand for all."""
+    async def _run_on(self, targets: list[tuple[str, str]], copies: bool = False,
+                      keep: list[BackendConnection] | None = None) -> list[ResponseScanner]:
+        """Run per-node SQL on several nodes in parallel, collecting their answers. copies: the nodes run
+        the same statement on copies of the same rows (global tables), so one node's warnings stand for all;
+        keep: the caller ends the connections' work itself (they are appended there instead of given back)."""
         acquired = await asyncio.gather(*(self._get(node) for node, _ in targets), return_exceptions=True)
         failure = next((a for a in acquired if isinstance(a, BaseException)), None)
         if failure is not None:
@@ -458,8 +494,11 @@ class Executor:
             *(c.run(_com_query(sql), self.server.backends.timeout_s, collect=True, budget=budget)
               for c, (_, sql) in zip(conns, targets)), return_exceptions=True)
         await self.keep_warnings(list(zip(conns, results)), copies)
-        for (node, _), c in zip(targets, conns):
-            self._done_with(node, c)
+        if keep is not None:
+            keep.extend(conns)
+        else:
+            for (node, _), c in zip(targets, conns):
+                self._done_with(node, c)
         for (node, _), res in zip(targets, results):
             if isinstance(res, BackendUnavailable):
                 raise _on_node(node, res)
@@ -468,9 +507,50 @@ class Executor:
         self.last_node = targets[-1][0]
         return results  # type: ignore[return-value]
 
+    async def _write_all_or_nothing(self, targets: list[tuple[str, str]], copies: bool = False
+                                    ) -> list[ResponseScanner]:
+        """A write on several nodes is one statement: when it fails on one node it is undone on the others,
+        as InnoDB undoes a failed statement. In a transaction each node takes a savepoint with it (same
+        round trip) and goes back to it; in autocommit each node runs it in a transaction of its own,
+        committed once every node has succeeded (a node lost during that COMMIT is XA's business)."""
+        if self._pinning():
+            scanners = await self._run_on([(n, f"SAVEPOINT {STMT_SAVEPOINT};{sql}") for n, sql in targets], copies)
+            if any(sc.error is not None for sc in scanners) and self._rolling_back is None:
+                back = [self.pinned[n] for (n, _), sc in zip(targets, scanners) if sc.error is None and n in self.pinned]
+                await asyncio.gather(*(c.query(f"ROLLBACK TO SAVEPOINT {STMT_SAVEPOINT}", self.server.backends.timeout_s)
+                                       for c in back))
+            return scanners
+        if self.locked:
+            return await self._write_under_table_locks(targets, copies)
+        conns: list[BackendConnection] = []
+        try:
+            scanners = await self._run_on([(n, f"START TRANSACTION;{sql}") for n, sql in targets], copies, keep=conns)
+        except BaseException:
+            await self._finish({n: c for (n, _), c in zip(targets, conns)}, "ROLLBACK")
+            raise
+        failed = any(sc.error is not None for sc in scanners)
+        errors = await self._finish({n: c for (n, _), c in zip(targets, conns)}, "ROLLBACK" if failed else "COMMIT")
+        if errors and not failed:
+            raise BackendUnavailable(f"COMMIT of a write on several shardingNodes failed: {errors[0]}")
+        return scanners
+
+    async def _write_under_table_locks(self, targets: list[tuple[str, str]], copies: bool) -> list[ResponseScanner]:
+        """All or nothing while LOCK TABLES holds the connections: START TRANSACTION would release the
+        table locks, so each node runs the write with autocommit off, then COMMIT or ROLLBACK (which keep
+        the locks) and autocommit on again; the connections stay the session's."""
+        scanners = await self._run_on([(n, f"SET autocommit=0;{sql}") for n, sql in targets], copies)
+        end = "ROLLBACK" if any(sc.error is not None for sc in scanners) else "COMMIT"
+        conns = [self.locked[n] for n, _ in targets if n in self.locked]
+        await asyncio.gather(*(c.query(f"{end};SET autocommit=1", self.server.backends.timeout_s) for c in conns))
+        return scanners
+
     async def run_multi(self, plan: Plan, r: Reply, more: bool) -> None:
-        """Scatter a statement to several nodes; merge reads, sum writes."""
-        scanners = await self._run_on([(t.node, t.sql) for t in plan.targets], copies=self._global_only(plan))
+        """Scatter a statement to several nodes; merge reads, sum writes (all of them or none)."""
+        targets = [(t.node, t.sql) for t in plan.targets]
+        if plan.kind in ("insert", "replace", "update", "delete"):
+            scanners = await self._write_all_or_nothing(targets, copies=self._global_only(plan))
+        else:
+            scanners = await self._run_on(targets, copies=self._global_only(plan))
         for sc in scanners:
             if sc.error is not None:
                 r.err_info(sc.error)

@@ -21,6 +21,7 @@ from zk.cluster import Cluster
 
 from .backend import open_connection
 from .ddl import DdlRunner
+from .deadlock import DeadlockDetector
 from .manager import Manager, ManagerSession
 from .metrics import Metrics
 from .pool import Backends
@@ -56,6 +57,7 @@ class ProxyServer:
             self.cluster = Cluster(config, self.registry, self.ddl.locks, self.load_metadata, self.ddl.refresh,
                                    self.ddl.refresh_now, self.ddl.running)
         self.sessions: set[Session] = set()
+        self.deadlocks = DeadlockDetector(self)
         self.user_counts: dict[str, int] = {}
         self.version = config.server.version or DEFAULT_VERSION
         set_server_version(self.version)
@@ -89,6 +91,7 @@ class ProxyServer:
                                                       backlog=1024, reuse_address=True, reuse_port=reuse_port))
         self._servers.append(await loop.create_server(lambda: ClientProtocol(self, ManagerSession), srv.bind,
                                                       srv.manager_port, backlog=128, reuse_address=True))
+        self.deadlocks.start()
         if srv.metrics_port:
             self.metrics.serve(srv.bind, srv.metrics_port)
         self.log.info("listening", port=srv.port, manager_port=srv.manager_port, metrics_port=srv.metrics_port or None,
@@ -118,6 +121,7 @@ class ProxyServer:
         """Stop listening, close every session and pool."""
         for srv in self._servers:
             srv.close()
+        self.deadlocks.stop()
         for s in list(self.sessions):
             s.client.close()
         await self.ddl.stop()

@@ -667,6 +667,7 @@ class Session:
         """Answer one command; False when the session should end."""
         cmd = payload[0]
         r = Reply(self.deprecate_eof)
+        await self.executor.settle()
         try:
             if cmd == C.COM_QUERY:
                 sql = str(memoryview(payload)[1:], "utf-8", "surrogateescape")  # no copy of the bytes first
@@ -775,18 +776,24 @@ class Session:
             if kw == "START" and "TRANSACTION" not in sql.upper():
                 raise NotSupported(f"unsupported statement: {sql[:60]}")
             await self.executor.unlock_tables()  # as MySQL: a transaction starts by releasing table locks
-            await self.executor.commit_all()
+            try:
+                await self.executor.commit_all()
+            except ProxyError:
+                self.explicit_txn = False  # the old transaction ended (rolled back, as the error says)
+                raise
             self.explicit_txn = True
             r.ok(self.status(), more=more)
             return False
         elif kw in ("COMMIT", "ROLLBACK"):
             if kw == "ROLLBACK" and " TO " in f" {sql.upper()} ":
                 return await self.savepoint(sql, r, more)
-            if kw == "COMMIT":
-                await self.executor.commit_all()
-            else:
-                await self.executor.rollback_all()
-            self.explicit_txn = False
+            try:
+                if kw == "COMMIT":
+                    await self.executor.commit_all()
+                else:
+                    await self.executor.rollback_all()
+            finally:
+                self.explicit_txn = False  # ended either way: committed, or rolled back as the error says
             r.ok(self.status(), more=more)
             return False
         elif kw in ("SAVEPOINT", "RELEASE"):

@@ -34,6 +34,7 @@ from harness import (  # noqa: E402
     proxy_config,
     start_all,
 )
+from harness.wirecheck import take_violations  # noqa: E402
 
 log = logging.getLogger("harness")
 
@@ -79,7 +80,7 @@ def proxy(backends: list[MariaDBServer]) -> Iterator[ProxyProcess]:
     if not cli_available():
         missing(CLI_MISSING)
     p = ProxyProcess(proxy_config(backends, free_port(), free_port(), instance="pydble-1"),
-                     name="proxy", release_ports=True)
+                     name="proxy", release_ports=True, wire_check=True)
     try:
         p.start()
         _shared["proxy"] = p
@@ -112,6 +113,16 @@ def _shared_servers_stay_healthy() -> Iterator[None]:
                 raise
 
 
+@pytest.fixture(autouse=True)
+def _wire_is_well_formed() -> Iterator[None]:
+    """Fail the test if the wire checker in front of a proxy saw a malformed server packet meanwhile."""
+    take_violations()
+    yield
+    found = take_violations()
+    if found:
+        pytest.fail(f"{len(found)} wire violation(s) by the proxy:\n" + "\n".join(found[:20]), pytrace=False)
+
+
 @pytest.fixture
 def fresh_proxy(backends: list[MariaDBServer]) -> Iterator[Callable[..., ProxyProcess]]:
     """Factory for private proxy instances (killed and cleaned up after the test).
@@ -133,7 +144,7 @@ def fresh_proxy(backends: list[MariaDBServer]) -> Iterator[Callable[..., ProxyPr
         if config is None:
             config = proxy_config(list(backends or session_backends), free_port(), free_port(),
                                   instance=instance or f"pydble-{len(made) + 2}", cluster=cluster)
-        p = ProxyProcess(config, name=name, env=env, argv=argv, release_ports=own_ports)
+        p = ProxyProcess(config, name=name, env=env, argv=argv, release_ports=own_ports, wire_check=True)
         made.append(p)
         if start:
             p.start(timeout)

@@ -284,7 +284,7 @@ def test_proxy_process_lifecycle_with_a_stand_in(tmp_path) -> None:
     try:
         p.start(timeout=15)
         assert "fake: listening" in p.log_text()
-        assert tomllib.loads(p.config_path.read_text())["server"]["port"] == p.port
+        assert tomllib.loads(p.config_path.read_text())["server"]["port"] == p.proxy_port
         p.pause()
         assert p.paused
         p.resume()

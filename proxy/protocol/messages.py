@@ -5,6 +5,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from meta.errors import wire_error
+
 from .constants import CHARSET_UTF8MB4_GENERAL_CI, T_VAR_STRING
 from .packets import ProtocolError, lenenc_int, lenenc_str, read_lenenc_int, read_lenenc_str
 
@@ -36,7 +38,9 @@ def ok_packet(affected_rows: int = 0, last_insert_id: int = 0, status: int = 0,
 
 
 def err_packet(code: int, sqlstate: str, message: str) -> bytes:
-    """An ERR payload with its SQLSTATE marker."""
+    """An ERR payload with its SQLSTATE marker; every ERR pydble writes is built here, so a
+    client-library code (2000-2999) raised anywhere is turned into a server code on the way out."""
+    code, sqlstate = wire_error(code, sqlstate)
     state = (sqlstate or "HY000").encode("ascii", "replace")[:5].ljust(5, b"0")
     return b"\xff" + struct.pack("<H", code) + b"#" + state + message.encode("utf-8", "replace")
 

@@ -133,7 +133,7 @@ def test_gc_with_proxies_online_and_their_metadata_follows(seed, backends, zooke
     seed.client.create(seed.paths.reconcile_lock, b"stuck-survivor", ephemeral=True, makepath=True)
 
     status = run_cli("cluster", "status", "--json", "--config", str(p1.config_path)).json()
-    assert {(i["name"], i["port"]) for i in status["online"]} == {("dble-1", p1.port), ("dble-2", p2.port)}
+    assert {(i["name"], i["port"]) for i in status["online"]} == {("dble-1", p1.proxy_port), ("dble-2", p2.proxy_port)}
     assert all(i["meta_version"] > 0 for i in status["online"])
     assert status["reconcile_lock"]["instance"] == "stuck-survivor"
 

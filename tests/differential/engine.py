@@ -30,7 +30,6 @@ LOST = (2006, 2013, 2055)      # the connection went away
 RELOAD_EVERY = 500
 # Issue 18 item 4, being fixed in the executor (all-or-nothing multi-node writes): a write that
 # fails on one node (a duplicate key) and still leaves its rows on the others.
-PARTIAL_WRITE = "failed multi-node write left rows on other nodes (issue 18 item 4)"
 
 
 def proxy_config_for(base: dict[str, Any]) -> dict[str, Any]:
@@ -299,8 +298,6 @@ class Differ:
                     self.resync(case.table)
             if why:
                 known = None
-                if dml and got.error and ref.error and got.error[0] == ref.error[0]:
-                    known = PARTIAL_WRITE
                 stats.wrong.append(Wrong(seed, index, case.sql, why, known))
                 stats.wrong_kinds[known or _kind_of(why, case)] += 1
                 if log:

@@ -115,11 +115,8 @@ def test_order_by_a_text_column_by_its_position_inside_star_is_refused(both):
     same(both, "SELECT * FROM rg ORDER BY 1 DESC LIMIT 2", [(6, "B", "A", "Zed"), (5, "b", "a", "x")])
 
 
-# --- issue 18 item 4 (all-or-nothing multi-node writes) is being fixed in the executor; until it
-# lands the differential test names these as known, and this is the smallest case.
+# --- issue 18 item 4: a multi-node write is all or nothing (the executor takes a transaction per node)
 
-@pytest.mark.xfail(reason="issue 18 item 4: a multi-node write failing on one node stays applied "
-                          "on the others (the executor change makes it atomic)", strict=False)
 def test_multi_row_insert_failing_on_one_node_changes_no_node(both):
     px, ref = both
     sql = "INSERT INTO rg (id, b) VALUES (1000, 'new'), (1, 'dup')"   # 1000 -> dn1, 1 -> dn2 (taken)

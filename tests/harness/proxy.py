@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 from .mariadb import rows_then_close
 from .ports import HOST, release_port, wait_port_free
 from .process import HarnessError, ManagedProcess
+from .wirecheck import WireRelay
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 30.0
@@ -184,7 +185,7 @@ class ProxyProcess(ManagedProcess):
 
     def __init__(self, config: Mapping[str, Any], name: str | None = None,
                  env: Mapping[str, str] | None = None, argv: Sequence[str] | None = None,
-                 release_ports: bool = False) -> None:
+                 release_ports: bool = False, wire_check: bool = False) -> None:
         server = config.get("server", {})
         super().__init__(name or str(server.get("instance", "proxy")))
         self.config: dict[str, Any] = dict(config)
@@ -194,6 +195,9 @@ class ProxyProcess(ManagedProcess):
         self.config_path = self.workdir / "pydble.toml"
         self._argv_override = list(argv) if argv is not None else None
         self._release_ports = release_ports
+        # wire_check: clients reach the proxy through a checking relay (harness.wirecheck)
+        self._wire_check = wire_check
+        self._relay: WireRelay | None = None
 
     @property
     def host(self) -> str:
@@ -202,7 +206,12 @@ class ProxyProcess(ManagedProcess):
 
     @property
     def port(self) -> int:
-        """The client (MySQL) port."""
+        """The client (MySQL) port clients use: the wire checker's relay in front of it when checking."""
+        return self._relay.port if self._relay is not None else self._port
+
+    @property
+    def proxy_port(self) -> int:
+        """The proxy's own client port (the [server] port of its config)."""
         return self._port
 
     @property
@@ -252,6 +261,8 @@ class ProxyProcess(ManagedProcess):
         """Start the proxy and wait until its client port greets."""
         self.spawn()
         self.wait_ready(timeout)
+        if self._wire_check and self._relay is None:
+            self._relay = WireRelay(self._port, self.name)
         return self
 
     def restart(self, timeout: float = START_TIMEOUT) -> "ProxyProcess":
@@ -299,6 +310,9 @@ class ProxyProcess(ManagedProcess):
         return rows_then_close(self.manager(), sql)
 
     def _on_cleanup(self) -> None:
+        if self._relay is not None:
+            self._relay.close()
+            self._relay = None
         if self._release_ports:
             release_port(self._port)
             release_port(self._manager_port)
