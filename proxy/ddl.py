@@ -569,10 +569,9 @@ class DdlRunner:
         if not failed:
             return None
         first = failed[0]
-        db = self.server.config.sharding_nodes[first.node].database
-        tables = ",".join(f"{db}.{t}" for _, t in plan.tables)
+        tables = ",".join(f"{s}.{t}" for s, t in plan.tables)   # logical names: a client never sees db1
         ok_nodes = [x.node for x in results if x.error is None]
-        note = f" (shardingNode[{first.node}], physical table {tables}"
+        note = f" (shardingNode[{first.node}], table {tables}"
         note += f"; succeeded on {','.join(ok_nodes)})" if ok_nodes else ")"
         if plan.ddl == "CREATE_TABLE" and all(x.error.code == ER_TABLE_EXISTS for x in failed):
             # the table exists physically (on some or all nodes) while memory had no metadata

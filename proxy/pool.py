@@ -179,7 +179,9 @@ class Backends:
                 await conn.use(sn.database, self.timeout_s)
             except ProxyError as e:
                 pool.release(conn)
-                raise BackendUnavailable(f"shardingNode[{node}] database {sn.database}: {e.message}") from None
+                log.warning("shardingNode cannot use its database", node=node, database=sn.database, error=e.message)
+                raise BackendUnavailable(f"shardingNode[{node}] cannot use its database (backend error "
+                                         f"{e.code}; the proxy's log names it)") from None
         return conn
 
     def take_idle(self, node: str, flags: int, any_db: bool = False) -> BackendConnection | None:

@@ -84,6 +84,7 @@ def _half_applied(fresh_backends: list, fresh_proxy: Any, cluster: Any = None) -
     assert not t.is_alive(), "the ALTER never answered after its backend died"
     assert "error" in outcome, outcome
     assert "dn2" in outcome["error"][1] and "succeeded on dn1" in outcome["error"][1], outcome
+    assert f"table schema1.{TABLE}" in outcome["error"][1] and "db1" not in outcome["error"][1], outcome  # logical
     with pytest.raises(pymysql.MySQLError) as ei:   # while dn2's server is down
         _manager(p, f"repair @@ddl where schema='schema1' and table='{TABLE}'")
     assert "dn2" in ei.value.args[1] and "repair once it is back" in ei.value.args[1], ei.value.args
