@@ -50,9 +50,13 @@ def ddl_table(sql: str) -> str | None:
     return None
 
 
+_DDL_MARKER = re.compile(r"/\*\s*pydble-ddl:\w+\s*\*/")
+
+
 def norm_sql(sql: str) -> str:
-    """A statement with its whitespace and case folded, for matching logs to client statements."""
-    return " ".join(sql.split()).lower()
+    """A statement with its whitespace and case folded, for matching logs to client statements (the
+    marker comment pydble appends to a DDL it runs, `/* pydble-ddl:<id> */`, left out)."""
+    return " ".join(_DDL_MARKER.sub(" ", sql).split()).lower()
 
 
 class Checker:

@@ -7,7 +7,7 @@ import time
 from typing import Iterator
 
 import pytest
-from chaos_check import Checker, ddl_table, extra_names
+from chaos_check import Checker, ddl_table, extra_names, norm_sql
 from chaos_env import SLOW_LOG_ARGS, ChaosEnv
 from harness import MariaDBServer
 
@@ -94,3 +94,9 @@ def test_two_alters_at_once_are_seen(logged_backend: MariaDBServer) -> None:
         t.join(30)
     found = _overlaps(logged_backend)
     assert len(found) == 1 and "DDL overlap on backend1.db1.chaos_t1" in found[0], found
+
+
+def test_a_logged_ddl_matches_its_client_statement_without_pydbles_marker() -> None:
+    # pydble appends `/* pydble-ddl:<id> */` to the DDL it runs on the nodes (found from outside by it)
+    assert norm_sql("ALTER TABLE chaos_t3  ADD COLUMN c307 INT\n/* pydble-ddl:0f3a9c */") == \
+        norm_sql("alter table chaos_t3 add column c307 int")
