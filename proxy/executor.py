@@ -57,6 +57,15 @@ def _on_node(node: str, e: BackendUnavailable) -> BackendUnavailable:
     return BackendUnavailable(f"shardingNode[{node}]: {e.message}", e.code, e.sqlstate)
 
 
+def _statement_only(scanners: list[ResponseScanner]) -> list[ResponseScanner]:
+    """The answers of a write sent behind a prefix (SAVEPOINT, START TRANSACTION, SET autocommit=0 and
+    the statement in one multi-statement), without the prefix's own OK: what the statement alone gives."""
+    for sc in scanners:
+        if len(sc.results) > 1 and not sc.results[0].columns:
+            del sc.results[0]
+    return scanners
+
+
 def _returned_in_order(order: tuple[tuple[int, ...], ...], scanners: list[ResponseScanner]) -> ResultSet:
     """INSERT ... RETURNING over several nodes: each node's rows put back at their VALUES positions,
     so the client reads them in the order it sent the rows, as from one MariaDB."""
@@ -514,7 +523,8 @@ class Executor:
         round trip) and goes back to it; in autocommit each node runs it in a transaction of its own,
         committed once every node has succeeded (a node lost during that COMMIT is XA's business)."""
         if self._pinning():
-            scanners = await self._run_on([(n, f"SAVEPOINT {STMT_SAVEPOINT};{sql}") for n, sql in targets], copies)
+            scanners = _statement_only(
+                await self._run_on([(n, f"SAVEPOINT {STMT_SAVEPOINT};{sql}") for n, sql in targets], copies))
             if any(sc.error is not None for sc in scanners) and self._rolling_back is None:
                 back = [self.pinned[n] for (n, _), sc in zip(targets, scanners) if sc.error is None and n in self.pinned]
                 await asyncio.gather(*(c.query(f"ROLLBACK TO SAVEPOINT {STMT_SAVEPOINT}", self.server.backends.timeout_s)
@@ -529,16 +539,21 @@ class Executor:
             await self._finish({n: c for (n, _), c in zip(targets, conns)}, "ROLLBACK")
             raise
         failed = any(sc.error is not None for sc in scanners)
-        errors = await self._finish({n: c for (n, _), c in zip(targets, conns)}, "ROLLBACK" if failed else "COMMIT")
+        lost = next((n for (n, _), c in zip(targets, conns) if c.broken), None)  # its part rolled back already
+        errors = await self._finish({n: c for (n, _), c in zip(targets, conns)},
+                                    "ROLLBACK" if failed or lost else "COMMIT")
+        if lost is not None and not failed:
+            raise BackendUnavailable(f"shardingNode[{lost}] connection was lost during a write on several "
+                                     f"shardingNodes: it was rolled back on every node, nothing was written")
         if errors and not failed:
             raise BackendUnavailable(f"COMMIT of a write on several shardingNodes failed: {errors[0]}")
-        return scanners
+        return _statement_only(scanners)
 
     async def _write_under_table_locks(self, targets: list[tuple[str, str]], copies: bool) -> list[ResponseScanner]:
         """All or nothing while LOCK TABLES holds the connections: START TRANSACTION would release the
         table locks, so each node runs the write with autocommit off, then COMMIT or ROLLBACK (which keep
         the locks) and autocommit on again; the connections stay the session's."""
-        scanners = await self._run_on([(n, f"SET autocommit=0;{sql}") for n, sql in targets], copies)
+        scanners = _statement_only(await self._run_on([(n, f"SET autocommit=0;{sql}") for n, sql in targets], copies))
         end = "ROLLBACK" if any(sc.error is not None for sc in scanners) else "COMMIT"
         conns = [self.locked[n] for n, _ in targets if n in self.locked]
         await asyncio.gather(*(c.query(f"{end};SET autocommit=1", self.server.backends.timeout_s) for c in conns))

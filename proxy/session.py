@@ -333,6 +333,7 @@ class Session:
         try:
             peer = self.client.transport.get_extra_info("peername") if self.client.transport else None
             self.peer = peer[0] if peer else "?"
+            answer_seq = 0
             if not await self.handshake():
                 return
             self.ready = type(self) is Session  # subclasses (the manager port) dispatch their own way
@@ -340,7 +341,8 @@ class Session:
                 pkt = await self.client.next_packet()
                 if pkt is None:
                     break
-                _, payload = pkt
+                answer_seq, payload = pkt
+                answer_seq += 1   # a malformed command is answered in the command's sequence, as any answer
                 if not payload:
                     raise ProtocolError("empty command packet")
                 if not await self.dispatch(payload):
@@ -352,7 +354,7 @@ class Session:
                                     + b"Got a packet bigger than 'max_allowed_packet' bytes"))
         except ProtocolError as e:
             self.log.info("protocol error, closing", error=str(e))
-            self.client.write(frame(0, b"\xff" + struct.pack("<H", 1047) + b"#08S01"
+            self.client.write(frame(answer_seq & 0xFF, b"\xff" + struct.pack("<H", 1047) + b"#08S01"
                                     + f"Malformed packet: {e}".encode()))
         except Exception:
             self.log.exception("session crashed")
