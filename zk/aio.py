@@ -258,6 +258,16 @@ class Zk:
     def connected(self) -> bool:
         return self.state == KazooState.CONNECTED and self._live.is_set()
 
+    async def wait_connected(self, timeout: float) -> bool:
+        """Wait (bounded) until a connection is live again, e.g. while the session moves to another
+        member of the ensemble; whether it is."""
+        if not self._live.is_set() and not self._stopped:
+            try:
+                await asyncio.wait_for(self._live.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+        return self.connected
+
     def _set_state(self, state: str) -> None:
         if state == self.state:
             return

@@ -235,10 +235,13 @@ class ClusterDdl:
             why = failed[0].__class__.__name__ if failed else "RolledBackError"
             raise LostDecision(f"could not {what}: {why} (this instance lost its ZooKeeper session or DDL lock)")
 
-    def _own_session(self, status: str) -> Zk:
+    async def _own_session(self, status: str) -> Zk:
         """The ZooKeeper client of our INIT write, if its session is still ours and connected: a
-        decision written on any other session could land on a record that is no longer ours."""
+        decision written on any other session could land on a record that is no longer ours. While
+        that session moves to another member of the ensemble, wait for it (bounded by its timeout)."""
         zk = self.cluster.zk
+        if zk is not None and zk is self.zk and zk.session_id == self.session and not zk.connected:
+            await zk.wait_connected(zk.session_timeout_s)
         if zk is None or zk is not self.zk or not zk.connected or zk.session_id != self.session:
             raise LostDecision(f"this instance lost the ZooKeeper session it started the DDL with: the outcome "
                                f"({status}) could not be published; another instance will reconcile it from the "
@@ -249,7 +252,7 @@ class ClusterDdl:
         """Conditionally write SUCCESS/FAILED: only while our lock and the record's version are ours."""
         c = self.cluster
         for key, (rec, version) in list(self.records.items()):
-            zk = self._own_session(status)
+            zk = await self._own_session(status)
             new = rec.with_status(status, message)
             path = c.paths.ddl_record(*key)
             lock_path = c.paths.ddl_lock(*key)
@@ -308,7 +311,7 @@ class ClusterDdl:
         The transactions go on the wire first: ZooKeeper's answer is the longer wait."""
         c = self.cluster
         try:
-            zk = self._own_session(status)
+            zk = await self._own_session(status)
             first = {key: self._send_remove(key, steps[key][0], [c.instance], self.records[key][1], zk)
                      for key in self.records}
         except ZK_ERRORS as e:
@@ -341,12 +344,12 @@ class ClusterDdl:
             failed = _failures(results)
             if went_through(results) or not failed or not isinstance(failed[0], NotEmptyError):
                 break
-            zk = self._own_session(decided.status)
+            zk = await self._own_session(decided.status)
             names = await zk.children(c.paths.ddl_acks(*key))
             if c.instance not in names:
                 break
             results = await self._send_remove(key, decided, names, self.records[key][1],
-                                              self._own_session(decided.status))
+                                              await self._own_session(decided.status))
         self._check_tx(results, f"publish {decided.status} for {key[0]}.{key[1]}")
         self._removed(key, results)
         self.records.pop(key)
