@@ -5,8 +5,6 @@ dumps use it, SQLAlchemy 2.x ORM with PyMySQL and mysqlclient, SHOW TABLES / SHO
 from __future__ import annotations
 
 import datetime
-import os
-import shutil
 import subprocess
 import threading
 import time
@@ -18,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy import DateTime, Integer, MetaData, String, func, select, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from harness import require_module, require_tool
 from wire import drop_after
 
 TABLES = ("sharding_4_t1", "test", "tools_plain")
@@ -27,16 +26,6 @@ SHARD_NODES = ("dn1", "dn2", "dn3", "dn4")
 COM_RESET_CONNECTION = 0x1F
 
 
-def _need(tool: str) -> str:
-    """The tool's path; a missing tool skips, and fails under CI."""
-    path = shutil.which(tool)
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{tool} is not installed (CI must run this test)")
-        pytest.skip(f"{tool} is not installed")
-    return path
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _drop_our_tables(proxy: Any) -> Iterator[None]:
     yield from drop_after(proxy, *TABLES)
@@ -44,7 +33,7 @@ def _drop_our_tables(proxy: Any) -> Iterator[None]:
 
 def _cli(tool: str, port: int, *args: str, user: str = "test", password: str = "111111",
          stdin: str | None = None) -> subprocess.CompletedProcess:
-    argv = [_need(tool), "--no-defaults", "-h127.0.0.1", f"-P{port}", f"-u{user}", f"-p{password}", *args]
+    argv = [require_tool(tool), "--no-defaults", "-h127.0.0.1", f"-P{port}", f"-u{user}", f"-p{password}", *args]
     return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=60)
 
 
@@ -269,8 +258,8 @@ class Item(Base):
 @pytest.mark.parametrize("driver", ["pymysql", "mysqldb"])
 def test_sqlalchemy_orm_with_server_defaults_returning_and_reflection(proxy: Any, backends: list[Any],
                                                                      backend_rows: Any, driver: str) -> None:
-    if driver == "mysqldb" and not os.environ.get("CI"):
-        pytest.importorskip("MySQLdb")
+    if driver == "mysqldb":
+        require_module("MySQLdb", "mysqlclient is not installed (needs libmariadb-dev)")
     engine = sa.create_engine(f"mysql+{driver}://test:111111@{proxy.host}:{proxy.port}/schema1")
     try:
         with engine.begin() as conn:

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 import pymysql
 import pytest
+from harness import require_module
 from pymysql.constants import CLIENT, SERVER_STATUS
 
 from wire import drop_after, node_rows
@@ -60,7 +61,7 @@ def _kill_transactions_on(backends, node: str) -> None:
 
 def _mysqlclient(proxy) -> Any:
     """A libmariadb-based connection (mysqlclient): it reports a client-range code in an ERR as 2027."""
-    MySQLdb = pytest.importorskip("MySQLdb", reason="mysqlclient is not installed (needs libmariadb-dev)")
+    MySQLdb = require_module("MySQLdb", "mysqlclient is not installed (needs libmariadb-dev)")
     return MySQLdb.connect(host="127.0.0.1", port=proxy.port, user="test", password="111111",
                            database="schema1", autocommit=True)
 
