@@ -27,6 +27,8 @@ for _p in (REPO_ROOT, REPO_ROOT / "tests"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
+from harness.ports import recv_packet  # noqa: E402 - after the path set-up
+
 MB = 1 << 20
 
 
@@ -44,23 +46,6 @@ def reset_peak(pid: int) -> None:
         Path(f"/proc/{pid}/clear_refs").write_text("5")
     except OSError:
         pass
-
-
-def _recv_packet(s: socket.socket) -> bytes:
-    head = b""
-    while len(head) < 4:
-        chunk = s.recv(4 - len(head))
-        if not chunk:
-            return b""
-        head += chunk
-    n = head[0] | head[1] << 8 | head[2] << 16
-    body = b""
-    while len(body) < n:
-        chunk = s.recv(n - len(body))
-        if not chunk:
-            break
-        body += chunk
-    return body
 
 
 def send_big(s: socket.socket, total: int, seq: int, chunk: int = 1 << 20, first: bytes = b"") -> int:
@@ -90,7 +75,7 @@ def unauth_attack(host: str, port: int, conns: int, size: int) -> list[int]:
     socks = []
     for _ in range(conns):
         s = socket.create_connection((host, port), timeout=10)
-        _recv_packet(s)
+        recv_packet(s)
         socks.append(s)
     out = []
     for s in socks:

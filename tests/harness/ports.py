@@ -113,3 +113,22 @@ def tcp_connections(pid: int) -> list[tuple[int, int, bool]]:
             if cols[9] in inodes:
                 out.append((int(cols[1].split(":")[1], 16), int(cols[2].split(":")[1], 16), cols[3] == "01"))
     return out
+
+
+def recv_packet(s: socket.socket) -> bytes:
+    """One raw MySQL packet's payload from a plain socket (b"" or what came if the peer closed first):
+    for tests and benchmarks that talk to the proxy below any client library."""
+    head = b""
+    while len(head) < 4:
+        chunk = s.recv(4 - len(head))
+        if not chunk:
+            return b""
+        head += chunk
+    n = head[0] | head[1] << 8 | head[2] << 16
+    body = b""
+    while len(body) < n:
+        chunk = s.recv(n - len(body))
+        if not chunk:
+            break
+        body += chunk
+    return body

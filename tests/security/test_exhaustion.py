@@ -13,6 +13,7 @@ from pathlib import Path
 import pymysql
 import pytest
 from harness import ProxyProcess, free_port, proxy_config
+from harness.ports import recv_packet
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from attack_rss import reset_peak, rss_mb, send_big, stall_attack, unauth_attack  # noqa: E402
@@ -31,20 +32,6 @@ def px(request, backends):
     return p
 
 
-def _recv_packet(s: socket.socket) -> bytes:
-    head = b""
-    while len(head) < 4:
-        chunk = s.recv(4 - len(head))
-        if not chunk:
-            return b""
-        head += chunk
-    n = head[0] | head[1] << 8 | head[2] << 16
-    body = b""
-    while len(body) < n:
-        body += s.recv(n - len(body))
-    return body
-
-
 def _closed(s: socket.socket, timeout: float) -> bool:
     s.settimeout(timeout)
     try:
@@ -60,9 +47,9 @@ def _closed(s: socket.socket, timeout: float) -> bool:
 def test_a_login_packet_over_a_few_kb_is_refused_at_its_header(px):
     s = socket.create_connection((px.host, px.port), timeout=5)
     try:
-        _recv_packet(s)                                  # the greeting
+        recv_packet(s)                                  # the greeting
         s.sendall(struct.pack("<I", 64 * 1024 | 1 << 24))   # announces 64 KB: no login is that big
-        err = _recv_packet(s)
+        err = recv_packet(s)
         assert err[:1] == b"\xff" and struct.unpack("<H", err[1:3])[0] == 1153
         assert _closed(s, 5)
     finally:
@@ -83,7 +70,7 @@ def test_a_packet_over_max_allowed_packet_is_refused_before_it_is_buffered(px):
     conn = px.connect()
     sock = conn._sock
     sock.sendall(struct.pack("<I", MAX_PACKET + 1) + b"\x03SELECT ")   # the header says too big
-    err = _recv_packet(sock)
+    err = recv_packet(sock)
     assert err[:1] == b"\xff" and struct.unpack("<H", err[1:3])[0] == 1153
     assert b"max_allowed_packet" in err
     assert _closed(sock, 5)
@@ -125,7 +112,7 @@ def test_a_slow_but_moving_packet_is_not_cut(px):
         for i in range(0, len(packet), 4):   # 1.5 s between pieces: under packet_timeout_s each time
             sock.sendall(packet[i:i + 4])
             time.sleep(1.5 if i < 8 else 0)
-        body = _recv_packet(sock)
+        body = recv_packet(sock)
         assert body[:1] == b"\x01"            # a result set with one column
     finally:
         conn._sock.close()
@@ -166,7 +153,7 @@ def test_errors_carry_no_internal_text(px):
 def test_send_big_helper_stops_when_refused(px):
     s = socket.create_connection((px.host, px.port), timeout=5)
     try:
-        _recv_packet(s)
+        recv_packet(s)
         assert send_big(s, 32 * MB, 1) < 32 * MB
     finally:
         s.close()
