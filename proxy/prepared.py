@@ -165,6 +165,7 @@ class PreparedStatements:
     def __init__(self, session: Session) -> None:
         self.session = session
         self.stmts: dict[int, Statement] = {}
+        self.named: dict[str, Statement] = {}   # SQL-level PREPARE name FROM ... (proxy/sql_prepare.py)
         self._next_id = 1
         self._last_id = 0
 
@@ -200,27 +201,37 @@ class PreparedStatements:
             s.client.write(r.bytes())
 
     def close_all(self) -> None:
-        """COM_RESET_CONNECTION: every statement of the session is gone."""
+        """COM_RESET_CONNECTION: every statement of the session is gone (SQL-level ones too)."""
         self.stmts.clear()
+        self.named.clear()
 
     # -- PREPARE --------------------------------------------------------------------------------
     async def prepare(self, sql: str) -> bytes:
         """COM_STMT_PREPARE: register the statement; return the framed PREPARE_OK answer."""
-        s = self.session
-        if len(self.stmts) >= MAX_STATEMENTS:
+        self.check_room()
+        shape = await self.shape_of(sql)
+        stmt_id = self._next_id
+        self._next_id = self._next_id % 0xFFFFFFFE + 1
+        self.stmts[stmt_id] = Statement(stmt_id, shape)
+        self._last_id = stmt_id
+        return self._prepare_answer(stmt_id, shape)
+
+    def check_room(self) -> None:
+        """MySQL's max_prepared_stmt_count, counting binary and SQL-level statements together."""
+        if len(self.stmts) + len(self.named) >= MAX_STATEMENTS:
             raise ProxyError(f"Can't create more than max_prepared_stmt_count statements (current value: "
                              f"{MAX_STATEMENTS})", 1461, "42000")
+
+    async def shape_of(self, sql: str) -> Shape:
+        """What PREPARE learns of a statement text (validated as MariaDB would), cached per instance."""
+        s = self.session
         cache = cache_of(s.server)
         version = s.server.registry.version
         shape = cache.get(s.schema, sql, version)
         if shape is None:
             shape = await self._learn(sql, version)
             cache.put(s.schema, shape)
-        stmt_id = self._next_id
-        self._next_id = self._next_id % 0xFFFFFFFE + 1
-        self.stmts[stmt_id] = Statement(stmt_id, shape)
-        self._last_id = stmt_id
-        return self._prepare_answer(stmt_id, shape)
+        return shape
 
     def _prepare_answer(self, stmt_id: int, shape: Shape) -> bytes:
         status = self.session.status()
@@ -313,17 +324,24 @@ class PreparedStatements:
             stmt.types = req.types
         if not stmt.params:
             return stmt.shape.sql
+        values = [bytes(stmt.long_data[i]) if v is LONG_DATA else v for i, v in enumerate(req.values)]
+        return self.bound_text(stmt.shape, values, "mysqld_stmt_execute")
+
+    def bound_text(self, shape: Shape, values: list[object], where: str) -> str:
+        """The statement text with these parameter values written in as literals (LIMIT ones as MariaDB
+        reads them there): the one substitution of COM_STMT_EXECUTE and SQL-level EXECUTE."""
         backslashes = "NO_BACKSLASH_ESCAPES" not in self.session.vars.get("sql_mode", "").upper()
         literals = []
-        limits = stmt.shape.limits
+        limits = shape.limits
         try:
-            for i, v in enumerate(req.values):
-                if v is LONG_DATA:
-                    v = bytes(stmt.long_data[i])
-                literals.append(sql_literal(v, backslashes) if i not in limits else _limit_literal(v))
+            for i, v in enumerate(values):
+                if i not in limits:
+                    literals.append(sql_literal(v, backslashes))
+                else:
+                    literals.append(_limit_literal(v.encode("utf-8", "surrogateescape") if isinstance(v, str) else v))
         except (ValueError, TypeError) as e:
-            raise ProxyError(f"Incorrect arguments to mysqld_stmt_execute ({e})", 1210, "HY000") from None
-        return substitute(stmt.shape.sql, stmt.shape.positions, literals)
+            raise ProxyError(f"Incorrect arguments to {where} ({e})", 1210, "HY000") from None
+        return substitute(shape.sql, shape.positions, literals)
 
     async def execute(self, payload: bytes) -> None:
         """COM_STMT_EXECUTE: run the bound text and answer with binary rows."""

@@ -15,7 +15,7 @@ import structlog
 from meta.errors import (AccessDenied, BackendError, BackendUnavailable, DbAccessDenied, NoDatabaseSelected,
                          NotSupported, ParseError, ProxyError, UnknownCommand)
 
-from . import infoschema, local
+from . import infoschema, local, sql_prepare
 from .backend import BackendConnection
 from .ddl import require_meta
 from .analysis import ANY
@@ -821,6 +821,8 @@ class Session:
             await self.kill(sql)
             r.ok(self.status(), more=more)
             return False
+        elif sql_prepare.is_statement(kw, sql):
+            return await sql_prepare.run(self, sql, r, more, may_relay)
         elif kw in ("LOCK", "UNLOCK", "LOAD", "HANDLER", "XA", "FLUSH", "GRANT", "REVOKE"):
             raise NotSupported(f"{kw} is not supported through the proxy")
         elif kw == "CREATE" and (db := local.create_database_if_not_exists(sql)) in self.schemas:
