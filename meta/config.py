@@ -46,6 +46,7 @@ class ServerConfig:
     ssl_key: str | None = None
     max_allowed_packet: int = 16 << 20  # larger client packets are refused (1153) before they are buffered
     packet_timeout_s: float = 30.0      # a started packet that stops arriving for this long closes the client
+    sequence_block: int = 1000          # global sequence values reserved at a time (ZooKeeper or the local file)
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,7 @@ class TableConfig:
     nodes: tuple[str, ...]
     function: str | None = None
     column: str | None = None
+    increment_column: str | None = None   # DBLE incrementColumn: filled from a global sequence when left out
 
 
 @dataclass(frozen=True)
@@ -276,7 +278,7 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
     _typed(s, p, dict, "a table")
     _take(s, p, {"instance", "bind", "port", "manager_port", "version", "max_connections",
                  "backend_timeout_s", "ddl_timeout_s", "data_dir", "metrics_port", "merge_memory_mb", "client_buffer_kb",
-                 "ssl_cert", "ssl_key", "max_allowed_packet", "packet_timeout_s"})
+                 "ssl_cert", "ssl_key", "max_allowed_packet", "packet_timeout_s", "sequence_block"})
     d = ServerConfig()
     cfg = ServerConfig(
         instance=_get(s, p, "instance", str, "a string", d.instance),
@@ -296,7 +298,10 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
         ssl_key=_get(s, p, "ssl_key", str, "a file path", None) or None,
         max_allowed_packet=_get(s, p, "max_allowed_packet", int, "an integer (bytes)", d.max_allowed_packet),
         packet_timeout_s=float(_get(s, p, "packet_timeout_s", (int, float), "a number", d.packet_timeout_s)),
+        sequence_block=_get(s, p, "sequence_block", int, "an integer", d.sequence_block),
     )
+    if not 1 <= cfg.sequence_block <= 1_000_000:
+        raise ConfigError("server.sequence_block", "must be between 1 and 1000000 values")
     if (cfg.ssl_cert is None) != (cfg.ssl_key is None):
         missing = "ssl_key" if cfg.ssl_key is None else "ssl_cert"
         raise ConfigError(f"server.{missing}", "ssl_cert and ssl_key go together (both or neither)")
@@ -466,7 +471,7 @@ def _parse_table(sname: str, tname: str, t: Any, nodes: dict[str, ShardingNodeCo
                  funcs: dict[str, FunctionConfig]) -> TableConfig:
     p = f"schemas.{sname}.tables.{tname}"
     _typed(t, p, dict, "a table")
-    _take(t, p, {"type", "nodes", "function", "column"})
+    _take(t, p, {"type", "nodes", "function", "column", "increment_column"})
     typ = _get(t, p, "type", str, "a string")
     if typ not in TABLE_TYPES:
         raise ConfigError(f"{p}.type", f"unknown table type '{typ}' (one of {', '.join(TABLE_TYPES)})")
@@ -495,7 +500,14 @@ def _parse_table(sname: str, tname: str, t: Any, nodes: dict[str, ShardingNodeCo
         raise ConfigError(f"{p}.function", f"a {typ} table takes no function or column")
     if typ == "single" and len(tnodes) != 1:
         raise ConfigError(f"{p}.nodes", "a single table lives on exactly one shardingNode")
-    return TableConfig(sname, tname.lower(), typ, tuple(tnodes), func, col.lower() if col else None)
+    inc = _get(t, p, "increment_column", str, "a column name", None)
+    if inc is not None:
+        if typ != "sharding":
+            raise ConfigError(f"{p}.increment_column", f"only a sharding table takes an increment_column, not a {typ} table")
+        if not inc.strip() or inc != inc.strip() or "`" in inc or "." in inc:
+            raise ConfigError(f"{p}.increment_column", f"'{inc}' is not a column name")
+    return TableConfig(sname, tname.lower(), typ, tuple(tnodes), func, col.lower() if col else None,
+                       inc.lower() if inc else None)
 
 
 def _parse_users(users: Any, schemas: dict[str, SchemaConfig]) -> dict[str, UserConfig]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import struct
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import structlog
@@ -15,7 +16,7 @@ from .analyzer import Refused
 from .backend import BackendConnection, Sink
 from .ddl import require_meta
 from .protocol import constants as C
-from .protocol.messages import ColumnDef, ResultSet
+from .protocol.messages import ColumnDef, OkInfo, ResultSet
 from .protocol.packets import frame
 from .protocol.response import Budget, ResponseScanner
 from .reply import Reply
@@ -107,6 +108,7 @@ class Executor:
         self._aborted: list[BackendConnection] = []     # the connections that rollback ends
         self._committing = False
         self.relay_sink: Sink | None = None  # set by a prepared EXECUTE: relayed rows go through it
+        self.insert_id = 0   # while an INSERT whose increment column pydble filled runs: its first value
         # LOCK TABLES: the connection holding the session's locks on each node, and the tables locked
         self.locked: dict[str, BackendConnection] = {}
         self.locked_tables: frozenset[tuple[str, str]] = frozenset()
@@ -382,6 +384,18 @@ class Executor:
     # -- statements -----------------------------------------------------------------------------
     async def execute(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
         """Route and run one statement; True if the answer was relayed to the client as is."""
+        seqs = self.server.sequences
+        if seqs.columns and first_word(sql) in ("INSERT", "REPLACE"):
+            filled = await seqs.fill(self.session, sql)
+            if filled is not None:  # the answer is re-encoded: its OK carries the first value filled in
+                self.insert_id = filled.first
+                try:
+                    return await self._execute(filled.sql, r, more, False)
+                finally:
+                    self.insert_id = 0
+        return await self._execute(sql, r, more, may_relay)
+
+    async def _execute(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
         try:
             plan = self.server.router.route(sql, self.session.schema, self.session.grants)
         except NotSupported as e:
@@ -468,8 +482,16 @@ class Executor:
         return False
 
     def _note_ok(self, sc: ResponseScanner) -> None:
-        if sc.ok is not None and sc.ok.last_insert_id:
-            self.session.last_insert_id = sc.ok.last_insert_id
+        ok = self._ok(sc.ok) if sc.ok is not None else None
+        if ok is not None and ok.last_insert_id:
+            self.session.last_insert_id = ok.last_insert_id
+
+    def _ok(self, ok: OkInfo) -> OkInfo:
+        """A write's OK as the client gets it: the first value pydble filled in is its last-insert-id (an
+        INSERT IGNORE that wrote nothing keeps the backend's)."""
+        if self.insert_id and ok.affected_rows:
+            return replace(ok, last_insert_id=self.insert_id)
+        return ok
 
     def add_results(self, sc: ResponseScanner, r: Reply, more: bool) -> None:
         """Re-encode a collected response with this session's sequence ids and flags."""
@@ -481,7 +503,7 @@ class Executor:
             if res.columns:
                 r.resultset(res, status, m)
             elif res.ok is not None:
-                r.ok_info(res.ok, status, m)
+                r.ok_info(self._ok(res.ok), status, m)
         if sc.error is not None:
             r.err_info(sc.error)
 
@@ -600,6 +622,8 @@ class Executor:
         affected = sum(ok.affected_rows for ok in oks)
         warnings = sum(ok.warnings for ok in oks)
         last_id = max((sc.ok.last_insert_id for sc in scanners if sc.ok is not None), default=0)
+        if self.insert_id and affected:
+            last_id = self.insert_id
         if last_id:
             self.session.last_insert_id = last_id
         if plan.kind == "select" or any(sc.results and sc.results[0].columns for sc in scanners):

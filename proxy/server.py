@@ -26,6 +26,7 @@ from .manager import Manager, ManagerSession
 from .metrics import Metrics
 from .pool import Backends
 from .router import Router
+from .sequence import Sequences
 from .session import ClientProtocol, Session
 from .sqltok import set_server_version
 
@@ -56,6 +57,7 @@ class ProxyServer:
         if config.cluster is not None:
             self.cluster = Cluster(config, self.registry, self.ddl.locks, self.load_metadata, self.ddl.refresh,
                                    self.ddl.refresh_now, self.ddl.running)
+        self.sequences = Sequences(self)   # after the cluster: ZooKeeper holds them there
         self.sessions: set[Session] = set()
         self.deadlocks = DeadlockDetector(self)
         self.user_counts: dict[str, int] = {}

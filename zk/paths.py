@@ -43,6 +43,10 @@ class Paths:
     def ddl_lock(self, schema: str, table: str) -> str:
         return f"{self.ddl_locks}/{table_node(schema, table)}"
 
+    def sequence(self, key: str) -> str:
+        """A global sequence (key: schema.table): the next value no instance has reserved yet."""
+        return f"{self.base}/sequence/{key}"
+
     @property
     def ddl(self) -> str:
         return f"{self.base}/ddl"
