@@ -9,12 +9,14 @@ LAST_INSERT_ID() (the first value of a multi-row INSERT, as MySQL). Blocks are s
 from __future__ import annotations
 
 import copy
+import re
+import subprocess
 from typing import Any, Callable
 
 import pymysql
 import pytest
 
-from harness import ProxyProcess, free_port, proxy_config
+from harness import ProxyProcess, free_port, proxy_config, require_tool
 
 NODES = ("dn1", "dn2", "dn3", "dn4")
 NODE_DB = {"dn1": (0, "db1"), "dn2": (1, "db1"), "dn3": (0, "db2"), "dn4": (1, "db2")}
@@ -112,3 +114,45 @@ def test_bad_increment_column_config_is_one_line(backends: list[Any]) -> None:
     cfg["server"]["sequence_block"] = 0
     with pytest.raises(ConfigError, match="server.sequence_block: must be between 1 and 1000000"):
         parse_config(cfg)
+
+
+SB_SIZE = 2000
+
+
+def _sysbench(port: int, command: str, *extra: str) -> str:
+    """sysbench oltp_read_write with its AUTO_INCREMENT id (no --auto_inc=off): prepare inserts without id."""
+    argv = ["sysbench", "oltp_read_write", "--db-driver=mysql", "--mysql-host=127.0.0.1", f"--mysql-port={port}",
+            "--mysql-user=test", "--mysql-password=111111", "--mysql-db=schema1", "--tables=1",
+            f"--table-size={SB_SIZE}", "--rand-type=uniform", *extra, command]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, f"{' '.join(argv)} exited {res.returncode}:\n{out[-3000:]}"
+    assert "FATAL" not in out and "ALERT" not in out, out[-3000:]
+    return out
+
+
+def test_sysbench_prepare_and_run_with_auto_increment(fresh_proxy: Callable[..., ProxyProcess],
+                                                      backends: list[Any]) -> None:
+    require_tool("sysbench", "sysbench is not installed (apt sysbench)")
+    cfg = seq_config(backends, instance="pydble-seqsb")
+    cfg["server"]["sequence_block"] = 1000
+    cfg["schemas"]["schema1"]["tables"]["sbtest1"] = {"type": "sharding", "nodes": list(NODES),
+                                                      "function": "hash-four", "column": "id",
+                                                      "increment_column": "id"}
+    p = fresh_proxy(cfg)
+    p.query("DROP TABLE IF EXISTS sbtest1")
+    _sysbench(p.port, "prepare")
+    # the rows got ids 1..SB_SIZE from the sequence, each on the node its id hashes to
+    assert p.query("SELECT COUNT(*), COUNT(DISTINCT id), MIN(id), MAX(id) FROM sbtest1")[0] == (
+        SB_SIZE, SB_SIZE, 1, SB_SIZE)
+    for node in NODES:
+        idx, db = NODE_DB[node]
+        assert backends[idx].query("SELECT COUNT(*) FROM sbtest1 WHERE id MOD 4 <> %s", db,
+                                   (NODES.index(node),)) == [(0,)]
+    for mode in ("disable", "auto"):
+        out = _sysbench(p.port, "run", f"--db-ps-mode={mode}", "--threads=2", "--time=2",
+                        "--mysql-ignore-errors=none")
+        m = re.search(r"ignored errors:\s+(\d+)", out)
+        assert m is not None and m.group(1) == "0", out[-2000:]
+    assert p.query("SELECT COUNT(*), COUNT(DISTINCT id) FROM sbtest1")[0] == (SB_SIZE, SB_SIZE)
+    p.query("DROP TABLE sbtest1")
