@@ -75,18 +75,16 @@ class Sequences:
 
     # -- values ---------------------------------------------------------------------------------
     async def take(self, table: tuple[str, str], n: int) -> list[int]:
-        """n new values of a table's sequence, increasing."""
+        """n new consecutive values of a table's sequence (a multi-row INSERT's ids follow each other, as
+        MySQL's do for a plain INSERT): a block too short for them is left for a fresh one."""
         b = self._blocks.setdefault(table, _Block())
         async with b.lock:
-            out: list[int] = []
-            while len(out) < n:
-                if b.next >= b.end:
-                    want = max(self.block, n - len(out))
-                    lo = await self._reserve(table, want)
-                    b.next, b.end = lo, lo + want
-                k = min(n - len(out), b.end - b.next)
-                out.extend(range(b.next, b.next + k))
-                b.next += k
+            if b.end - b.next < n:
+                want = max(self.block, n)
+                lo = await self._reserve(table, want)
+                b.next, b.end = lo, lo + want
+            out = list(range(b.next, b.next + n))
+            b.next += n
             return out
 
     async def observe(self, table: tuple[str, str], value: int) -> None:

@@ -2,8 +2,9 @@
 
 An INSERT that leaves the column out (or gives NULL, 0, DEFAULT) gets the next values, routed by
 them when the column is the sharding column, reported as the OK packet's last-insert-id and by
-LAST_INSERT_ID() (the first value of a multi-row INSERT, as MySQL). Blocks are small here
-(sequence_block = 5) so statements cross them; a restart goes on above every value handed out.
+LAST_INSERT_ID() (the first value of a multi-row INSERT, whose values follow each other, as MySQL's).
+Blocks are small here (sequence_block = 5) so statements outgrow them; a restart goes on above every
+value handed out.
 """
 
 from __future__ import annotations
@@ -55,10 +56,10 @@ def test_inserts_get_sequence_values(fresh_proxy: Callable[..., ProxyProcess], b
         assert insert(cur, "INSERT INTO seq_t (name) VALUES ('b'), ('c'), ('d')") == 2   # the first, as MySQL
         cur.execute("SELECT LAST_INSERT_ID()")
         assert cur.fetchall() == ((2,),)
-        assert insert(cur, "INSERT INTO seq_t (id, name) VALUES (NULL, 'e'), (0, 'f')") == 5  # crosses a block
-        assert insert(cur, "INSERT INTO seq_t SET name = 'g'") == 7
-        assert insert(cur, "INSERT INTO seq_t VALUES (DEFAULT, 'h')") == 8
-        assert insert(cur, "REPLACE INTO seq_t (name) VALUES ('i')") == 9
+        assert insert(cur, "INSERT INTO seq_t (id, name) VALUES (NULL, 'e'), (0, 'f')") == 6  # consecutive: 5 is skipped
+        assert insert(cur, "INSERT INTO seq_t SET name = 'g'") == 8
+        assert insert(cur, "INSERT INTO seq_t VALUES (DEFAULT, 'h')") == 9
+        assert insert(cur, "REPLACE INTO seq_t (name) VALUES ('i')") == 10
         # an explicit value is kept and the sequence moves past it, as MySQL's counter does
         insert(cur, "INSERT INTO seq_t (id, name) VALUES (100, 'x')")
         assert insert(cur, "INSERT INTO seq_t (name) VALUES ('y')") == 101
@@ -70,7 +71,7 @@ def test_inserts_get_sequence_values(fresh_proxy: Callable[..., ProxyProcess], b
         for node, rows in on_nodes(backends, "SELECT id FROM seq_t").items():
             assert rows and all(NODES[r[0] % 4] == node for r in rows), (node, rows)
         cur.execute("SELECT id, name FROM seq_t ORDER BY id")
-        assert [r[0] for r in cur.fetchall()] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 100, 101, 102]
+        assert [r[0] for r in cur.fetchall()] == [1, 2, 3, 4, 6, 7, 8, 9, 10, 100, 101, 102]
         # what pydble cannot fill exactly is refused, never guessed
         for bad in ("INSERT INTO seq_t (id, name) VALUES (1 + 1, 'z')",
                     "INSERT INTO seq_t (name) SELECT name FROM seq_t",
