@@ -6,7 +6,7 @@ values in as literals and runs the text like any statement, so a bound sharding 
 execution. The values must be the ones MariaDB would bind: a literal is read here; a user variable is
 read from the `SET @v = ...` the session recorded (a literal) or, for a constant expression, asked of a
 backend connection that replayed it; anything whose value could differ (NOW(), RAND(), another
-variable) is refused (1235) rather than guessed.
+variable, a variable never SET in the session) is refused (1235) rather than guessed.
 """
 
 from __future__ import annotations
@@ -164,8 +164,10 @@ class _Values:
         if name[:1] in "`'\"":
             name = name[1:-1]
         recorded = self.session.vars.get("@" + name.lower())
-        if recorded is None:
-            return True, None, ""  # never set: NULL, as in MariaDB
+        if recorded is None:  # never SET here; a `:=` inside a statement may have set it on one backend connection
+            raise NotSupported(f"the value of {token} is not known to pydble: it tracks user variables set with "
+                               f"SET only (an assignment with := inside a statement stays on one backend "
+                               f"connection); SET {token} = ... before EXECUTE ... USING it")
         expr = recorded.split(" = ", 1)[1] if " = " in recorded else ""
         toks = tokenize(expr)
         ok, value = _literal(toks, self.backslashes)

@@ -61,8 +61,8 @@ def test_prepare_execute_routes_each_execution(sp_proxy: ProxyProcess, backends:
         assert cur.rowcount == 1
         run(cur, "EXECUTE ins USING 7, 'seven', -2.125, 1e300")
         # a variable holding a constant expression: the value MariaDB stores (DECIMAL scale kept)
-        run(cur, "SET @id = 4 + 5, @d = 1/3")
-        run(cur, "EXECUTE ins USING @id, NULL, @d, @never_set")
+        run(cur, "SET @id = 4 + 5, @d = 1/3, @nul = NULL")
+        run(cur, "EXECUTE ins USING @id, NULL, @d, @nul")
         for i in (6, 7, 9):  # each row on the node hash-four names, nowhere else
             assert on_node(backends, NODES[i % 4], f"SELECT COUNT(*) FROM sp_t WHERE id = {i}") == [(1,)]
         assert sum(on_node(backends, n, "SELECT COUNT(*) FROM sp_t")[0][0] for n in NODES) == 3
@@ -98,12 +98,12 @@ def test_prepare_execute_routes_each_execution(sp_proxy: ProxyProcess, backends:
     "PREPARE x FROM 'DEALLOCATE PREPARE s'",
     "PREPARE x FROM 'SELEC 1'",
     "PREPARE x FROM @num",
-    "PREPARE x FROM @unset",
+    "PREPARE x FROM @nul",
     "EXECUTE s USING (SELECT 1)",
 ])
 def test_errors_are_mariadbs(sp_proxy: ProxyProcess, backends: list[Any], sql: str) -> None:
     """The same statements straight on a backend and through the proxy fail with the same code and text."""
-    setup = ["PREPARE s FROM 'SELECT ? + 1'", "SET @num = 5"]
+    setup = ["PREPARE s FROM 'SELECT ? + 1'", "SET @num = 5", "SET @nul = NULL"]
     direct = backends[0].connect("db1", autocommit=True)
     conn = sp_proxy.connect()
     try:
@@ -139,6 +139,10 @@ def test_values_that_cannot_be_known_exactly_are_refused(sp_proxy: ProxyProcess)
         assert code == 1235 and "@t" in msg
         code, _ = err(cur, "EXECUTE s USING RAND()")
         assert code == 1235
+        # never SET here: it may have been assigned with := on some backend connection
+        cur.execute("SELECT @v := 5")
+        code, msg = err(cur, "EXECUTE s USING @v")
+        assert code == 1235 and "@v" in msg
         assert run(cur, "EXECUTE s USING CONCAT('a', 'b')") == [("ab",)]
     conn.close()
 
