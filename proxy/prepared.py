@@ -10,6 +10,7 @@ by column type: a single-node answer packet by packet while it streams, a merged
 
 from __future__ import annotations
 
+import re
 import struct
 import weakref
 from collections import OrderedDict
@@ -21,6 +22,7 @@ import structlog
 from meta.errors import BackendError, NotSupported, ProxyError
 
 from .merge import merged_columns
+from .placeholders import positional_placeholder, select_aliases
 from .protocol import constants as C
 from .protocol.binary import (LAST_STATEMENT_ID, LONG_DATA, BinaryResultConverter, ParamType, limit_literal,
                               limit_placeholders, parse_execute, parse_prepare_response, parse_send_long_data,
@@ -47,6 +49,10 @@ _SESSION_KEYWORDS = frozenset({"BEGIN", "START", "COMMIT", "ROLLBACK", "SET", "U
 _PARAM_DEF = ColumnDef("?", C.T_VAR_STRING, C.CHARSET_BINARY, 0, C.BINARY_FLAG, 0).encode()
 
 
+_STAND_IN_MARK = "/*?*/"
+_STAND_IN = re.compile(r"(?:NULL|1)/\*\?\*/")   # what _route_for_prepare writes for a placeholder
+
+
 def _err_unknown(stmt_id: int, where: str) -> ProxyError:
     return ProxyError(f"Unknown prepared statement handler ({stmt_id}) given to {where}", 1243, "HY000")
 
@@ -69,6 +75,7 @@ class Shape:
     column_defs: tuple[bytes, ...]
     version: int
     limits: frozenset[int] = frozenset()  # the placeholders that are a LIMIT count or offset
+    aliases: tuple[tuple[int, str], ...] = ()  # select items named after their `?` text (proxy/placeholders.py)
 
 
 class ShapeCache:
@@ -254,18 +261,28 @@ class PreparedStatements:
         positions = placeholder_positions(toks)
         param_defs = (_PARAM_DEF,) * len(positions)
         limits = limit_placeholders(toks)
+        if positions and positional_placeholder(toks):
+            raise NotSupported("a ? standing alone as an ORDER BY or GROUP BY item is not supported by pydble: "
+                               "MariaDB reads it as a constant, but the value written in would be a column "
+                               "position")
         if first_keyword(sql) in _SESSION_KEYWORDS:
             return Shape(sql, positions, param_defs, (), version, limits)  # BEGIN, SET, SHOW...: the session answers
+        aliases = select_aliases(sql, toks) if positions else ()
         plan = self._route_for_prepare(sql, positions)
         if plan is None or plan.kind == "ddl" or not plan.targets:
-            return Shape(sql, positions, param_defs, (), version, limits)
+            return Shape(sql, positions, param_defs, (), version, limits, aliases)
         target = plan.targets[0]
-        backend_params, columns = await self._prepare_on(target.node, target.sql)
+        physical = target.sql
+        if positions and physical.count(_STAND_IN_MARK) == len(positions):
+            # the backend prepares the placeholders themselves: `LIMIT NULL` would be a syntax error there,
+            # and the parameter and column definitions are those of the `?` text
+            physical = _STAND_IN.sub("?", physical)
+        backend_params, columns = await self._prepare_on(target.node, physical)
         if len(backend_params) == len(positions):
             param_defs = backend_params
         if plan.merge is not None and columns:
             columns = tuple(c.encode() for c in merged_columns(plan.merge, [parse_column_def(c) for c in columns]))
-        return Shape(sql, positions, param_defs, columns, version, limits)
+        return Shape(sql, positions, param_defs, columns, version, limits, aliases)
 
     def _route_for_prepare(self, sql: str, positions: tuple[tuple[int, int], ...]) -> Plan | None:
         """A plan for the statement with its placeholders unbound: as is, or with NULL or 1 standing in."""
@@ -341,7 +358,10 @@ class PreparedStatements:
                     literals.append(_limit_literal(v.encode("utf-8", "surrogateescape") if isinstance(v, str) else v))
         except (ValueError, TypeError) as e:
             raise ProxyError(f"Incorrect arguments to {where} ({e})", 1210, "HY000") from None
-        return substitute(shape.sql, shape.positions, literals)
+        if not shape.aliases:
+            return substitute(shape.sql, shape.positions, literals)
+        edits = sorted([*zip(shape.positions, literals), *(((at, at), alias) for at, alias in shape.aliases)])
+        return substitute(shape.sql, tuple(e[0] for e in edits), [e[1] for e in edits])
 
     async def execute(self, payload: bytes) -> None:
         """COM_STMT_EXECUTE: run the bound text and answer with binary rows."""

@@ -165,19 +165,26 @@ def unquote_ident(text: str) -> str:
 
 
 _ESCAPES = {"0": "\0", "b": "\b", "n": "\n", "r": "\r", "t": "\t", "Z": "\x1a"}
-_ESC_RE = re.compile(r"\\([\s\S])")
+_ESC_RE1 = re.compile(r"\\([\s\S])|''")
+_ESC_RE2 = re.compile(r'\\([\s\S])|""')
 
 
 def unquote_string(text: str) -> str:
     """The value of a '...' or "..." literal, with MySQL's backslash and doubled-quote escapes."""
     q = text[0]
     body = text[1:-1]
-    if "\\" in body:
-        body = _ESC_RE.sub(lambda m: _ESCAPES.get(m.group(1), m.group(1) if m.group(1) not in "%_"
-                                                  else "\\" + m.group(1)), body)
+    if "\\" in body:  # one pass: `\'\'` is two quotes, not one doubled quote
+        return (_ESC_RE1 if q == "'" else _ESC_RE2).sub(_unescape, body)
     if q + q in body:
         body = body.replace(q + q, q)
     return body
+
+
+def _unescape(m: re.Match[str]) -> str:
+    c = m.group(1)
+    if c is None:
+        return m.group(0)[0]   # a doubled quote
+    return _ESCAPES.get(c, c if c not in "%_" else "\\" + c)
 
 
 def hex_value(text: str) -> bytes:

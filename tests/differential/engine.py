@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import MySQLdb
 
-from .gen import COLS, DDL, NAMES, SHARDED, TABLES, Case, Generator, insert_sql, seed_rows
+from .gen import COLS, DDL, NAMES, SHARDED, TABLES, Case, Generator, as_prepared, insert_sql, seed_rows
 
 SCHEMA = "diff"
 REF_DB = SCHEMA   # same name, so schema-qualified statements run on both
@@ -28,6 +28,7 @@ DOUBLE_TYPES = (4, 5)          # FLOAT, DOUBLE: the last digits depend on the su
 SCALED_TYPES = (0, 4, 5, 246)  # DECIMAL, FLOAT, DOUBLE, NEWDECIMAL: the decimals count is seen
 LOST = (2006, 2013, 2055)      # the connection went away
 RELOAD_EVERY = 500
+PREPARED_EVERY = 10   # one SELECT in this many runs as PREPARE ... FROM '...' / EXECUTE ... USING on both sides
 # Issue 18 item 4, being fixed in the executor (all-or-nothing multi-node writes): a write that
 # fails on one node (a duplicate key) and still leaves its rows on the others.
 
@@ -213,6 +214,19 @@ class Differ:
             self._must(self.ref, "BEGIN")
         return run_sql(self.ref, sql)
 
+    def _prepared(self, sql: str) -> tuple[Answer, Answer] | None:
+        """A SELECT run as PREPARE + EXECUTE ... USING on both sides (None: the reference cannot prepare
+        it, e.g. a `?` where MariaDB takes none): pydble's answer, the reference's."""
+        text, using = as_prepared(sql)
+        quoted = "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        if run_sql(self.ref, f"PREPARE diff_ps FROM {quoted}").error:
+            return None
+        execute = "EXECUTE diff_ps" + (f" USING {', '.join(using)}" if using else "")
+        got = run_sql(self.px, f"PREPARE diff_ps FROM {quoted}")
+        if got.error is None:
+            got = run_sql(self.px, execute)
+        return got, run_sql(self.ref, execute)
+
     def create(self) -> None:
         """Drop and create every table on both sides."""
         for t in NAMES:
@@ -275,9 +289,13 @@ class Differ:
             case = gen.next()
             stats.shapes[case.shape] += 1
             dml = case.kind == "dml" and case.table
-            pending = self.pool.submit(self._reference, case.sql, bool(dml))
-            got = run_sql(self.px, case.sql)
-            ref = pending.result()   # both servers work at once: half the wall time
+            both = self._prepared(case.sql) if case.kind == "select" and index % PREPARED_EVERY == 3 else None
+            if both is not None:
+                got, ref = both
+            else:
+                pending = self.pool.submit(self._reference, case.sql, bool(dml))
+                got = run_sql(self.px, case.sql)
+                ref = pending.result()   # both servers work at once: half the wall time
             if dml:   # a statement pydble refused must change nothing: neither does the reference
                 self._must(self.ref, "ROLLBACK" if got.error and not ref.error else "COMMIT")
             if got.error and got.error[0] in LOST:

@@ -459,3 +459,29 @@ class Generator:
                    f"ON DUPLICATE KEY UPDATE k = COALESCE(k, 0) + 1")
             shape = "insert-odku"
         return Case(sql, "dml", shape, table=t)
+
+
+_BOUND_AFTER = frozenset({"=", "<", ">", "<=", ">=", "<>", "!="})
+
+
+def as_prepared(sql: str, limit: int = 8) -> tuple[str, list[str]]:
+    """A SELECT as an SQL-level prepared statement: literals compared with an operator (and LIMIT /
+    OFFSET counts) become `?`, their texts the USING list; the meaning is the same either way."""
+    from proxy.sqltok import tokenize
+
+    toks = tokenize(sql)
+    out: list[str] = []
+    using: list[str] = []
+    pos = 0
+    for i, (kind, text, start, end) in enumerate(toks):
+        if i == 0 or len(using) >= limit or kind not in "ns":
+            continue
+        prev_kind, prev = toks[i - 1][0], toks[i - 1][1].upper()
+        if (prev_kind == "o" and prev in _BOUND_AFTER) or (kind == "n" and prev_kind == "w"
+                                                          and prev in ("LIMIT", "OFFSET")):
+            out.append(sql[pos:start])
+            out.append("?")
+            using.append(text)
+            pos = end
+    out.append(sql[pos:])
+    return "".join(out), using
