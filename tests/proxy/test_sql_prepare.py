@@ -168,3 +168,32 @@ def test_statements_belong_to_the_session(sp_proxy: ProxyProcess) -> None:
             assert c.read_packet().kind == "ok"
             c.query("EXECUTE mine")
             assert c.read_result().error.err_code == 1243
+
+
+def test_answers_match_mariadb_where_a_literal_would_differ(sp_proxy: ProxyProcess, backends: list[Any]) -> None:
+    """Column names come from the text as prepared (`? + 1`, a bare `?`), LIMIT ? works across nodes, and
+    a ? alone in ORDER BY (a constant for MariaDB, a column position if written as a number) is refused."""
+    direct = backends[0].connect("db1", autocommit=True)
+    conn = sp_proxy.connect()
+    try:
+        with direct.cursor() as dc, conn.cursor() as pc:
+            dc.execute("CREATE TABLE IF NOT EXISTS sp_t (id BIGINT PRIMARY KEY, name VARCHAR(40), d DECIMAL(10,3), "
+                       "f DOUBLE)")
+            for c in (dc, pc):
+                c.execute("DELETE FROM sp_t")
+                c.execute("INSERT INTO sp_t (id, name) VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e')")
+                c.execute("PREPARE n FROM 'SELECT ? + 1, ?, (?), CONCAT(name, ?) AS x, id FROM sp_t "
+                          "WHERE id > ? ORDER BY id LIMIT ?'")
+                c.execute("EXECUTE n USING 5, 'a', 2.5, '!', 1, 3")
+            want = (tuple(d[0] for d in dc.description), dc.fetchall())
+            got = (tuple(d[0] for d in pc.description), pc.fetchall())
+            assert got == want
+            assert want[0] == ("? + 1", "?", "?", "x", "id")
+            for c in (dc, pc):
+                c.execute("DROP PREPARE n")
+            assert err(pc, "PREPARE o FROM 'SELECT id FROM sp_t ORDER BY ?'")[0] == 1235
+            pc.execute("DELETE FROM sp_t")
+            dc.execute("DROP TABLE sp_t")
+    finally:
+        direct.close()
+        conn.close()
