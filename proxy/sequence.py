@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Protocol
 
-from meta.errors import NotSupported, ProxyError
+from meta.errors import NotSupported, ProxyError, ReadOnly
 from meta.sequence_file import SequenceFile
 
-from .analysis import literal_value
+from .analysis import INSERT, literal_value
 from .parser import Parser
 from .sqltok import Token, tokenize
 
@@ -137,6 +137,12 @@ class Sequences:
         table = self._target(sql, session.schema)
         if table is None:
             return None
+        # who may not write the table burns no values (and learns nothing from MAX(column))
+        if session.read_only:
+            raise ReadOnly(f"User '{session.user}' is read only")
+        if session.grants is not None:
+            word = "REPLACE" if sql.lstrip()[:7].upper() == "REPLACE" else "INSERT"
+            session.grants.check(((word, INSERT, table[0], table[1]),))
         col = self.columns[table]
         toks = tokenize(sql)
         while toks and toks[-1][0] == "o" and toks[-1][1] == ";":

@@ -61,7 +61,8 @@ def _sequences(block: int = 10) -> tuple[Sequences, Router]:
 
 
 def _fill(seqs: Sequences, sql: str, sql_mode: str = "") -> Any:
-    session = types.SimpleNamespace(schema="schema1", vars={"sql_mode": sql_mode} if sql_mode else {})
+    session = types.SimpleNamespace(schema="schema1", vars={"sql_mode": sql_mode} if sql_mode else {},
+                                    read_only=False, grants=None, user="test")
     return asyncio.run(seqs.fill(session, sql))  # type: ignore[arg-type]
 
 

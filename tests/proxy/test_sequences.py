@@ -31,6 +31,9 @@ def seq_config(backends: list[Any], instance: str = "pydble-seq") -> dict[str, A
                        "increment_column": "id"}
     tables["seq_o"] = {"type": "sharding", "nodes": list(NODES), "function": "hash-four", "column": "k",
                        "increment_column": "id"}
+    cfg["users"].append({"name": "ro", "password": "ro", "schemas": ["schema1"], "read_only": True})
+    cfg["users"].append({"name": "sel", "password": "sel", "schemas": ["schema1"],
+                         "privileges": {"schema1.seq_t": "0010"}})
     return cfg
 
 
@@ -52,6 +55,13 @@ def test_inserts_get_sequence_values(fresh_proxy: Callable[..., ProxyProcess], b
             cur.execute(f"DROP TABLE IF EXISTS {t}")
         cur.execute("CREATE TABLE seq_t (id BIGINT PRIMARY KEY, name VARCHAR(20))")
         cur.execute("CREATE TABLE seq_o (id BIGINT PRIMARY KEY, k INT)")
+        # who may not write the table burns no value: the first INSERT allowed still gets 1
+        for user, code in (("ro", 1290), ("sel", 1142)):
+            other = p.connect(user=user, password=user)
+            with other.cursor() as oc, pytest.raises(pymysql.MySQLError) as e:
+                oc.execute("INSERT INTO seq_t (name) VALUES ('no')")
+            assert e.value.args[0] == code, e.value.args
+            other.close()
         assert insert(cur, "INSERT INTO seq_t (name) VALUES ('a')") == 1
         assert insert(cur, "INSERT INTO seq_t (name) VALUES ('b'), ('c'), ('d')") == 2   # the first, as MySQL
         cur.execute("SELECT LAST_INSERT_ID()")
