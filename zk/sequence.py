@@ -21,6 +21,7 @@ from .aio import Zk, ZkTimeout
 from .paths import Paths
 
 MAX_TRIES = 50   # version conflicts in a row before the INSERT fails (each retry waits a little longer)
+RESERVE_TIMEOUT_S = 10.0   # a reservation that has not succeeded by then fails the INSERT
 
 
 class ZkSequences:
@@ -40,8 +41,12 @@ class ZkSequences:
         """Reserve [lo, lo + n) cluster-wide and return lo; None when the znode does not exist yet and
         no `first` is given."""
         path = self.paths.sequence(key)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RESERVE_TIMEOUT_S
         try:
             for attempt in range(MAX_TRIES):
+                if loop.time() > deadline:
+                    break
                 zk = self._zk(key)
                 got = await zk.get_or_none(path)
                 if got is None:
@@ -60,8 +65,8 @@ class ZkSequences:
                     await asyncio.sleep(random.uniform(0, 0.002 * (attempt + 1)))
         except (ZkTimeout, KazooException) as e:
             raise SequenceUnavailable(f"global sequence {key}: ZooKeeper: {type(e).__name__} {e}".rstrip()) from None
-        raise SequenceUnavailable(f"global sequence {key}: {MAX_TRIES} reservations in a row lost to other "
-                                  f"instances; try again")
+        raise SequenceUnavailable(f"global sequence {key}: no block reserved in {RESERVE_TIMEOUT_S:.0f} s "
+                                  f"({attempt + 1} attempts lost to other instances); try again")
 
     async def raise_to(self, key: str, value: int) -> None:
         """Make the next free value at least `value` (an explicit id was inserted); nothing if it has no state."""

@@ -90,3 +90,41 @@ def test_two_instances_never_hand_out_the_same_value(zookeeper: Any, zk_root: st
         assert cur.fetchall() == ((len(ids) + 4, len(ids) + 4),)
         cur.execute("DROP TABLE seq_c")
     conn.close()
+
+
+def test_without_zookeeper_an_insert_needing_a_block_fails_then_works_again(
+        zookeeper: Any, zk_root: str, backends: list[Any], fresh_proxy: Callable[..., Any]) -> None:
+    import time
+
+    import pymysql
+    import pytest
+
+    a = fresh_proxy(_config(backends, zookeeper, zk_root, "dble-1"))
+    a.query("DROP TABLE IF EXISTS seq_c")
+    a.query("CREATE TABLE seq_c (id BIGINT PRIMARY KEY, who VARCHAR(20))")
+    conn = a.connect()
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO seq_c (who) VALUES ('a')")
+        before = cur.lastrowid
+        zookeeper.stop()
+        try:
+            started = time.monotonic()
+            with pytest.raises(pymysql.MySQLError) as e:   # 5 rows: more than the block holds
+                cur.execute("INSERT INTO seq_c (who) VALUES ('b'), ('c'), ('d'), ('e'), ('f')")
+            assert e.value.args[0] == 1105 and "global sequence schema1.seq_c" in e.value.args[1], e.value.args
+            assert time.monotonic() - started < 60
+        finally:
+            zookeeper.start()
+        deadline = time.monotonic() + 60
+        while True:   # once the instance is back in ZooKeeper, values come again, above the old ones
+            try:
+                cur.execute("INSERT INTO seq_c (who) VALUES ('g'), ('h'), ('i'), ('j')")
+                break
+            except pymysql.MySQLError as e:
+                assert e.args[0] == 1105 and time.monotonic() < deadline, e.args
+                time.sleep(0.5)
+        assert cur.lastrowid > before
+        cur.execute("SELECT COUNT(*), COUNT(DISTINCT id) FROM seq_c")
+        assert cur.fetchall() == ((5, 5),)
+        cur.execute("DROP TABLE seq_c")
+    conn.close()
