@@ -99,8 +99,9 @@ class Sequences:
             if value + 1 < b.end:
                 b.next = value + 1
                 return
-            b.next = b.end = 0   # the block is passed: the next value comes from above the explicit one
             await self.store.raise_to(_key(table), value + 1)
+            # the block is passed: an empty one at value + 1 keeps lower explicit values on the fast path
+            b.next = b.end = value + 1
 
     async def _reserve(self, table: tuple[str, str], n: int) -> int:
         key = _key(table)
