@@ -68,8 +68,10 @@ def main() -> None:
             proxies[name] = ProxyProcess(config(backends, f"bench-seq-{name}", args.block, z, seq),
                                          name=f"bench-seq-{name}", release_ports=True)
             proxies[name].start()
-        proxies["plain"].query("DROP TABLE IF EXISTS sbtest1")
-        sysbench(proxies["plain"].port, True, 0, 1, "prepare")
+        proxies["local"].query("DROP TABLE IF EXISTS sbtest1")
+        sysbench(proxies["local"].port, True, 0, 1, "prepare")   # the table's AUTO_INCREMENT id, from the sequence
+        for name in ("cluster", "plain"):   # they learn of the table created through another instance
+            proxies[name].manager_query("reload @@metadata")
         cases = [("sequence, local file", "local", True), ("sequence, ZooKeeper", "cluster", True),
                  ("client ids, sequence table (local)", "local", False),
                  ("client ids, plain table", "plain", False)]

@@ -135,7 +135,9 @@ class Sequences:
     # -- statements -----------------------------------------------------------------------------
     async def fill(self, session: Session, sql: str) -> Filled | None:
         """The INSERT/REPLACE with its increment column filled, or None when it has nothing to fill."""
-        table = self._target(sql, session.schema)
+        whole = len(sql) <= _HEAD
+        head = tokenize(sql if whole else sql[:_HEAD])
+        table = self._target(head, session.schema)
         if table is None:
             return None
         # who may not write the table burns no values (and learns nothing from MAX(column))
@@ -145,7 +147,7 @@ class Sequences:
             word = "REPLACE" if sql.lstrip()[:7].upper() == "REPLACE" else "INSERT"
             session.grants.check(((word, INSERT, table[0], table[1]),))
         col = self.columns[table]
-        toks = tokenize(sql)
+        toks = head if whole else tokenize(sql)
         while toks and toks[-1][0] == "o" and toks[-1][1] == ";":
             toks.pop()
         zero_fills = "NO_AUTO_VALUE_ON_ZERO" not in session.vars.get("sql_mode", "").upper()
@@ -172,9 +174,8 @@ class Sequences:
         out.append(sql[pos:])
         return Filled("".join(out), first)
 
-    def _target(self, sql: str, schema: str | None) -> tuple[str, str] | None:
-        """The (schema, table) an INSERT/REPLACE writes when it has a sequence, else None."""
-        toks = tokenize(sql[:_HEAD])
+    def _target(self, toks: list[Token], schema: str | None) -> tuple[str, str] | None:
+        """The (schema, table) an INSERT/REPLACE (its first tokens) writes when it has a sequence, else None."""
         k = 1
         while k < len(toks) and toks[k][0] == "w" and toks[k][1].upper() in (
                 "LOW_PRIORITY", "DELAYED", "HIGH_PRIORITY", "IGNORE", "INTO"):
