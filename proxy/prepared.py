@@ -261,6 +261,8 @@ class PreparedStatements:
         positions = placeholder_positions(toks)
         param_defs = (_PARAM_DEF,) * len(positions)
         limits = limit_placeholders(toks)
+        if first_keyword(sql) in ("PREPARE", "EXECUTE", "DEALLOCATE"):
+            raise ProxyError("This command is not supported in the prepared statement protocol yet", 1295, "HY000")
         if positions and positional_placeholder(toks):
             raise NotSupported("a ? standing alone as an ORDER BY or GROUP BY item is not supported by pydble: "
                                "MariaDB reads it as a constant, but the value written in would be a column "

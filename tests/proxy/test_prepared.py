@@ -240,6 +240,11 @@ def test_prepare_errors_come_from_the_right_place(ps_proxy: ProxyProcess) -> Non
         assert a.kind == "err" and a.err_code == 1064
         a = c.prepare("SELECT * FROM no_such_table WHERE id = ?")
         assert a.kind == "err" and a.err_code == 1146
+        for sql in ("EXECUTE s", "PREPARE s FROM 'SELECT 1'", "DEALLOCATE PREPARE s"):   # as MariaDB
+            a = c.prepare(sql)
+            assert a.kind == "err" and a.err_code == 1295, (sql, a.err_message)
+        a = c.prepare("SELECT id FROM ps_t ORDER BY ?")   # a column position once written as a number
+        assert a.kind == "err" and a.err_code == 1235
         st = c.prepare("INSERT INTO ps_t (id, name) VALUES (?, ?)")
         c.execute(st.stmt_id, [p_long(401), p_str("x")])
         a = c.execute(st.stmt_id, [p_long(401), p_str("x")], send_types=False)
