@@ -133,6 +133,26 @@ class Sequences:
         return max(1, max(highest) + 1)
 
     # -- statements -----------------------------------------------------------------------------
+    def nothing_to_fill(self, session: Session, sql: str) -> bool:
+        """True when an INSERT into a sequence table gives every row its value and moves no sequence: it
+        can run as it is, on the fast path (an id re-inserted below the block held, as sysbench does)."""
+        toks = tokenize(sql)
+        table = self._target(toks, session.schema)
+        if table is None:
+            return True
+        while toks and toks[-1][0] == "o" and toks[-1][1] == ";":
+            toks.pop()
+        zero_fills = "NO_AUTO_VALUE_ON_ZERO" not in session.vars.get("sql_mode", "").upper()
+        try:
+            plan = plan_fill(Parser(self.server.router.analyzer.resolve, toks, session.schema), sql, table,
+                             self.columns[table], self.server._table_columns(*table), zero_fills)
+        except ProxyError:
+            return False   # the task answers it
+        if any(e[2] for e in plan.edits):
+            return False
+        b = self._blocks.get(table)
+        return plan.explicit is None or (b is not None and plan.explicit < b.next)
+
     async def fill(self, session: Session, sql: str) -> Filled | None:
         """The INSERT/REPLACE with its increment column filled, or None when it has nothing to fill."""
         whole = len(sql) <= _HEAD

@@ -424,8 +424,9 @@ class Session:
                 plan = server.router.route(sql, self.schema, self.grants)
                 if len(plan.targets) != 1 or plan.kind == "ddl" or (self.read_only and plan.is_write):
                     return False
-                if plan.kind in ("insert", "replace") and plan.tables and plan.tables[0] in server.sequences.columns:
-                    return False  # its increment column may need values from the global sequence
+                if (plan.kind in ("insert", "replace") and plan.tables and plan.tables[0] in server.sequences.columns
+                        and not server.sequences.nothing_to_fill(self, sql)):
+                    return False  # its increment column needs values from the global sequence
                 if not plan.hint and plan.kind in ("select", "insert", "replace", "update", "delete"):
                     require_meta(server, plan)
             except ProxyError:

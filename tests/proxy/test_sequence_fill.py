@@ -161,3 +161,17 @@ def test_sequence_file_survives_restarts_and_concurrent_writers(tmp_path: Any) -
     for t in threads:
         t.join(timeout=60)
     assert len(got) == 240 and len(set(got)) == 240 and min(got) == 101
+
+
+def test_inserts_with_nothing_to_fill_may_take_the_fast_path() -> None:
+    seqs, _ = _sequences(block=10)
+    session = types.SimpleNamespace(schema="schema1", vars={}, read_only=False, grants=None, user="test")
+    explicit = "INSERT INTO sharding_4_t1 (id, name) VALUES (3, 'a')"
+    assert not seqs.nothing_to_fill(session, explicit)   # no block held yet: 3 might move the sequence
+    assert _fill(seqs, "INSERT INTO sharding_4_t1 (name) VALUES ('a')").first == 1   # holds [1, 11) now
+    assert seqs.nothing_to_fill(session, explicit)       # below the block: nothing to do
+    assert not seqs.nothing_to_fill(session, "INSERT INTO sharding_4_t1 (id, name) VALUES (30, 'a')")
+    assert not seqs.nothing_to_fill(session, "INSERT INTO sharding_4_t1 (id, name) VALUES (NULL, 'a')")
+    assert not seqs.nothing_to_fill(session, "INSERT INTO sharding_4_t1 (name) VALUES ('a')")
+    assert not seqs.nothing_to_fill(session, "INSERT INTO sharding_4_t1 (id) VALUES (1 + 1)")
+    assert seqs.nothing_to_fill(session, "INSERT INTO sharding_2_t1 (name) VALUES ('a')")
