@@ -166,8 +166,8 @@ def test_sequence_file_survives_restarts_and_concurrent_writers(tmp_path: Any) -
 def test_inserts_with_nothing_to_fill_may_take_the_fast_path() -> None:
     seqs, _ = _sequences(block=10)
     session = types.SimpleNamespace(schema="schema1", vars={}, read_only=False, grants=None, user="test")
-    explicit = "INSERT INTO sharding_4_t1 (id, name) VALUES (3, 'a')"
-    assert not seqs.nothing_to_fill(session, explicit)   # no block held yet: 3 might move the sequence
+    explicit = "INSERT INTO sharding_4_t1 (id, name) VALUES (1, 'a')"
+    assert not seqs.nothing_to_fill(session, explicit)   # no block held yet: 1 might move the sequence
     assert _fill(seqs, "INSERT INTO sharding_4_t1 (name) VALUES ('a')").first == 1   # holds [1, 11) now
     assert seqs.nothing_to_fill(session, explicit)       # below the block: nothing to do
     assert not seqs.nothing_to_fill(session, "INSERT INTO sharding_4_t1 (id, name) VALUES (30, 'a')")
