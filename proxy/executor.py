@@ -21,6 +21,7 @@ from .protocol.response import Budget, ResponseScanner
 from .reply import Reply
 from .scatter_relay import relay_concat, streamable
 from .sqltok import first_keyword as first_word
+from .xa import XaBranches, refuse_implicit_commit
 
 if TYPE_CHECKING:
     from .router import Plan
@@ -110,6 +111,7 @@ class Executor:
         # LOCK TABLES: the connection holding the session's locks on each node, and the tables locked
         self.locked: dict[str, BackendConnection] = {}
         self.locked_tables: frozenset[tuple[str, str]] = frozenset()
+        self.xa = XaBranches(self.server.xa)   # the open XA transaction's branches (SET xa = on)
 
     # -- transaction state ----------------------------------------------------------------------
     def in_trans(self) -> bool:
@@ -120,7 +122,7 @@ class Executor:
         s = self.session
         return s.explicit_txn or not s.autocommit
 
-    async def _sync(self, conn: BackendConnection, joining: bool = False) -> None:
+    async def _sync(self, conn: BackendConnection, joining: bool = False, node: str | None = None) -> None:
         """Make a backend connection's session state match the client session's, in one round trip.
 
         A connection joining an open transaction also gets the transaction's savepoints, so a later
@@ -139,7 +141,10 @@ class Executor:
             stmts += [sql for k, sql in s.vars.items() if conn.vars.get(k) != sql and sql]
         if conn.autocommit != s.autocommit:
             stmts.append(f"SET autocommit={1 if s.autocommit else 0}")
-        if s.explicit_txn and not conn.in_trans:
+        if node is not None and s.xa and self._pinning() and node not in self.xa.nodes:
+            stmts.append(self.xa.start_sql(node))   # the branch begins before any statement of the transaction
+            joining = True
+        elif s.explicit_txn and not conn.in_trans and node not in self.xa.nodes:
             stmts.append("START TRANSACTION")
             joining = True
         if joining and self.savepoints:
@@ -165,7 +170,7 @@ class Executor:
             raise BackendUnavailable(f"{self.broken_txn}; the transaction must be rolled back")
         if conn is not None and not conn.broken:
             if conn.vars != s.vars or conn.autocommit != s.autocommit or (s.explicit_txn and not conn.in_trans):
-                await self._sync(conn)
+                await self._sync(conn, node=node)
             return conn
         if conn is not None:
             del self.pinned[node]
@@ -175,9 +180,10 @@ class Executor:
         conn = await self.server.backends.acquire(node, s.format_flags)
         pinning = self._pinning()
         try:
-            await self._sync(conn, joining=pinning)
+            await self._sync(conn, joining=pinning, node=node)
         except BaseException:
             self.server.backends.release(node, conn)
+            self.xa.not_joined(node)
             raise
         if pinning:
             self.pinned[node] = conn
@@ -209,7 +215,13 @@ class Executor:
         self.broken_txn = None
         self.session.explicit_txn = False
         self._aborted = list(pinned.values())
-        self._rolling_back = asyncio.get_running_loop().create_task(self._finish(pinned, "ROLLBACK"))
+        self._rolling_back = asyncio.get_running_loop().create_task(self._ending(pinned, "ROLLBACK"))
+
+    def _ending(self, pinned: dict[str, BackendConnection], sql: str):  # noqa: ANN202 - a coroutine
+        """COMMIT or ROLLBACK of the transaction's connections: XA's when it is an XA transaction."""
+        if self.xa.gtrid is not None:
+            return self.xa.finish(pinned, sql)
+        return self._finish(pinned, sql)
 
     async def _finish(self, pinned: dict[str, BackendConnection], sql: str) -> list[BaseException]:
         """Run COMMIT or ROLLBACK on the given connections at once and release them; the failures."""
@@ -239,7 +251,7 @@ class Executor:
                 broken = f"shardingNode[{lost}] connection was lost in the middle of a transaction"
         if broken is not None and sql == "COMMIT":
             sql = "ROLLBACK"  # part of the transaction is gone: committing the rest would tear it
-        errors = await self._finish(pinned, sql)
+        errors = await self._ending(pinned, sql)
         if broken is not None and self._committing:
             raise BackendUnavailable(f"COMMIT failed: {broken}; the transaction was rolled back on every "
                                      f"shardingNode, nothing was committed")
@@ -295,6 +307,7 @@ class Executor:
         pinned, self.pinned = self.pinned, {}
         self.savepoints = []
         self.broken_txn = None
+        self.xa.gtrid, self.xa.nodes = None, set()   # unprepared branches end with their connections
         locked, self.locked, self.locked_tables = self.locked, {}, frozenset()
         for node, conn in [*pinned.items(), *locked.items()]:
             conn.close()
@@ -398,6 +411,7 @@ class Executor:
         if plan.kind in ("select", "insert", "replace", "update", "delete") and not plan.hint:
             require_meta(self.server, plan)
         if plan.kind == "ddl":
+            refuse_implicit_commit(self.xa, "a DDL statement")
             self.session.route = "ddl"
             await self.commit_all()
             self.session.explicit_txn = False

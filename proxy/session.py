@@ -32,6 +32,7 @@ from .protocol.packets import PacketFramer, PacketTooBig, ProtocolError, frame
 from .protocol.response import ResponseScanner
 from .reply import Reply
 from .sqltok import first_keyword, split_statements, tokenize
+from .xa import refuse_implicit_commit, xa_switch
 
 if TYPE_CHECKING:
     from .server import ProxyServer
@@ -305,6 +306,7 @@ class Session:
         self.deprecate_eof = False
         self.autocommit = True
         self.explicit_txn = False
+        self.xa = False          # SET xa = on: transactions over several nodes commit two-phase (proxy/xa.py)
         self.vars: dict[str, str] = {}
         self.last_insert_id = 0
         self.warnings: list[tuple[str, int, str]] = []  # pydble's own warnings for SHOW WARNINGS
@@ -641,6 +643,7 @@ class Session:
         self.client_charset(self.collation_id)  # MariaDB goes back to the handshake's collation too
         self.autocommit = True
         self.explicit_txn = False
+        self.xa = False
         self.last_insert_id = 0
         self.warnings = []
 
@@ -810,6 +813,7 @@ class Session:
                 if not self.autocommit:
                     raise NotSupported("LOCK TABLES with autocommit=0 is not supported by pydble: the locks are "
                                        "held outside the session's transactions; SET autocommit=1 first")
+                refuse_implicit_commit(self.executor.xa, "LOCK TABLES")
                 await self.executor.commit_all()  # as MySQL: LOCK TABLES commits the open transaction
                 self.explicit_txn = False
                 await self.executor.lock_tables(sql)
@@ -845,9 +849,12 @@ class Session:
         changes = local.parse_set(sql)
         old_vars = dict(self.vars)
         new_autocommit = self.autocommit
+        new_xa = self.xa
         for a in changes:
             if a.key == "autocommit":
                 new_autocommit = a.value == "1"
+            elif a.key == "xa":
+                new_xa = xa_switch(self, a.sql)
             else:
                 self.set_var(a.key, a.sql)
         if not new_autocommit and self.autocommit and self.executor.locked:
@@ -860,6 +867,7 @@ class Session:
             except ProxyError:
                 self.vars = old_vars
                 raise
+        self.xa = new_xa
         if new_autocommit != self.autocommit:
             if new_autocommit and (self.explicit_txn or self.executor.pinned):
                 await self.executor.commit_all()
