@@ -1,0 +1,164 @@
+"""SET xa = on: two-phase commit over MariaDB XA, and recovery after a kill -9 of the proxy at each step.
+
+What is committed is read on the backends directly; in-doubt branches with XA RECOVER.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Iterator
+
+import pymysql
+import pytest
+
+from harness.proxy import REPO_ROOT
+from wire import drop_after, hash_node, node_rows
+
+FOUR = ("dn1", "dn2", "dn3", "dn4")
+IDS = range(1, 9)   # two rows on each of the four nodes
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_our_tables(proxy) -> Iterator[None]:
+    yield from drop_after(proxy, "sharding_4_t1")
+
+
+def _in_doubt(backends) -> list[str]:
+    """pydble's prepared branches on the backends, as gtrid:bqual."""
+    out = []
+    for b in backends:
+        for _fmt, glen, blen, data in b.query("XA RECOVER"):
+            if data.startswith(b"pydble."):
+                out.append(f"{data[:glen].decode()}:{data[glen:glen + blen].decode()}")
+    return sorted(out)
+
+
+@pytest.fixture
+def table(proxy, backends) -> Iterator[str]:
+    """sharding_4_t1 empty; afterwards no pydble branch is left prepared on the shared backends."""
+    proxy.query("DROP TABLE IF EXISTS sharding_4_t1")
+    proxy.query("CREATE TABLE sharding_4_t1 (id INT PRIMARY KEY, name VARCHAR(20))")
+    yield "sharding_4_t1"
+    for b in backends:   # a failed test must not leave locks for the next ones
+        for _fmt, glen, blen, data in b.query("XA RECOVER"):
+            if data.startswith(b"pydble."):
+                b.query(f"XA ROLLBACK X'{data[:glen].hex()}',X'{data[glen:glen + blen].hex()}'")
+
+
+def _committed(backends, backend_rows) -> list[int]:
+    return sorted(r[0] for n in FOUR for r in node_rows(backends, backend_rows, n, "SELECT id FROM sharding_4_t1"))
+
+
+def _xa_txn(conn: Any, ids, end: str = "COMMIT") -> None:
+    with conn.cursor() as cur:
+        cur.execute("SET xa = on")
+        cur.execute("BEGIN")
+        cur.execute("INSERT INTO sharding_4_t1 VALUES " + ", ".join(f"({i}, 'n{i}')" for i in ids))
+        cur.execute(end)
+
+
+def _error(conn: Any, sql: str) -> tuple[int, str]:
+    with pytest.raises(pymysql.MySQLError) as ei:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+    return ei.value.args[0], ei.value.args[1]
+
+
+def test_commit_rollback_and_one_node(proxy, table, backends, backend_rows) -> None:
+    conn = proxy.connect()
+    try:
+        _xa_txn(conn, IDS, "ROLLBACK")
+        assert _committed(backends, backend_rows) == []
+        _xa_txn(conn, IDS)
+        assert _committed(backends, backend_rows) == list(IDS)
+        _xa_txn(conn, [20])   # one node: one phase
+        assert _committed(backends, backend_rows) == [*IDS, 20]
+        with conn.cursor() as cur:   # autocommit=0 as DBLE users write it; a read alone opens the branch too
+            cur.execute("SET autocommit = 0")
+            cur.execute("SELECT COUNT(*) FROM sharding_4_t1")
+            assert cur.fetchone() == (9,)
+            cur.execute("DELETE FROM sharding_4_t1 WHERE id > 4")
+            cur.execute("COMMIT")
+            cur.execute("SET autocommit = 1")
+    finally:
+        conn.close()
+    assert _committed(backends, backend_rows) == [1, 2, 3, 4]
+    assert _in_doubt(backends) == []
+    assert proxy.manager_query("show @@xa") == []
+    xa_dir = proxy.workdir / "data" / proxy.instance / "xa"
+    assert not xa_dir.exists() or list(xa_dir.glob("*.json")) == []   # decisions are forgotten once done
+
+
+def test_statements_that_cannot_run_inside_xa_are_refused(proxy, table, backends, backend_rows) -> None:
+    conn = proxy.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET xa = on")
+            cur.execute("BEGIN")
+            cur.execute("INSERT INTO sharding_4_t1 VALUES (1, 'a'), (2, 'b')")
+        assert _error(conn, "SET xa = off")[0] == 1568
+        code, msg = _error(conn, "CREATE TABLE xa_other (id INT PRIMARY KEY)")
+        assert code == 1399 and "XAER_RMFAIL" in msg, msg
+        assert _error(conn, "LOCK TABLES sharding_4_t1 WRITE")[0] == 1399
+        with conn.cursor() as cur:   # the transaction is still whole: it commits on both nodes
+            cur.execute("COMMIT")
+        assert _error(conn, "SET xa = maybe")[0] == 1231
+    finally:
+        conn.close()
+    assert _committed(backends, backend_rows) == [1, 2]
+
+
+def _run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=60)
+
+
+def _wait(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("phase,outcome", [
+    ("xa_after_prepare", "rolled back"),       # prepared everywhere, no decision: nothing is committed
+    ("xa_after_decision", "committed"),        # decision logged, no XA COMMIT yet: everything is committed
+    ("xa_after_first_commit", "committed"),    # one branch committed: the others are committed too
+])
+def test_kill_at_each_step_then_restart_finishes(fresh_proxy, table, backends, backend_rows, phase, outcome) -> None:
+    p = fresh_proxy(instance="xa-kill", env={"PYDBLE_TEST_PAUSE": phase, "PYDBLE_TEST_PAUSE_S": "600"})
+    conn = p.connect(read_timeout=120)
+    client = threading.Thread(target=lambda: _swallow(_xa_txn, conn, IDS), daemon=True)
+    client.start()
+    _wait(lambda: "paused for test" in p.log_text() and phase in p.log_text(), 60, f"the proxy to pause at {phase}")
+    branches = _in_doubt(backends)
+    expected_prepared = 3 if phase == "xa_after_first_commit" else 4
+    assert len(branches) == expected_prepared, branches
+    if phase == "xa_after_decision":
+        rows = p.manager_query("show @@xa")   # the live coordinator shows its own transaction in flight
+        assert len(rows) == 1 and rows[0][1:4] == ("xa-kill", "commit", "in flight"), rows
+    p.kill()   # kill -9: the branches stay prepared on the backends, holding their rows' locks
+    client.join(30)
+    first = [i for i in IDS if hash_node(i, FOUR) == "dn1"]   # branches commit in node order, dn1 first
+    assert _committed(backends, backend_rows) == (first if phase == "xa_after_first_commit" else [])
+    listed = _run_cli("xa", "list", "--config", str(p.config_path))
+    assert listed.returncode == 0, listed.stderr
+    assert ("commit" if outcome == "committed" else "none") in listed.stdout and "xa-kill" in listed.stdout
+    p.extra_env = {}
+    p.start()   # recovery runs before the client port opens
+    assert _committed(backends, backend_rows) == (list(IDS) if outcome == "committed" else [])
+    assert _in_doubt(backends) == []
+    assert p.manager_query("show @@xa") == []
+    assert _run_cli("xa", "list", "--config", str(p.config_path)).returncode == 1   # nothing in doubt
+    assert "finishing an in-doubt XA transaction" in p.log_text()
+
+
+def _swallow(fn, *args) -> None:
+    try:
+        fn(*args)
+    except pymysql.MySQLError:
+        pass   # the proxy was killed under this client
