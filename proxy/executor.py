@@ -546,6 +546,8 @@ class Executor:
             return scanners
         if self.locked:
             return await self._write_under_table_locks(targets, copies)
+        if self.session.xa:
+            return await self._write_as_xa(targets, copies)
         conns: list[BackendConnection] = []
         try:
             scanners = await self._run_on([(n, f"START TRANSACTION;{sql}") for n, sql in targets], copies, keep=conns)
@@ -561,6 +563,29 @@ class Executor:
                                      f"shardingNodes: it was rolled back on every node, nothing was written")
         if errors and not failed:
             raise BackendUnavailable(f"COMMIT of a write on several shardingNodes failed: {errors[0]}")
+        return _statement_only(scanners)
+
+    async def _write_as_xa(self, targets: list[tuple[str, str]], copies: bool) -> list[ResponseScanner]:
+        """SET xa = on, autocommit: a write on several nodes is an XA transaction of its own, so a crash
+        between two nodes' commits cannot leave it half written."""
+        branches = XaBranches(self.server.xa)
+        conns: list[BackendConnection] = []
+        try:
+            scanners = await self._run_on([(n, f"{branches.start_sql(n)};{sql}") for n, sql in targets], copies,
+                                          keep=conns)
+        except BaseException:
+            await branches.finish({n: c for (n, _), c in zip(targets, conns)}, "ROLLBACK")
+            raise
+        held = {n: c for (n, _), c in zip(targets, conns)}
+        failed = any(sc.error is not None for sc in scanners)
+        lost = next((n for n, c in held.items() if c.broken), None)
+        if failed or lost is not None:
+            await branches.finish(held, "ROLLBACK")
+            if lost is not None and not failed:
+                raise BackendUnavailable(f"shardingNode[{lost}] connection was lost during a write on several "
+                                         f"shardingNodes: it was rolled back on every node, nothing was written")
+        else:
+            await branches.finish(held, "COMMIT")
         return _statement_only(scanners)
 
     async def _write_under_table_locks(self, targets: list[tuple[str, str]], copies: bool) -> list[ResponseScanner]:

@@ -52,12 +52,15 @@ def _committed(backends, backend_rows) -> list[int]:
     return sorted(r[0] for n in FOUR for r in node_rows(backends, backend_rows, n, "SELECT id FROM sharding_4_t1"))
 
 
-def _xa_txn(conn: Any, ids, end: str = "COMMIT") -> None:
+def _xa_txn(conn: Any, ids, end: str = "COMMIT", explicit: bool = True) -> None:
+    """SET xa = on, then BEGIN, a multi-node INSERT, end (explicit) or the INSERT alone in autocommit."""
     with conn.cursor() as cur:
         cur.execute("SET xa = on")
-        cur.execute("BEGIN")
+        if explicit:
+            cur.execute("BEGIN")
         cur.execute("INSERT INTO sharding_4_t1 VALUES " + ", ".join(f"({i}, 'n{i}')" for i in ids))
-        cur.execute(end)
+        if explicit:
+            cur.execute(end)
 
 
 def _error(conn: Any, sql: str) -> tuple[int, str]:
@@ -73,6 +76,9 @@ def test_commit_rollback_and_one_node(proxy, table, backends, backend_rows) -> N
         _xa_txn(conn, IDS, "ROLLBACK")
         assert _committed(backends, backend_rows) == []
         _xa_txn(conn, IDS)
+        assert _committed(backends, backend_rows) == list(IDS)
+        # autocommit: a write on two nodes failing on one (duplicate key) is rolled back on both
+        assert _error(conn, "INSERT INTO sharding_4_t1 VALUES (30, 'x'), (1, 'dup')")[0] == 1062
         assert _committed(backends, backend_rows) == list(IDS)
         _xa_txn(conn, [20])   # one node: one phase
         assert _committed(backends, backend_rows) == [*IDS, 20]
@@ -124,15 +130,17 @@ def _wait(cond, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("phase,outcome", [
-    ("xa_after_prepare", "rolled back"),       # prepared everywhere, no decision: nothing is committed
-    ("xa_after_decision", "committed"),        # decision logged, no XA COMMIT yet: everything is committed
-    ("xa_after_first_commit", "committed"),    # one branch committed: the others are committed too
+@pytest.mark.parametrize("phase,outcome,explicit", [
+    ("xa_after_prepare", "rolled back", True),      # prepared everywhere, no decision: nothing is committed
+    ("xa_after_decision", "committed", True),       # decision logged, no XA COMMIT yet: everything is committed
+    ("xa_after_first_commit", "committed", True),   # one branch committed: the others are committed too
+    ("xa_after_decision", "committed", False),      # an autocommit write on several nodes is an XA transaction too
 ])
-def test_kill_at_each_step_then_restart_finishes(fresh_proxy, table, backends, backend_rows, phase, outcome) -> None:
+def test_kill_at_each_step_then_restart_finishes(fresh_proxy, table, backends, backend_rows, phase, outcome,
+                                                 explicit) -> None:
     p = fresh_proxy(instance="xa-kill", env={"PYDBLE_TEST_PAUSE": phase, "PYDBLE_TEST_PAUSE_S": "600"})
     conn = p.connect(read_timeout=120)
-    client = threading.Thread(target=lambda: _swallow(_xa_txn, conn, IDS), daemon=True)
+    client = threading.Thread(target=lambda: _swallow(_xa_txn, conn, IDS, "COMMIT", explicit), daemon=True)
     client.start()
     _wait(lambda: "paused for test" in p.log_text() and phase in p.log_text(), 60, f"the proxy to pause at {phase}")
     branches = _in_doubt(backends)
