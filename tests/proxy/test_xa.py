@@ -170,3 +170,44 @@ def _swallow(fn, *args) -> None:
         fn(*args)
     except pymysql.MySQLError:
         pass   # the proxy was killed under this client
+
+
+def test_a_deadlock_across_servers_rolls_back_the_victims_branches(proxy, table, backends, backend_rows) -> None:
+    proxy.query("INSERT INTO sharding_4_t1 VALUES " + ", ".join(f"({i}, 'n{i}')" for i in IDS))
+    ca, cb = proxy.connect(), proxy.connect()
+    outs: list[dict[str, Any]] = [{}, {}]
+
+    def bg(conn: Any, sql: str, out: dict[str, Any]) -> threading.Thread:
+        def go() -> None:
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(sql)
+                out["ok"] = True
+            except pymysql.MySQLError as e:
+                out["error"] = e.args[0]
+        t = threading.Thread(target=go)
+        t.start()
+        return t
+
+    try:
+        for c, own in ((ca, 4), (cb, 1)):   # id 4 on dn1 (first server), id 1 on dn2 (second server)
+            with c.cursor() as cur:
+                cur.execute("SET xa = on")
+                cur.execute("BEGIN")
+                cur.execute(f"UPDATE sharding_4_t1 SET name = 'x' WHERE id = {own}")
+        ta = bg(ca, "UPDATE sharding_4_t1 SET name = 'a' WHERE id = 1", outs[0])
+        time.sleep(0.3)
+        tb = bg(cb, "UPDATE sharding_4_t1 SET name = 'b' WHERE id = 4", outs[1])
+        ta.join(30)
+        tb.join(30)
+        assert sorted(o.get("error", 0) for o in outs) == [0, 1213], outs   # one victim, found by pydble
+        survivor = ca if "ok" in outs[0] else cb
+        with survivor.cursor() as cur:
+            cur.execute("COMMIT")   # two phases over both servers
+    finally:
+        ca.close()
+        cb.close()
+    names = dict(r for n in FOUR for r in node_rows(backends, backend_rows, n, "SELECT id, name FROM sharding_4_t1"))
+    won = "a" if survivor is ca else "b"
+    assert (names[1], names[4]) == ((won, "x") if won == "a" else ("x", won))
+    assert _in_doubt(backends) == []
