@@ -378,23 +378,25 @@ class XaCoordinator:
         return lambda owner: owner == self.instance or owner not in online
 
     async def scan(self) -> tuple[dict[str, list[Branch]], list[str]]:
-        """XA RECOVER on every dbGroup: pydble's prepared branches by gtrid, and the groups not reachable."""
+        """XA RECOVER on every dbGroup at once: pydble's prepared branches by gtrid, and the groups not
+        reachable (a dead server costs its connect timeout, not one per group)."""
         prepared: dict[str, list[Branch]] = {}
         unreachable: list[str] = []
-        for name, group in self.server.config.db_groups.items():
+
+        async def one(name: str) -> None:
             try:
-                conn = await open_connection(group, 0, None)
+                conn = await open_connection(self.server.config.db_groups[name], 0, None)
             except ProxyError as e:
                 log.info("XA recovery cannot reach a dbGroup", db_group=name, error=e.message)
                 unreachable.append(name)
-                continue
+                return
             try:
                 sc = await conn.query("XA RECOVER", self.server.backends.timeout_s)
             except ProxyError as e:
                 log.warning("XA RECOVER failed (the backend user needs XA_RECOVER_ADMIN on MariaDB 10.5+)",
                             db_group=name, error=e.message)
                 unreachable.append(name)
-                continue
+                return
             finally:
                 conn.close()
             for row in sc.results[0].rows if sc.results else []:
@@ -403,7 +405,9 @@ class XaCoordinator:
                 if fmt != 1 or owner_of(gtrid) is None:
                     continue
                 prepared.setdefault(gtrid, []).append(Branch(name, data[glen:glen + blen]))
-        return prepared, unreachable
+
+        await asyncio.gather(*(one(n) for n in self.server.config.db_groups))
+        return prepared, sorted(unreachable)
 
     async def recover(self) -> None:
         """One pass: commit the prepared branches of a COMMIT decision, roll back those without one, and
