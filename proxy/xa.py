@@ -102,7 +102,7 @@ class XaBranches:
         gtrid, self.gtrid, self.nodes = self.gtrid, None, set()
         c = self.coordinator
         if gtrid is None or not pinned:
-            return await c.rollback(gtrid, pinned) if gtrid is not None else []
+            return []
         if sql != "COMMIT":
             return await c.rollback(gtrid, pinned)
         # the commit goes on when the client leaves meanwhile (its task is cancelled): the coordinator owns it
@@ -169,8 +169,13 @@ class XaCoordinator:
         """A task this coordinator owns (stop() waits for it)."""
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._done)
         return task
+
+    def _done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:   # its session may have left: log it here
+            log.info("XA commit ended with an error", error=str(task.exception()))
 
     # -- ending a transaction -------------------------------------------------------------------
     async def rollback(self, gtrid: str, pinned: dict[str, BackendConnection]) -> list[BaseException]:
