@@ -84,6 +84,10 @@ class XaLog(Protocol):
         """Remove a finished transaction's decision (absent is fine)."""
         ...
 
+    async def withdraw(self, gtrid: str) -> None:
+        """Make sure no COMMIT decision on gtrid exists (a rollback decision stays): raises if unsure."""
+        ...
+
     async def load(self) -> dict[str, XaDecision]:
         """Every recorded decision, by gtrid."""
         ...
@@ -133,6 +137,9 @@ class LocalXaLog:
             self._memory.pop(gtrid, None)
             return
         await asyncio.to_thread(self._remove, gtrid)
+
+    async def withdraw(self, gtrid: str) -> None:
+        await self.forget(gtrid)   # nobody else writes this directory
 
     def _remove(self, gtrid: str) -> None:
         assert self.dir is not None

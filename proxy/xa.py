@@ -296,7 +296,7 @@ class XaCoordinator:
         except Exception as e:  # noqa: BLE001 - ZooKeeper or the disk refused: the outcome decides below
             why = str(e) or type(e).__name__
             try:
-                await self.log.forget(gtrid)   # the decision surely absent: rolling back is safe
+                await self.log.withdraw(gtrid)   # no COMMIT decision for sure now: rolling back is safe
             except Exception:  # noqa: BLE001 - unknown: the branches stay prepared for recovery
                 for n in list(held):
                     give_back(n, close=True)

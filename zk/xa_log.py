@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import structlog
 from kazoo.exceptions import NodeExistsError
 
-from meta.xa_log import BadXaRecord, XaDecision
+from meta.xa_log import COMMIT, BadXaRecord, XaDecision
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -48,6 +48,14 @@ class ZkXaLog:
 
     async def forget(self, gtrid: str) -> None:
         await self._zk().delete(self.cluster.paths.xa_decision(gtrid))
+
+    async def withdraw(self, gtrid: str) -> None:
+        zk = self._zk()
+        path = self.cluster.paths.xa_decision(gtrid)
+        got = await zk.get_or_none(path)
+        if got is None or XaDecision.decode(got[0]).state != COMMIT:
+            return   # no decision, or a survivor's rollback: it stays for the others to read
+        await zk.delete(path, version=got[1].version)
 
     async def load(self) -> dict[str, XaDecision]:
         zk = self._zk()

@@ -56,3 +56,36 @@ def test_survivor_finishes_the_dead_coordinators_transaction(cluster, phase, com
     else:   # a rollback tombstone: a coordinator wrongly taken for dead would read it and roll back too
         assert len(cluster.zk_children("xa")) == 1
     assert "finishing an in-doubt XA transaction" in p2.log_text()
+
+
+def test_a_coordinator_taken_for_dead_does_not_commit(cluster) -> None:
+    """dble-1 freezes (SIGSTOP) after its prepares until its session expires: dble-2 records a rollback for
+    its transaction. Woken up, dble-1 must not commit: the client gets an error and nothing is written."""
+    p1, p2 = cluster.start(2, env={0: {"PYDBLE_TEST_PAUSE": "xa_after_prepare", "PYDBLE_TEST_PAUSE_S": "1"}})
+    outcome: dict[str, object] = {}
+
+    def go() -> None:
+        try:
+            conn = p1.connect(read_timeout=120)
+            with conn.cursor() as cur:
+                cur.execute("SET xa = on")
+                cur.execute("BEGIN")
+                cur.execute(f"INSERT INTO {TABLE} VALUES " + ", ".join(f"({i}, {i})" for i in IDS))
+                cur.execute("COMMIT")
+            outcome["ok"] = True
+        except pymysql.MySQLError as e:
+            outcome["error"] = e.args[0]
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    wait_for(lambda: "paused for test" in p1.log_text(), 60, "dble-1 to pause after its prepares")
+    p1.pause()
+    try:   # its branches stay attached to its live connections: dble-2 can only record the rollback
+        wait_for(lambda: cluster.zk_children("xa"), SESSION_TIMEOUT_S + 30, "dble-2 to record a rollback")
+    finally:
+        p1.resume()
+    t.join(60)
+    assert outcome.get("error") in (1402, 1105), outcome   # rolled back (or: outcome left to recovery)
+    wait_for(lambda: not _in_doubt(cluster.backends), 60, "the branches to be rolled back")
+    assert _rows(cluster.backends) == []
+    assert len(cluster.zk_children("xa")) == 1   # dble-1 left dble-2's rollback decision in place
