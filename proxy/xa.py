@@ -498,7 +498,7 @@ class XaCoordinator:
         return sorted(out.values(), key=lambda x: x.gtrid)
 
 
-def in_doubt_rows(items: list[InDoubt], inflight: set[str] = frozenset()) -> list[list[object]]:  # type: ignore[assignment]
+def in_doubt_rows(items: list[InDoubt], inflight: set[str] | frozenset[str] = frozenset()) -> list[list[object]]:
     """Rows of `show @@xa` / `pydble xa list`."""
     return [[x.gtrid, x.instance, x.decision, "in flight" if x.gtrid in inflight else "in doubt",
              ",".join(f"{b.group}:{b.bqual.decode('utf-8', 'replace')}" for b in x.branches),

@@ -211,3 +211,29 @@ def test_a_deadlock_across_servers_rolls_back_the_victims_branches(proxy, table,
     won = "a" if survivor is ca else "b"
     assert (names[1], names[4]) == ((won, "x") if won == "a" else ("x", won))
     assert _in_doubt(backends) == []
+
+
+def test_a_failed_xa_commit_after_the_decision_is_finished_in_the_background(fresh_proxy, table, backends,
+                                                                          backend_rows) -> None:
+    p = fresh_proxy(instance="xa-retry", env={"PYDBLE_TEST_PAUSE": "xa_after_decision", "PYDBLE_TEST_PAUSE_S": "3"})
+    conn = p.connect(read_timeout=120)
+    outcome: dict[str, Any] = {}
+
+    def go() -> None:
+        try:
+            _xa_txn(conn, IDS)
+            outcome["ok"] = True
+        except pymysql.MySQLError as e:
+            outcome["error"] = e.args
+
+    client = threading.Thread(target=go, daemon=True)
+    client.start()
+    _wait(lambda: "paused for test" in p.log_text(), 60, "the proxy to pause after the decision")
+    # the second server drops the proxy's connections holding dn2's and dn4's prepared branches
+    for (tid,) in backends[1].query("SELECT trx_mysql_thread_id FROM information_schema.INNODB_TRX"):
+        backends[1].query(f"KILL {int(tid)}")
+    client.join(60)
+    code, msg = outcome["error"]
+    assert code == 1105 and "COMMIT is decided" in msg and "background" in msg, outcome
+    _wait(lambda: _committed(backends, backend_rows) == list(IDS), 30, "the background commit of dn2 and dn4")
+    _wait(lambda: not _in_doubt(backends) and not p.manager_query("show @@xa"), 30, "nothing left in doubt")
