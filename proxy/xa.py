@@ -354,6 +354,7 @@ class XaCoordinator:
             await asyncio.wait(list(self._tasks), timeout=self.server.backends.timeout_s)
 
     async def _run(self) -> None:
+        failures = 0
         while not self._stopping:
             try:
                 await asyncio.wait_for(self._wake.wait(), RETRY_S if self._pending else IDLE_PASS_S)
@@ -362,8 +363,11 @@ class XaCoordinator:
             self._wake.clear()
             try:
                 await self.recover()
+                failures = 0
             except Exception as e:  # noqa: BLE001 - next pass
-                log.info("XA recovery pass failed; retrying", error=str(e) or type(e).__name__)
+                failures += 1
+                (log.info if failures == 1 else log.debug)("XA recovery pass failed; retrying",
+                                                          error=str(e) or type(e).__name__)
                 self._pending = True
 
     def _online_watch(self, _event: object = None) -> None:
@@ -374,7 +378,8 @@ class XaCoordinator:
         cluster = self.server.cluster
         if cluster is None:
             return lambda owner: owner == self.instance
-        assert cluster.zk is not None
+        if cluster.zk is None or not cluster.zk.connected:
+            raise ConnectionError("ZooKeeper is not connected: the XA decisions cannot be read")
         online = await cluster.online(watch=self._online_watch)
         if self.instance not in online:
             # not (yet, or no longer) registered: another instance may be finishing ours; only our own
