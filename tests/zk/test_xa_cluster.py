@@ -3,11 +3,14 @@ from the decision in ZooKeeper (or rolls it back when there is none), with nobod
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import pymysql
 import pytest
 from clusterkit import SESSION_TIMEOUT_S, TABLE, wait_for
+from harness.proxy import REPO_ROOT
 
 IDS = range(1, 9)   # two rows on each of dn1..dn4
 
@@ -45,6 +48,10 @@ def test_survivor_finishes_the_dead_coordinators_transaction(cluster, phase, com
     assert len(cluster.zk_children("xa")) == (1 if committed else 0)   # the decision is in ZooKeeper first
     rows = p2.manager_query("show @@xa")   # another instance sees it too, and leaves it to its live owner
     assert [r[1:4] for r in rows] == [("dble-1", "commit" if committed else "none", "in doubt")], rows
+    if committed:   # the CLI reads the decision from ZooKeeper and XA RECOVER from the backends
+        listed = subprocess.run([sys.executable, "-m", "cli", "xa", "list", "--config", str(p2.config_path)],
+                                cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+        assert listed.returncode == 0 and "dble-1" in listed.stdout and "commit" in listed.stdout, listed
     p1.kill()
     t.join(30)
     # dble-1's ZooKeeper session expires, dble-2 sees it gone and finishes its transaction
