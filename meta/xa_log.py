@@ -139,15 +139,21 @@ class LocalXaLog:
         await asyncio.to_thread(self._remove, gtrid)
 
     async def withdraw(self, gtrid: str) -> None:
-        await self.forget(gtrid)   # nobody else writes this directory
+        """Nobody else writes this directory: remove it, durably (a branch is rolled back next)."""
+        if self.dir is None:
+            self._memory.pop(gtrid, None)
+            return
+        await asyncio.to_thread(self._remove, gtrid)
+        if self.dir.is_dir():
+            await asyncio.to_thread(_fsync_dir, self.dir)
 
     def _remove(self, gtrid: str) -> None:
+        """No fsync: a removal lost in a crash brings back a finished decision, which recovery removes."""
         assert self.dir is not None
         try:
             self._path(gtrid).unlink()
         except FileNotFoundError:
             return
-        _fsync_dir(self.dir)
 
     async def load(self) -> dict[str, XaDecision]:
         if self.dir is None:

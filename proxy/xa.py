@@ -250,14 +250,17 @@ class XaCoordinator:
                 node, e = failed[0]
                 raise BackendUnavailable(f"COMMIT is decided but XA COMMIT failed on shardingNode[{node}] ({e}); "
                                          f"pydble commits it in the background until it succeeds")
-            try:
-                await self.log.forget(gtrid)
-            except Exception as e:  # noqa: BLE001 - the recovery pass removes it later
-                log.warning("could not remove a finished XA decision; recovery will", gtrid=gtrid, error=str(e))
-                self._pending = True
+            self.spawn(self._forget(gtrid))   # the client's OK does not wait for the clean-up
         finally:
             for node in list(held):
                 give_back(node)
+
+    async def _forget(self, gtrid: str) -> None:
+        try:
+            await self.log.forget(gtrid)
+        except Exception as e:  # noqa: BLE001 - the recovery pass removes it later
+            log.warning("could not remove a finished XA decision; recovery will", gtrid=gtrid, error=str(e))
+            self._pending = True
 
     async def _prepare(self, gtrid: str, nodes: list[str], held: dict[str, BackendConnection], give_back) -> None:  # noqa: ANN001
         """XA END + XA PREPARE on every node at once; any failure rolls the whole transaction back."""

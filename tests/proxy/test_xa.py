@@ -95,7 +95,8 @@ def test_commit_rollback_and_one_node(proxy, table, backends, backend_rows) -> N
     assert _in_doubt(backends) == []
     assert proxy.manager_query("show @@xa") == []
     xa_dir = proxy.workdir / "data" / proxy.instance / "xa"
-    assert not xa_dir.exists() or list(xa_dir.glob("*.json")) == []   # decisions are forgotten once done
+    _wait(lambda: not xa_dir.exists() or list(xa_dir.glob("*.json")) == [], 10,
+          "the finished decisions to be forgotten")
 
 
 def test_statements_that_cannot_run_inside_xa_are_refused(proxy, table, backends, backend_rows) -> None:
