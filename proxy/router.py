@@ -80,6 +80,12 @@ class Router:
         self._points: dict[tuple[str, str, str], Any] = {}   # point_read's table entries
         self._schema_names = {name.lower(): name for name in config.schemas}
         self.analyzer = Analyzer(config, table_columns, self.route)
+        self.views: Any = None   # the server's ViewService, when views exist (proxy/views.py)
+
+    def forget(self) -> None:
+        """Drop the cached analyses: a view was created or dropped, names may resolve elsewhere now."""
+        self._cache = {}
+        self._points = {}
 
     # -- public ------------------------------------------------------------------------------------
 
@@ -87,6 +93,8 @@ class Router:
         """Plan one statement run with `schema` as the current database (None: no USE yet); with a
         client's grants, refuse (1142/1044) what names a table outside them before any plan exists."""
         try:
+            if self.views is not None:   # a view pydble keeps becomes a derived table (proxy/views.py)
+                sql = self.views.expand(self, sql, schema, grants)
             return self._route(sql, schema, grants)
         except HiddenSchema as e:
             raise (grants.db_denied(e.schema) if grants is not None else e) from None

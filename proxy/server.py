@@ -28,6 +28,7 @@ from .pool import Backends
 from .router import Router
 from .session import ClientProtocol, Session
 from .sqltok import set_server_version
+from .views import ViewService
 
 if TYPE_CHECKING:
     from .reply import Reply
@@ -56,6 +57,7 @@ class ProxyServer:
         if config.cluster is not None:
             self.cluster = Cluster(config, self.registry, self.ddl.locks, self.load_metadata, self.ddl.refresh,
                                    self.ddl.refresh_now, self.ddl.running)
+        self.views = ViewService(self)
         self.sessions: set[Session] = set()
         self.deadlocks = DeadlockDetector(self)
         self.user_counts: dict[str, int] = {}
@@ -79,6 +81,7 @@ class ProxyServer:
             await self.cluster.start()  # loads metadata under syncMeta.lock
         else:
             await self.load_metadata()
+        await self.views.start()   # every view known before the first client is served
         # Start-up objects (modules, config, the first metadata) live for the whole run: keep the
         # cyclic GC from rescanning them, or each full collection stalls every query (~100 ms).
         gc.collect()

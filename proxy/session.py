@@ -15,7 +15,7 @@ import structlog
 from meta.errors import (AccessDenied, BackendError, BackendUnavailable, DbAccessDenied, NoDatabaseSelected,
                          NotSupported, ParseError, ProxyError, UnknownCommand)
 
-from . import infoschema, local
+from . import infoschema, local, views
 from .backend import BackendConnection
 from .ddl import require_meta
 from .analysis import ANY
@@ -830,6 +830,9 @@ class Session:
             return False
         elif kw == "" and not tokenize(sql):
             raise ProxyError("Query was empty", 1065, "42000")
+        if kw in ("CREATE", "ALTER", "DROP", "SHOW") and (view := views.parse(sql)) is not None:
+            if await self.server.views.run(self, view, r, more):
+                return False
         return await self.executor.execute(sql, r, more, may_relay)
 
     async def savepoint(self, sql: str, r: Reply, more: bool) -> bool:
@@ -900,7 +903,7 @@ class Session:
         if st is not None:
             schema = self._show_schema(st.schema)
             tables = await self.server.tables_of(schema)
-            return local.show_tables_result(st, schema, tables)
+            return local.show_tables_result(st, schema, tables, self.server.views.names_of(schema))
         ts = local.parse_show_table_status(sql)
         if ts is not None:
             return await self._table_status(self._show_schema(ts[0]), ts[1])

@@ -1,0 +1,589 @@
+"""Views through pydble, as DBLE has them: CREATE [OR REPLACE] / ALTER / DROP VIEW, SHOW CREATE VIEW.
+
+- A view whose tables all live on one shardingNode (single tables, tables of a default node, sharding
+  tables with one node, other views pushed there) is *pushed down*: created on that node, which keeps
+  its definition and answers it; pydble records only where it is, so every instance routes its name.
+- Any other view is *kept by pydble*: its SELECT (table names qualified with the view's schema) is
+  stored, and a statement reading the view reads the derived table `(SELECT ...) AS v` instead, then
+  routed and merged like any query; what pydble cannot answer exactly that way is refused (1235), at
+  CREATE already when the view could never be answered.
+
+Views are stored in ZooKeeper in a cluster (zk/views.py: a change is acknowledged by every online
+instance before the client hears OK) and in `<data_dir>/views.json` otherwise; both are read at start.
+Privileges: a statement on a view needs the user's grants on the view and on every base table it reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from meta.errors import (BackendError, DbAccessDenied, NoDatabaseSelected, NoSuchTable, NotSupported, ParseError,
+                         ProxyError, ReadOnly, TableExists, UnknownDatabase)
+from meta.views import ViewCatalog, ViewDef, ViewFile
+
+from .analysis import LOCAL_TYPES, Analysis, Ref, Table
+from .protocol.messages import ColumnDef, ResultSet
+from .protocol.packets import splice
+from .sqltok import Token, tokenize, unquote_ident
+
+if TYPE_CHECKING:
+    from .analyzer import Grants
+    from .reply import Reply
+    from .router import Router
+    from .server import ProxyServer
+    from .session import Session
+
+log = structlog.get_logger("pydble.views")
+
+MAX_DEPTH = 16            # views over views, expanded at most this deep (a cycle is refused)
+EXPANDED_CACHE = 1024     # statements whose expansion is kept
+ER_BAD_TABLE = 1051
+ER_WRONG_OBJECT = 1347
+ER_WRONG_COLUMN_NAME = 1166
+ER_WRONG_NUMBER_OF_COLUMNS = 1222
+
+_SHOW_CREATE_COLUMNS = ("View", "Create View", "character_set_client", "collation_connection")
+
+
+@dataclass
+class ViewStmt:
+    """A view statement as written."""
+
+    op: str                                   # CREATE | ALTER | DROP | SHOW
+    names: list[list[str]]                    # each [schema,] name as written
+    or_replace: bool = False
+    if_exists: bool = False                   # DROP ... IF EXISTS, CREATE ... IF NOT EXISTS
+    columns: tuple[str, ...] = ()
+    select: str = ""
+    algorithm: str = ""
+    check_option: str = ""                    # WITH [CASCADED|LOCAL] CHECK OPTION, as written
+    show_table: bool = False                  # SHOW CREATE TABLE (answered here only for a view)
+
+
+def _up(t: Token) -> str:
+    return t[1].upper() if t[0] == "w" else t[1]
+
+
+def _name(toks: list[Token], k: int) -> tuple[list[str], int]:
+    """[schema.]name at k: its parts and the index after it ([] when there is none)."""
+    parts: list[str] = []
+    while k < len(toks) and toks[k][0] in "wq":
+        parts.append(unquote_ident(toks[k][1]) if toks[k][0] == "q" else toks[k][1])
+        k += 1
+        if k < len(toks) and toks[k][:2] == ("o", ".") and len(parts) < 2:
+            k += 1
+            continue
+        break
+    return parts, k
+
+
+def _syntax(sql: str, toks: list[Token], k: int) -> ParseError:
+    near = sql[toks[k][2]:toks[k][2] + 40] if k < len(toks) else ""
+    return ParseError("You have an error in your SQL syntax; check the manual that corresponds to your MySQL "
+                      f"server version for the right syntax to use near '{near}'")
+
+
+def parse(sql: str) -> ViewStmt | None:
+    """CREATE/ALTER/DROP VIEW and SHOW CREATE VIEW|TABLE; None for any other statement."""
+    toks = tokenize(sql)
+    while toks and toks[-1][:2] == ("o", ";"):
+        toks.pop()
+    if len(toks) < 3 or toks[0][0] != "w":
+        return None
+    first = _up(toks[0])
+    if first == "SHOW":
+        if _up(toks[1]) != "CREATE" or _up(toks[2]) not in ("VIEW", "TABLE"):
+            return None
+        parts, k = _name(toks, 3)
+        if not parts or k != len(toks):
+            if _up(toks[2]) == "TABLE":
+                return None
+            raise _syntax(sql, toks, k)
+        return ViewStmt("SHOW", [parts], show_table=_up(toks[2]) == "TABLE")
+    if first == "DROP":
+        if _up(toks[1]) != "VIEW":
+            return None
+        st = ViewStmt("DROP", [])
+        k = 2
+        if _up(toks[k]) == "IF" and k + 1 < len(toks) and _up(toks[k + 1]) == "EXISTS":
+            st.if_exists, k = True, k + 2
+        while True:
+            parts, k = _name(toks, k)
+            if not parts:
+                raise _syntax(sql, toks, k)
+            st.names.append(parts)
+            if k < len(toks) and toks[k][:2] == ("o", ","):
+                k += 1
+                continue
+            break
+        if k < len(toks) and _up(toks[k]) in ("RESTRICT", "CASCADE"):
+            k += 1
+        if k != len(toks):
+            raise _syntax(sql, toks, k)
+        return st
+    if first not in ("CREATE", "ALTER"):
+        return None
+    st = ViewStmt(first, [])
+    k = 1
+    if first == "CREATE" and _up(toks[k]) == "OR" and _up(toks[k + 1]) == "REPLACE":
+        st.or_replace, k = True, k + 2
+    while k < len(toks) and _up(toks[k]) != "VIEW":
+        w = _up(toks[k])
+        if w == "ALGORITHM" and k + 2 < len(toks) and toks[k + 1][1] == "=":
+            st.algorithm = _up(toks[k + 2])
+            k += 3
+        elif w == "DEFINER":   # pushed views run as the backend account; kept ones as the client
+            k += 1
+            while k < len(toks) and _up(toks[k]) not in ("SQL", "VIEW"):
+                k += 1
+        elif w == "SQL" and k + 2 < len(toks) and _up(toks[k + 1]) == "SECURITY":
+            k += 3
+        else:
+            return None   # CREATE TABLE, ALTER TABLE, CREATE INDEX...: not ours
+    if k >= len(toks):
+        return None
+    k += 1
+    if first == "CREATE" and _up(toks[k]) == "IF" and k + 2 < len(toks) and _up(toks[k + 1]) == "NOT":
+        st.if_exists, k = True, k + 3
+    parts, k = _name(toks, k)
+    if not parts:
+        raise _syntax(sql, toks, k)
+    st.names.append(parts)
+    if k < len(toks) and toks[k][:2] == ("o", "("):
+        cols: list[str] = []
+        k += 1
+        while k < len(toks) and toks[k][0] in "wq":
+            cols.append(unquote_ident(toks[k][1]) if toks[k][0] == "q" else toks[k][1])
+            k += 1
+            if k < len(toks) and toks[k][:2] == ("o", ","):
+                k += 1
+        if k >= len(toks) or toks[k][:2] != ("o", ")") or not cols:
+            raise _syntax(sql, toks, k)
+        st.columns = tuple(cols)
+        k += 1
+    if k >= len(toks) or _up(toks[k]) != "AS" or k + 1 >= len(toks):
+        raise _syntax(sql, toks, k)
+    end = len(toks)
+    if end - k > 3 and _up(toks[end - 1]) == "OPTION" and _up(toks[end - 2]) == "CHECK":
+        w = end - 3 if _up(toks[end - 3]) == "WITH" else end - 4
+        if _up(toks[w]) != "WITH":
+            raise _syntax(sql, toks, w)
+        st.check_option = sql[toks[w][2]:toks[end - 1][3]]
+        end = w
+    st.select = sql[toks[k + 1][2]:toks[end - 1][3]].strip()
+    return st
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _refs(an: Analysis) -> list[Ref]:
+    """Every table occurrence of a statement, its subqueries' and INSERT ... SELECT's included."""
+    out = list(an.refs)
+    sub = an.sub
+    while sub is not None:
+        out += [r for r in sub.refs if r not in out]
+        sub = sub.sub
+    return out
+
+
+class ViewService:
+    """The instance's views: the catalog queries consult, and the statements that change it."""
+
+    def __init__(self, server: ProxyServer) -> None:
+        self.server = server
+        self.catalog = ViewCatalog()
+        self.file = ViewFile(server.config.server.data_dir or None)
+        self.sync: Any = None            # zk.views.ViewSync in a cluster
+        self._pattern: re.Pattern[str] | None = None
+        self._expanded: dict[tuple[str | None, str], tuple[str, tuple[tuple[str, int, str, str], ...]]] = {}
+        self._lock = asyncio.Lock()      # one view change at a time on this instance
+        if server.cluster is not None:
+            from zk.views import ViewSync
+            self.sync = ViewSync(server.cluster, self._install)
+        server.router.views = self
+        server.router.analyzer.views = self
+
+    # -- the catalog ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Read the views kept (ZooKeeper or the local file) before the client port opens."""
+        if self.sync is None:
+            self._install(self.file.load())
+            return
+        cluster = self.server.cluster
+        assert cluster is not None
+        if cluster.zk is not None and cluster.zk.connected:
+            try:
+                await self.sync.load()
+            except Exception as e:  # noqa: BLE001 - the follower keeps trying
+                log.warning("views not read at start; they are read once ZooKeeper answers", error=str(e))
+        self.sync.start()
+
+    def _install(self, views: list[ViewDef]) -> None:
+        """A new full set of views (at start, or from the cluster)."""
+        if self.catalog.replace_all(views):
+            self._changed()
+
+    def _changed(self) -> None:
+        names = sorted(self.catalog.names(), key=len, reverse=True)
+        self._pattern = (re.compile(r"(?<![\w$])(?:" + "|".join(re.escape(n) for n in names) + r")(?![\w$])", re.I)
+                         if names else None)
+        self._expanded = {}
+        self.server.router.forget()
+
+    def table(self, schema: str, name: str) -> Table | None:
+        """What a name resolves to when it is a view (Analyzer.resolve): a pushed view is a single
+        table on its node, a kept one a 'view' that only expansion may meet."""
+        v = self.catalog.get(schema, name)
+        if v is None:
+            return None
+        if v.node is not None:
+            return Table(schema, v.name, "single", (v.node,))
+        return Table(schema, v.name, "view", ())
+
+    # -- expansion --------------------------------------------------------------------------------
+    def expand(self, router: Router, sql: str, schema: str | None, grants: Grants | None) -> str:
+        """The statement with every view pydble keeps replaced by its derived table; the grants on the
+        views and their base tables checked; writes and DDL on views refused."""
+        pattern = self._pattern
+        if pattern is None or pattern.search(sql) is None:
+            return sql
+        key = (schema, sql)
+        done = self._expanded.get(key)
+        if done is None:
+            done = self._expand(router, sql, schema)
+            if len(self._expanded) >= EXPANDED_CACHE:
+                self._expanded = {}
+            self._expanded[key] = done
+        out, access = done
+        if grants is not None and access:
+            grants.check(access)
+        return out
+
+    def _expand(self, router: Router, sql: str, schema: str | None
+                ) -> tuple[str, tuple[tuple[str, int, str, str], ...]]:
+        out = sql
+        access: list[tuple[str, int, str, str]] = []
+        for _ in range(MAX_DEPTH):
+            toks = tokenize(out)
+            while toks and toks[-1][:2] == ("o", ";"):
+                toks.pop()
+            if not toks or toks[0][0] == "h" or any(t[:2] == ("o", ";") for t in toks):
+                break   # hinted (sent as is) or several statements: the router decides
+            if schema is not None and schema not in self.server.config.schemas:
+                break   # the router reports the unknown database
+            an = router.analyzer.analyze(out, toks, schema)
+            kept = self._check(an, access)
+            if not kept:
+                return out, tuple(dict.fromkeys(access))
+            spans = []
+            for r, v in kept:
+                a, b = r.span
+                text = f"({v.select})" + ("" if r.has_alias else f" AS {_q(v.name)}")
+                spans.append((toks[a][2], toks[b - 1][3], text))
+            out = splice(out, sorted(spans))
+        else:
+            raise NotSupported("views nested more than 16 deep (or a view that reads itself) are not supported "
+                               "by pydble")
+        return out, tuple(dict.fromkeys(access))
+
+    def _check(self, an: Analysis, access: list[tuple[str, int, str, str]]) -> list[tuple[Ref, ViewDef]]:
+        """The kept views a statement reads, after refusing what cannot be done to views; what the
+        statement needs of the grants on views and their base tables is added to access."""
+        cat = self.catalog
+        views = {(s, t): v for s, t in an.tables if (v := cat.get(s, t)) is not None}
+        if an.kind == "ddl":
+            for v in views.values():
+                if an.ddl == "CREATE_TABLE":
+                    raise TableExists(f"Table '{v.name}' already exists")
+                raise ProxyError(f"'{v.schema}.{v.name}' is not BASE TABLE", ER_WRONG_OBJECT, "HY000")
+        written = [an.target] if an.target is not None else [r.table for r in an.modified or ()]
+        for t in written:
+            v = cat.get(t.schema, t.name)
+            if v is not None and v.node is None:
+                raise NotSupported(f"writing view {v.schema}.{v.name} is not supported by pydble: it is kept by "
+                                   f"pydble and expanded into queries; write its tables instead")
+        for word, bit, s, t in an.access:
+            v = cat.get(s, t) if t else None
+            if v is not None:
+                access.append((word, bit, s, t))
+                access.extend((word, bit, bs, bt) for bs, bt in v.tables)
+        kept = []
+        for r in _refs(an):
+            if r.table.type == "view":
+                v = cat.get(r.table.schema, r.table.name)
+                if v is not None and r.span[0] >= 0:
+                    kept.append((r, v))
+        if an.kind == "other" and not kept:
+            for (s, t), v in views.items():
+                if v.node is None:
+                    raise NotSupported(f"this statement on view {s}.{t} is not supported by pydble: the view is "
+                                       f"kept by pydble; SELECT * FROM {t} LIMIT 0 shows its columns")
+        return kept
+
+    # -- statements -------------------------------------------------------------------------------
+    async def run(self, session: Session, st: ViewStmt, r: Reply, more: bool) -> bool:
+        """Answer a view statement; False for SHOW CREATE TABLE of something that is not a view."""
+        if st.op == "SHOW":
+            schema, name = self._target(session, st.names[0])
+            v = self.catalog.get(schema, name)
+            if v is None:
+                if st.show_table:
+                    return False
+                raise NoSuchTable(f"Table '{schema}.{name}' doesn't exist")
+            if session.grants is not None:
+                session.grants.check((("SHOW", -1, schema, v.name),))
+            cols = [ColumnDef(c, length=1024) for c in _SHOW_CREATE_COLUMNS]
+            r.resultset(ResultSet(cols, [[v.name.encode(), v.create.encode(), b"utf8mb4", b"utf8mb4_general_ci"]]),
+                        session.status(), more)
+            return True
+        if session.read_only:
+            raise ReadOnly(f"User '{session.user}' is read only")
+        ex = session.executor
+        if ex.locked_tables:
+            raise NotSupported("DDL while LOCK TABLES is held is not supported by pydble: UNLOCK TABLES first")
+        await ex.commit_all()   # as MySQL: a view statement ends the open transaction
+        session.explicit_txn = False
+        session.route = "ddl"
+        session.warnings = []
+        async with self._lock:
+            if st.op == "DROP":
+                notes = await self._drop(session, st)
+            else:
+                notes = await self._create(session, st)
+        session.warnings = notes
+        r.ok(session.status(), warnings=len(notes), more=more)
+        return True
+
+    def _target(self, session: Session, parts: list[str]) -> tuple[str, str]:
+        """The (schema, name) a view statement is about, checked against the user's schemas."""
+        cfg = self.server.config
+        if len(parts) == 2:
+            real = {s.lower(): s for s in cfg.schemas}.get(parts[0].lower())
+            if real is None:
+                raise UnknownDatabase(f"Unknown database '{parts[0]}'")
+            schema = real
+        elif session.schema is None:
+            raise NoDatabaseSelected("No database selected")
+        else:
+            schema = session.schema
+        if schema not in session.schemas:
+            raise DbAccessDenied(f"Access denied for user '{session.user}'@'{session.peer}' to database '{schema}'")
+        return schema, parts[-1].lower()
+
+    def _is_table(self, schema: str, name: str) -> bool:
+        return (self.server.config.table(schema, name) is not None
+                or name in {t.lower() for t in self.server.registry.tables_of(schema)})
+
+    async def _create(self, session: Session, st: ViewStmt) -> list[tuple[str, int, str]]:
+        schema, name = self._target(session, st.names[0])
+        old = self.catalog.get(schema, name)
+        if st.op == "ALTER" and old is None:
+            raise NoSuchTable(f"Table '{name}' doesn't exist")
+        if self._is_table(schema, name):
+            raise TableExists(f"Table '{name}' already exists")
+        if old is not None and st.op == "CREATE" and not st.or_replace:
+            if st.if_exists:
+                return [("Note", 1050, f"Table '{name}' already exists")]
+            raise TableExists(f"Table '{name}' already exists")
+        seen: set[str] = set()
+        for c in st.columns:
+            if c.lower() in seen:
+                raise ProxyError(f"Duplicate column name '{c}'", ER_WRONG_COLUMN_NAME, "HY000")
+            seen.add(c.lower())
+        view = await self._define(session, st, schema, name)
+        lock = await self.sync.lock(schema, name, st.select) if self.sync is not None else None
+        try:
+            if self.sync is not None:   # the cluster's record is the truth: read it again under the lock
+                await self.sync.pass_once()
+                old = self.catalog.get(schema, name)
+                if old is not None and st.op == "CREATE" and not st.or_replace:
+                    raise TableExists(f"Table '{name}' already exists")
+            if view.node is not None:
+                again = st.or_replace or (old is not None and old.node == view.node)
+                await self._on_node(session, view.node, self._physical_create(st, view, again))
+            if old is not None and old.node is not None and old.node != view.node:
+                await self._on_node(session, old.node, f"DROP VIEW IF EXISTS {_q(name)}")
+            await self._publish(schema, name, view, must_create=old is None)
+        finally:
+            if lock is not None:
+                await self.sync.unlock(lock)
+        log.info("view defined", view=f"{schema}.{name}", node=view.node or "kept by pydble")
+        return []
+
+    async def _define(self, session: Session, st: ViewStmt, schema: str, name: str) -> ViewDef:
+        """Where the view lives and what it reads; a kept view is tried once (LIMIT 0) for its columns."""
+        router = self.server.router
+        toks = tokenize(st.select)
+        if not toks or _up(toks[0]) not in ("SELECT", "WITH", "("):
+            raise ParseError(f"You have an error in your SQL syntax; a view is defined by a SELECT, near "
+                             f"'{st.select[:40]}'")
+        an = router.analyzer.analyze(st.select, toks, schema)
+        if an.kind != "select":
+            raise ParseError(f"You have an error in your SQL syntax near '{st.select[:40]}'")
+        refs = _refs(an)
+        if any(r.table.type == "system" for r in refs):
+            raise NotSupported("a view over information_schema or other system tables is not supported by pydble")
+        if any(r.table.type == "view" and r.table.schema == schema and r.table.name == name for r in refs):
+            raise NoSuchTable(f"Table '{schema}.{name}' doesn't exist")   # as MySQL: a view cannot read itself
+        create = (f"CREATE VIEW {_q(name)}" + (" (" + ",".join(_q(c) for c in st.columns) + ")" if st.columns else "")
+                  + f" AS {st.select}" + (f" {st.check_option}" if st.check_option else ""))
+        base: dict[tuple[str, str], None] = {}
+        for r in refs:
+            v = self.catalog.get(r.table.schema, r.table.name)
+            for key in (v.tables if v is not None else ((r.table.schema, r.table.name),)):
+                base[key] = None
+        # the SELECT as the view's schema reads it, wherever it is expanded
+        qualified = splice(st.select, sorted((toks[r.span[0]][2], toks[r.span[0]][2], f"{_q(r.table.schema)}.")
+                                            for r in refs if r.span[1] - r.span[0] == 1))
+        node = self._one_node(schema, refs)
+        if node is not None:
+            if session.grants is not None:
+                session.grants.check(an.access)
+            return ViewDef(schema, name, create, qualified, st.columns, node, tuple(base))
+        if st.check_option:
+            raise NotSupported("WITH CHECK OPTION on a view kept by pydble is not supported: such a view cannot "
+                               "be written through")
+        probe = f"SELECT * FROM ({qualified}) AS {_q(name)} LIMIT 0"
+        try:
+            plan = router.route(probe, schema, session.grants)
+        except NotSupported as e:
+            if e.code != 1235:
+                raise
+            raise NotSupported(f"view {schema}.{name} reads tables on several shardingNodes and cannot be answered "
+                               f"by pydble: {e.message}") from None
+        scanners = await session.executor._run_on([(t.node, t.sql) for t in plan.targets])
+        for sc in scanners:
+            if sc.error is not None:
+                raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
+        found = [c.name for c in scanners[0].results[0].columns] if scanners[0].results else []
+        select = qualified
+        if st.columns:
+            if len(st.columns) != len(found):
+                raise ProxyError("The Column_list Size and Select_statement Size Not Match",
+                                 ER_WRONG_NUMBER_OF_COLUMNS, "HY000")
+            if [c.lower() for c in found] != [c.lower() for c in st.columns]:
+                select = ("SELECT " + ", ".join(f"{_q(f)} AS {_q(c)}" for f, c in zip(found, st.columns))
+                          + f" FROM ({qualified}) AS {_q('_pydble_' + name)}")
+        return ViewDef(schema, name, create, select, st.columns or tuple(found), None, tuple(base))
+
+    def _one_node(self, schema: str, refs: list[Ref]) -> str | None:
+        """The node a view is pushed down to: the one node every table it reads lives on (a view that
+        reads no table goes to the schema's default node); None: pydble keeps it."""
+        if not refs:
+            return self.server.config.schemas[schema].default_node
+        nodes = set()
+        for r in refs:
+            t = r.table
+            if t.type not in LOCAL_TYPES or len(t.nodes) != 1:
+                return None
+            nodes.add(t.nodes[0])
+        return nodes.pop() if len(nodes) == 1 else None
+
+    def _physical_create(self, st: ViewStmt, view: ViewDef, again: bool) -> str:
+        """The CREATE sent to the node: logical schema names dropped (every table is in its database)."""
+        router = self.server.router
+        toks = tokenize(st.select)
+        select = router._render(st.select, toks, tuple(router.analyzer.strips(toks)))
+        head = ("CREATE OR REPLACE" if again else "CREATE") + (f" ALGORITHM={st.algorithm}" if st.algorithm else "")
+        cols = " (" + ",".join(_q(c) for c in st.columns) + ")" if st.columns else ""
+        return f"{head} VIEW {_q(view.name)}{cols} AS {select}" + (f" {st.check_option}" if st.check_option else "")
+
+    async def _on_node(self, session: Session, node: str, sql: str) -> None:
+        (sc,) = await session.executor._run_on([(node, sql)])
+        if sc.error is not None:
+            raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
+
+    async def _drop(self, session: Session, st: ViewStmt) -> list[tuple[str, int, str]]:
+        targets = [self._target(session, parts) for parts in st.names]
+        missing = [f"{s}.{n}" for s, n in targets if self.catalog.get(s, n) is None]
+        if missing and not st.if_exists:
+            raise ProxyError(f"Unknown table '{','.join(missing)}'", ER_BAD_TABLE, "42S02")
+        for schema, name in dict.fromkeys(targets):
+            lock = await self.sync.lock(schema, name, "DROP VIEW") if self.sync is not None else None
+            try:
+                if self.sync is not None:
+                    await self.sync.pass_once()   # the cluster's record is the truth
+                v = self.catalog.get(schema, name)
+                if v is None:
+                    continue
+                if v.node is not None:
+                    await self._on_node(session, v.node, f"DROP VIEW IF EXISTS {_q(name)}")
+                await self._publish(schema, name, None, must_create=False)
+            finally:
+                if lock is not None:
+                    await self.sync.unlock(lock)
+            log.info("view dropped", view=f"{schema}.{name}")
+        return [("Note", ER_BAD_TABLE, f"Unknown table '{m}'") for m in missing]
+
+    async def _publish(self, schema: str, name: str, view: ViewDef | None, must_create: bool) -> None:
+        """Persist the change (ZooKeeper, acknowledged by every instance; or the local file), then use it."""
+        if self.sync is not None:
+            revision = await self.sync.change(schema, name, view, must_create)
+        else:
+            views = {v.key: v for v in self.catalog.all()}
+            if view is None:
+                views.pop((schema, name), None)
+            else:
+                views[view.key] = view
+            await asyncio.to_thread(self.file.save, list(views.values()))
+        if view is None:
+            self.catalog.remove(schema, name)
+        else:
+            self.catalog.put(view)
+        self._changed()
+        if self.sync is not None:
+            cc = self.server.config.cluster
+            assert cc is not None
+            laggards = await self.sync.wait_acks(revision, cc.ack_timeout_s)
+            if laggards:
+                log.warning("instances did not acknowledge a view change in time", view=f"{schema}.{name}",
+                            laggards=laggards)
+
+    # -- listings ---------------------------------------------------------------------------------
+    def names_of(self, schema: str) -> list[str]:
+        """The views SHOW FULL TABLES lists in a schema."""
+        return [v.name for v in self.catalog.of_schema(schema)]
+
+    def infoschema_rows(self, table: str, schema: str, names: list[str],
+                        node_rows: dict[str, list[list[bytes | None]]]
+                        ) -> tuple[dict[str, list[list[bytes | None]]], list[list[bytes | None]]]:
+        """information_schema TABLES / VIEWS of a schema: the nodes' rows without the views pydble knows,
+        and one row per such view (TABLE_TYPE VIEW; its definition as written)."""
+        views = self.catalog.of_schema(schema)
+        if not views or table not in ("TABLES", "VIEWS"):
+            return node_rows, []
+        if "TABLE_NAME" not in names:
+            return node_rows, []
+        ti = names.index("TABLE_NAME")
+        known = {v.name for v in views}
+        kept = {n: [r for r in rows if (r[ti] or b"").decode("utf-8", "replace").lower() not in known]
+                for n, rows in node_rows.items()}
+        extra: list[list[bytes | None]] = []
+        for v in views:
+            if table == "TABLES":
+                values = {"TABLE_CATALOG": "def", "TABLE_SCHEMA": schema, "TABLE_NAME": v.name,
+                          "TABLE_TYPE": "VIEW", "TABLE_COMMENT": "VIEW"}
+            else:
+                values = {"TABLE_CATALOG": "def", "TABLE_SCHEMA": schema, "TABLE_NAME": v.name,
+                          "VIEW_DEFINITION": v.create.split(" AS ", 1)[1] if " AS " in v.create else v.select,
+                          "CHECK_OPTION": "NONE", "IS_UPDATABLE": "YES" if v.node else "NO", "DEFINER": "",
+                          "SECURITY_TYPE": "INVOKER", "CHARACTER_SET_CLIENT": "utf8mb4",
+                          "COLLATION_CONNECTION": "utf8mb4_general_ci", "ALGORITHM": "UNDEFINED"}
+            extra.append([values[c].encode() if c in values else None for c in names])
+        return kept, extra
+
+
+def table_type_rows(tables: list[str], views: list[str]) -> list[tuple[str, str]]:
+    """(name, Table_type) of SHOW FULL TABLES: tables and views, a view shadowing nothing."""
+    seen = set(views)
+    return sorted([(t, "BASE TABLE") for t in set(tables) if t not in seen] + [(v, "VIEW") for v in views])
+
+
+__all__ = ["ViewService", "ViewStmt", "parse", "replace"]

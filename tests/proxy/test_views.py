@@ -1,0 +1,119 @@
+"""Views, as DBLE has them: a view over one node's tables is created on that node; any other view is
+kept by pydble (a local file here), expanded into the queries that read it, and survives a restart."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pymysql
+import pytest
+from harness import free_port, proxy_config
+
+
+def _err(cur: Any, sql: str) -> tuple[int, str]:
+    with pytest.raises(pymysql.MySQLError) as e:
+        cur.execute(sql)
+    return e.value.args[0], e.value.args[1]
+
+
+def test_pushed_and_kept_views_survive_a_restart(fresh_proxy, backends, backend_rows):
+    cfg = copy.deepcopy(proxy_config(backends, free_port(), free_port(), instance="pydble-views"))
+    cfg["users"].append({"name": "nosel", "password": "pw", "schemas": ["schema1", "schema2"],
+                         "privileges": {"schema1.sharding_4_t1": "1101"}})   # no SELECT on the base table
+    p = fresh_proxy(cfg)
+    c = p.connect()
+    cur = c.cursor()
+    for sql in ("DROP TABLE IF EXISTS sharding_4_t1", "CREATE TABLE sharding_4_t1 (id INT PRIMARY KEY, name VARCHAR(20))",
+                "INSERT INTO sharding_4_t1 VALUES (1,'a'),(2,'b'),(3,'c'),(4,'d'),(5,'e'),(6,'f'),(7,'g'),(8,'h')",
+                "USE schema2", "DROP TABLE IF EXISTS sing", "CREATE TABLE sing (id INT PRIMARY KEY, v INT)",
+                "INSERT INTO sing VALUES (1,10),(2,20),(3,30)"):
+        cur.execute(sql)
+    for db in ("db1", "db2", "db3"):   # views a previous run left on the backends
+        for b in backends:
+            for (name,) in backend_rows(b, db, "SELECT TABLE_NAME FROM information_schema.VIEWS "
+                                               "WHERE TABLE_SCHEMA = DATABASE()"):
+                backend_rows(b, db, f"DROP VIEW `{name}`")
+
+    # pushed down: every table it reads is on dn1, so the view is created there and dn1 answers it
+    cur.execute("CREATE VIEW sv AS SELECT id, v FROM sing WHERE v > 10")
+    assert backend_rows(backends[0], "db1", "SELECT TABLE_NAME FROM information_schema.VIEWS "
+                                            "WHERE TABLE_SCHEMA = 'db1'") == [("sv",)]
+    cur.execute("SELECT * FROM sv ORDER BY id")
+    assert cur.fetchall() == ((2, 20), (3, 30))
+
+    # kept by pydble: it reads a table on four nodes; expanded and merged like any query
+    cur.execute("USE schema1")
+    cur.execute("CREATE VIEW v4 AS SELECT id, name FROM sharding_4_t1 WHERE id > 2")
+    cur.execute("CREATE VIEW v4c (k, n) AS SELECT id, name FROM sharding_4_t1")
+    cur.execute("CREATE VIEW vv AS SELECT k FROM v4c WHERE n <> 'a'")   # a view over a view
+    for b in backends:
+        for db in ("db1", "db2", "db3"):
+            assert backend_rows(b, db, "SELECT COUNT(*) FROM information_schema.VIEWS "
+                                       "WHERE TABLE_SCHEMA = DATABASE()")[0][0] == (1 if (b, db) == (backends[0], "db1") else 0)
+    cur.execute("SELECT COUNT(*), MAX(id) FROM v4")
+    assert cur.fetchall() == ((6, 8),)
+    cur.execute("SELECT name FROM v4 ORDER BY id LIMIT 2")
+    assert cur.fetchall() == (("c",), ("d",))
+    cur.execute("SELECT x.name FROM schema1.v4 AS x WHERE x.id = 5")
+    assert cur.fetchall() == (("e",),)
+    cur.execute("SELECT n FROM v4c WHERE k = 1")
+    assert cur.fetchall() == (("a",),)
+    cur.execute("SELECT COUNT(*) FROM vv")
+    assert cur.fetchall() == ((7,),)
+    cur.execute("USE schema2")
+    cur.execute("SELECT COUNT(*) FROM schema1.v4")   # the view's tables are read in its own schema
+    assert cur.fetchall() == ((6,),)
+    cur.execute("USE schema1")
+
+    # listed and shown
+    cur.execute("SHOW FULL TABLES WHERE Table_type = 'VIEW'")
+    assert set(cur.fetchall()) == {("v4", "VIEW"), ("v4c", "VIEW"), ("vv", "VIEW")}
+    cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'VIEW' "
+                "ORDER BY 1, 2")
+    assert cur.fetchall() == (("schema1", "v4"), ("schema1", "v4c"), ("schema1", "vv"), ("schema2", "sv"))
+    cur.execute("SELECT TABLE_NAME, VIEW_DEFINITION FROM information_schema.VIEWS WHERE TABLE_NAME = 'v4'")
+    assert cur.fetchall() == (("v4", "SELECT id, name FROM sharding_4_t1 WHERE id > 2"),)
+    cur.execute("SHOW CREATE VIEW v4")
+    assert cur.fetchall()[0][:2] == ("v4", "CREATE VIEW `v4` AS SELECT id, name FROM sharding_4_t1 WHERE id > 2")
+
+    # DBLE's errors, and what pydble cannot answer exactly
+    assert _err(cur, "CREATE VIEW v4 AS SELECT 1")[0] == 1050
+    assert _err(cur, "CREATE VIEW sharding_4_t1 AS SELECT 1")[0] == 1050
+    assert _err(cur, "ALTER VIEW nope AS SELECT 1")[0] == 1146
+    assert _err(cur, "CREATE VIEW d (a, a) AS SELECT id, name FROM sharding_4_t1")[0] == 1166
+    assert _err(cur, "CREATE VIEW d (a) AS SELECT id, name FROM sharding_4_t1") == (
+        1222, "The Column_list Size and Select_statement Size Not Match")
+    assert _err(cur, "CREATE VIEW agg AS SELECT COUNT(*) FROM sharding_4_t1")[0] == 1235
+    assert _err(cur, "INSERT INTO v4 VALUES (9, 'i')")[0] == 1235
+    assert _err(cur, "DROP VIEW nope")[0] == 1051
+    assert _err(cur, "DROP TABLE v4")[0] == 1347
+    nodb = p.connect(database=None)
+    assert _err(nodb.cursor(), "CREATE VIEW v AS SELECT 1")[0] == 1046
+    nodb.close()
+    nosel = p.connect(user="nosel", password="pw")
+    assert _err(nosel.cursor(), "SELECT * FROM v4")[0] == 1142   # checked on the base table it reads
+    nosel.close()
+
+    # replaced, altered, and still there after a restart
+    cur.execute("CREATE OR REPLACE VIEW v4 AS SELECT id, name FROM sharding_4_t1 WHERE id > 6")
+    cur.execute("ALTER VIEW v4c AS SELECT id FROM sharding_4_t1 WHERE id < 3")
+    c.close()
+    p.restart()
+    c = p.connect()
+    cur = c.cursor()
+    cur.execute("SELECT id FROM v4 ORDER BY id")
+    assert cur.fetchall() == ((7,), (8,))
+    cur.execute("SELECT COUNT(*) FROM v4c")
+    assert cur.fetchall() == ((2,),)
+    cur.execute("SELECT COUNT(*) FROM schema2.sv")
+    assert cur.fetchall() == ((2,),)
+    cur.execute("DROP VIEW vv, v4, v4c")
+    cur.execute("DROP VIEW IF EXISTS v4")
+    cur.execute("SHOW WARNINGS")
+    assert cur.fetchall()[0][1] == 1051
+    cur.execute("DROP VIEW schema2.sv")
+    assert backend_rows(backends[0], "db1", "SELECT COUNT(*) FROM information_schema.VIEWS "
+                                            "WHERE TABLE_SCHEMA = 'db1'") == [(0,)]
+    assert _err(cur, "SELECT * FROM v4")[0] == 1146
+    c.close()
