@@ -26,7 +26,7 @@ from meta.errors import (BackendError, DbAccessDenied, NoDatabaseSelected, NoSuc
                          ProxyError, ReadOnly, TableExists, UnknownDatabase)
 from meta.views import ViewCatalog, ViewDef, ViewFile
 
-from .analysis import LOCAL_TYPES, Analysis, Ref, Table
+from .analysis import ANY, LOCAL_TYPES, Analysis, Ref, Table
 from .protocol.messages import ColumnDef, ResultSet
 from .protocol.packets import splice
 from .sqltok import Token, tokenize, unquote_ident
@@ -331,14 +331,19 @@ class ViewService:
     async def run(self, session: Session, st: ViewStmt, r: Reply, more: bool) -> bool:
         """Answer a view statement; False for SHOW CREATE TABLE of something that is not a view."""
         if st.op == "SHOW":
-            schema, name = self._target(session, st.names[0])
+            parts = st.names[0]
+            if len(parts) == 2 and parts[0].lower() not in {x.lower() for x in self.server.config.schemas}:
+                if st.show_table:
+                    return False   # the router answers (and refuses) names outside the logical schemas
+                raise NoSuchTable(f"Table '{parts[0]}.{parts[1]}' doesn't exist")
+            schema, name = self._target(session, parts, granted=False)
             v = self.catalog.get(schema, name)
+            if session.grants is not None and (v is not None or not st.show_table):
+                session.grants.check((("SHOW", ANY, schema, name),))   # 1142 outside the grants
             if v is None:
                 if st.show_table:
                     return False
                 raise NoSuchTable(f"Table '{schema}.{name}' doesn't exist")
-            if session.grants is not None:
-                session.grants.check((("SHOW", -1, schema, v.name),))
             cols = [ColumnDef(c, length=1024) for c in _SHOW_CREATE_COLUMNS]
             r.resultset(ResultSet(cols, [[v.name.encode(), v.create.encode(), b"utf8mb4", b"utf8mb4_general_ci"]]),
                         session.status(), more)
@@ -361,7 +366,7 @@ class ViewService:
         r.ok(session.status(), warnings=len(notes), more=more)
         return True
 
-    def _target(self, session: Session, parts: list[str]) -> tuple[str, str]:
+    def _target(self, session: Session, parts: list[str], granted: bool = True) -> tuple[str, str]:
         """The (schema, name) a view statement is about, checked against the user's schemas."""
         cfg = self.server.config
         if len(parts) == 2:
@@ -373,7 +378,7 @@ class ViewService:
             raise NoDatabaseSelected("No database selected")
         else:
             schema = session.schema
-        if schema not in session.schemas:
+        if granted and schema not in session.schemas:
             raise DbAccessDenied(f"Access denied for user '{session.user}'@'{session.peer}' to database '{schema}'")
         return schema, parts[-1].lower()
 
