@@ -93,85 +93,86 @@ def parse(sql: str) -> ViewStmt | None:
     toks = tokenize(sql)
     while toks and toks[-1][:2] == ("o", ";"):
         toks.pop()
-    if len(toks) < 3 or toks[0][0] != "w":
-        return None
-    first = _up(toks[0])
+    n = len(toks)
+
+    def at(k: int) -> str:
+        return _up(toks[k]) if k < n else ""
+
+    first = at(0)
     if first == "SHOW":
-        if _up(toks[1]) != "CREATE" or _up(toks[2]) not in ("VIEW", "TABLE"):
+        if at(1) != "CREATE" or at(2) not in ("VIEW", "TABLE"):
             return None
         parts, k = _name(toks, 3)
-        if not parts or k != len(toks):
-            if _up(toks[2]) == "TABLE":
+        if not parts or k != n:
+            if at(2) == "TABLE":
                 return None
             raise _syntax(sql, toks, k)
-        return ViewStmt("SHOW", [parts], show_table=_up(toks[2]) == "TABLE")
+        return ViewStmt("SHOW", [parts], show_table=at(2) == "TABLE")
     if first == "DROP":
-        if _up(toks[1]) != "VIEW":
+        if at(1) != "VIEW":
             return None
         st = ViewStmt("DROP", [])
         k = 2
-        if _up(toks[k]) == "IF" and k + 1 < len(toks) and _up(toks[k + 1]) == "EXISTS":
+        if at(k) == "IF" and at(k + 1) == "EXISTS":
             st.if_exists, k = True, k + 2
         while True:
             parts, k = _name(toks, k)
             if not parts:
                 raise _syntax(sql, toks, k)
             st.names.append(parts)
-            if k < len(toks) and toks[k][:2] == ("o", ","):
+            if at(k) == ",":
                 k += 1
                 continue
             break
-        if k < len(toks) and _up(toks[k]) in ("RESTRICT", "CASCADE"):
+        if at(k) in ("RESTRICT", "CASCADE"):
             k += 1
-        if k != len(toks):
+        if k != n:
             raise _syntax(sql, toks, k)
         return st
     if first not in ("CREATE", "ALTER"):
         return None
     st = ViewStmt(first, [])
     k = 1
-    if first == "CREATE" and _up(toks[k]) == "OR" and _up(toks[k + 1]) == "REPLACE":
+    if first == "CREATE" and at(k) == "OR" and at(k + 1) == "REPLACE":
         st.or_replace, k = True, k + 2
-    while k < len(toks) and _up(toks[k]) != "VIEW":
-        w = _up(toks[k])
-        if w == "ALGORITHM" and k + 2 < len(toks) and toks[k + 1][1] == "=":
-            st.algorithm = _up(toks[k + 2])
+    while at(k) != "VIEW":
+        w = at(k)
+        if w == "ALGORITHM" and at(k + 1) == "=" and at(k + 2):
+            st.algorithm = at(k + 2)
             k += 3
         elif w == "DEFINER":   # pushed views run as the backend account; kept ones as the client
             k += 1
-            while k < len(toks) and _up(toks[k]) not in ("SQL", "VIEW"):
+            while k < n and at(k) not in ("SQL", "VIEW"):
                 k += 1
-        elif w == "SQL" and k + 2 < len(toks) and _up(toks[k + 1]) == "SECURITY":
+        elif w == "SQL" and at(k + 1) == "SECURITY" and at(k + 2):
             k += 3
         else:
             return None   # CREATE TABLE, ALTER TABLE, CREATE INDEX...: not ours
-    if k >= len(toks):
-        return None
     k += 1
-    if first == "CREATE" and _up(toks[k]) == "IF" and k + 2 < len(toks) and _up(toks[k + 1]) == "NOT":
+    if first == "CREATE" and at(k) == "IF" and at(k + 1) == "NOT" and at(k + 2) == "EXISTS":
         st.if_exists, k = True, k + 3
     parts, k = _name(toks, k)
     if not parts:
         raise _syntax(sql, toks, k)
     st.names.append(parts)
-    if k < len(toks) and toks[k][:2] == ("o", "("):
+    if at(k) == "(":
         cols: list[str] = []
         k += 1
-        while k < len(toks) and toks[k][0] in "wq":
+        while k < n and toks[k][0] in "wq":
             cols.append(unquote_ident(toks[k][1]) if toks[k][0] == "q" else toks[k][1])
             k += 1
-            if k < len(toks) and toks[k][:2] == ("o", ","):
+            if at(k) == ",":
                 k += 1
-        if k >= len(toks) or toks[k][:2] != ("o", ")") or not cols:
+        if at(k) != ")" or not cols:
             raise _syntax(sql, toks, k)
         st.columns = tuple(cols)
         k += 1
-    if k >= len(toks) or _up(toks[k]) != "AS" or k + 1 >= len(toks):
+    if at(k) != "AS" or k + 1 >= n:
         raise _syntax(sql, toks, k)
-    end = len(toks)
-    if end - k > 3 and _up(toks[end - 1]) == "OPTION" and _up(toks[end - 2]) == "CHECK":
-        w = end - 3 if _up(toks[end - 3]) == "WITH" else end - 4
-        if _up(toks[w]) != "WITH":
+    end = n
+    if end - k > 3 and at(end - 1) == "OPTION" and at(end - 2) == "CHECK":
+        w = end - 3 if at(end - 3) == "WITH" else end - 4
+        if at(w) != "WITH":
             raise _syntax(sql, toks, w)
         st.check_option = sql[toks[w][2]:toks[end - 1][3]]
         end = w
@@ -202,6 +203,7 @@ class ViewService:
         self.file = ViewFile(server.config.server.data_dir or None)
         self.sync: Any = None            # zk.views.ViewSync in a cluster
         self._pattern: re.Pattern[str] | None = None
+        self._plain: set[tuple[str | None, str]] = set()   # statement shapes that read no view
         self._expanded: dict[tuple[str | None, str], tuple[str, tuple[tuple[str, int, str, str], ...]]] = {}
         self._lock = asyncio.Lock()      # one view change at a time on this instance
         if server.cluster is not None:
@@ -235,6 +237,7 @@ class ViewService:
         self._pattern = (re.compile(r"(?<![\w$])(?:" + "|".join(re.escape(n) for n in names) + r")(?![\w$])", re.I)
                          if names else None)
         self._expanded = {}
+        self._plain = set()
         self.server.router.forget()
 
     def table(self, schema: str, name: str) -> Table | None:
@@ -257,10 +260,20 @@ class ViewService:
         key = (schema, sql)
         done = self._expanded.get(key)
         if done is None:
+            # a view's name may well be a column's too: a statement shape found to read no view is
+            # passed on after one tokenization, whatever its literals
+            toks = tokenize(sql)
+            shape = (schema, "\x00".join(["\x01" if t[0] in "snx" else t[1] for t in toks]))
+            if shape in self._plain:
+                return sql
             done = self._expand(router, sql, schema)
             if len(self._expanded) >= EXPANDED_CACHE:
                 self._expanded = {}
             self._expanded[key] = done
+            if done[0] == sql and not done[1] and len(toks) <= 512:
+                if len(self._plain) >= EXPANDED_CACHE:
+                    self._plain = set()
+                self._plain.add(shape)
         out, access = done
         if grants is not None and access:
             grants.check(access)

@@ -10,6 +10,9 @@ import pymysql
 import pytest
 from harness import free_port, proxy_config
 
+from meta.errors import ParseError
+from proxy.views import parse
+
 
 def _err(cur: Any, sql: str) -> tuple[int, str]:
     with pytest.raises(pymysql.MySQLError) as e:
@@ -117,3 +120,22 @@ def test_pushed_and_kept_views_survive_a_restart(fresh_proxy, backends, backend_
                                             "WHERE TABLE_SCHEMA = 'db1'") == [(0,)]
     assert _err(cur, "SELECT * FROM v4")[0] == 1146
     c.close()
+
+
+def test_view_statements_are_read_as_written():
+    st = parse("CREATE OR REPLACE ALGORITHM=MERGE DEFINER=`root`@`%` SQL SECURITY INVOKER VIEW s.v (a, `b c`) "
+               "AS SELECT 1, 2 WITH LOCAL CHECK OPTION;")
+    assert st is not None
+    assert (st.op, st.names, st.or_replace, st.columns, st.select, st.algorithm, st.check_option) == (
+        "CREATE", [["s", "v"]], True, ("a", "b c"), "SELECT 1, 2", "MERGE", "WITH LOCAL CHECK OPTION")
+    st = parse("drop view if exists a, `s`.b cascade")
+    assert st is not None and (st.op, st.names, st.if_exists) == ("DROP", [["a"], ["s", "b"]], True)
+    st = parse("ALTER VIEW v AS (SELECT x FROM t)")
+    assert st is not None and (st.op, st.select) == ("ALTER", "(SELECT x FROM t)")
+    for other in ("CREATE TABLE t (id INT)", "ALTER TABLE t ADD c INT", "DROP TABLE v", "SHOW CREATE TABLE t x",
+                  "CREATE DEFINER=root@localhost PROCEDURE p() SELECT 1", "SHOW TABLES"):
+        assert parse(other) is None, other
+    for bad in ("DROP VIEW", "CREATE VIEW v", "CREATE VIEW v SELECT 1", "CREATE VIEW v () AS SELECT 1",
+                "SHOW CREATE VIEW", "DROP VIEW a b"):
+        with pytest.raises(ParseError):
+            parse(bad)
