@@ -419,21 +419,23 @@ class ViewService:
         lock = await self.sync.lock(schema, name, st.select) if self.sync is not None else None
         try:
             if self.sync is not None:   # the cluster's record is the truth: read it again under the lock
-                await self.sync.pass_once()
+                await self.sync.refresh()
                 old = self.catalog.get(schema, name)
                 if old is not None and st.op == "CREATE" and not st.or_replace:
                     raise TableExists(f"Table '{name}' already exists")
+                if old is None and st.op == "ALTER":
+                    raise NoSuchTable(f"Table '{name}' doesn't exist")
             if view.node is not None:
                 again = st.or_replace or (old is not None and old.node == view.node)
                 await self._on_node(session, view.node, self._physical_create(st, view, again))
             if old is not None and old.node is not None and old.node != view.node:
                 await self._on_node(session, old.node, f"DROP VIEW IF EXISTS {_q(name)}")
-            await self._publish(schema, name, view, must_create=old is None)
+            notes = await self._publish(schema, name, view, must_create=old is None)
         finally:
             if lock is not None:
                 await self.sync.unlock(lock)
         log.info("view defined", view=f"{schema}.{name}", node=view.node or "kept by pydble")
-        return []
+        return notes
 
     async def _define(self, session: Session, st: ViewStmt, schema: str, name: str) -> ViewDef:
         """Where the view lives and what it reads; a kept view is tried once (LIMIT 0) for its columns."""
@@ -521,27 +523,30 @@ class ViewService:
     async def _drop(self, session: Session, st: ViewStmt) -> list[tuple[str, int, str]]:
         targets = [self._target(session, parts) for parts in st.names]
         missing = [f"{s}.{n}" for s, n in targets if self.catalog.get(s, n) is None]
+        notes: list[tuple[str, int, str]] = []
         if missing and not st.if_exists:
             raise ProxyError(f"Unknown table '{','.join(missing)}'", ER_BAD_TABLE, "42S02")
         for schema, name in dict.fromkeys(targets):
             lock = await self.sync.lock(schema, name, "DROP VIEW") if self.sync is not None else None
             try:
                 if self.sync is not None:
-                    await self.sync.pass_once()   # the cluster's record is the truth
+                    await self.sync.refresh()   # the cluster's record is the truth
                 v = self.catalog.get(schema, name)
                 if v is None:
                     continue
                 if v.node is not None:
                     await self._on_node(session, v.node, f"DROP VIEW IF EXISTS {_q(name)}")
-                await self._publish(schema, name, None, must_create=False)
+                notes += await self._publish(schema, name, None, must_create=False)
             finally:
                 if lock is not None:
                     await self.sync.unlock(lock)
             log.info("view dropped", view=f"{schema}.{name}")
-        return [("Note", ER_BAD_TABLE, f"Unknown table '{m}'") for m in missing]
+        return [("Note", ER_BAD_TABLE, f"Unknown table '{m}'") for m in missing] + notes
 
-    async def _publish(self, schema: str, name: str, view: ViewDef | None, must_create: bool) -> None:
-        """Persist the change (ZooKeeper, acknowledged by every instance; or the local file), then use it."""
+    async def _publish(self, schema: str, name: str, view: ViewDef | None,
+                       must_create: bool) -> list[tuple[str, int, str]]:
+        """Persist the change (ZooKeeper, acknowledged by every instance; or the local file), then use it;
+        a warning naming the instances that did not acknowledge it in time."""
         if self.sync is not None:
             revision = await self.sync.change(schema, name, view, must_create)
         else:
@@ -550,7 +555,10 @@ class ViewService:
                 views.pop((schema, name), None)
             else:
                 views[view.key] = view
-            await asyncio.to_thread(self.file.save, list(views.values()))
+            try:
+                await asyncio.to_thread(self.file.save, list(views.values()))
+            except OSError as e:
+                raise ProxyError(f"the view could not be saved in {self.file.path}: {e}", 1105, "HY000") from None
         if view is None:
             self.catalog.remove(schema, name)
         else:
@@ -563,6 +571,9 @@ class ViewService:
             if laggards:
                 log.warning("instances did not acknowledge a view change in time", view=f"{schema}.{name}",
                             laggards=laggards)
+                return [("Warning", 1105, f"instance(s) {', '.join(laggards)} did not acknowledge the change of "
+                                          f"view {schema}.{name} within ack_timeout_s; they apply it when they can")]
+        return []
 
     # -- listings ---------------------------------------------------------------------------------
     def names_of(self, schema: str) -> list[str]:

@@ -86,6 +86,13 @@ class ViewSync(PassLoop):
             self.revision = stat.version
         await self._ack()
 
+    async def refresh(self) -> None:
+        """Read the views again now (a change under the view's lock starts from the cluster's truth)."""
+        try:
+            await self.pass_once()
+        except ZK_ERRORS as e:
+            raise DdlInProgress(f"ZooKeeper did not answer ({e}): the view is not changed, please retry") from None
+
     async def _ack(self) -> None:
         """online-style ephemeral ack of the revision applied (re-made after a new session)."""
         zk = self.cluster.zk
@@ -114,6 +121,12 @@ class ViewSync(PassLoop):
     # -- changing -------------------------------------------------------------------------------
     async def lock(self, schema: str, name: str, sql: str) -> str:
         """Take the view's cluster lock (fail fast, like a DDL's); returns the lock's path."""
+        try:
+            return await self._lock(schema, name, sql)
+        except ZK_ERRORS as e:
+            raise DdlInProgress(f"ZooKeeper did not answer ({e}): the view is not changed, please retry") from None
+
+    async def _lock(self, schema: str, name: str, sql: str) -> str:
         c = self.cluster
         c.check_ddl_allowed()
         zk = c.zk
@@ -140,6 +153,13 @@ class ViewSync(PassLoop):
     async def change(self, schema: str, name: str, view: ViewDef | None, must_create: bool) -> int:
         """Write (or delete, view None) a view's record with the folder's version bumped in one
         transaction; the new revision. TableExists when must_create and it is there already."""
+        try:
+            return await self._change(schema, name, view, must_create)
+        except ZK_ERRORS as e:
+            raise DdlInProgress(f"ZooKeeper did not answer ({e}) while view {schema}.{name} was written; check "
+                                f"it with SHOW CREATE VIEW and retry") from None
+
+    async def _change(self, schema: str, name: str, view: ViewDef | None, must_create: bool) -> int:
         zk = self.cluster.zk
         assert zk is not None
         path = self.record(schema, name)
@@ -170,6 +190,12 @@ class ViewSync(PassLoop):
 
     async def wait_acks(self, revision: int, timeout: float) -> list[str]:
         """Wait until every other online instance has applied revision (bounded); the laggards."""
+        try:
+            return await self._wait_acks(revision, timeout)
+        except ZK_ERRORS as e:
+            return [f"(ZooKeeper did not answer: {e})"]
+
+    async def _wait_acks(self, revision: int, timeout: float) -> list[str]:
         c = self.cluster
         zk = c.zk
         assert zk is not None
