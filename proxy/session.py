@@ -830,7 +830,7 @@ class Session:
             return False
         elif kw == "" and not tokenize(sql):
             raise ProxyError("Query was empty", 1065, "42000")
-        if kw in ("CREATE", "ALTER", "DROP", "SHOW") and (view := views.parse(sql)) is not None:
+        if kw in views.KEYWORDS and (view := views.parse(sql)) is not None:
             if await self.server.views.run(self, view, r, more):
                 return False
         return await self.executor.execute(sql, r, more, may_relay)

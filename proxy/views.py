@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import uuid
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,7 @@ ER_WRONG_OBJECT = 1347
 ER_WRONG_COLUMN_NAME = 1166
 ER_WRONG_NUMBER_OF_COLUMNS = 1222
 
+KEYWORDS = frozenset({"CREATE", "ALTER", "DROP", "SHOW", "DESC", "DESCRIBE", "EXPLAIN"})   # what parse() reads
 _SHOW_CREATE_COLUMNS = ("View", "Create View", "character_set_client", "collation_connection")
 
 
@@ -54,12 +56,12 @@ _SHOW_CREATE_COLUMNS = ("View", "Create View", "character_set_client", "collatio
 class ViewStmt:
     """A view statement as written."""
 
-    op: str                                   # CREATE | ALTER | DROP | SHOW
+    op: str                                   # CREATE | ALTER | DROP | SHOW | DESC
     names: list[list[str]]                    # each [schema,] name as written
     or_replace: bool = False
     if_exists: bool = False                   # DROP ... IF EXISTS, CREATE ... IF NOT EXISTS
     columns: tuple[str, ...] = ()
-    select: str = ""
+    select: str = ""                          # the SELECT (DESC: the SHOW COLUMNS to run, {} the name)
     algorithm: str = ""
     check_option: str = ""                    # WITH [CASCADED|LOCAL] CHECK OPTION, as written
     show_table: bool = False                  # SHOW CREATE TABLE (answered here only for a view)
@@ -99,6 +101,25 @@ def parse(sql: str) -> ViewStmt | None:
         return _up(toks[k]) if k < n else ""
 
     first = at(0)
+    if first in ("DESC", "DESCRIBE", "EXPLAIN"):
+        parts, k = _name(toks, 1)
+        if not parts or (k < n and toks[k][0] not in "wqs") or k + 1 < n:
+            return None   # EXPLAIN of a statement, or not a table: the router decides
+        tail = sql[toks[k][2]:toks[k][3]] if k < n else ""
+        return ViewStmt("DESC", [parts], select="SHOW COLUMNS FROM {}" + (f" LIKE {_like(toks[k])}" if tail else ""))
+    if first == "SHOW" and at(1) in ("FULL", "COLUMNS", "FIELDS"):
+        k = 2 if at(1) == "FULL" else 1
+        if at(k) not in ("COLUMNS", "FIELDS") or at(k + 1) not in ("FROM", "IN"):
+            return None
+        parts, j = _name(toks, k + 2)
+        if not parts:
+            return None
+        if at(j) in ("FROM", "IN") and len(parts) == 1 and j + 1 < n and toks[j + 1][0] in "wq":
+            parts = [unquote_ident(toks[j + 1][1]) if toks[j + 1][0] == "q" else toks[j + 1][1], parts[0]]
+            j += 2
+        tail = sql[toks[j][2]:toks[n - 1][3]] if j < n else ""
+        head = "SHOW FULL COLUMNS FROM {}" if at(1) == "FULL" else "SHOW COLUMNS FROM {}"
+        return ViewStmt("DESC", [parts], select=head + (f" {tail}" if tail else ""))
     if first == "SHOW":
         if at(1) != "CREATE" or at(2) not in ("VIEW", "TABLE"):
             return None
@@ -178,6 +199,14 @@ def parse(sql: str) -> ViewStmt | None:
         end = w
     st.select = sql[toks[k + 1][2]:toks[end - 1][3]].strip()
     return st
+
+
+def _like(tok: Token) -> str:
+    """DESC v col|'pattern': the LIKE pattern SHOW COLUMNS takes for it."""
+    if tok[0] == "s":
+        return tok[1]
+    text = unquote_ident(tok[1]) if tok[0] == "q" else tok[1]
+    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 def _q(name: str) -> str:
@@ -361,6 +390,8 @@ class ViewService:
             r.resultset(ResultSet(cols, [[v.name.encode(), v.create.encode(), b"utf8mb4", b"utf8mb4_general_ci"]]),
                         session.status(), more)
             return True
+        if st.op == "DESC":
+            return await self._describe(session, st, r, more)
         if session.read_only:
             raise ReadOnly(f"User '{session.user}' is read only")
         ex = session.executor
@@ -377,6 +408,39 @@ class ViewService:
                 notes = await self._create(session, st)
         session.warnings = notes
         r.ok(session.status(), warnings=len(notes), more=more)
+        return True
+
+    async def _describe(self, session: Session, st: ViewStmt, r: Reply, more: bool) -> bool:
+        """DESC / SHOW [FULL] COLUMNS of a view pydble keeps: MariaDB describes the view's statement as one
+        node runs it (every node's tables have the same structure), from a view made for the moment on a
+        connection of its own; False for anything else (the router routes it)."""
+        parts = st.names[0]
+        if len(parts) == 2 and parts[0].lower() not in {x.lower() for x in self.server.config.schemas}:
+            return False
+        if len(parts) == 1 and session.schema is None:
+            return False
+        schema, name = self._target(session, parts, granted=False)
+        v = self.catalog.get(schema, name)
+        if v is None or v.node is not None:
+            return False
+        plan = self.server.router.route(f"SELECT * FROM {_q(schema)}.{_q(name)}", schema, session.grants)
+        node, sql = plan.targets[0].node, plan.targets[0].sql
+        scratch = _q(f"_pydble_desc_{uuid.uuid4().hex[:16]}")
+        backends = self.server.backends
+        conn = await backends.acquire(node, session.format_flags)
+        try:
+            sc = await conn.query(f"CREATE VIEW {scratch} AS {sql};{st.select.format(scratch)};DROP VIEW {scratch}",
+                                  backends.timeout_s)
+            if sc.error is not None and len(sc.results) >= 1:
+                await conn.query(f"DROP VIEW IF EXISTS {scratch}", backends.timeout_s)
+        except BaseException:
+            conn.close()
+            raise
+        finally:
+            backends.release(node, conn)
+        if sc.error is not None:
+            raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
+        r.resultset(sc.results[1], session.status(), more)
         return True
 
     def _target(self, session: Session, parts: list[str], granted: bool = True) -> tuple[str, str]:

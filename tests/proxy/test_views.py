@@ -77,6 +77,10 @@ def test_pushed_and_kept_views_survive_a_restart(fresh_proxy, backends, backend_
     assert cur.fetchall() == (("schema1", "v4"), ("schema1", "v4c"), ("schema1", "vv"), ("schema2", "sv"))
     cur.execute("SELECT TABLE_NAME, VIEW_DEFINITION FROM information_schema.VIEWS WHERE TABLE_NAME = 'v4'")
     assert cur.fetchall() == (("v4", "SELECT id, name FROM sharding_4_t1 WHERE id > 2"),)
+    cur.execute("DESC v4c")   # MariaDB describes the view's statement
+    assert [row[:3] for row in cur.fetchall()] == [("k", "int(11)", "NO"), ("n", "varchar(20)", "YES")]
+    cur.execute("SHOW COLUMNS FROM schema1.v4 LIKE 'na%'")
+    assert [row[0] for row in cur.fetchall()] == ["name"]
     cur.execute("SHOW CREATE VIEW v4")
     assert cur.fetchall()[0][:2] == ("v4", "CREATE VIEW `v4` AS SELECT id, name FROM sharding_4_t1 WHERE id > 2")
 
@@ -130,10 +134,15 @@ def test_view_statements_are_read_as_written():
         "CREATE", [["s", "v"]], True, ("a", "b c"), "SELECT 1, 2", "MERGE", "WITH LOCAL CHECK OPTION")
     st = parse("drop view if exists a, `s`.b cascade")
     assert st is not None and (st.op, st.names, st.if_exists) == ("DROP", [["a"], ["s", "b"]], True)
+    st = parse("DESC s.v c")
+    assert st is not None and (st.op, st.names, st.select) == ("DESC", [["s", "v"]], "SHOW COLUMNS FROM {} LIKE 'c'")
+    st = parse("SHOW FULL FIELDS IN v FROM s WHERE Type LIKE 'int%'")
+    assert st is not None and (st.names, st.select) == ([["s", "v"]], "SHOW FULL COLUMNS FROM {} WHERE Type LIKE 'int%'")
     st = parse("ALTER VIEW v AS (SELECT x FROM t)")
     assert st is not None and (st.op, st.select) == ("ALTER", "(SELECT x FROM t)")
     for other in ("CREATE TABLE t (id INT)", "ALTER TABLE t ADD c INT", "DROP TABLE v", "SHOW CREATE TABLE t x",
-                  "CREATE DEFINER=root@localhost PROCEDURE p() SELECT 1", "SHOW TABLES"):
+                  "CREATE DEFINER=root@localhost PROCEDURE p() SELECT 1", "SHOW TABLES",
+                  "EXPLAIN SELECT * FROM v", "DESC SELECT 1", "SHOW INDEX FROM v"):
         assert parse(other) is None, other
     for bad in ("DROP VIEW", "CREATE VIEW v", "CREATE VIEW v SELECT 1", "CREATE VIEW v () AS SELECT 1",
                 "SHOW CREATE VIEW", "DROP VIEW a b"):
