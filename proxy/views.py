@@ -366,7 +366,7 @@ class ViewService:
             for (s, t), v in views.items():
                 if v.node is None:
                     raise NotSupported(f"this statement on view {s}.{t} is not supported by pydble: the view is "
-                                       f"kept by pydble; SELECT * FROM {t} LIMIT 0 shows its columns")
+                                       f"kept by pydble (DESC {t} shows its columns)")
         return kept
 
     # -- statements -------------------------------------------------------------------------------
