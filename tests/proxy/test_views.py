@@ -11,7 +11,7 @@ import pytest
 from harness import free_port, proxy_config
 
 from meta.errors import ParseError
-from proxy.views import parse
+from proxy.view_parse import parse
 
 
 def _err(cur: Any, sql: str) -> tuple[int, str]:
