@@ -9,11 +9,10 @@ import pytest
 from clusterkit import TABLE
 
 
-def test_a_view_made_on_one_instance_is_answered_at_once_by_the_other(cluster, backends):
+def test_a_view_made_on_one_instance_is_answered_at_once_by_the_other(cluster, backends, backend_rows):
+    backend_rows(backends[0], "db1", "DROP VIEW IF EXISTS sv")   # left by an earlier run that died
     p1, p2 = cluster.start(2)
     p1.query(f"INSERT INTO {TABLE} VALUES (1, 10), (2, 20), (3, 30), (4, 40)")
-    p1.query("DROP VIEW IF EXISTS kv")
-    p1.query("DROP VIEW IF EXISTS sv", database="schema2")
     p1.query("DROP TABLE IF EXISTS sing", database="schema2")
     p1.query("CREATE TABLE sing (id INT PRIMARY KEY)", database="schema2")
 
@@ -29,6 +28,14 @@ def test_a_view_made_on_one_instance_is_answered_at_once_by_the_other(cluster, b
     finally:
         zk.stop()
 
+    zk = cluster.zk()   # a change of kv under way elsewhere holds its lock: nobody else may change kv
+    try:
+        zk.create(f"{cluster.base()}/lock/view_lock/schema1.kv", b"elsewhere", ephemeral=True)
+        with pytest.raises(pymysql.MySQLError) as e:
+            p2.query("DROP VIEW kv")
+        assert e.value.args[0] == 4006 and "operating view" in e.value.args[1]
+    finally:
+        zk.stop()   # the lock goes with its holder's session
     p2.query("DROP VIEW kv")
     with pytest.raises(pymysql.MySQLError) as e:
         p1.query("SELECT * FROM kv")
