@@ -486,20 +486,21 @@ class ViewService:
         """The views SHOW FULL TABLES lists in a schema."""
         return [v.name for v in self.catalog.of_schema(schema)]
 
-    def infoschema_rows(self, table: str, schema: str, names: list[str],
-                        node_rows: dict[str, list[list[bytes | None]]]
-                        ) -> tuple[dict[str, list[list[bytes | None]]], list[list[bytes | None]]]:
-        """information_schema TABLES / VIEWS of a schema: the nodes' rows without the views pydble knows,
-        and one row per such view (TABLE_TYPE VIEW; its definition as written)."""
+    async def infoschema_rows(self, table: str, schema: str, names: list[str],
+                              node_rows: dict[str, list[list[bytes | None]]], flags: int = 0
+                              ) -> tuple[dict[str, list[list[bytes | None]]], list[list[bytes | None]]]:
+        """information_schema TABLES / VIEWS / COLUMNS of a schema: the nodes' rows without the views pydble
+        knows, and the rows of those views (TABLE_TYPE VIEW; the definition as written; their columns as
+        MariaDB describes them on a node)."""
         views = self.catalog.of_schema(schema)
-        if not views or table not in ("TABLES", "VIEWS"):
-            return node_rows, []
-        if "TABLE_NAME" not in names:
+        if not views or table not in ("TABLES", "VIEWS", "COLUMNS") or "TABLE_NAME" not in names:
             return node_rows, []
         ti = names.index("TABLE_NAME")
         known = {v.name for v in views}
         kept = {n: [r for r in rows if (r[ti] or b"").decode("utf-8", "replace").lower() not in known]
                 for n, rows in node_rows.items()}
+        if table == "COLUMNS":
+            return kept, await self._column_rows(schema, views, names, flags)
         extra: list[list[bytes | None]] = []
         for v in views:
             if table == "TABLES":
@@ -513,6 +514,56 @@ class ViewService:
                           "COLLATION_CONNECTION": "utf8mb4_general_ci", "ALGORITHM": "UNDEFINED"}
             extra.append([values[c].encode() if c in values else None for c in names])
         return kept, extra
+
+    async def _column_rows(self, schema: str, views: list[ViewDef], names: list[str],
+                           flags: int) -> list[list[bytes | None]]:
+        """information_schema.COLUMNS rows of views: a pushed view's from its node, a kept view's from a view
+        made for the moment on one node (as DESC does)."""
+        if "TABLE_SCHEMA" not in names:
+            return []
+        si, ti = names.index("TABLE_SCHEMA"), names.index("TABLE_NAME")
+        per_node: dict[str, list[tuple[str, str, str | None]]] = {}   # node -> (view, name there, its SELECT)
+        for v in views:
+            if v.node is not None:
+                per_node.setdefault(v.node, []).append((v.name, v.name, None))
+                continue
+            try:
+                plan = self.server.router.route(f"SELECT * FROM {_q(schema)}.{_q(v.name)}", schema)
+            except ProxyError:
+                continue   # a view whose tables are gone has no columns to list
+            t = plan.targets[0]
+            per_node.setdefault(t.node, []).append((v.name, f"_pydble_desc_{uuid.uuid4().hex[:16]}", t.sql))
+        backends = self.server.backends
+        out: list[list[bytes | None]] = []
+        for node, items in per_node.items():
+            db = backends.database_of(node).replace("\\", "\\\\").replace("'", "''")
+            made = [n for _, n, sql in items if sql is not None]
+            stmts = [f"CREATE VIEW {_q(n)} AS {sql}" for _, n, sql in items if sql is not None]
+            listed = ", ".join("'" + n.replace("'", "''") + "'" for _, n, _ in items)
+            stmts.append(f"SELECT * FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = '{db}' AND TABLE_NAME IN "
+                         f"({listed}) ORDER BY TABLE_NAME, ORDINAL_POSITION")
+            conn = await backends.acquire(node, flags)
+            try:
+                if conn.vars or not conn.autocommit:
+                    await conn.reset(backends.timeout_s)
+                sc = await conn.query(";".join(stmts), backends.timeout_s)
+                if made:
+                    await conn.query("DROP VIEW IF EXISTS " + ", ".join(_q(n) for n in made), backends.timeout_s)
+            except BaseException:
+                conn.close()
+                raise
+            finally:
+                backends.release(node, conn)
+            if sc.error is not None:
+                raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
+            real = {n: view for view, n, _ in items}
+            rows = sc.results[-1].rows if sc.results and sc.results[-1].columns else []
+            for row in rows:
+                r = list(row)
+                r[si] = schema.encode()
+                r[ti] = real.get((r[ti] or b"").decode("utf-8", "replace"), "").encode()
+                out.append(r)
+        return out
 
 
 __all__ = ["KEYWORDS", "ViewService", "ViewStmt", "parse"]
