@@ -24,7 +24,8 @@ import structlog
 
 from meta.errors import (BackendError, DbAccessDenied, NoDatabaseSelected, NoSuchTable, NotSupported, ParseError,
                          ProxyError, ReadOnly, TableExists, UnknownDatabase)
-from meta.views import ViewCatalog, ViewDef, ViewFile
+from meta.config import StartRefused
+from meta.views import BadView, ViewCatalog, ViewDef, ViewFile
 
 from .analysis import ANY, LOCAL_TYPES, Analysis, Ref, Table
 from .protocol.messages import ColumnDef, ResultSet
@@ -87,7 +88,10 @@ class ViewService:
     async def start(self) -> None:
         """Read the views kept (ZooKeeper or the local file) before the client port opens."""
         if self.sync is None:
-            self._install(self.file.load())
+            try:
+                self._install(self.file.load())
+            except BadView as e:
+                raise StartRefused(str(e)) from None
             return
         cluster = self.server.cluster
         assert cluster is not None
