@@ -32,9 +32,10 @@ def test_records_round_trip_and_the_file_is_replaced_whole(tmp_path):
 
 def test_the_catalog_is_swapped_whole():
     cat = ViewCatalog()
-    cat.put(_view("a"))
+    a = _view("a")
+    cat.put(a)
     before = cat.version
-    assert not cat.replace_all([_view("a")])          # the same set: nothing to re-plan
+    assert not cat.replace_all([a])          # the same set: nothing to re-plan
     assert cat.replace_all([_view("b")]) and cat.version > before
     assert cat.get("schema1", "B") is not None and cat.get("schema1", "a") is None
     assert cat.names() == {"b"} and [v.name for v in cat.of_schema("schema1")] == ["b"]
