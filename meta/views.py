@@ -37,6 +37,7 @@ class ViewDef:
     node: str | None = None         # pushed down: the shardingNode holding it; None: kept by pydble
     tables: tuple[tuple[str, str], ...] = ()   # the base tables it reads (grants are checked on them)
     created_at: float = field(default_factory=time.time)
+    definer: str = ""               # user@% of the client user who defined it (information_schema.VIEWS)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -54,7 +55,7 @@ class ViewDef:
                        select=str(o["select"]), columns=tuple(str(c) for c in o.get("columns", ())),
                        node=None if o.get("node") is None else str(o["node"]),
                        tables=tuple((str(s), str(t)) for s, t in o.get("tables", ())),
-                       created_at=float(o.get("created_at", 0.0)))
+                       created_at=float(o.get("created_at", 0.0)), definer=str(o.get("definer", "")))
         except (KeyError, TypeError, ValueError) as e:
             raise BadView(f"not a view record: {e}") from None
 

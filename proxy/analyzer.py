@@ -764,7 +764,7 @@ class Analyzer:
         while True:
             table, k = self._ddl_or_system(p, k, schema)
             name = p.ident(k - 1) or table.name
-            if table.type in ("system", "view"):
+            if table.type == "system":
                 raise not_supported(f"LOCK TABLES on {table.full} is not supported by pydble")
             alias = None
             if p.word(k, "AS"):

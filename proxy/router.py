@@ -161,7 +161,10 @@ class Router:
         """LOCK TABLES: the statement each shardingNode of the locked tables runs, and the tables locked."""
         per_node: dict[str, list[str]] = {}
         tables: dict[tuple[str, str], None] = {}
-        for table, name, alias, mode in self.analyzer.lock_tables(tokenize(sql), schema):
+        items = self.analyzer.lock_tables(tokenize(sql), schema)
+        if self.views is not None:   # a view pydble keeps: its base tables are locked (proxy/views.py)
+            items = self.views.lock_items(self.analyzer, items)
+        for table, name, alias, mode in items:
             tables[(table.schema, table.name)] = None
             item = f"`{name.replace('`', '``')}`" + (f" AS `{alias.replace('`', '``')}`" if alias else "") + f" {mode}"
             for node in table.nodes:

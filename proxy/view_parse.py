@@ -16,7 +16,7 @@ KEYWORDS = frozenset({"CREATE", "ALTER", "DROP", "SHOW", "DESC", "DESCRIBE", "EX
 class ViewStmt:
     """A view statement as written."""
 
-    op: str                                   # CREATE | ALTER | DROP | SHOW | DESC
+    op: str                                   # CREATE | ALTER | DROP | SHOW | DESC | DROP_TABLE
     names: list[list[str]]                    # each [schema,] name as written
     or_replace: bool = False
     if_exists: bool = False                   # DROP ... IF EXISTS, CREATE ... IF NOT EXISTS
@@ -89,6 +89,18 @@ def parse(sql: str) -> ViewStmt | None:
                 return None
             raise _syntax(sql, toks, k)
         return ViewStmt("SHOW", [parts], show_table=at(2) == "TABLE")
+    if first == "DROP" and at(1) in ("TABLE", "TABLES") and at(2) == "IF" and at(3) == "EXISTS":
+        st = ViewStmt("DROP_TABLE", [], if_exists=True)   # answered here only when it names views only
+        k = 4
+        while True:
+            parts, k = _name(toks, k)
+            if not parts:
+                return None
+            st.names.append(parts)
+            if at(k) != ",":
+                break
+            k += 1
+        return st if k == n else None
     if first == "DROP":
         if at(1) != "VIEW":
             return None

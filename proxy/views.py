@@ -190,6 +190,8 @@ class ViewService:
             for v in views.values():
                 if an.ddl == "CREATE_TABLE":
                     raise TableExists(f"Table '{v.name}' already exists")
+                if an.ddl == "DROP_TABLE":   # as MySQL: DROP TABLE does not see views
+                    raise ProxyError(f"Unknown table '{v.schema}.{v.name}'", ER_BAD_TABLE, "42S02")
                 raise ProxyError(f"'{v.schema}.{v.name}' is not BASE TABLE", ER_WRONG_OBJECT, "HY000")
         written = [an.target] if an.target is not None else [r.table for r in an.modified or ()]
         for t in written:
@@ -215,6 +217,25 @@ class ViewService:
                                        f"kept by pydble (DESC {t} shows its columns)")
         return kept
 
+    def lock_items(self, analyzer: Any, items: list[tuple[Table, str, str | None, str]]
+                   ) -> list[tuple[Table, str, str | None, str]]:
+        """LOCK TABLES naming a view pydble keeps locks the tables it reads instead, as MySQL does (each
+        once: a table also named in the statement keeps its own lock type)."""
+        if not any(t.type == "view" for t, _, _, _ in items):
+            return items
+        named = {(t.schema, t.name) for t, _, alias, _ in items if t.type != "view" and alias is None}
+        out = []
+        for table, name, alias, mode in items:
+            v = self.catalog.get(table.schema, table.name) if table.type == "view" else None
+            if v is None:
+                out.append((table, name, alias, mode))
+                continue
+            for s, t in v.tables:
+                if (s, t) not in named:
+                    named.add((s, t))
+                    out.append((analyzer.resolve([s, t], None), t, None, mode))
+        return out
+
     # -- statements -------------------------------------------------------------------------------
     async def run(self, session: Session, st: ViewStmt, r: Reply, more: bool) -> bool:
         """Answer a view statement; False for SHOW CREATE TABLE of something that is not a view."""
@@ -238,6 +259,17 @@ class ViewService:
             return True
         if st.op == "DESC":
             return await self._describe(session, st, r, more)
+        if st.op == "DROP_TABLE":   # DROP TABLE IF EXISTS of views only (a dump's placeholder): nothing to do
+            cfg = self.server.config.schemas
+            if any(len(p) == 2 and p[0] not in cfg for p in st.names) or (session.schema is None and
+                                                                          any(len(p) == 1 for p in st.names)):
+                return False
+            keys = [self._target(session, p) for p in st.names]
+            if not all(self.catalog.get(s, n) is not None for s, n in keys):
+                return False
+            session.warnings = [("Note", ER_BAD_TABLE, f"Unknown table '{s}.{n}'") for s, n in keys]
+            r.ok(session.status(), warnings=len(keys), more=more)
+            return True
         if session.read_only:
             raise ReadOnly(f"User '{session.user}' is read only")
         ex = session.executor
@@ -376,7 +408,8 @@ class ViewService:
         if node is not None:
             if session.grants is not None:
                 session.grants.check(an.access)
-            return ViewDef(schema, name, create, qualified, st.columns, node, tuple(base))
+            return ViewDef(schema, name, create, qualified, st.columns, node, tuple(base),
+                           definer=f"{session.user}@%")
         if st.check_option:
             raise NotSupported("WITH CHECK OPTION on a view kept by pydble is not supported: such a view cannot "
                                "be written through")
@@ -401,7 +434,8 @@ class ViewService:
             if [c.lower() for c in found] != [c.lower() for c in st.columns]:
                 select = ("SELECT " + ", ".join(f"{_q(f)} AS {_q(c)}" for f, c in zip(found, st.columns))
                           + f" FROM ({qualified}) AS {_q('_pydble_' + name)}")
-        return ViewDef(schema, name, create, select, st.columns or tuple(found), None, tuple(base))
+        return ViewDef(schema, name, create, select, st.columns or tuple(found), None, tuple(base),
+                       definer=f"{session.user}@%")
 
     def _one_node(self, schema: str, refs: list[Ref]) -> str | None:
         """The node a view is pushed down to: the one node every table it reads lives on (a view that
@@ -513,7 +547,7 @@ class ViewService:
             else:
                 values = {"TABLE_CATALOG": "def", "TABLE_SCHEMA": schema, "TABLE_NAME": v.name,
                           "VIEW_DEFINITION": v.create.split(" AS ", 1)[1] if " AS " in v.create else v.select,
-                          "CHECK_OPTION": "NONE", "IS_UPDATABLE": "YES" if v.node else "NO", "DEFINER": "",
+                          "CHECK_OPTION": "NONE", "IS_UPDATABLE": "YES" if v.node else "NO", "DEFINER": v.definer,
                           "SECURITY_TYPE": "INVOKER", "CHARACTER_SET_CLIENT": "utf8mb4",
                           "COLLATION_CONNECTION": "utf8mb4_general_ci", "ALGORITHM": "UNDEFINED"}
             extra.append([values[c].encode() if c in values else None for c in names])

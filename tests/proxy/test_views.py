@@ -4,11 +4,12 @@ kept by pydble (a local file here), expanded into the queries that read it, and 
 from __future__ import annotations
 
 import copy
+import subprocess
 from typing import Any
 
 import pymysql
 import pytest
-from harness import free_port, proxy_config
+from harness import free_port, proxy_config, require_tool
 
 from meta.errors import ParseError
 from proxy.view_parse import parse
@@ -98,7 +99,8 @@ def test_pushed_and_kept_views_survive_a_restart(fresh_proxy, backends, backend_
     assert _err(cur, "CREATE VIEW agg AS SELECT COUNT(*) FROM sharding_4_t1")[0] == 1235
     assert _err(cur, "INSERT INTO v4 VALUES (9, 'i')")[0] == 1235
     assert _err(cur, "DROP VIEW nope")[0] == 1051
-    assert _err(cur, "DROP TABLE v4")[0] == 1347
+    assert _err(cur, "DROP TABLE v4")[0] == 1051
+    assert _err(cur, "ALTER TABLE v4 ADD c INT")[0] == 1347
     nodb = p.connect(database=None)
     assert _err(nodb.cursor(), "CREATE VIEW v AS SELECT 1")[0] == 1046
     nodb.close()
@@ -153,3 +155,22 @@ def test_view_statements_are_read_as_written():
                 "SHOW CREATE VIEW", "DROP VIEW a b"):
         with pytest.raises(ParseError):
             parse(bad)
+
+
+def test_mysqldump_of_a_schema_with_a_view_loads_back_through_pydble(fresh_proxy):
+    p = fresh_proxy()
+    for sql in ("DROP TABLE IF EXISTS sharding_4_t1", "CREATE TABLE sharding_4_t1 (id INT PRIMARY KEY, name VARCHAR(20))",
+                "INSERT INTO sharding_4_t1 VALUES (1,'a'),(2,'b'),(3,'c')",
+                "CREATE VIEW dv AS SELECT id, name FROM sharding_4_t1 WHERE id > 1"):
+        p.query(sql)
+    login = ["--no-defaults", "-h127.0.0.1", f"-P{p.port}", "-utest", "-p111111"]
+    # LOCK TABLES ... dv READ LOCAL locks the view's table; SHOW FIELDS FROM dv for its placeholder
+    dump = subprocess.run([require_tool("mysqldump"), *login, "schema1", "sharding_4_t1", "dv"],
+                          capture_output=True, text=True, timeout=60)
+    assert dump.returncode == 0 and not dump.stderr, dump.stderr
+    assert "CREATE VIEW `dv` AS SELECT id, name FROM sharding_4_t1 WHERE id > 1" in dump.stdout
+    p.query("DROP VIEW dv")
+    load = subprocess.run([require_tool("mysql"), *login, "schema1"], input=dump.stdout, capture_output=True,
+                          text=True, timeout=60)
+    assert load.returncode == 0, load.stderr
+    assert p.query("SELECT name FROM dv ORDER BY id") == [("b",), ("c",)]
