@@ -27,7 +27,7 @@ from meta.errors import (BackendError, DbAccessDenied, NoDatabaseSelected, NoSuc
 from meta.config import StartRefused
 from meta.views import BadView, ViewCatalog, ViewDef, ViewFile
 
-from .analysis import ANY, LOCAL_TYPES, Analysis, Ref, Table
+from .analysis import ALL, ANY, LOCAL_TYPES, Analysis, Ref, Table
 from .protocol.messages import ColumnDef, ResultSet
 from .protocol.packets import splice
 from .sqltok import tokenize
@@ -264,9 +264,11 @@ class ViewService:
             if any(len(p) == 2 and p[0] not in cfg for p in st.names) or (session.schema is None and
                                                                           any(len(p) == 1 for p in st.names)):
                 return False
-            keys = [self._target(session, p) for p in st.names]
+            keys = [self._target(session, p, granted=False) for p in st.names]
             if not all(self.catalog.get(s, n) is not None for s, n in keys):
                 return False
+            if session.grants is not None:
+                session.grants.check(tuple(("DROP", ALL, s, n) for s, n in keys))
             session.warnings = [("Note", ER_BAD_TABLE, f"Unknown table '{s}.{n}'") for s, n in keys]
             r.ok(session.status(), warnings=len(keys), more=more)
             return True
