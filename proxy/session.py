@@ -892,7 +892,9 @@ class Session:
         by_node = {n: {bytes(r[0] or b"").decode().lower(): r for r in sc.results[0].rows}
                    for n, sc in zip(nodes, scanners)}
         rows = {t: [by_node[n][t] for n in homes[t] if t in by_node[n]] for t in names}
-        return local.table_status_result(scanners[0].results[0].columns, {t: r for t, r in rows.items() if r})
+        columns = scanners[0].results[0].columns
+        rows.update(self.server.views.status_rows(schema, like, columns))   # views: Comment 'VIEW', as MySQL
+        return local.table_status_result(columns, {t: r for t, r in rows.items() if r})
 
     async def show(self, sql: str) -> ResultSet | None:
         """SHOW statements answered from the proxy's own knowledge, or None to route them."""

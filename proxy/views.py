@@ -522,6 +522,20 @@ class ViewService:
         return []
 
     # -- listings ---------------------------------------------------------------------------------
+    def status_rows(self, schema: str, like: str | None, columns: list[ColumnDef]
+                    ) -> dict[str, list[list[bytes | None]]]:
+        """SHOW TABLE STATUS rows of the views of a schema: the name, Comment VIEW, nothing else."""
+        from .local import like_match
+        names = [c.name for c in columns]
+        out = {}
+        for v in self.catalog.of_schema(schema):
+            if like is None or like_match(like, v.name):
+                row: list[bytes | None] = [None] * len(names)
+                if "Comment" in names:
+                    row[names.index("Comment")] = b"VIEW"
+                out[v.name] = [row]
+        return out
+
     def names_of(self, schema: str) -> list[str]:
         """The views SHOW FULL TABLES lists in a schema."""
         return [v.name for v in self.catalog.of_schema(schema)]

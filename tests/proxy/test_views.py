@@ -86,6 +86,9 @@ def test_pushed_and_kept_views_survive_a_restart(fresh_proxy, backends, backend_
                 "WHERE TABLE_NAME IN ('v4c', 'sv') ORDER BY 1, ORDINAL_POSITION")
     assert cur.fetchall() == (("sv", "id", "int(11)"), ("sv", "v", "int(11)"),
                               ("v4c", "k", "int(11)"), ("v4c", "n", "varchar(20)"))
+    cur.execute("SHOW TABLE STATUS LIKE 'v4%'")
+    comment = [d[0] for d in cur.description].index("Comment")
+    assert [(row[0], row[1], row[comment]) for row in cur.fetchall()] == [("v4", None, "VIEW"), ("v4c", None, "VIEW")]
     cur.execute("SHOW CREATE VIEW v4")
     assert cur.fetchall()[0][:2] == ("v4", "CREATE VIEW `v4` AS SELECT id, name FROM sharding_4_t1 WHERE id > 2")
 
