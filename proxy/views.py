@@ -421,8 +421,7 @@ class ViewService:
         except NotSupported as e:
             if e.code != 1235:
                 raise
-            raise NotSupported(f"view {schema}.{name} reads tables on several shardingNodes and cannot be answered "
-                               f"by pydble: {e.message}") from None
+            raise NotSupported(f"view {schema}.{name} could never be answered exactly by pydble: {e.message}") from None
         scanners = await session.executor._run_on([(t.node, t.sql) for t in plan.targets])
         for sc in scanners:
             if sc.error is not None:
