@@ -76,6 +76,7 @@ class ViewService:
         self.sync: Any = None            # zk.views.ViewSync in a cluster
         self._pattern: re.Pattern[str] | None = None
         self._plain: set[tuple[str | None, str]] = set()   # statement shapes that read no view
+        self._named: list[tuple[str, tuple[str, str]]] = []   # (dbGroup, (database, view)) entries of its names
         self._expanded: dict[tuple[str | None, str], tuple[str, tuple[tuple[str, int, str, str], ...]]] = {}
         self._lock = asyncio.Lock()      # one view change at a time on this instance
         if server.cluster is not None:
@@ -114,6 +115,29 @@ class ViewService:
         self._expanded = {}
         self._plain = set()
         self.server.router.forget()
+        self._name_views()
+
+    def _name_views(self) -> None:
+        """Column definitions of a view's rows name the view's logical schema, never the node's database
+        (a kept view's rows come from a derived table of the view's name on each node it reads)."""
+        cfg = self.server.config
+        pools = self.server.backends.pools
+        for group, key in self._named:
+            pools[group].names.by_table.pop(key, None)   # type: ignore[union-attr]
+        self._named = []
+        for v in self.catalog.all():
+            if v.schema not in cfg.schemas:
+                continue
+            for node in dict.fromkeys((*cfg.all_nodes_of_schema(v.schema), *((v.node,) if v.node else ()))):
+                sn = cfg.sharding_nodes[node]
+                names = pools[sn.db_group].names
+                key = (sn.database, v.name)
+                if names is not None and key not in names.by_table:
+                    names.by_table[key] = v.schema
+                    self._named.append((sn.db_group, key))
+        for pool in pools.values():
+            if pool.names is not None:   # what was renamed (or not) before may read otherwise now
+                pool.names._cache, pool.names._coldefs, pool.names._heads = {}, {}, {}
 
     def table(self, schema: str, name: str) -> Table | None:
         """What a name resolves to when it is a view (Analyzer.resolve): a pushed view is a single

@@ -59,6 +59,8 @@ def test_pushed_and_kept_views_survive_a_restart(fresh_proxy, backends, backend_
     assert cur.fetchall() == ((6, 8),)
     cur.execute("SELECT name FROM v4 ORDER BY id LIMIT 2")
     assert cur.fetchall() == (("c",), ("d",))
+    fields = cur._result.fields   # type: ignore[union-attr]
+    assert [(bytes(f.db).decode(), f.table_name) for f in fields] == [("schema1", "v4")]   # not the node's database
     cur.execute("SELECT x.name FROM schema1.v4 AS x WHERE x.id = 5")
     assert cur.fetchall() == (("e",),)
     cur.execute("SELECT n FROM v4c WHERE k = 1")
