@@ -29,6 +29,7 @@ from .router import Router
 from .session import ClientProtocol, Session
 from .sqltok import set_server_version
 from .xa import XaCoordinator
+from .views import ViewService
 
 if TYPE_CHECKING:
     from .reply import Reply
@@ -58,6 +59,7 @@ class ProxyServer:
             self.cluster = Cluster(config, self.registry, self.ddl.locks, self.load_metadata, self.ddl.refresh,
                                    self.ddl.refresh_now, self.ddl.running)
         self.xa = XaCoordinator(self)
+        self.views = ViewService(self)
         self.sessions: set[Session] = set()
         self.deadlocks = DeadlockDetector(self)
         self.user_counts: dict[str, int] = {}
@@ -82,6 +84,7 @@ class ProxyServer:
         else:
             await self.load_metadata()
         await self.xa.start()   # in-doubt XA branches a crash left are finished before clients come
+        await self.views.start()   # every view known before the first client is served
         # Start-up objects (modules, config, the first metadata) live for the whole run: keep the
         # cyclic GC from rescanning them, or each full collection stalls every query (~100 ms).
         gc.collect()

@@ -15,7 +15,7 @@ import structlog
 from meta.errors import (AccessDenied, BackendError, BackendUnavailable, DbAccessDenied, NoDatabaseSelected,
                          NotSupported, ParseError, ProxyError, UnknownCommand)
 
-from . import infoschema, local
+from . import infoschema, local, views
 from .backend import BackendConnection
 from .ddl import require_meta
 from .analysis import ANY
@@ -834,6 +834,9 @@ class Session:
             return False
         elif kw == "" and not tokenize(sql):
             raise ProxyError("Query was empty", 1065, "42000")
+        if kw in views.KEYWORDS and (view := views.parse(sql)) is not None:
+            if await self.server.views.run(self, view, r, more):
+                return False
         return await self.executor.execute(sql, r, more, may_relay)
 
     async def savepoint(self, sql: str, r: Reply, more: bool) -> bool:
@@ -897,7 +900,9 @@ class Session:
         by_node = {n: {bytes(r[0] or b"").decode().lower(): r for r in sc.results[0].rows}
                    for n, sc in zip(nodes, scanners)}
         rows = {t: [by_node[n][t] for n in homes[t] if t in by_node[n]] for t in names}
-        return local.table_status_result(scanners[0].results[0].columns, {t: r for t, r in rows.items() if r})
+        columns = scanners[0].results[0].columns
+        rows.update(self.server.views.status_rows(schema, like, columns))   # views: Comment 'VIEW', as MySQL
+        return local.table_status_result(columns, {t: r for t, r in rows.items() if r})
 
     async def show(self, sql: str) -> ResultSet | None:
         """SHOW statements answered from the proxy's own knowledge, or None to route them."""
@@ -908,7 +913,7 @@ class Session:
         if st is not None:
             schema = self._show_schema(st.schema)
             tables = await self.server.tables_of(schema)
-            return local.show_tables_result(st, schema, tables)
+            return local.show_tables_result(st, schema, tables, self.server.views.names_of(schema))
         ts = local.parse_show_table_status(sql)
         if ts is not None:
             return await self._table_status(self._show_schema(ts[0]), ts[1])
