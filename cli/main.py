@@ -98,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     from cli import cluster_ops, ddl_ops  # noqa: PLC0415 - operator tools: ZooKeeper, no server
     ddl_ops.add_parser(sub)
     cluster_ops.add_parser(sub)
+    from cli import xa_ops  # noqa: PLC0415
+    xa_ops.add_parser(sub)
     from jobs.pipeline import add_arguments as pipeline_arguments, run_cli  # noqa: PLC0415 - imports no Spark
     pl = sub.add_parser("pipeline", help="Spark pipeline: load a sharding table through the proxy, verify")
     pipeline_arguments(pl)

@@ -61,6 +61,7 @@ class Ref:
     alias: str
     has_alias: bool
     scope: "Scope"
+    span: tuple[int, int] = (-1, -1)   # token range of the name as written (views expand it)
 
 
 @dataclass(eq=False)

@@ -4,7 +4,7 @@ the config, reads the statement's structure through the parser and refuses what 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from meta.config import Config, UserConfig
 from meta.errors import (DbAccessDenied, NoDatabaseSelected, NoSuchTable, NotSupported, ProxyError,
@@ -126,6 +126,7 @@ class Analyzer:
         self.table_columns = table_columns       # a table's column names from metadata (INSERT without a list)
         self.route_explained = route_explained   # the router's route(): the statement an EXPLAIN explains
         self._tables: dict[tuple[str, str], Table] = {}
+        self.views: Any = None   # the server's ViewService (proxy/views.py): names that are views
         self._schema_names = {name.lower(): name for name in config.schemas}
 
     # -- tables ------------------------------------------------------------------------------------
@@ -145,6 +146,8 @@ class Analyzer:
             raise NoDatabaseSelected("No database selected")
         name = parts[-1].lower()
         key = (schema, name)
+        if self.views is not None and (v := self.views.table(schema, name)) is not None:
+            return v   # a view (proxy/views.py): never cached, views come and go
         t = self._tables.get(key)
         if t is not None:
             return t

@@ -22,6 +22,7 @@ from .protocol.response import Budget, ResponseScanner
 from .reply import Reply
 from .scatter_relay import relay_concat, streamable
 from .sqltok import first_keyword as first_word
+from .xa import XaBranches, refuse_implicit_commit
 
 if TYPE_CHECKING:
     from .router import Plan
@@ -112,6 +113,7 @@ class Executor:
         # LOCK TABLES: the connection holding the session's locks on each node, and the tables locked
         self.locked: dict[str, BackendConnection] = {}
         self.locked_tables: frozenset[tuple[str, str]] = frozenset()
+        self.xa = XaBranches(self.server.xa)   # the open XA transaction's branches (SET xa = on)
 
     # -- transaction state ----------------------------------------------------------------------
     def in_trans(self) -> bool:
@@ -122,7 +124,7 @@ class Executor:
         s = self.session
         return s.explicit_txn or not s.autocommit
 
-    async def _sync(self, conn: BackendConnection, joining: bool = False) -> None:
+    async def _sync(self, conn: BackendConnection, joining: bool = False, node: str | None = None) -> None:
         """Make a backend connection's session state match the client session's, in one round trip.
 
         A connection joining an open transaction also gets the transaction's savepoints, so a later
@@ -141,7 +143,10 @@ class Executor:
             stmts += [sql for k, sql in s.vars.items() if conn.vars.get(k) != sql and sql]
         if conn.autocommit != s.autocommit:
             stmts.append(f"SET autocommit={1 if s.autocommit else 0}")
-        if s.explicit_txn and not conn.in_trans:
+        if node is not None and s.xa and self._pinning() and node not in self.xa.nodes:
+            stmts.append(self.xa.start_sql(node))   # the branch begins before any statement of the transaction
+            joining = True
+        elif s.explicit_txn and not conn.in_trans and node not in self.xa.nodes:
             stmts.append("START TRANSACTION")
             joining = True
         if joining and self.savepoints:
@@ -167,7 +172,7 @@ class Executor:
             raise BackendUnavailable(f"{self.broken_txn}; the transaction must be rolled back")
         if conn is not None and not conn.broken:
             if conn.vars != s.vars or conn.autocommit != s.autocommit or (s.explicit_txn and not conn.in_trans):
-                await self._sync(conn)
+                await self._sync(conn, node=node)
             return conn
         if conn is not None:
             del self.pinned[node]
@@ -177,9 +182,10 @@ class Executor:
         conn = await self.server.backends.acquire(node, s.format_flags)
         pinning = self._pinning()
         try:
-            await self._sync(conn, joining=pinning)
+            await self._sync(conn, joining=pinning, node=node)
         except BaseException:
             self.server.backends.release(node, conn)
+            self.xa.not_joined(node)
             raise
         if pinning:
             self.pinned[node] = conn
@@ -211,7 +217,13 @@ class Executor:
         self.broken_txn = None
         self.session.explicit_txn = False
         self._aborted = list(pinned.values())
-        self._rolling_back = asyncio.get_running_loop().create_task(self._finish(pinned, "ROLLBACK"))
+        self._rolling_back = asyncio.get_running_loop().create_task(self._ending(pinned, "ROLLBACK"))
+
+    def _ending(self, pinned: dict[str, BackendConnection], sql: str):  # noqa: ANN202 - a coroutine
+        """COMMIT or ROLLBACK of the transaction's connections: XA's when it is an XA transaction."""
+        if self.xa.gtrid is not None:
+            return self.xa.finish(pinned, sql)
+        return self._finish(pinned, sql)
 
     async def _finish(self, pinned: dict[str, BackendConnection], sql: str) -> list[BaseException]:
         """Run COMMIT or ROLLBACK on the given connections at once and release them; the failures."""
@@ -241,7 +253,7 @@ class Executor:
                 broken = f"shardingNode[{lost}] connection was lost in the middle of a transaction"
         if broken is not None and sql == "COMMIT":
             sql = "ROLLBACK"  # part of the transaction is gone: committing the rest would tear it
-        errors = await self._finish(pinned, sql)
+        errors = await self._ending(pinned, sql)
         if broken is not None and self._committing:
             raise BackendUnavailable(f"COMMIT failed: {broken}; the transaction was rolled back on every "
                                      f"shardingNode, nothing was committed")
@@ -297,6 +309,7 @@ class Executor:
         pinned, self.pinned = self.pinned, {}
         self.savepoints = []
         self.broken_txn = None
+        self.xa.gtrid, self.xa.nodes = None, set()   # unprepared branches end with their connections
         locked, self.locked, self.locked_tables = self.locked, {}, frozenset()
         for node, conn in [*pinned.items(), *locked.items()]:
             conn.close()
@@ -412,6 +425,7 @@ class Executor:
         if plan.kind in ("select", "insert", "replace", "update", "delete") and not plan.hint:
             require_meta(self.server, plan)
         if plan.kind == "ddl":
+            refuse_implicit_commit(self.xa, "a DDL statement")
             self.session.route = "ddl"
             await self.commit_all()
             self.session.explicit_txn = False
@@ -554,6 +568,8 @@ class Executor:
             return scanners
         if self.locked:
             return await self._write_under_table_locks(targets, copies)
+        if self.session.xa:
+            return await self._write_as_xa(targets, copies)
         conns: list[BackendConnection] = []
         try:
             scanners = await self._run_on([(n, f"START TRANSACTION;{sql}") for n, sql in targets], copies, keep=conns)
@@ -569,6 +585,29 @@ class Executor:
                                      f"shardingNodes: it was rolled back on every node, nothing was written")
         if errors and not failed:
             raise BackendUnavailable(f"COMMIT of a write on several shardingNodes failed: {errors[0]}")
+        return _statement_only(scanners)
+
+    async def _write_as_xa(self, targets: list[tuple[str, str]], copies: bool) -> list[ResponseScanner]:
+        """SET xa = on, autocommit: a write on several nodes is an XA transaction of its own, so a crash
+        between two nodes' commits cannot leave it half written."""
+        branches = XaBranches(self.server.xa)
+        conns: list[BackendConnection] = []
+        try:
+            scanners = await self._run_on([(n, f"{branches.start_sql(n)};{sql}") for n, sql in targets], copies,
+                                          keep=conns)
+        except BaseException:
+            await branches.finish({n: c for (n, _), c in zip(targets, conns)}, "ROLLBACK")
+            raise
+        held = {n: c for (n, _), c in zip(targets, conns)}
+        failed = any(sc.error is not None for sc in scanners)
+        lost = next((n for n, c in held.items() if c.broken), None)
+        if failed or lost is not None:
+            await branches.finish(held, "ROLLBACK")
+            if lost is not None and not failed:
+                raise BackendUnavailable(f"shardingNode[{lost}] connection was lost during a write on several "
+                                         f"shardingNodes: it was rolled back on every node, nothing was written")
+        else:
+            await branches.finish(held, "COMMIT")
         return _statement_only(scanners)
 
     async def _write_under_table_locks(self, targets: list[tuple[str, str]], copies: bool) -> list[ResponseScanner]:

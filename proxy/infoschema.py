@@ -208,7 +208,9 @@ class InfoSchema:
                                    f"versions); pydble cannot answer it as one server")
             rows: list[list[bytes | None]] = []
             for schema in schemas:
-                rows += self._rows_of_schema(schema, MAPPED[t], names, {n: per_node[n][i].rows for n in nodes}, t)
+                node_rows, view_rows = await self.server.views.infoschema_rows(   # views pydble knows (proxy/views.py)
+                    t, schema, names, {n: per_node[n][i].rows for n in nodes}, self.session.format_flags)
+                rows += self._rows_of_schema(schema, MAPPED[t], names, node_rows, t) + view_rows
             out[t] = (names, rows)
         return out
 

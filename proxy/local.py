@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from meta.errors import NotSupported, ParseError
 
@@ -308,8 +308,8 @@ def parse_show_tables(sql: str) -> ShowTables | None:
     return ShowTables(bool(m.group("full")), m.group("db"), m.group("like"), ttype)
 
 
-def show_tables_result(st: ShowTables, schema: str, tables: list[str]) -> ResultSet:
-    """The answer to SHOW [FULL] TABLES from the proxy's own list of tables."""
+def show_tables_result(st: ShowTables, schema: str, tables: list[str], views: Sequence[str] = ()) -> ResultSet:
+    """The answer to SHOW [FULL] TABLES from the proxy's own list of tables (and views)."""
     col = f"Tables_in_{schema}" + (f" ({st.like})" if st.like else "")
     cols = [ColumnDef(col, T_VAR_STRING, 45, 256, 1, schema="information_schema", table="TABLE_NAMES",
                       org_table="TABLE_NAMES", org_name="TABLE_NAME")]
@@ -317,10 +317,10 @@ def show_tables_result(st: ShowTables, schema: str, tables: list[str]) -> Result
         cols.append(ColumnDef("Table_type", T_VAR_STRING, 45, 64, 1, schema="information_schema",
                               table="TABLE_NAMES", org_table="TABLE_NAMES", org_name="TABLE_TYPE"))
     rows: list[list[bytes | None]] = []
-    if st.table_type in (None, "BASE TABLE"):
-        for t in sorted(set(tables)):
-            if st.like is None or like_match(st.like, t):
-                rows.append([t.encode(), b"BASE TABLE"] if st.full else [t.encode()])
+    kinds = sorted([(t, "BASE TABLE") for t in set(tables) - set(views)] + [(v, "VIEW") for v in set(views)])
+    for t, kind in kinds:
+        if st.table_type in (None, kind) and (st.like is None or like_match(st.like, t)):
+            rows.append([t.encode(), kind.encode()] if st.full else [t.encode()])
     return ResultSet(cols, rows)
 
 

@@ -17,7 +17,8 @@ from meta.registry import format_check_time
 from . import local
 from .ddl_repair import NOTHING, repair
 from .manager_parse import (HELP, CheckFullMetadata, CheckMetadata, KillDdlLock, ReloadMetadata, RepairDdl,
-                            ShowBackend, ShowCluster, ShowDdl, ShowDdlHistory, ShowHelp, TableFilter, parse_manager)
+                            ShowBackend, ShowCluster, ShowDdl, ShowDdlHistory, ShowHelp, ShowXa, TableFilter,
+                            parse_manager)
 from .protocol import constants as C
 from .protocol.handshake import parse_stored_password, verify_native_password
 from .protocol.messages import ColumnDef, ResultSet
@@ -115,6 +116,10 @@ class Manager:
                                [list(row) for row in await self.server.cluster_rows()])
         if isinstance(cmd, ShowDdlHistory):
             return self.ddl_history()
+        if isinstance(cmd, ShowXa):
+            from .xa import XA_COLUMNS, in_doubt_rows
+            xa = self.server.xa
+            return text_result(XA_COLUMNS, in_doubt_rows(await xa.in_doubt(), xa.inflight))
         if isinstance(cmd, ShowBackend):
             rows = []
             for name, pool in self.server.backends.pools.items():

@@ -80,8 +80,13 @@ class ShowBackend:
     pass
 
 
+@dataclass(frozen=True)
+class ShowXa:
+    pass
+
+
 Command = (ReloadMetadata | CheckMetadata | CheckFullMetadata | ShowDdl | KillDdlLock | ShowCluster | ShowHelp
-           | ShowBackend | ShowDdlHistory | RepairDdl)
+           | ShowBackend | ShowDdlHistory | RepairDdl | ShowXa)
 
 HELP: list[tuple[str, str]] = [
     ("reload @@metadata [where schema='?' [and table='?'] | where table in ('schema.table',...)]",
@@ -98,6 +103,7 @@ HELP: list[tuple[str, str]] = [
     ("show @@cluster", "Show the online instances of the cluster"),
     ("show @@backend", "Show backend connection pool use per dbGroup"),
     ("show @@ddl_history", "Show the DDLs this instance ran (persistent, newest first)"),
+    ("show @@xa", "Show pydble's XA transactions in doubt: prepared branches (XA RECOVER) and recorded decisions"),
     ("show @@help", "Show this help"),
 ]
 
@@ -214,7 +220,7 @@ def parse_manager(sql: str) -> Command:
         return KillDdlLock(_get(m, "s") or "", _get(m, "t") or "", force is not None)
     if where is None:
         simple = {"show @@ddl": ShowDdl, "show @@cluster": ShowCluster, "show @@help": ShowHelp,
-                  "show @@backend": ShowBackend, "show @@ddl_history": ShowDdlHistory}
+                  "show @@backend": ShowBackend, "show @@ddl_history": ShowDdlHistory, "show @@xa": ShowXa}
         if low in simple:
             return simple[low]()
     raise _usage(head)

@@ -379,12 +379,13 @@ class Parser:
             sc.derived.append(((alias or parts[0]).lower(), q))
             return k2, [q]
         table = self.resolve(parts, self.schema)
+        span = (k, k2)
         k = k2
         if self.word(k, "PARTITION") and self.at(k + 1) == "(":
             k = self.close[k + 1] + 1
         k, alias, has_alias = self.alias(k, end)
         k = self._index_hints(k, end)
-        ref = Ref(table, (alias or table.name).lower(), has_alias, sc)
+        ref = Ref(table, (alias or table.name).lower(), has_alias, sc, span)
         sc.refs.append(ref)
         self.refs.append(ref)
         return k, [ref]

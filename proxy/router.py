@@ -80,6 +80,12 @@ class Router:
         self._points: dict[tuple[str, str, str], Any] = {}   # point_read's table entries
         self._schema_names = {name.lower(): name for name in config.schemas}
         self.analyzer = Analyzer(config, table_columns, self.route)
+        self.views: Any = None   # the server's ViewService, when views exist (proxy/views.py)
+
+    def forget(self) -> None:
+        """Drop the cached analyses: a view was created or dropped, names may resolve elsewhere now."""
+        self._cache = {}
+        self._points = {}
 
     # -- public ------------------------------------------------------------------------------------
 
@@ -87,6 +93,8 @@ class Router:
         """Plan one statement run with `schema` as the current database (None: no USE yet); with a
         client's grants, refuse (1142/1044) what names a table outside them before any plan exists."""
         try:
+            if self.views is not None:   # a view pydble keeps becomes a derived table (proxy/views.py)
+                sql = self.views.expand(self, sql, schema, grants)
             return self._route(sql, schema, grants)
         except HiddenSchema as e:
             raise (grants.db_denied(e.schema) if grants is not None else e) from None
@@ -153,7 +161,10 @@ class Router:
         """LOCK TABLES: the statement each shardingNode of the locked tables runs, and the tables locked."""
         per_node: dict[str, list[str]] = {}
         tables: dict[tuple[str, str], None] = {}
-        for table, name, alias, mode in self.analyzer.lock_tables(tokenize(sql), schema):
+        items = self.analyzer.lock_tables(tokenize(sql), schema)
+        if self.views is not None:   # a view pydble keeps: its base tables are locked (proxy/views.py)
+            items = self.views.lock_items(self.analyzer, items)
+        for table, name, alias, mode in items:
             tables[(table.schema, table.name)] = None
             item = f"`{name.replace('`', '``')}`" + (f" AS `{alias.replace('`', '``')}`" if alias else "") + f" {mode}"
             for node in table.nodes:

@@ -29,6 +29,8 @@ from .router import Router
 from .sequence import Sequences
 from .session import ClientProtocol, Session
 from .sqltok import set_server_version
+from .xa import XaCoordinator
+from .views import ViewService
 
 if TYPE_CHECKING:
     from .reply import Reply
@@ -57,6 +59,8 @@ class ProxyServer:
         if config.cluster is not None:
             self.cluster = Cluster(config, self.registry, self.ddl.locks, self.load_metadata, self.ddl.refresh,
                                    self.ddl.refresh_now, self.ddl.running)
+        self.xa = XaCoordinator(self)
+        self.views = ViewService(self)
         self.sequences = Sequences(self)   # after the cluster: ZooKeeper holds them there
         self.sessions: set[Session] = set()
         self.deadlocks = DeadlockDetector(self)
@@ -81,6 +85,8 @@ class ProxyServer:
             await self.cluster.start()  # loads metadata under syncMeta.lock
         else:
             await self.load_metadata()
+        await self.xa.start()   # in-doubt XA branches a crash left are finished before clients come
+        await self.views.start()   # every view known before the first client is served
         # Start-up objects (modules, config, the first metadata) live for the whole run: keep the
         # cyclic GC from rescanning them, or each full collection stalls every query (~100 ms).
         gc.collect()
@@ -127,6 +133,7 @@ class ProxyServer:
         for s in list(self.sessions):
             s.client.close()
         await self.ddl.stop()
+        await self.xa.stop()
         if self.cluster is not None:
             await self.cluster.stop()
         self.ddl.later.flush()

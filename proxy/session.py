@@ -15,7 +15,7 @@ import structlog
 from meta.errors import (AccessDenied, BackendError, BackendUnavailable, DbAccessDenied, NoDatabaseSelected,
                          NotSupported, ParseError, ProxyError, UnknownCommand)
 
-from . import infoschema, local, sql_prepare
+from . import infoschema, local, sql_prepare, views
 from .backend import BackendConnection
 from .ddl import require_meta
 from .analysis import ANY
@@ -32,6 +32,7 @@ from .protocol.packets import PacketFramer, PacketTooBig, ProtocolError, frame
 from .protocol.response import ResponseScanner
 from .reply import Reply
 from .sqltok import first_keyword, split_statements, tokenize
+from .xa import refuse_implicit_commit, xa_switch
 
 if TYPE_CHECKING:
     from .server import ProxyServer
@@ -305,6 +306,7 @@ class Session:
         self.deprecate_eof = False
         self.autocommit = True
         self.explicit_txn = False
+        self.xa = False          # SET xa = on: transactions over several nodes commit two-phase (proxy/xa.py)
         self.vars: dict[str, str] = {}
         self.last_insert_id = 0
         self.warnings: list[tuple[str, int, str]] = []  # pydble's own warnings for SHOW WARNINGS
@@ -644,6 +646,7 @@ class Session:
         self.client_charset(self.collation_id)  # MariaDB goes back to the handshake's collation too
         self.autocommit = True
         self.explicit_txn = False
+        self.xa = False
         self.last_insert_id = 0
         self.warnings = []
 
@@ -813,6 +816,7 @@ class Session:
                 if not self.autocommit:
                     raise NotSupported("LOCK TABLES with autocommit=0 is not supported by pydble: the locks are "
                                        "held outside the session's transactions; SET autocommit=1 first")
+                refuse_implicit_commit(self.executor.xa, "LOCK TABLES")
                 await self.executor.commit_all()  # as MySQL: LOCK TABLES commits the open transaction
                 self.explicit_txn = False
                 await self.executor.lock_tables(sql)
@@ -835,6 +839,9 @@ class Session:
             return False
         elif kw == "" and not tokenize(sql):
             raise ProxyError("Query was empty", 1065, "42000")
+        if kw in views.KEYWORDS and (view := views.parse(sql)) is not None:
+            if await self.server.views.run(self, view, r, more):
+                return False
         return await self.executor.execute(sql, r, more, may_relay)
 
     async def savepoint(self, sql: str, r: Reply, more: bool) -> bool:
@@ -850,9 +857,12 @@ class Session:
         changes = local.parse_set(sql)
         old_vars = dict(self.vars)
         new_autocommit = self.autocommit
+        new_xa = self.xa
         for a in changes:
             if a.key == "autocommit":
                 new_autocommit = a.value == "1"
+            elif a.key == "xa":
+                new_xa = xa_switch(self, a.sql)
             else:
                 self.set_var(a.key, a.sql)
         if not new_autocommit and self.autocommit and self.executor.locked:
@@ -865,6 +875,7 @@ class Session:
             except ProxyError:
                 self.vars = old_vars
                 raise
+        self.xa = new_xa
         if new_autocommit != self.autocommit:
             if new_autocommit and (self.explicit_txn or self.executor.pinned):
                 await self.executor.commit_all()
@@ -894,7 +905,9 @@ class Session:
         by_node = {n: {bytes(r[0] or b"").decode().lower(): r for r in sc.results[0].rows}
                    for n, sc in zip(nodes, scanners)}
         rows = {t: [by_node[n][t] for n in homes[t] if t in by_node[n]] for t in names}
-        return local.table_status_result(scanners[0].results[0].columns, {t: r for t, r in rows.items() if r})
+        columns = scanners[0].results[0].columns
+        rows.update(self.server.views.status_rows(schema, like, columns))   # views: Comment 'VIEW', as MySQL
+        return local.table_status_result(columns, {t: r for t, r in rows.items() if r})
 
     async def show(self, sql: str) -> ResultSet | None:
         """SHOW statements answered from the proxy's own knowledge, or None to route them."""
@@ -905,7 +918,7 @@ class Session:
         if st is not None:
             schema = self._show_schema(st.schema)
             tables = await self.server.tables_of(schema)
-            return local.show_tables_result(st, schema, tables)
+            return local.show_tables_result(st, schema, tables, self.server.views.names_of(schema))
         ts = local.parse_show_table_status(sql)
         if ts is not None:
             return await self._table_status(self._show_schema(ts[0]), ts[1])

@@ -75,6 +75,14 @@ class Paths:
         that already applied that DDL can skip the entry without reading it."""
         return f"{self.history}/h-{record_czxid}-"
 
+    @property
+    def xa(self) -> str:
+        """XA commit decisions (zk/xa_log.py), one child per global transaction."""
+        return f"{self.base}/xa"
+
+    def xa_decision(self, gtrid: str) -> str:
+        return f"{self.xa}/{gtrid if '/' not in gtrid else gtrid.encode().hex()}"
+
 
 OWNER_PREFIX = "owner-"
 

@@ -19,7 +19,8 @@ from typing import Any, Sequence
 
 import MySQLdb
 
-from .gen import COLS, DDL, NAMES, SHARDED, TABLES, Case, Generator, as_prepared, insert_sql, seed_rows
+from .gen import (COLS, DDL, NAMES, SHARDED, TABLES, VIEWS, Case, Generator, as_prepared, insert_sql,
+                  seed_rows)
 
 SCHEMA = "diff"
 REF_DB = SCHEMA   # same name, so schema-qualified statements run on both
@@ -233,6 +234,9 @@ class Differ:
             for conn in (self.px, self.ref):
                 self._must(conn, f"DROP TABLE IF EXISTS {t}")
                 self._must(conn, DDL.format(t=t))
+        for v, select in VIEWS.items():
+            for conn in (self.px, self.ref):
+                self._must(conn, f"CREATE OR REPLACE VIEW {v} AS {select}")
 
     def load(self, seed: int) -> None:
         """The seeded rows of every table, through pydble and into the reference."""

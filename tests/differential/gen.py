@@ -24,6 +24,14 @@ TABLES: dict[str, tuple[str, tuple[str, ...], str | None]] = {
 }
 NAMES = tuple(TABLES)
 SHARDED = tuple(t for t, v in TABLES.items() if v[0] == "sharding")
+# views over those tables, created on both sides and read like tables (never written): dx_vs lives on
+# dx_s's node (pushed down), the others are kept by pydble and expanded into the statements that read them
+VIEWS: dict[str, str] = {
+    "dx_v4": "SELECT * FROM dx_t4",
+    "dx_v2k": "SELECT id, k, s, b, d, dt, m, j FROM dx_t2 WHERE k IS NOT NULL",
+    "dx_vg": "SELECT * FROM dx_g",
+    "dx_vs": "SELECT * FROM dx_s",
+}
 
 DDL = ("CREATE TABLE {t} (id INT NOT NULL PRIMARY KEY, k INT NULL, "
        "s VARCHAR(16) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NULL, "
@@ -198,7 +206,9 @@ class Generator:
         return items, raws
 
     def table(self) -> str:
-        return self.r.choice(NAMES)
+        """A table to read: now and then a view over one."""
+        r = self.r
+        return r.choice(tuple(VIEWS)) if r.random() < 0.15 else r.choice(NAMES)
 
     def where(self, q: str = "") -> str:
         return f" WHERE {self.cond(q)}" if self.r.random() < 0.75 else ""
@@ -429,7 +439,7 @@ class Generator:
 
     def dml(self) -> Case:
         r = self.r
-        t = self.table()
+        t = r.choice(NAMES)
         x = r.random()
         if x < 0.3:
             sets = r.sample([f"k = {r.choice(['k + 1', 'NULL', '7'])}", f"s = {self.value('s')}",
