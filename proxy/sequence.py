@@ -19,7 +19,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Protocol
 
 from meta.errors import NotSupported, ProxyError, ReadOnly
-from meta.sequence_file import SequenceFile
+from meta.sequence_file import SequenceFile, SequenceUnavailable
 
 from .analysis import INSERT, literal_value
 from .parser import Parser
@@ -127,7 +127,13 @@ class Sequences:
             finally:
                 backends.release(node, conn)
             raw = sc.results[0].rows[0][0] if sc.results and sc.results[0].rows else None
-            return int(Decimal(bytes(raw).decode())) if raw is not None else 0
+            if raw is None:
+                return 0
+            try:
+                return int(Decimal(bytes(raw).decode()))
+            except (ArithmeticError, ValueError):
+                raise SequenceUnavailable(f"global sequence {_key(table)}: MAX({col}) on {node} is "
+                                          f"{bytes(raw)[:40]!r}, not a number: is {col} an integer column?") from None
 
         highest = await asyncio.gather(*(one(n) for n in cfg.nodes))
         return max(1, max(highest) + 1)
