@@ -18,6 +18,7 @@ import pymysql
 import pytest
 
 from harness import ProxyProcess, free_port, proxy_config, require_tool
+from ps_wire import PsClient, p_null, p_str
 
 NODES = ("dn1", "dn2", "dn3", "dn4")
 NODE_DB = {"dn1": (0, "db1"), "dn2": (1, "db1"), "dn3": (0, "db2"), "dn4": (1, "db2")}
@@ -77,6 +78,13 @@ def test_inserts_get_sequence_values(fresh_proxy: Callable[..., ProxyProcess], b
         assert insert(cur, "EXECUTE s USING 'p'") == 102
         cur.execute("SELECT @@identity")
         assert cur.fetchall() == ((102,),)
+        # through the binary protocol (a driver's server-side prepared INSERT), NULL bound for the id
+        with PsClient(p.port) as c:
+            st = c.prepare("INSERT INTO seq_t (id, name) VALUES (?, ?)")
+            assert c.execute(st.stmt_id, [p_null(), p_str("bin")]).kind == "ok"
+            last = c.query("SELECT LAST_INSERT_ID()").rows[0]
+            assert last[1:1 + last[0]] == b"103"
+            c.query("DELETE FROM seq_t WHERE id = 103")
         # every row sits on the node its id hashes to
         for node, rows in on_nodes(backends, "SELECT id FROM seq_t").items():
             assert rows and all(NODES[r[0] % 4] == node for r in rows), (node, rows)
