@@ -1,13 +1,15 @@
 """The originator's decisions, one function per step of DESIGN.md §6, over a DDL's own identity.
 
     core = OriginatorCore(paths, instance, keys, sql, ddl_type, marker, created_at=time.time())
-    for key in core.keys:   txn = core.init_txn(key); results = <commit>; core.on_init(key, results)
-    core.may_run(session, lock_stats) / core.lease_holds(...)     fencing before the backends
-    core.start_running(); core.init_tally(expected) ... core.on_init_acks(outcome)
-    core.end_mode(peer_on, outcome)                          FAST: removal_txn with the decision;
+    while (key := core.next_to_lock()):  core.on_init(key, <commit core.init_txn(key, session, now)>)
+    core.lease_holds(session, now, timeout) or core.may_run(session, lock_stats)   fencing
+    core.start_running()                      the DDL goes to the backends; meanwhile INIT acks:
+    tally = core.init_tally(online) ... core.on_init_acks(tally.outcome(...))
+    core.end_mode(peer_on, init_outcome)      FAST: removal_txn(key, acks, status) decides and removes;
     core.decide_txn(key, status, msg) -> on_decided(...)     CLASSIC: decided, acked, then removed
-    core.removal_txn(key, acks) -> on_removed(key, results, owner_exists)
-    core.cleanup(key, lock_stat, session)                     what an ending originator may still touch
+    core.outcome_tally(status) ... core.on_outcome_acks(outcome)
+    core.removal_txn(key, acks) -> on_removed(key, results, acks_now, owner_exists)
+    core.cleanup(key, lock_stat, session)     what an ending originator may still touch
 
 Every write is conditional on the DDL's identity: the owner znode created with the record (its path
 carries the DDL's id) and the lock's creation zxid, so a stale originator (its lock released and taken
