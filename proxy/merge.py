@@ -34,12 +34,16 @@ from .protocol.constants import (
     T_TIME,
 )
 from .protocol.messages import ColumnDef, ResultSet, decode_text_row
+from .variance import add_moments, moment_columns, variance_result
 
 Row = list[bytes | None]
 
 # Aggregate names a MergePlan uses (ANY is ANY_VALUE).
 COUNT, SUM, MIN, MAX, AVG = "COUNT", "SUM", "MIN", "MAX", "AVG"
 GROUP_CONCAT, BIT_AND, BIT_OR, BIT_XOR, ANY = "GROUP_CONCAT", "BIT_AND", "BIT_OR", "BIT_XOR", "ANY"
+# STDDEV/VARIANCE and kin, merged from per-node COUNT(x), SUM(x) and SUM(x*x) (see proxy.variance)
+VAR_POP, VAR_SAMP, STD_POP, STD_SAMP = "VAR_POP", "VAR_SAMP", "STDDEV_POP", "STDDEV_SAMP"
+VARIANCES = frozenset({VAR_POP, VAR_SAMP, STD_POP, STD_SAMP})
 
 MAX_SCALE = 38  # MariaDB's largest DECIMAL scale; AVG's scale never exceeds it
 _EXACT = Context(prec=200)  # DECIMAL(65) sums must not round at Python's default 28 digits
@@ -69,6 +73,8 @@ class Aggregate:
     distinct_columns: tuple[int, ...] = ()
     separator: bytes = b","
     name: str | None = None
+    sum_column: int | None = None      # STDDEV/VARIANCE: the hidden SUM(x) and SUM(x*x)
+    squares_column: int | None = None
 
 
 @dataclass(frozen=True)
@@ -305,6 +311,8 @@ class _AggRuntime:
     scale: int
     key: Callable[[bytes], Any]
     separator: bytes
+    moments: tuple[int, int] | None = None   # STDDEV/VARIANCE: columns of SUM(x), SUM(x*x)
+    decimals: int = 31
 
     def add(self, acc: _Acc, row: Row) -> None:
         """Fold one node row's partial into the group's accumulator."""
@@ -318,6 +326,9 @@ class _AggRuntime:
             acc.seen.add(dk)
         v = row[self.col]
         f = self.func
+        if self.moments is not None:
+            add_moments(acc, row, self.count_col, self.moments)
+            return
         if f == COUNT:
             if v is not None:
                 acc.n += int(v)
@@ -370,6 +381,8 @@ class _AggRuntime:
     def result(self, acc: _Acc) -> bytes | None:
         """The merged value as MySQL would send it."""
         f = self.func
+        if self.moments is not None:
+            return variance_result(f, acc, self.decimals)
         if f == COUNT:
             return str(acc.n).encode("ascii")
         if f == SUM:
@@ -484,9 +497,13 @@ def _resolve(plan: MergePlan, columns: list[ColumnDef], collated: dict[int, int]
         if columns[col].type in FLOAT_TYPES:
             sum_kind = K_FLOAT
         scale = min(columns[col].decimals + 4, MAX_SCALE) if sum_kind != K_FLOAT else 0
+        moments = None
+        if a.func in VARIANCES:
+            moments = moment_columns(a, columns, width, _abs)
         aggs.append(_AggRuntime(col, a.func, cnt, dcols,
                                 tuple(value_key(columns[c], kinds[c]) for c in dcols), sum_kind,
-                                scale, value_key(columns[col], kinds[col]), a.separator))
+                                scale, value_key(columns[col], kinds[col]), a.separator, moments,
+                                columns[col].decimals))
         if a.func == AVG:
             kinds[col] = K_FLOAT if sum_kind == K_FLOAT else K_DEC
         elif a.func in (COUNT, BIT_AND, BIT_OR, BIT_XOR):
@@ -564,7 +581,8 @@ def _aggregate(plan: MergePlan, r: _Resolved, streams: Iterable[Iterable[Row]]) 
     """Combine partial groups from all nodes; memory grows with the number of groups."""
     gcols = [_abs(i, r.width) for i in plan.group_by]
     gkeys = [r.keys[i] for i in gcols]
-    agg_cols = {a.col for a in r.aggs} | {a.count_col for a in r.aggs if a.count_col is not None}
+    agg_cols = ({a.col for a in r.aggs} | {a.count_col for a in r.aggs if a.count_col is not None}
+                | {c for a in r.aggs if a.moments for c in a.moments})
     plain = [i for i in range(r.width) if i not in agg_cols and i not in gcols]
     groups: dict[tuple, tuple[Row, list[_Acc]]] = {}
     aggs = r.aggs

@@ -21,8 +21,8 @@ from sqlglot.errors import SqlglotError
 from meta.errors import NotSupported, ProxyError
 
 from .merge import (
-    ANY, AVG, BIT_AND, BIT_OR, BIT_XOR, COUNT, GROUP_CONCAT, MAX, MIN, SUM,
-    Aggregate, HavingTerm, MergePlan, SortKey,
+    ANY, AVG, BIT_AND, BIT_OR, BIT_XOR, COUNT, GROUP_CONCAT, MAX, MIN, STD_POP, STD_SAMP, SUM, VAR_POP,
+    VAR_SAMP, VARIANCES, Aggregate, HavingTerm, MergePlan, SortKey,
 )
 from .protocol.packets import splice
 
@@ -195,6 +195,10 @@ _SIMPLE_AGGS: dict[type, str] = {
     exp.Sum: SUM, exp.Avg: AVG, exp.Min: MIN, exp.Max: MAX, exp.BitwiseAndAgg: BIT_AND,
     exp.BitwiseOrAgg: BIT_OR, exp.BitwiseXorAgg: BIT_XOR, exp.AnyValue: ANY,
 }
+# sqlglot reads VAR_SAMP as VARIANCE (which is VAR_POP in MariaDB): the name is taken from the text
+_VARIANCE_NODES = (exp.Stddev, exp.StddevPop, exp.StddevSamp, exp.Variance, exp.VariancePop)
+_VARIANCE_NAMES = {"STD": STD_POP, "STDDEV": STD_POP, "STDDEV_POP": STD_POP, "STDDEV_SAMP": STD_SAMP,
+                   "VARIANCE": VAR_POP, "VAR_POP": VAR_POP, "VAR_SAMP": VAR_SAMP}
 _CMP_OPS: dict[type, str] = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=",
                              exp.GT: ">", exp.GTE: ">="}
 _MAX_LIMIT = (1 << 64) - 1  # MySQL's largest LIMIT
@@ -298,6 +302,8 @@ def _agg_spec(n: exp.Expression) -> _AggSpec:
         if isinstance(arg, exp.Distinct):
             return _AggSpec(GROUP_CONCAT, n, tuple(arg.expressions), sep_b)
         return _AggSpec(GROUP_CONCAT, n, separator=sep_b)
+    if isinstance(n, _VARIANCE_NODES) or (isinstance(n, exp.Anonymous) and name == "STD"):
+        raise NotSupported(f"{name} can be merged across shardingNodes only as a selected column")
     func = _SIMPLE_AGGS.get(type(n))
     if func is None:
         raise NotSupported(f"the aggregate {name} cannot be merged from partial results of "
@@ -331,6 +337,7 @@ class _HiddenAgg:
     ref: Ref
     count_ref: Ref | None = None
     name: str | None = None
+    moment_refs: tuple[Ref, Ref] | None = None
     distinct_refs: list[Ref] = field(default_factory=list)
 
 
@@ -571,8 +578,23 @@ class _Builder:
                     raise NotSupported(f"the expression {_sql(inner)} over aggregates cannot be "
                                        f"merged across shardingNodes; select the aggregates "
                                        f"themselves")
-                item.agg = _agg_spec(u)
+                item.agg = self.variance_spec(u, a, b) or _agg_spec(u)
+                if item.agg.func in VARIANCES:
+                    item.norm = item.agg.func + ":" + item.norm   # never matched by another spelling
             self.items.append(item)
+
+    def variance_spec(self, u: exp.Expression, a: int, b: int) -> _AggSpec | None:
+        """STDDEV/VARIANCE and kin, named by the function word of the item's text."""
+        if not (isinstance(u, _VARIANCE_NODES) or (isinstance(u, exp.Anonymous) and u.name.upper() == "STD")):
+            return None
+        i = a
+        while i < b and self.toks[i][0] == _OP and self.sql[self.toks[i][1]] == "(":
+            i += 1
+        func = _VARIANCE_NAMES.get(self.word(i)) if i < b else None
+        arg = u.this if not isinstance(u, exp.Anonymous) else (u.expressions[0] if len(u.expressions) == 1 else None)
+        if func is None or arg is None or isinstance(arg, exp.Distinct):
+            raise NotSupported(f"the aggregate {_sql(u)} cannot be merged across shardingNodes")
+        return _AggSpec(func, u, (), b",")
 
     def rewrite_item_agg(self, j: int, it: _Item) -> None:
         """Register a selected aggregate; AVG(x) becomes SUM(x) plus a hidden COUNT(x)."""
@@ -580,6 +602,13 @@ class _Builder:
         assert spec is not None
         ref: Ref = ("i", j)
         self.agg_by_norm.setdefault(it.norm, ref)
+        if spec.func in VARIANCES:
+            node = spec.node
+            arg = _sql(node.this if not isinstance(node, exp.Anonymous) else node.expressions[0])
+            cref = self.add_hidden(f"COUNT({arg})")
+            moments = (self.add_hidden(f"SUM({arg})"), self.add_hidden(f"SUM(({arg}) * ({arg}))"))
+            self.aggs.append(_HiddenAgg(spec, ref, cref, moment_refs=moments))
+            return
         if spec.func != AVG:
             self.aggs.append(_HiddenAgg(spec, ref))
             return
@@ -800,7 +829,9 @@ class _Builder:
                       count_column=None if a.count_ref is None else col(a.count_ref),
                       distinct=a.spec.distinct,
                       distinct_columns=tuple(col(r) for r in a.distinct_refs),
-                      separator=a.spec.separator, name=a.name)
+                      separator=a.spec.separator, name=a.name,
+                      sum_column=None if a.moment_refs is None else col(a.moment_refs[0]),
+                      squares_column=None if a.moment_refs is None else col(a.moment_refs[1]))
             for a in self.aggs) if grouped else ()
         return MergePlan(
             hidden=n_hidden,
