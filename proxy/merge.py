@@ -75,6 +75,11 @@ class Aggregate:
     name: str | None = None
     sum_column: int | None = None      # STDDEV/VARIANCE: the hidden SUM(x) and SUM(x*x)
     squares_column: int | None = None
+    # GROUP_CONCAT(x ORDER BY ...): the order keys, x, its row count, and @@group_concat_max_len
+    order_columns: tuple[tuple[int, bool], ...] = ()
+    element_column: int | None = None
+    rows_column: int | None = None
+    max_len_column: int | None = None
 
 
 @dataclass(frozen=True)
@@ -313,6 +318,11 @@ class _AggRuntime:
     separator: bytes
     moments: tuple[int, int] | None = None   # STDDEV/VARIANCE: columns of SUM(x), SUM(x*x)
     decimals: int = 31
+    element: int | None = None               # ordered GROUP_CONCAT: the value, its order key, its count
+    order_key: Callable[[Row], tuple] | None = None
+    rows_col: int | None = None
+    max_len_col: int | None = None
+    max_len: int | None = None
 
     def add(self, acc: _Acc, row: Row) -> None:
         """Fold one node row's partial into the group's accumulator."""
@@ -350,7 +360,18 @@ class _AggRuntime:
                 k = self.key(v)
                 if acc.v is None or (k < acc.v[0] if f == MIN else acc.v[0] < k):
                     acc.v = (k, v)
+        elif f == GROUP_CONCAT and self.order_key is not None:
+            if self.max_len_col is not None and self.max_len is None and row[self.max_len_col] is not None:
+                self.max_len = int(row[self.max_len_col])
+            e = row[self.element] if self.element is not None else None
+            if e is not None:
+                n = 1 if self.rows_col is None or row[self.rows_col] is None else int(row[self.rows_col])
+                if acc.v is None:
+                    acc.v = []
+                acc.v.append((self.order_key(row), e, n))
         elif f == GROUP_CONCAT:
+            if self.max_len_col is not None and self.max_len is None and row[self.max_len_col] is not None:
+                self.max_len = int(row[self.max_len_col])
             if v is not None:
                 if acc.v is None:
                     acc.v = [v]
@@ -398,7 +419,18 @@ class _AggRuntime:
         if f in (MIN, MAX):
             return None if acc.v is None else acc.v[1]
         if f == GROUP_CONCAT:
-            return None if acc.v is None else self.separator.join(acc.v)
+            if acc.v is None:
+                return None
+            if self.order_key is not None:
+                parts = [e for _, e, n in sorted(acc.v, key=lambda t: t[0]) for _ in range(n)]
+            else:
+                parts = acc.v
+            out = self.separator.join(parts)
+            if self.max_len is not None and len(out) > self.max_len:
+                raise NotSupported(f"a GROUP_CONCAT result is longer than group_concat_max_len "
+                                   f"({self.max_len}): MariaDB would cut it with a warning that pydble does "
+                                   f"not reproduce across shardingNodes")
+            return out
         if f in (BIT_AND, BIT_OR, BIT_XOR):
             if acc.v is None:
                 return str(_UINT64_MAX if f == BIT_AND else 0).encode("ascii")
@@ -500,10 +532,27 @@ def _resolve(plan: MergePlan, columns: list[ColumnDef], collated: dict[int, int]
         moments = None
         if a.func in VARIANCES:
             moments = moment_columns(a, columns, width, _abs)
-        aggs.append(_AggRuntime(col, a.func, cnt, dcols,
-                                tuple(value_key(columns[c], kinds[c]) for c in dcols), sum_kind,
-                                scale, value_key(columns[col], kinds[col]), a.separator, moments,
-                                columns[col].decimals))
+        rt = _AggRuntime(col, a.func, cnt, dcols,
+                         tuple(value_key(columns[c], kinds[c]) for c in dcols), sum_kind,
+                         scale, value_key(columns[col], kinds[col]), a.separator, moments,
+                         columns[col].decimals)
+        if a.func == GROUP_CONCAT:
+            rt.max_len_col = None if a.max_len_column is None else _abs(a.max_len_column, width)
+        if a.func == GROUP_CONCAT and a.element_column is not None:
+            rt.element = _abs(a.element_column, width)
+            if columns[rt.element].type in FLOAT_TYPES:
+                raise NotSupported("GROUP_CONCAT(... ORDER BY ...) of a FLOAT or DOUBLE value cannot be merged "
+                                   "across shardingNodes: its text form in the list may differ")
+            rt.rows_col = None if a.rows_column is None else _abs(a.rows_column, width)
+            oterms = []
+            for c, d in a.order_columns:
+                i = _abs(c, width)
+                if columns[i].type in (T_ENUM, T_SET) or columns[i].flags & (ENUM_FLAG | SET_FLAG):
+                    raise NotSupported("GROUP_CONCAT(... ORDER BY an ENUM or SET) cannot be merged across "
+                                       "shardingNodes")
+                oterms.append((i, d, value_key(columns[i], kinds[i])))
+            rt.order_key = row_sort_key(oterms)
+        aggs.append(rt)
         if a.func == AVG:
             kinds[col] = K_FLOAT if sum_kind == K_FLOAT else K_DEC
         elif a.func in (COUNT, BIT_AND, BIT_OR, BIT_XOR):
@@ -583,6 +632,8 @@ def _aggregate(plan: MergePlan, r: _Resolved, streams: Iterable[Iterable[Row]]) 
     gkeys = [r.keys[i] for i in gcols]
     agg_cols = ({a.col for a in r.aggs} | {a.count_col for a in r.aggs if a.count_col is not None}
                 | {c for a in r.aggs if a.moments for c in a.moments})
+    for a in r.aggs:   # (the planner's hidden helper columns never reach the client)
+        agg_cols |= {c for c in (a.element, a.rows_col, a.max_len_col) if c is not None}
     plain = [i for i in range(r.width) if i not in agg_cols and i not in gcols]
     groups: dict[tuple, tuple[Row, list[_Acc]]] = {}
     aggs = r.aggs

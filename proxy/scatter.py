@@ -274,6 +274,8 @@ class _AggSpec:
     node: exp.Expression
     distinct_args: tuple[exp.Expression, ...] = ()
     separator: bytes = b","
+    element: exp.Expression | None = None                       # GROUP_CONCAT(x ORDER BY ...): x
+    order: tuple[tuple[exp.Expression, bool], ...] = ()        # ... and its ORDER BY terms
 
     @property
     def distinct(self) -> bool:
@@ -292,13 +294,14 @@ def _agg_spec(n: exp.Expression) -> _AggSpec:
             return _AggSpec(COUNT, n, tuple(arg.expressions))
         return _AggSpec(COUNT, n)
     if isinstance(n, exp.GroupConcat):
-        if isinstance(arg, exp.Order) or n.find(exp.Order):
-            raise NotSupported("GROUP_CONCAT(... ORDER BY ...) cannot be merged across "
-                               "shardingNodes: the order inside each group would be lost")
         sep = n.args.get("separator")
         if sep is not None and not (isinstance(sep, exp.Literal) and sep.is_string):
             raise NotSupported("GROUP_CONCAT with a computed SEPARATOR cannot be merged")
         sep_b = b"," if sep is None else sep.this.encode("utf-8")
+        if isinstance(arg, exp.Order):
+            return _ordered_group_concat(n, arg, sep_b)
+        if n.find(exp.Order):
+            raise NotSupported("this GROUP_CONCAT(... ORDER BY ...) cannot be merged across shardingNodes")
         if isinstance(arg, exp.Distinct):
             return _AggSpec(GROUP_CONCAT, n, tuple(arg.expressions), sep_b)
         return _AggSpec(GROUP_CONCAT, n, separator=sep_b)
@@ -315,6 +318,28 @@ def _agg_spec(n: exp.Expression) -> _AggSpec:
             return _AggSpec(func, n, tuple(arg.expressions))
         raise NotSupported(f"{name}(DISTINCT ...) cannot be merged across shardingNodes")
     return _AggSpec(func, n)
+
+
+def _ordered_group_concat(n: exp.Expression, order: exp.Order, sep: bytes) -> _AggSpec:
+    """GROUP_CONCAT([DISTINCT] x ORDER BY keys): nodes send each (x, keys) with its count, the proxy
+    sorts and joins them."""
+    why = "cannot be merged across shardingNodes"
+    arg = order.this
+    terms = []
+    for o in order.expressions:
+        e = o.this if isinstance(o, exp.Ordered) else o
+        if _position(e) is not None or _is_constant(e) or _has_agg(e):
+            raise NotSupported(f"GROUP_CONCAT(... ORDER BY {_sql(e)}) {why}: order by a column or expression")
+        terms.append((e, bool(o.args.get("desc")) if isinstance(o, exp.Ordered) else False))
+    if isinstance(arg, exp.Distinct):
+        if len(arg.expressions) != 1 or isinstance(arg.expressions[0], exp.Concat):
+            raise NotSupported(f"GROUP_CONCAT(DISTINCT of several values ORDER BY ...) {why}")
+        x = arg.expressions[0]
+        if any(_norm(e) != _norm(x) for e, _ in terms):
+            raise NotSupported(f"GROUP_CONCAT(DISTINCT x ORDER BY another expression) {why}: which row's "
+                               f"order value counts is not determined")
+        return _AggSpec(GROUP_CONCAT, n, (x,), sep, x, tuple(terms))
+    return _AggSpec(GROUP_CONCAT, n, (), sep, arg, tuple(terms))
 
 
 @dataclass
@@ -338,6 +363,10 @@ class _HiddenAgg:
     count_ref: Ref | None = None
     name: str | None = None
     moment_refs: tuple[Ref, Ref] | None = None
+    order_refs: list[tuple[Ref, bool]] = field(default_factory=list)   # ordered GROUP_CONCAT
+    element_ref: Ref | None = None
+    count_rows_ref: Ref | None = None
+    max_len_ref: Ref | None = None
     distinct_refs: list[Ref] = field(default_factory=list)
 
 
@@ -515,6 +544,7 @@ class _Builder:
         if grouped:
             compared += [a.ref for a in self.aggs if a.spec.func in (MIN, MAX)]
             compared += [r for a in self.aggs for r in a.distinct_refs]
+            compared += [r for a in self.aggs for r, _ in a.order_refs]
         probes = self.collation_probes(compared)
         if self.hidden:
             self.edits.append((self.items_end, self.items_end, ", " + ", ".join(self.hidden)))
@@ -718,7 +748,8 @@ class _Builder:
         return refs, only_null and not refs
 
     def distinct_args(self) -> list[Ref]:
-        """Hidden argument columns of DISTINCT aggregates; nodes also group by all of them."""
+        """Hidden argument columns of DISTINCT aggregates and of ordered GROUP_CONCATs (their values
+        and order keys); nodes also group by all of them."""
         specs = [a for a in self.aggs if a.spec.distinct]
         by_norm: dict[str, Ref] = {}
         texts: list[str] = []
@@ -729,6 +760,28 @@ class _Builder:
                     texts.append(_sql(x))
                     by_norm[n] = self.add_hidden(texts[-1])
                 a.distinct_refs.append(by_norm[n])
+        for a in self.aggs:
+            if a.spec.func != GROUP_CONCAT:
+                continue
+            a.max_len_ref = self.add_hidden("@@group_concat_max_len")
+            if a.spec.element is None:
+                continue
+            elt = _sql(a.spec.element)
+            if a.spec.distinct:
+                a.element_ref = by_norm[_norm(a.spec.element)]
+                a.order_refs = [(a.element_ref, d) for _, d in a.spec.order]
+                continue
+            for extra in (elt, f"CAST(({elt}) AS BINARY)"):   # 'a' and 'A' stay apart
+                if extra not in texts:
+                    texts.append(extra)
+            a.element_ref = self.add_hidden(elt)
+            for e, d in a.spec.order:
+                kt = _sql(e)
+                if kt not in texts:
+                    texts.append(kt)
+                a.order_refs.append((self.add_hidden(kt), d))
+            a.count_rows_ref = self.add_hidden("COUNT(*)")
+            by_norm.setdefault("\x00" + elt, a.element_ref)
         if not texts:
             return []
         start = self.lay.clauses.get("GROUP")
@@ -831,7 +884,11 @@ class _Builder:
                       distinct_columns=tuple(col(r) for r in a.distinct_refs),
                       separator=a.spec.separator, name=a.name,
                       sum_column=None if a.moment_refs is None else col(a.moment_refs[0]),
-                      squares_column=None if a.moment_refs is None else col(a.moment_refs[1]))
+                      squares_column=None if a.moment_refs is None else col(a.moment_refs[1]),
+                      order_columns=tuple((col(r), d) for r, d in a.order_refs),
+                      element_column=None if a.element_ref is None else col(a.element_ref),
+                      rows_column=None if a.count_rows_ref is None else col(a.count_rows_ref),
+                      max_len_column=None if a.max_len_ref is None else col(a.max_len_ref))
             for a in self.aggs) if grouped else ()
         return MergePlan(
             hidden=n_hidden,
