@@ -197,7 +197,9 @@ class _Reader:
                 raise not_supported("ORDER BY over a UNION, INTERSECT or EXCEPT across shardingNodes is only "
                                     "supported by result column name or position")
             i += 1
-            if i < end and self.toks[i][0] == "o" and self.toks[i][1] in (".", "("):
+            nxt = self.toks[i] if i < end else None
+            if nxt is not None and not (nxt[0] == "o" and nxt[1] == ",") and self.word(i, end) not in (
+                    "ASC", "DESC", "LIMIT"):
                 raise not_supported("ORDER BY over a UNION, INTERSECT or EXCEPT across shardingNodes is only "
                                     "supported by result column name or position")
             desc = False
