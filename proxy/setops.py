@@ -306,8 +306,10 @@ async def run_set_operation(ex: "Executor", plan: "Plan", r: "Reply", more: bool
         if compare:
             colls = await _probe(ex, lf, rs)
         results[id(lf)] = _Result(list(rs.columns), [list(x) for x in rs.rows], colls)
+    branches = [results[id(lf)] for lf in sp.leaves]
+    _result_columns(sp, branches, branches[0])   # differing types are refused before any value is compared
     out = _evaluate(sp.expr, results)
-    columns = _result_columns(sp, [results[id(lf)] for lf in sp.leaves], out)
+    columns = _result_columns(sp, branches, out)
     warnings = min(len(ex.session.warnings), 0xFFFF)
     r.resultset(ResultSet(columns, out.rows), ex.session.status(), more, warnings)
 
