@@ -10,6 +10,7 @@ branches whose columns differ in type are refused, since MariaDB's type unificat
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Union
@@ -21,7 +22,7 @@ from proxy.sqltok import Token, tokenize, unquote_ident
 if TYPE_CHECKING:  # pragma: no cover
     from proxy.analyzer import Grants
     from proxy.executor import Executor
-    from proxy.protocol.messages import ColumnDef, ResultSet
+    from proxy.protocol.messages import ColumnDef, ErrInfo, ResultSet
     from proxy.reply import Reply
     from proxy.router import Plan, Router
 
@@ -291,13 +292,13 @@ async def run_set_operation(ex: "Executor", plan: "Plan", r: "Reply", more: bool
     sp: SetPlan = plan.setop
     compare = _compares(sp.expr)
     results: dict[int, _Result] = {}
-    for lf in sp.leaves:
+
+    async def one(lf: Leaf) -> ErrInfo | None:
         targets = [(t.node, t.sql) for t in lf.plan.targets]
         scanners = await ex._run_on(targets, copies=ex._global_only(lf.plan))
         for sc in scanners:
             if sc.error is not None:
-                r.err_info(sc.error)
-                return
+                return sc.error
         sets = [sc.results[0] for sc in scanners if sc.results and sc.results[0].columns]
         if len(sets) != len(scanners):
             raise NotSupported("a branch of this set operation did not return a result set")
@@ -306,6 +307,16 @@ async def run_set_operation(ex: "Executor", plan: "Plan", r: "Reply", more: bool
         if compare:
             colls = await _probe(ex, lf, rs)
         results[id(lf)] = _Result(list(rs.columns), [list(x) for x in rs.rows], colls)
+        return None
+
+    if ex._pinning() or ex.locked:   # one connection per node: the branches take turns
+        errors = [await one(lf) for lf in sp.leaves]
+    else:
+        errors = list(await asyncio.gather(*(one(lf) for lf in sp.leaves)))
+    err = next((e for e in errors if e is not None), None)
+    if err is not None:
+        r.err_info(err)
+        return
     branches = [results[id(lf)] for lf in sp.leaves]
     _result_columns(sp, branches, branches[0])   # differing types are refused before any value is compared
     out = _evaluate(sp.expr, results)
