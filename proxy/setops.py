@@ -32,6 +32,7 @@ _TAIL = frozenset({"ORDER", "LIMIT"})
 _REFUSED_TAIL = frozenset({"INTO", "FOR", "LOCK", "PROCEDURE"})
 _MAX_LIMIT = (1 << 64) - 1
 PROBE_CTE = "_pydble_probe"
+_INT_RANK = {0x01: 0, 0x02: 1, 0x09: 2, 0x03: 3, 0x08: 4}   # TINYINT < SMALLINT < MEDIUMINT < INT < BIGINT
 
 
 @dataclass(frozen=True)
@@ -491,13 +492,18 @@ def _result_columns(sp: SetPlan, branches: list[_Result], out: _Result) -> list[
     for i, c0 in enumerate(first.columns):
         length = c0.length
         not_null = True
+        ints = [b.columns[i] for b in branches]
+        if all(c.type in _INT_RANK for c in ints) and len({c.flags & UNSIGNED_FLAG for c in ints}) == 1:
+            c0 = replace(c0, type=max((c.type for c in ints), key=_INT_RANK.__getitem__))   # INT and BIGINT: BIGINT
         for b in branches:
             c = b.columns[i]
+            if c.type in _INT_RANK and c0.type in _INT_RANK:
+                c = replace(c, type=c0.type)
             same = (c.type == c0.type and c.charset == c0.charset and c.decimals == c0.decimals
                     and (c.flags & UNSIGNED_FLAG) == (c0.flags & UNSIGNED_FLAG)
-                    and (c.flags & BINARY_FLAG or c.type in strings + blobs) == (c0.flags & BINARY_FLAG
-                                                                                  or c0.type in strings + blobs))
-            if not same or (c.length != c0.length and c0.type not in strings):
+                    and (c0.type in NUMERIC_TYPES or (bool(c.flags & BINARY_FLAG) or c.type in strings + blobs)
+                         == (bool(c0.flags & BINARY_FLAG) or c0.type in strings + blobs)))
+            if not same:
                 raise NotSupported(f"the column {c0.name} has different types in the branches of this set "
                                    f"operation across shardingNodes; MariaDB would unify them in a way pydble "
                                    f"does not reproduce (cast every branch to one type)")

@@ -129,3 +129,107 @@ def test_multi_row_insert_failing_on_one_node_changes_no_node(both):
         assert rows(px, "SELECT COUNT(*) FROM rg WHERE id = 1000") == [(0,)]
     finally:
         rows(px, "DELETE FROM rg WHERE id = 1000")
+
+
+def agree(both: tuple[Any, Any], sql: str, ordered: bool = True) -> list[tuple[Any, ...]]:
+    """pydble answers what MariaDB answers (names too); returns the rows."""
+    px, ref = both
+    with ref.cursor() as cur:
+        cur.execute(sql)
+        want, names = [tuple(r) for r in cur.fetchall()], [d[0] for d in cur.description]
+    with px.cursor() as cur:
+        cur.execute(sql)
+        got, got_names = [tuple(r) for r in cur.fetchall()], [d[0] for d in cur.description]
+    assert got_names == names
+    assert (got if ordered else sorted(got, key=repr)) == (want if ordered else sorted(want, key=repr))
+    return want
+
+
+def refused(both: tuple[Any, Any], sql: str, words: str) -> None:
+    """MariaDB answers; pydble refuses with 1235 and a sentence."""
+    px, ref = both
+    rows(ref, sql)
+    with pytest.raises(pymysql.MySQLError) as e:
+        rows(px, sql)
+    assert e.value.args[0] == 1235 and words in e.value.args[1], e.value.args
+
+
+# --- issue 18 item 2: set operations over branches on different nodes, combined in the proxy
+
+def test_union_across_nodes_compares_by_general_ci(both):
+    same(both, "SELECT s FROM rg WHERE id = 1 UNION SELECT s FROM rg WHERE id = 2", [("a",)])
+
+
+def test_union_across_nodes_keeps_a_and_A_apart_under_bin(both):
+    same(both, "SELECT b FROM rg WHERE id = 1 UNION SELECT b FROM rg WHERE id = 2 ORDER BY b", [("A",), ("a",)])
+
+
+def test_union_of_general_ci_and_bin_columns_compares_by_bin(both):
+    same(both, "SELECT s FROM rg WHERE id = 2 UNION SELECT b FROM rg WHERE id = 1 ORDER BY 1", [("A",), ("a",)])
+
+
+def test_intersect_binds_tighter_than_union(both):
+    same(both, "SELECT id FROM rg WHERE id < 3 UNION SELECT id FROM rg WHERE id > 4 "
+               "INTERSECT SELECT id FROM rg WHERE id = 6 ORDER BY id", [(1,), (2,), (6,)])
+
+
+def test_except_and_intersect_all_count_copies(both):
+    same(both, "SELECT id % 2 AS p FROM rg EXCEPT ALL SELECT id % 2 FROM rg WHERE id < 3 ORDER BY p",
+         [(0,), (0,), (1,), (1,)])
+    same(both, "SELECT id % 2 AS p FROM rg INTERSECT ALL SELECT id % 3 FROM rg ORDER BY p", [(0,), (0,), (1,), (1,)])
+    same(both, "SELECT id % 2 AS p FROM rg EXCEPT SELECT id FROM rg WHERE id = 1", [(0,)])
+
+
+def test_parenthesized_branches_keep_their_limits_under_the_outer_order_and_limit(both):
+    same(both, "(SELECT id FROM rg ORDER BY id DESC LIMIT 2) UNION ALL (SELECT id FROM rg ORDER BY id LIMIT 1) "
+               "ORDER BY id LIMIT 2", [(1,), (5,)])
+
+
+def test_set_operation_names_come_from_the_first_branch(both):
+    agree(both, "SELECT id AS x, b FROM rg WHERE id = 1 UNION SELECT id AS y, s FROM rg WHERE id = 2 ORDER BY x")
+
+
+def test_set_operation_of_int_and_varchar_branches_is_refused_not_mangled(both):
+    # found by the differential test: the INT key was applied to text values and the connection dropped
+    refused(both, "SELECT id FROM rg WHERE id = 1 UNION SELECT b FROM rg ORDER BY id LIMIT 9", "different types")
+
+
+def test_set_operation_by_a_unicode_ci_column_is_refused(both):
+    refused(both, "SELECT u FROM rg WHERE id = 1 UNION SELECT u FROM rg WHERE id = 2", "utf8mb4_unicode_ci")
+
+
+# --- issue 18 item 2: aggregates merged from per-node partials
+
+def test_stddev_and_variance_family_across_nodes(both):
+    same(both, "SELECT STDDEV(id), STD(id), STDDEV_POP(id), STDDEV_SAMP(id), VARIANCE(id), VAR_POP(id), "
+               "VAR_SAMP(id) FROM rg", [(1.7078, 1.7078, 1.7078, 1.8708, 2.9167, 2.9167, 3.5)])
+    agree(both, "SELECT id % 2 AS g, VAR_SAMP(id), STDDEV(id * 1.5) FROM rg GROUP BY g ORDER BY g")
+    same(both, "SELECT VAR_SAMP(id), STDDEV_POP(id) FROM rg WHERE id = 3", [(None, 0.0)])
+
+
+def test_stddev_of_a_double_is_refused(both):
+    refused(both, "SELECT STDDEV(id / 3e0) FROM rg", "not an integer or DECIMAL")
+
+
+def test_group_concat_with_its_own_order_and_separator(both):
+    same(both, "SELECT GROUP_CONCAT(b ORDER BY b DESC SEPARATOR '|') FROM rg", [("x y|b|a|Zed|B|A",)])
+    same(both, "SELECT id % 2 AS g, GROUP_CONCAT(s ORDER BY s, id) FROM rg GROUP BY g ORDER BY g",
+         [(0, "A,B ,Zed"), (1, "a,b,x")])
+    same(both, "SELECT GROUP_CONCAT(DISTINCT id % 3 ORDER BY id % 3 DESC) FROM rg", [("2,1,0",)])
+
+
+def test_group_concat_longer_than_group_concat_max_len_is_refused(both):
+    px, ref = both
+    for conn in both:
+        rows(conn, "SET SESSION group_concat_max_len = 6")
+    try:
+        assert rows(ref, "SELECT GROUP_CONCAT(b ORDER BY id) FROM rg") == [("a,A,x ",)]
+        refused(both, "SELECT GROUP_CONCAT(b ORDER BY id) FROM rg", "group_concat_max_len")
+        same(both, "SELECT GROUP_CONCAT(id ORDER BY id) FROM rg WHERE id < 4", [("1,2,3",)])
+    finally:
+        for conn in both:
+            rows(conn, "SET SESSION group_concat_max_len = 1024")
+
+
+def test_bit_aggregates_and_count_distinct_of_two_columns(both):
+    same(both, "SELECT BIT_AND(id), BIT_OR(id), BIT_XOR(id), COUNT(DISTINCT id % 2, s) FROM rg", [(0, 7, 7, 6)])
