@@ -11,7 +11,7 @@ import heapq
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Context, Decimal, InvalidOperation
 from itertools import chain, islice
 from typing import Any
@@ -111,6 +111,7 @@ class MergePlan:
     limit: int | None = None
     node_limit: int | None = None  # the LIMIT grouped nodes ran with (ordered by the group keys)
     collations: tuple[tuple[int, int | None], ...] = ()  # (column, hidden COLLATION(column) or None)
+    rollup: bool = False  # GROUP BY ... WITH ROLLUP: super-aggregate rows added after each group
 
     @property
     def concat_only(self) -> bool:
@@ -660,6 +661,28 @@ def _aggregate(plan: MergePlan, r: _Resolved, streams: Iterable[Iterable[Row]]) 
     return out
 
 
+def _rollup(plan: MergePlan, r: _Resolved, streams: Iterable[Iterable[Row]]) -> list[Row]:
+    """The groups, then for each shorter prefix of the GROUP BY keys its super-aggregate rows (keys
+    past the prefix NULL), in MariaDB's order: by the keys, a super-aggregate row after its groups."""
+    nodes_rows = list(chain.from_iterable(streams))
+    gcols = [_abs(i, r.width) for i in plan.group_by]
+    if not nodes_rows:
+        return []
+    levels: list[tuple[int, Row]] = []
+    for n in range(len(gcols), -1, -1):
+        for row in _aggregate(replace(plan, group_by=plan.group_by[:n]), r, [nodes_rows]):
+            for c in gcols[n:]:
+                row[c] = None
+            levels.append((n, row))
+    keys = [r.keys[c] for c in gcols]
+
+    def order(item: tuple[int, Row]) -> tuple:
+        n, row = item
+        return tuple((0, _NULL_KEY if row[c] is None else (1, f(row[c]))) if i < n else (1,)
+                     for i, (c, f) in enumerate(zip(gcols, keys)))
+    return [row for _, row in sorted(levels, key=order)]
+
+
 _ORDER_MISMATCH = ("the shardingNodes sorted {what} by a collation rule pydble does not "
                    "reproduce, so their rows cannot be merged in order; sort on a binary or "
                    "numeric expression instead")
@@ -707,7 +730,12 @@ def merge_streams(plan: MergePlan, columns: list[ColumnDef],
     r = _resolve(plan, columns, collated)
     terms = _sort_terms(plan, r, columns)
     rows: Iterable[Row]
-    if plan.grouped:
+    if plan.grouped and plan.rollup:
+        rows = _rollup(plan, r, streams)
+        for t in plan.having:
+            i = _abs(t.column, r.width)
+            rows = [row for row in rows if _having_ok(row[i], r.kinds[i], r.keys[i], t)]
+    elif plan.grouped:
         key = row_sort_key(terms) if terms else None
         if plan.node_limit is not None and key is not None:
             # Nodes cut their groups at a LIMIT in their own order; ours must agree, or a group

@@ -404,6 +404,7 @@ class _Builder:
     aggs: list[_HiddenAgg] = field(default_factory=list)
     agg_by_norm: dict[str, Ref] = field(default_factory=dict)
     edits: list[Edit] = field(default_factory=list)
+    rollup_at: int | None = None  # token index of GROUP BY ... WITH ROLLUP's WITH
     items_end: int = 0  # token index where the select list ends (hidden columns go there)
     pushed: bool = False  # whether the nodes keep a LIMIT
 
@@ -534,8 +535,10 @@ class _Builder:
         if tree.args.get("locks") and limit is not None:
             raise NotSupported("FOR UPDATE/LOCK IN SHARE MODE with LIMIT across shardingNodes "
                                "would lock rows outside the result")
+        if self.rollup_at is not None:
+            self.check_rollup(group_refs)
         self.node_order_and_limit(tree, grouped, group_refs, order_refs, order_null, having,
-                                  bool(distinct_args), distinct, offset, limit)
+                                  bool(distinct_args) or self.rollup_at is not None, distinct, offset, limit)
         if grouped and not order_refs and not order_null:
             order_refs = [(r, False) for r in group_refs]
         compared = list(group_refs) + [r for r, _, _, _ in having] + [r for r, _ in order_refs]
@@ -551,7 +554,21 @@ class _Builder:
         plan = self.finish(grouped, group_refs, having, order_refs, distinct, offset, limit, probes)
         if grouped and self.pushed:
             plan = replace(plan, node_limit=min(offset + (limit or 0), _MAX_LIMIT))
+        if self.rollup_at is not None:
+            plan = replace(plan, rollup=True)
         return tuple(self.edits), plan
+
+    def check_rollup(self, group_refs: list[Ref]) -> None:
+        """Super-aggregate rows NULL the group keys and recompute the aggregates; any other selected
+        value (an expression over a key, a column not grouped) could not be recomputed."""
+        keys = set(group_refs)
+        for j, it in enumerate(self.items):
+            if it.star or (("i", j) not in keys and it.agg is None):
+                raise NotSupported("GROUP BY ... WITH ROLLUP across shardingNodes is merged only when every "
+                                   "selected value is a GROUP BY key or an aggregate")
+        if any(r[0] != "i" for r in group_refs):
+            raise NotSupported("GROUP BY ... WITH ROLLUP across shardingNodes is merged only when every "
+                               "GROUP BY key is selected")
 
     def parse(self) -> exp.Select:
         if self.lay.select < 0:
@@ -577,9 +594,10 @@ class _Builder:
         if tree.args.get("windows"):
             raise NotSupported("a WINDOW clause cannot be merged across shardingNodes")
         group = tree.args.get("group")
-        if group is not None and any(group.args.get(k) for k in
-                                     ("rollup", "cube", "grouping_sets", "totals")):
-            raise NotSupported("GROUP BY ... WITH ROLLUP cannot be merged across shardingNodes")
+        if group is not None and any(group.args.get(k) for k in ("cube", "grouping_sets", "totals")):
+            raise NotSupported("GROUP BY ... WITH CUBE / GROUPING SETS cannot be merged across shardingNodes")
+        if group is not None and group.args.get("rollup"):
+            self.find_rollup(tree)
         limit = tree.args.get("limit")
         if limit is not None and not isinstance(limit, exp.Limit):
             raise NotSupported("OFFSET ... FETCH across shardingNodes is not supported; use LIMIT")
@@ -587,6 +605,23 @@ class _Builder:
             if any(isinstance(n, exp.Window) for n in _outer(x)):
                 raise NotSupported("window functions cannot be evaluated per shardingNode: "
                                    "their partitions span several nodes")
+
+    def find_rollup(self, tree: exp.Select) -> None:
+        """GROUP BY ... WITH ROLLUP: the nodes group without it, the proxy adds the super-aggregate rows."""
+        start = self.lay.clauses.get("GROUP")
+        end = self.lay.clause_end(start) if start is not None else 0
+        at = next((i for i in range(start + 2, end - 1) if self.word(i) == "WITH"
+                   and self.word(i + 1) == "ROLLUP"), None) if start is not None else None
+        if at is None or at + 2 != end:
+            raise NotSupported("pydble could not find WITH ROLLUP in the statement text to merge it")
+        if tree.args.get("order") is not None:
+            raise ProxyError("Incorrect usage of CUBE/ROLLUP and ORDER BY", 1221, "HY000")
+        if tree.args.get("distinct") is not None:
+            raise NotSupported("SELECT DISTINCT ... WITH ROLLUP cannot be merged across shardingNodes")
+        if any(self.word(i) in ("ASC", "DESC") for i in range(start + 2, at)):
+            raise NotSupported("GROUP BY ... ASC/DESC WITH ROLLUP cannot be merged across shardingNodes")
+        self.rollup_at = at
+        self.edits.append((at, end, ""))
 
     def read_items(self, tree: exp.Select) -> None:
         lay = self.lay
@@ -666,7 +701,10 @@ class _Builder:
         start = self.lay.clauses.get(clause)
         if start is None:
             return [None] * n
-        spans = _split(self.sql, self.toks, start + 2, self.lay.clause_end(start))
+        end = self.lay.clause_end(start)
+        if clause == "GROUP" and self.rollup_at is not None:
+            end = self.rollup_at
+        spans = _split(self.sql, self.toks, start + 2, end)
         if len(spans) != n:
             return [None] * n
         out: list[str | None] = []

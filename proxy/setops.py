@@ -320,6 +320,12 @@ async def run_set_operation(ex: "Executor", plan: "Plan", r: "Reply", more: bool
         return
     branches = [results[id(lf)] for lf in sp.leaves]
     _result_columns(sp, branches, branches[0])   # differing types are refused before any value is compared
+    if compare:   # MariaDB types the result columns once, over every branch: each step compares by them
+        colls = branches[0].collations
+        for b in branches[1:]:
+            colls = [_aggregate_collation(x, y, c.name) for x, y, c in zip(colls, b.collations, b.columns)]
+        for b in branches:
+            b.collations = list(colls)
     out = _evaluate(sp.expr, results)
     columns = _result_columns(sp, branches, out)
     warnings = min(len(ex.session.warnings), 0xFFFF)

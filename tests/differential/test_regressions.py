@@ -233,3 +233,29 @@ def test_group_concat_longer_than_group_concat_max_len_is_refused(both):
 
 def test_bit_aggregates_and_count_distinct_of_two_columns(both):
     same(both, "SELECT BIT_AND(id), BIT_OR(id), BIT_XOR(id), COUNT(DISTINCT id % 2, s) FROM rg", [(0, 7, 7, 6)])
+
+
+def test_every_step_of_a_set_operation_compares_by_the_collation_of_all_branches(both):
+    # found by the differential test: a utf8mb4_bin branch after an EXCEPT of general_ci branches makes the
+    # whole result (and the EXCEPT) compare by utf8mb4_bin, even when that branch has no rows
+    same(both, "SELECT s FROM rg WHERE id IN (1, 2) EXCEPT SELECT s FROM rg WHERE id = 3 "
+               "UNION SELECT b FROM rg WHERE id < 0 ORDER BY 1", [("A",), ("a",)])
+
+
+def test_group_by_with_rollup_across_nodes(both):
+    same(both, "SELECT id % 2 AS g, COUNT(*), SUM(id), GROUP_CONCAT(id ORDER BY id) FROM rg GROUP BY g WITH ROLLUP",
+         [(0, 3, 12, "2,4,6"), (1, 3, 9, "1,3,5"), (None, 6, 21, "1,2,3,4,5,6")])
+    same(both, "SELECT id % 2 AS g, id % 3 AS h, COUNT(*) FROM rg GROUP BY g, h WITH ROLLUP HAVING COUNT(*) > 1",
+         [(0, None, 3), (1, None, 3), (None, None, 6)])
+    same(both, "SELECT s, COUNT(*) FROM rg WHERE id < 4 GROUP BY s WITH ROLLUP LIMIT 1, 2", [("b", 1), (None, 3)])
+
+
+def test_rollup_with_order_by_is_mariadbs_error(both):
+    for conn in both:
+        with pytest.raises(pymysql.MySQLError) as e:
+            rows(conn, "SELECT id % 2 AS g, COUNT(*) FROM rg GROUP BY g WITH ROLLUP ORDER BY g")
+        assert e.value.args[0] == 1221
+
+
+def test_rollup_of_an_expression_over_a_key_is_refused(both):
+    refused(both, "SELECT id % 2 AS g, (id % 2) + 1, COUNT(*) FROM rg GROUP BY g WITH ROLLUP", "ROLLUP")
