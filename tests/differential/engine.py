@@ -28,6 +28,7 @@ DOUBLE_TYPES = (4, 5)          # FLOAT, DOUBLE: the last digits depend on the su
 SCALED_TYPES = (0, 4, 5, 246)  # DECIMAL, FLOAT, DOUBLE, NEWDECIMAL: the decimals count is seen
 LOST = (2006, 2013, 2055)      # the connection went away
 RELOAD_EVERY = 500
+REF_STATEMENT_TIME_S = 60
 # Issue 18 item 4, being fixed in the executor (all-or-nothing multi-node writes): a write that
 # fails on one node (a duplicate key) and still leaves its rows on the others.
 
@@ -198,8 +199,11 @@ class Differ:
                                db=SCHEMA, charset="utf8mb4", autocommit=True, conv={})
 
     def _ref(self) -> Any:
-        return MySQLdb.connect(host="127.0.0.1", port=self.ref_port, user="root", passwd="",
+        conn = MySQLdb.connect(host="127.0.0.1", port=self.ref_port, user="root", passwd="",
                                db=REF_DB, charset="utf8mb4", autocommit=True, conv={})
+        # a reference statement that never ends (a MariaDB bug) is an error in the report, not a stuck run
+        self._must(conn, f"SET SESSION max_statement_time = {REF_STATEMENT_TIME_S}")
+        return conn
 
     def _must(self, conn: Any, sql: str) -> Answer:
         ans = run_sql(conn, sql)

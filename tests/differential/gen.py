@@ -353,6 +353,10 @@ class Generator:
             parts.append(body)
         ops = [r.choice(self.SETOPS) if r.random() < 0.7 else r.choice(self.SETOPS[:4])
                for _ in range(nparts - 1)]
+        if " INTERSECT ALL " in ops and " EXCEPT ALL " in ops:
+            # MariaDB 10.11 can loop forever on `a INTERSECT ALL b EXCEPT ALL c ORDER BY ...` (seen in
+            # the differential run: the reference query ran for 25 minutes): not drawn
+            ops = [" EXCEPT " if op == " EXCEPT ALL " else op for op in ops]
         sql = parts[0] + "".join(op + p for op, p in zip(ops, parts[1:]))
         dups = any("ALL" in op for op in ops)
         width = len(lists[0])
