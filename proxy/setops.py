@@ -529,8 +529,8 @@ def _result_columns(sp: SetPlan, branches: list[_Result], out: _Result) -> list[
         else:
             flags |= c0.flags & BINARY_FLAG
         decimals = c0.decimals
-        if sp.streaming and text and c0.type in strings:
-            decimals = 39
+        if text and c0.type in strings:   # as MariaDB: unset when streamed, 0 from its temporary table
+            decimals = 39 if sp.streaming else 0
         cols.append(replace(c0, schema="", table="", org_table="", org_name="" if sp.streaming else c0.name,
                             length=length, flags=flags | (c0.flags & 16 if c0.type in blobs else 0),
                             decimals=decimals, raw=None))

@@ -259,3 +259,24 @@ def test_rollup_with_order_by_is_mariadbs_error(both):
 
 def test_rollup_of_an_expression_over_a_key_is_refused(both):
     refused(both, "SELECT id % 2 AS g, (id % 2) + 1, COUNT(*) FROM rg GROUP BY g WITH ROLLUP", "ROLLUP")
+
+
+def _fields(conn: Any, sql: str) -> list[tuple[Any, ...]]:
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        cur.fetchall()
+        return [(f.db, f.table_name, f.org_table, f.name, f.org_name, f.charsetnr, f.length, f.type_code, f.flags,
+                 f.scale) for f in cur._result.fields]
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT id, b FROM rg WHERE id = 1 UNION SELECT id, b FROM rg WHERE id = 2",
+    "SELECT id, s FROM rg WHERE id = 1 UNION ALL SELECT id, s FROM rg WHERE id = 2",
+    "SELECT id, s FROM rg WHERE id = 1 UNION ALL SELECT id, s FROM rg WHERE id = 2 ORDER BY id",
+    "SELECT s FROM rg WHERE id = 1 UNION SELECT b FROM rg WHERE id = 2",
+    "SELECT 'a' AS l, id % 2 AS p FROM rg WHERE id = 1 INTERSECT SELECT 'abc', id FROM rg WHERE id = 2",
+    "SELECT id AS x FROM rg WHERE id = 1 EXCEPT ALL SELECT id FROM rg WHERE id = 2",
+])
+def test_set_operation_column_definitions_are_mariadbs(both, sql):
+    px, ref = both
+    assert _fields(px, sql) == _fields(ref, sql)
