@@ -486,7 +486,7 @@ def _order_limit(res: _Result, e: Ordered) -> _Result:
 def _result_columns(sp: SetPlan, branches: list[_Result], out: _Result) -> list["ColumnDef"]:
     """The column definitions MariaDB sends for the set operation, from the first branch's, or a refusal
     when the branches' types differ (MariaDB would unify them in ways pydble does not reproduce)."""
-    from proxy.protocol.constants import (BINARY_FLAG, NOT_NULL_FLAG, NUMERIC_TYPES, T_BLOB, T_LONG_BLOB,
+    from proxy.protocol.constants import (BINARY_FLAG, ENUM_FLAG, NOT_NULL_FLAG, SET_FLAG, NUMERIC_TYPES, T_BLOB, T_LONG_BLOB,
                                           T_MEDIUM_BLOB, T_STRING, T_TINY_BLOB, T_VAR_STRING, UNSIGNED_FLAG,
                                           ZEROFILL_FLAG)
     first = branches[0]
@@ -509,6 +509,9 @@ def _result_columns(sp: SetPlan, branches: list[_Result], out: _Result) -> list[
                     and (c.flags & UNSIGNED_FLAG) == (c0.flags & UNSIGNED_FLAG)
                     and (c0.type in NUMERIC_TYPES or (bool(c.flags & BINARY_FLAG) or c.type in strings + blobs)
                          == (bool(c0.flags & BINARY_FLAG) or c0.type in strings + blobs)))
+            if c.flags & (ENUM_FLAG | SET_FLAG):
+                raise NotSupported(f"the ENUM or SET column {c0.name} in a set operation across shardingNodes is "
+                                   f"not supported: MariaDB turns it into a string type pydble does not reproduce")
             if not same:
                 raise NotSupported(f"the column {c0.name} has different types in the branches of this set "
                                    f"operation across shardingNodes; MariaDB would unify them in a way pydble "
