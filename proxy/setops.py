@@ -332,9 +332,6 @@ async def run_set_operation(ex: "Executor", plan: "Plan", r: "Reply", more: bool
     r.resultset(ResultSet(columns, out.rows), ex.session.status(), more, warnings)
 
 
-_TEXT_KINDS: frozenset[int] = frozenset()
-
-
 def _is_text(col: "ColumnDef") -> bool:
     from proxy.merge import K_BIN, K_CI, column_kind
     return column_kind(col) in (K_CI, K_BIN)
