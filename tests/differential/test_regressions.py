@@ -280,3 +280,15 @@ def _fields(conn: Any, sql: str) -> list[tuple[Any, ...]]:
 def test_set_operation_column_definitions_are_mariadbs(both, sql):
     px, ref = both
     assert _fields(px, sql) == _fields(ref, sql)
+
+
+def test_set_operation_inside_a_transaction_reads_its_own_writes(both):
+    px, _ = both
+    px.begin()
+    try:
+        rows(px, "INSERT INTO rg (id, b) VALUES (100, 'new')")
+        assert sorted(rows(px, "SELECT id, b FROM rg WHERE id = 100 UNION SELECT id, b FROM rg WHERE id = 1")) == [
+            (1, "a"), (100, "new")]
+    finally:
+        px.rollback()
+    assert rows(px, "SELECT id FROM rg WHERE id = 100 UNION ALL SELECT id FROM rg WHERE id = 101") == []
