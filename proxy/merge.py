@@ -44,6 +44,7 @@ GROUP_CONCAT, BIT_AND, BIT_OR, BIT_XOR, ANY = "GROUP_CONCAT", "BIT_AND", "BIT_OR
 # STDDEV/VARIANCE and kin, merged from per-node COUNT(x), SUM(x) and SUM(x*x) (see proxy.variance)
 VAR_POP, VAR_SAMP, STD_POP, STD_SAMP = "VAR_POP", "VAR_SAMP", "STDDEV_POP", "STDDEV_SAMP"
 VARIANCES = frozenset({VAR_POP, VAR_SAMP, STD_POP, STD_SAMP})
+ARITH = "ARITH"   # + - * over other merged aggregates (COUNT(*) + 1, MAX(x) - MIN(x))
 
 MAX_SCALE = 38  # MariaDB's largest DECIMAL scale; AVG's scale never exceeds it
 _EXACT = Context(prec=200)  # DECIMAL(65) sums must not round at Python's default 28 digits
@@ -80,6 +81,7 @@ class Aggregate:
     element_column: int | None = None
     rows_column: int | None = None
     max_len_column: int | None = None
+    program: tuple | None = None       # ARITH: ("+"|"-"|"*", a, b) | ("neg", a) | ("col", i) | ("lit", text)
 
 
 @dataclass(frozen=True)
@@ -291,6 +293,7 @@ def _to_number(v: bytes) -> Decimal:
 # --- aggregate accumulators ---------------------------------------------------------------
 
 _UINT64_MAX = (1 << 64) - 1
+_UNSIGNED = 32
 _BLOB_TYPES = frozenset({0xF9, 0xFA, 0xFB, 0xFC})   # TINY/MEDIUM/LONG/BLOB (TEXT and JSON are sent as these)
 
 
@@ -325,6 +328,8 @@ class _AggRuntime:
     rows_col: int | None = None
     max_len_col: int | None = None
     max_len: int | None = None
+    program: tuple | None = None
+    out_type: ColumnDef | None = None
 
     def add(self, acc: _Acc, row: Row) -> None:
         """Fold one node row's partial into the group's accumulator."""
@@ -340,6 +345,8 @@ class _AggRuntime:
         f = self.func
         if self.moments is not None:
             add_moments(acc, row, self.count_col, self.moments)
+            return
+        if f == ARITH:
             return
         if f == COUNT:
             if v is not None:
@@ -539,6 +546,10 @@ def _resolve(plan: MergePlan, columns: list[ColumnDef], collated: dict[int, int]
                          tuple(value_key(columns[c], kinds[c]) for c in dcols), sum_kind,
                          scale, value_key(columns[col], kinds[col]), a.separator, moments,
                          columns[col].decimals)
+        if a.func == ARITH:
+            rt.program = _absolute_program(a.program, width, columns)
+            rt.out_type = columns[col]
+            _exact_number(columns[col], a.name or columns[col].name)
         if a.func == GROUP_CONCAT:
             rt.max_len_col = None if a.max_len_column is None else _abs(a.max_len_column, width)
         if a.func == GROUP_CONCAT and a.element_column is not None:
@@ -658,9 +669,70 @@ def _aggregate(plan: MergePlan, r: _Resolved, streams: Iterable[Iterable[Row]]) 
     out = []
     for first, accs in groups.values():
         for a, acc in zip(aggs, accs):
-            first[a.col] = a.result(acc)
+            if a.func != ARITH:
+                first[a.col] = a.result(acc)
+        for a in aggs:   # after the aggregates they read
+            if a.func == ARITH:
+                first[a.col] = arith_result(a.program, a.out_type, first)
         out.append(first)
     return out
+
+
+def _exact_number(c: ColumnDef, what: str) -> None:
+    if c.type not in INTEGER_TYPES | DECIMAL_TYPES or c.flags & _UNSIGNED:
+        raise NotSupported(f"{what} is not a signed integer or DECIMAL, so the expression over aggregates it is "
+                           f"part of cannot be computed across shardingNodes exactly")
+
+
+def _absolute_program(p: tuple | None, width: int, columns: list[ColumnDef]) -> tuple:
+    if p is None:
+        raise NotSupported("the merge plan of an expression over aggregates lacks its program")
+    if p[0] == "col":
+        i = _abs(p[1], width)
+        _exact_number(columns[i], columns[i].name)
+        return ("col", i)
+    if p[0] == "lit":
+        return ("lit", Decimal(p[1]) if not p[1].isdigit() else int(p[1]))
+    return (p[0],) + tuple(_absolute_program(q, width, columns) for q in p[1:])
+
+
+def _run_program(p: tuple, row: Row) -> Any:
+    op = p[0]
+    if op == "col":
+        v = row[p[1]]
+        if v is None:
+            return None
+        text = v.decode("ascii")
+        return int(text) if text.lstrip("-").isdigit() else Decimal(text)
+    if op == "lit":
+        return p[1]
+    args = [_run_program(q, row) for q in p[1:]]
+    if any(a is None for a in args):
+        return None
+    if op == "neg":
+        return -args[0]
+    a, b = args
+    if op == "+":
+        return _EXACT.add(a, b) if isinstance(a, Decimal) or isinstance(b, Decimal) else a + b
+    if op == "-":
+        return _EXACT.subtract(a, b) if isinstance(a, Decimal) or isinstance(b, Decimal) else a - b
+    return _EXACT.multiply(a, b) if isinstance(a, Decimal) or isinstance(b, Decimal) else a * b
+
+
+def arith_result(program: tuple | None, out: ColumnDef | None, row: Row) -> bytes | None:
+    """An expression over merged aggregates, exactly, printed as its column (BIGINT or DECIMAL) is."""
+    assert program is not None and out is not None
+    v = _run_program(program, row)
+    if v is None:
+        return None
+    if out.type in INTEGER_TYPES:
+        if v != int(v) or not -(1 << 63) <= int(v) < (1 << 63):
+            raise NotSupported(f"the value of {out.name} is out of the BIGINT range across shardingNodes")
+        return str(int(v)).encode("ascii")
+    q = _EXACT.quantize(Decimal(v), Decimal(1).scaleb(-out.decimals))
+    if q != v:
+        raise NotSupported(f"the value of {out.name} would be rounded: pydble does not reproduce that")
+    return format_decimal(q)
 
 
 def _rollup(plan: MergePlan, r: _Resolved, streams: Iterable[Iterable[Row]]) -> list[Row]:

@@ -22,7 +22,7 @@ from meta.errors import NotSupported, ProxyError
 
 from .merge import (
     ANY, AVG, BIT_AND, BIT_OR, BIT_XOR, COUNT, GROUP_CONCAT, MAX, MIN, STD_POP, STD_SAMP, SUM, VAR_POP,
-    VAR_SAMP, VARIANCES, Aggregate, HavingTerm, MergePlan, SortKey,
+    VAR_SAMP, VARIANCES, ARITH, Aggregate, HavingTerm, MergePlan, SortKey,
 )
 from .protocol.packets import splice
 
@@ -320,6 +320,35 @@ def _agg_spec(n: exp.Expression) -> _AggSpec:
     return _AggSpec(func, n)
 
 
+_ARITH_AGGS = (exp.Count, exp.Sum, exp.Min, exp.Max)
+
+
+def _arith_spec(u: exp.Expression) -> _AggSpec:
+    """`COUNT(*) + 1`, `MAX(x) - MIN(x)`: + - * and unary minus over COUNT/SUM/MIN/MAX and number
+    literals, computed in the proxy from the merged aggregates; anything else is refused."""
+    why = (f"the expression {_sql(u)} over aggregates cannot be merged across shardingNodes; only + - * of "
+           f"COUNT, SUM, MIN, MAX and numbers can")
+
+    def check(e: exp.Expression) -> None:
+        e = _unparen(e)
+        if isinstance(e, exp.Neg):
+            check(e.this)
+        elif isinstance(e, (exp.Add, exp.Sub, exp.Mul)):
+            check(e.this)
+            check(e.expression)
+        elif isinstance(e, exp.Literal):
+            if e.is_string:
+                raise NotSupported(why)
+        elif isinstance(e, _ARITH_AGGS):
+            spec = _agg_spec(e)
+            if spec.distinct:
+                raise NotSupported(why)
+        else:
+            raise NotSupported(why)
+    check(u)
+    return _AggSpec(ARITH, u)
+
+
 def _ordered_group_concat(n: exp.Expression, order: exp.Order, sep: bytes) -> _AggSpec:
     """GROUP_CONCAT([DISTINCT] x ORDER BY keys): nodes send each (x, keys) with its count, the proxy
     sorts and joins them."""
@@ -367,6 +396,7 @@ class _HiddenAgg:
     element_ref: Ref | None = None
     count_rows_ref: Ref | None = None
     max_len_ref: Ref | None = None
+    program: tuple | None = None   # ARITH: the expression over hidden aggregates
     distinct_refs: list[Ref] = field(default_factory=list)
 
 
@@ -640,13 +670,25 @@ class _Builder:
             if not star and _has_agg(inner):
                 u = _unparen(inner)
                 if not _is_agg(u):
-                    raise NotSupported(f"the expression {_sql(inner)} over aggregates cannot be "
-                                       f"merged across shardingNodes; select the aggregates "
-                                       f"themselves")
+                    item.agg = _arith_spec(u)
+                    self.items.append(item)
+                    continue
                 item.agg = self.variance_spec(u, a, b) or _agg_spec(u)
                 if item.agg.func in VARIANCES:
                     item.norm = item.agg.func + ":" + item.norm   # never matched by another spelling
             self.items.append(item)
+
+    def program(self, e: exp.Expression) -> tuple:
+        """The arithmetic over aggregates as a small tree whose leaves are hidden aggregate columns."""
+        e = _unparen(e)
+        if isinstance(e, exp.Neg):
+            return ("neg", self.program(e.this))
+        if isinstance(e, (exp.Add, exp.Sub, exp.Mul)):
+            op = "+" if isinstance(e, exp.Add) else "-" if isinstance(e, exp.Sub) else "*"
+            return (op, self.program(e.this), self.program(e.expression))
+        if isinstance(e, exp.Literal):
+            return ("lit", e.this)
+        return ("ref", self.hidden_agg(e))
 
     def variance_spec(self, u: exp.Expression, a: int, b: int) -> _AggSpec | None:
         """STDDEV/VARIANCE and kin, named by the function word of the item's text."""
@@ -667,6 +709,9 @@ class _Builder:
         assert spec is not None
         ref: Ref = ("i", j)
         self.agg_by_norm.setdefault(it.norm, ref)
+        if spec.func == ARITH:
+            self.aggs.append(_HiddenAgg(spec, ref, program=self.program(spec.node)))
+            return
         if spec.func in VARIANCES:
             node = spec.node
             arg = _sql(node.this if not isinstance(node, exp.Anonymous) else node.expressions[0])
@@ -880,6 +925,7 @@ class _Builder:
         refuses one it cannot reproduce."""
         probes: list[tuple[Ref, Ref | None]] = []
         numeric = {a.ref for a in self.aggs if a.spec.func not in (MIN, MAX, ANY, GROUP_CONCAT)}
+        numeric |= {r for a in self.aggs if a.program is not None for r in _refs_of(a.program)}
         for ref in dict.fromkeys(compared):
             if ref[0] == "p":      # a column inside `*`: no name to ask about
                 probes.append((ref, None))
@@ -926,7 +972,8 @@ class _Builder:
                       order_columns=tuple((col(r), d) for r, d in a.order_refs),
                       element_column=None if a.element_ref is None else col(a.element_ref),
                       rows_column=None if a.count_rows_ref is None else col(a.count_rows_ref),
-                      max_len_column=None if a.max_len_ref is None else col(a.max_len_ref))
+                      max_len_column=None if a.max_len_ref is None else col(a.max_len_ref),
+                      program=None if a.program is None else _columns_of(a.program, col))
             for a in self.aggs) if grouped else ()
         return MergePlan(
             hidden=n_hidden,
@@ -940,6 +987,23 @@ class _Builder:
             limit=limit,
             collations=tuple((col(r), None if p is None else col(p)) for r, p in probes),
         )
+
+
+def _refs_of(program: tuple) -> list:
+    if program[0] == "ref":
+        return [program[1]]
+    if program[0] == "lit":
+        return []
+    return [r for p in program[1:] for r in _refs_of(p)]
+
+
+def _columns_of(program: tuple, col) -> tuple:
+    """An ARITH program with its hidden aggregate refs turned into node columns."""
+    if program[0] == "ref":
+        return ("col", col(program[1]))
+    if program[0] == "lit":
+        return program
+    return (program[0],) + tuple(_columns_of(p, col) for p in program[1:])
 
 
 def _literal(e: exp.Expression) -> tuple[str, bool] | None:

@@ -8,6 +8,7 @@ has to merge values that no single node compares.
 from __future__ import annotations
 
 import copy
+from decimal import Decimal
 from typing import Any, Iterator
 
 import pymysql
@@ -302,3 +303,15 @@ def test_rollup_by_a_json_key_is_refused(both):
     # found by the differential test: MariaDB sends a JSON (LONGTEXT) key of a ROLLUP as LONGBLOB (251)
     refused(both, "SELECT j, COUNT(*) FROM rgj GROUP BY j WITH ROLLUP", "ROLLUP")
     same(both, "SELECT j, COUNT(*) FROM rgj GROUP BY j ORDER BY j", [("[2]", 1), ('{"a": 1}', 2)])
+
+
+def test_arithmetic_over_aggregates_across_nodes(both):
+    same(both, "SELECT COUNT(*) + 1, MAX(id) - MIN(id), -SUM(id) * 2, COUNT(b) - 0.5 FROM rg",
+         [(7, 5, -42, Decimal("5.5"))])
+    agree(both, "SELECT id % 2 AS g, MAX(id) - MIN(id) AS spread FROM rg GROUP BY g ORDER BY spread DESC, g")
+    same(both, "SELECT MAX(id) - MIN(id) FROM rg WHERE id > 100", [(None,)])
+
+
+def test_arithmetic_over_aggregates_of_doubles_or_division_is_refused(both):
+    refused(both, "SELECT MAX(id / 3e0) - MIN(id) FROM rg", "not a signed integer or DECIMAL")
+    refused(both, "SELECT SUM(id) / COUNT(*) FROM rg", "over aggregates")
