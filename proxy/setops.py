@@ -42,6 +42,7 @@ class Leaf:
     sql: str
     plan: "Plan"
     phys: str
+    width: int | None = None   # its number of columns when the text tells (no `*`): probed in the same trip
 
 
 @dataclass(frozen=True)
@@ -245,7 +246,7 @@ def plan_set_operation(router: "Router", sql: str, toks: list[Token], schema: st
             raise not_supported("a branch of this UNION, INTERSECT or EXCEPT cannot be run on its own")
         ltoks = tokenize(text)
         phys = router._render(text, ltoks, tuple(router.analyzer.strips(ltoks)))
-        return Leaf(text, plan, phys)
+        return Leaf(text, plan, phys, _width(phys))
 
     rd = _Reader(sql, toks, leaf)
     expr = rd.query(0, len(toks))
@@ -256,6 +257,29 @@ def plan_set_operation(router: "Router", sql: str, toks: list[Token], schema: st
     for lf in rd.leaves:
         all_tables.update(dict.fromkeys(lf.plan.tables))
     return Plan("select", (), False, tuple(all_tables), setop=setplan)
+
+
+def _width(sql: str) -> int | None:
+    """The number of select items of a plain SELECT, or None (a `*`, a parenthesized or WITH query)."""
+    from proxy.scatter import _lex, _layout, _split
+    toks = _lex(sql)
+    lay = _layout(sql, toks)
+    if lay.select != 0:
+        return None
+    items = _split(sql, toks, lay.items, lay.clause_end(lay.select))
+    for a, b in items:
+        if sql[toks[b - 1][1]:toks[b - 1][2]] == "*":
+            return None
+    return len(items) or None
+
+
+def probe_sql(phys: str, width: int, texts: list[int]) -> str:
+    """COLLATION() and COERCIBILITY() of a branch's columns, through a CTE left-joined to one row, so a
+    branch without rows still answers."""
+    names = ", ".join(f"c{i}" for i in range(width))
+    items = ", ".join(f"COLLATION(c{i}), COERCIBILITY(c{i})" for i in texts)
+    return (f"WITH {PROBE_CTE}({names}) AS ({phys}) SELECT {items} FROM (SELECT 1) AS _pydble_one "
+            f"LEFT JOIN {PROBE_CTE} ON 1")
 
 
 def _leaves(e: Expr) -> list[Leaf]:
@@ -296,7 +320,19 @@ async def run_set_operation(ex: "Executor", plan: "Plan", r: "Reply", more: bool
 
     async def one(lf: Leaf) -> ErrInfo | None:
         targets = [(t.node, t.sql) for t in lf.plan.targets]
+        along = compare and lf.width is not None   # the probe rides behind the first node's query
+        if along:
+            targets[0] = (targets[0][0], f"{targets[0][1]};{probe_sql(lf.phys, lf.width, list(range(lf.width)))}")
         scanners = await ex._run_on(targets, copies=ex._global_only(lf.plan))
+        probed = None
+        if along:
+            sc0 = scanners[0]
+            if len(sc0.results) == 2 and sc0.error is None and sc0.results[1].rows:
+                probed = sc0.results[1].rows[0]
+                del sc0.results[1]
+            elif sc0.results and sc0.results[0].columns:   # the branch ran, the probe did not
+                raise NotSupported("pydble could not ask a shardingNode which collations a branch of this set "
+                                   "operation compares by" + (f": {sc0.error.message}" if sc0.error else ""))
         for sc in scanners:
             if sc.error is not None:
                 return sc.error
@@ -305,7 +341,10 @@ async def run_set_operation(ex: "Executor", plan: "Plan", r: "Reply", more: bool
             raise NotSupported("a branch of this set operation did not return a result set")
         rs = merge_results(lf.plan.merge, sets) if lf.plan.merge is not None else sets[0]
         colls: list[tuple[bytes | None, int]] = [(None, 5)] * len(rs.columns)
-        if compare:
+        if probed is not None and len(rs.columns) == lf.width:
+            colls = [(probed[2 * i], int(probed[2 * i + 1]) if probed[2 * i + 1] is not None else 6)
+                     if _is_text(c) else (None, 5) for i, c in enumerate(rs.columns)]
+        elif compare:
             colls = await _probe(ex, lf, rs)
         results[id(lf)] = _Result(list(rs.columns), [list(x) for x in rs.rows], colls)
         return None
@@ -345,10 +384,7 @@ async def _probe(ex: "Executor", lf: Leaf, rs: "ResultSet") -> list[tuple[bytes 
     out: list[tuple[bytes | None, int]] = [(None, 5)] * n
     if not texts:
         return out
-    names = ", ".join(f"c{i}" for i in range(n))
-    items = ", ".join(f"COLLATION(c{i}), COERCIBILITY(c{i})" for i in texts)
-    sql = (f"WITH {PROBE_CTE}({names}) AS ({lf.phys}) SELECT {items} FROM (SELECT 1) AS _pydble_one "
-           f"LEFT JOIN {PROBE_CTE} ON 1")
+    sql = probe_sql(lf.phys, n, texts)
     node = lf.plan.targets[0].node
     (sc,) = await ex._run_on([(node, sql)])
     if sc.error is not None or not sc.results or not sc.results[0].rows:
