@@ -832,6 +832,9 @@ class Analyzer:
             raise not_supported("EXPLAIN FOR CONNECTION is not supported by pydble")
         if k < p.n and p.at(k) in ("SELECT", "WITH", "(", "INSERT", "REPLACE", "UPDATE", "DELETE", "TABLE"):
             inner = self.route_explained(sql[p.toks[k][2]:], p.schema)
+            if not inner.targets:
+                raise not_supported("EXPLAIN of a set operation whose branches run on different shardingNodes "
+                                    "is not supported")
             t0 = inner.targets[0]
             # EXPLAIN needs what running the statement needs
             explained = self.analyze(sql, p.toks[k:], p.schema).access

@@ -432,6 +432,10 @@ class Executor:
             await self.server.run_ddl(self.session, plan, sql, r, more)
             return False
         self.session.route = "single" if len(plan.targets) == 1 else "multi"
+        if plan.setop is not None:
+            from .setops import run_set_operation
+            await run_set_operation(self, plan, r, more)
+            return False
         if len(plan.targets) == 1:
             return await self.run_single(plan.targets[0].node, _com_query(plan.targets[0].sql), r, more,
                                          may_relay)

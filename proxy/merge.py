@@ -11,7 +11,7 @@ import heapq
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Context, Decimal, InvalidOperation
 from itertools import chain, islice
 from typing import Any
@@ -34,12 +34,17 @@ from .protocol.constants import (
     T_TIME,
 )
 from .protocol.messages import ColumnDef, ResultSet, decode_text_row
+from .variance import add_moments, moment_columns, variance_result
 
 Row = list[bytes | None]
 
 # Aggregate names a MergePlan uses (ANY is ANY_VALUE).
 COUNT, SUM, MIN, MAX, AVG = "COUNT", "SUM", "MIN", "MAX", "AVG"
 GROUP_CONCAT, BIT_AND, BIT_OR, BIT_XOR, ANY = "GROUP_CONCAT", "BIT_AND", "BIT_OR", "BIT_XOR", "ANY"
+# STDDEV/VARIANCE and kin, merged from per-node COUNT(x), SUM(x) and SUM(x*x) (see proxy.variance)
+VAR_POP, VAR_SAMP, STD_POP, STD_SAMP = "VAR_POP", "VAR_SAMP", "STDDEV_POP", "STDDEV_SAMP"
+VARIANCES = frozenset({VAR_POP, VAR_SAMP, STD_POP, STD_SAMP})
+ARITH = "ARITH"   # + - * over other merged aggregates (COUNT(*) + 1, MAX(x) - MIN(x))
 
 MAX_SCALE = 38  # MariaDB's largest DECIMAL scale; AVG's scale never exceeds it
 _EXACT = Context(prec=200)  # DECIMAL(65) sums must not round at Python's default 28 digits
@@ -69,6 +74,14 @@ class Aggregate:
     distinct_columns: tuple[int, ...] = ()
     separator: bytes = b","
     name: str | None = None
+    sum_column: int | None = None      # STDDEV/VARIANCE: the hidden SUM(x) and SUM(x*x)
+    squares_column: int | None = None
+    # GROUP_CONCAT(x ORDER BY ...): the order keys, x, its row count, and @@group_concat_max_len
+    order_columns: tuple[tuple[int, bool], ...] = ()
+    element_column: int | None = None
+    rows_column: int | None = None
+    max_len_column: int | None = None
+    program: tuple | None = None       # ARITH: ("+"|"-"|"*", a, b) | ("neg", a) | ("col", i) | ("lit", text)
 
 
 @dataclass(frozen=True)
@@ -100,6 +113,7 @@ class MergePlan:
     limit: int | None = None
     node_limit: int | None = None  # the LIMIT grouped nodes ran with (ordered by the group keys)
     collations: tuple[tuple[int, int | None], ...] = ()  # (column, hidden COLLATION(column) or None)
+    rollup: bool = False  # GROUP BY ... WITH ROLLUP: super-aggregate rows added after each group
 
     @property
     def concat_only(self) -> bool:
@@ -279,6 +293,8 @@ def _to_number(v: bytes) -> Decimal:
 # --- aggregate accumulators ---------------------------------------------------------------
 
 _UINT64_MAX = (1 << 64) - 1
+_UNSIGNED = 32
+_BLOB_TYPES = frozenset({0xF9, 0xFA, 0xFB, 0xFC})   # TINY/MEDIUM/LONG/BLOB (TEXT and JSON are sent as these)
 
 
 class _Acc:
@@ -305,6 +321,15 @@ class _AggRuntime:
     scale: int
     key: Callable[[bytes], Any]
     separator: bytes
+    moments: tuple[int, int] | None = None   # STDDEV/VARIANCE: columns of SUM(x), SUM(x*x)
+    decimals: int = 31
+    element: int | None = None               # ordered GROUP_CONCAT: the value, its order key, its count
+    order_key: Callable[[Row], tuple] | None = None
+    rows_col: int | None = None
+    max_len_col: int | None = None
+    max_len: int | None = None
+    program: tuple | None = None
+    out_type: ColumnDef | None = None
 
     def add(self, acc: _Acc, row: Row) -> None:
         """Fold one node row's partial into the group's accumulator."""
@@ -318,6 +343,11 @@ class _AggRuntime:
             acc.seen.add(dk)
         v = row[self.col]
         f = self.func
+        if self.moments is not None:
+            add_moments(acc, row, self.count_col, self.moments)
+            return
+        if f == ARITH:
+            return
         if f == COUNT:
             if v is not None:
                 acc.n += int(v)
@@ -339,7 +369,18 @@ class _AggRuntime:
                 k = self.key(v)
                 if acc.v is None or (k < acc.v[0] if f == MIN else acc.v[0] < k):
                     acc.v = (k, v)
+        elif f == GROUP_CONCAT and self.order_key is not None:
+            if self.max_len_col is not None and self.max_len is None and row[self.max_len_col] is not None:
+                self.max_len = int(row[self.max_len_col])
+            e = row[self.element] if self.element is not None else None
+            if e is not None:
+                n = 1 if self.rows_col is None or row[self.rows_col] is None else int(row[self.rows_col])
+                if acc.v is None:
+                    acc.v = []
+                acc.v.append((self.order_key(row), e, n))
         elif f == GROUP_CONCAT:
+            if self.max_len_col is not None and self.max_len is None and row[self.max_len_col] is not None:
+                self.max_len = int(row[self.max_len_col])
             if v is not None:
                 if acc.v is None:
                     acc.v = [v]
@@ -370,6 +411,8 @@ class _AggRuntime:
     def result(self, acc: _Acc) -> bytes | None:
         """The merged value as MySQL would send it."""
         f = self.func
+        if self.moments is not None:
+            return variance_result(f, acc, self.decimals)
         if f == COUNT:
             return str(acc.n).encode("ascii")
         if f == SUM:
@@ -385,7 +428,18 @@ class _AggRuntime:
         if f in (MIN, MAX):
             return None if acc.v is None else acc.v[1]
         if f == GROUP_CONCAT:
-            return None if acc.v is None else self.separator.join(acc.v)
+            if acc.v is None:
+                return None
+            if self.order_key is not None:
+                parts = [e for _, e, n in sorted(acc.v, key=lambda t: t[0]) for _ in range(n)]
+            else:
+                parts = acc.v
+            out = self.separator.join(parts)
+            if self.max_len is not None and len(out) > self.max_len:
+                raise NotSupported(f"a GROUP_CONCAT result is longer than group_concat_max_len "
+                                   f"({self.max_len}): MariaDB would cut it with a warning that pydble does "
+                                   f"not reproduce across shardingNodes")
+            return out
         if f in (BIT_AND, BIT_OR, BIT_XOR):
             if acc.v is None:
                 return str(_UINT64_MAX if f == BIT_AND else 0).encode("ascii")
@@ -411,6 +465,7 @@ class _Resolved:
     kinds: list[int]
     keys: list[Callable[[bytes], Any]]
     aggs: list[_AggRuntime]
+    blob_keys: list[bool]
 
 
 def _abs(i: int, width: int) -> int:
@@ -484,15 +539,40 @@ def _resolve(plan: MergePlan, columns: list[ColumnDef], collated: dict[int, int]
         if columns[col].type in FLOAT_TYPES:
             sum_kind = K_FLOAT
         scale = min(columns[col].decimals + 4, MAX_SCALE) if sum_kind != K_FLOAT else 0
-        aggs.append(_AggRuntime(col, a.func, cnt, dcols,
-                                tuple(value_key(columns[c], kinds[c]) for c in dcols), sum_kind,
-                                scale, value_key(columns[col], kinds[col]), a.separator))
+        moments = None
+        if a.func in VARIANCES:
+            moments = moment_columns(a, columns, width, _abs)
+        rt = _AggRuntime(col, a.func, cnt, dcols,
+                         tuple(value_key(columns[c], kinds[c]) for c in dcols), sum_kind,
+                         scale, value_key(columns[col], kinds[col]), a.separator, moments,
+                         columns[col].decimals)
+        if a.func == ARITH:
+            rt.program = _absolute_program(a.program, width, columns)
+            rt.out_type = columns[col]
+            _exact_number(columns[col], a.name or columns[col].name)
+        if a.func == GROUP_CONCAT:
+            rt.max_len_col = None if a.max_len_column is None else _abs(a.max_len_column, width)
+        if a.func == GROUP_CONCAT and a.element_column is not None:
+            rt.element = _abs(a.element_column, width)
+            if columns[rt.element].type in FLOAT_TYPES:
+                raise NotSupported("GROUP_CONCAT(... ORDER BY ...) of a FLOAT or DOUBLE value cannot be merged "
+                                   "across shardingNodes: its text form in the list may differ")
+            rt.rows_col = None if a.rows_column is None else _abs(a.rows_column, width)
+            oterms = []
+            for c, d in a.order_columns:
+                i = _abs(c, width)
+                if columns[i].type in (T_ENUM, T_SET) or columns[i].flags & (ENUM_FLAG | SET_FLAG):
+                    raise NotSupported("GROUP_CONCAT(... ORDER BY an ENUM or SET) cannot be merged across "
+                                       "shardingNodes")
+                oterms.append((i, d, value_key(columns[i], kinds[i])))
+            rt.order_key = row_sort_key(oterms)
+        aggs.append(rt)
         if a.func == AVG:
             kinds[col] = K_FLOAT if sum_kind == K_FLOAT else K_DEC
         elif a.func in (COUNT, BIT_AND, BIT_OR, BIT_XOR):
             kinds[col] = K_INT
     keys = [value_key(c, k) for c, k in zip(columns, kinds)]
-    return _Resolved(width, visible, kinds, keys, aggs)
+    return _Resolved(width, visible, kinds, keys, aggs, [c.type in _BLOB_TYPES for c in columns])
 
 
 def merged_columns(plan: MergePlan, columns: list[ColumnDef]) -> list[ColumnDef]:
@@ -564,7 +644,10 @@ def _aggregate(plan: MergePlan, r: _Resolved, streams: Iterable[Iterable[Row]]) 
     """Combine partial groups from all nodes; memory grows with the number of groups."""
     gcols = [_abs(i, r.width) for i in plan.group_by]
     gkeys = [r.keys[i] for i in gcols]
-    agg_cols = {a.col for a in r.aggs} | {a.count_col for a in r.aggs if a.count_col is not None}
+    agg_cols = ({a.col for a in r.aggs} | {a.count_col for a in r.aggs if a.count_col is not None}
+                | {c for a in r.aggs if a.moments for c in a.moments})
+    for a in r.aggs:   # (the planner's hidden helper columns never reach the client)
+        agg_cols |= {c for c in (a.element, a.rows_col, a.max_len_col) if c is not None}
     plain = [i for i in range(r.width) if i not in agg_cols and i not in gcols]
     groups: dict[tuple, tuple[Row, list[_Acc]]] = {}
     aggs = r.aggs
@@ -586,9 +669,95 @@ def _aggregate(plan: MergePlan, r: _Resolved, streams: Iterable[Iterable[Row]]) 
     out = []
     for first, accs in groups.values():
         for a, acc in zip(aggs, accs):
-            first[a.col] = a.result(acc)
+            if a.func != ARITH:
+                first[a.col] = a.result(acc)
+        for a in aggs:   # after the aggregates they read
+            if a.func == ARITH:
+                first[a.col] = arith_result(a.program, a.out_type, first)
         out.append(first)
     return out
+
+
+def _exact_number(c: ColumnDef, what: str) -> None:
+    if c.type not in INTEGER_TYPES | DECIMAL_TYPES or c.flags & _UNSIGNED:
+        raise NotSupported(f"{what} is not a signed integer or DECIMAL, so the expression over aggregates it is "
+                           f"part of cannot be computed across shardingNodes exactly")
+
+
+def _absolute_program(p: tuple | None, width: int, columns: list[ColumnDef]) -> tuple:
+    if p is None:
+        raise NotSupported("the merge plan of an expression over aggregates lacks its program")
+    if p[0] == "col":
+        i = _abs(p[1], width)
+        _exact_number(columns[i], columns[i].name)
+        return ("col", i)
+    if p[0] == "lit":
+        return ("lit", Decimal(p[1]) if not p[1].isdigit() else int(p[1]))
+    return (p[0],) + tuple(_absolute_program(q, width, columns) for q in p[1:])
+
+
+def _run_program(p: tuple, row: Row) -> Any:
+    op = p[0]
+    if op == "col":
+        v = row[p[1]]
+        if v is None:
+            return None
+        text = v.decode("ascii")
+        return int(text) if text.lstrip("-").isdigit() else Decimal(text)
+    if op == "lit":
+        return p[1]
+    args = [_run_program(q, row) for q in p[1:]]
+    if any(a is None for a in args):
+        return None
+    if op == "neg":
+        return -args[0]
+    a, b = args
+    if op == "+":
+        return _EXACT.add(a, b) if isinstance(a, Decimal) or isinstance(b, Decimal) else a + b
+    if op == "-":
+        return _EXACT.subtract(a, b) if isinstance(a, Decimal) or isinstance(b, Decimal) else a - b
+    return _EXACT.multiply(a, b) if isinstance(a, Decimal) or isinstance(b, Decimal) else a * b
+
+
+def arith_result(program: tuple | None, out: ColumnDef | None, row: Row) -> bytes | None:
+    """An expression over merged aggregates, exactly, printed as its column (BIGINT or DECIMAL) is."""
+    assert program is not None and out is not None
+    v = _run_program(program, row)
+    if v is None:
+        return None
+    if out.type in INTEGER_TYPES:
+        if v != int(v) or not -(1 << 63) <= int(v) < (1 << 63):
+            raise NotSupported(f"the value of {out.name} is out of the BIGINT range across shardingNodes")
+        return str(int(v)).encode("ascii")
+    q = _EXACT.quantize(Decimal(v), Decimal(1).scaleb(-out.decimals))
+    if q != v:
+        raise NotSupported(f"the value of {out.name} would be rounded: pydble does not reproduce that")
+    return format_decimal(q)
+
+
+def _rollup(plan: MergePlan, r: _Resolved, streams: Iterable[Iterable[Row]]) -> list[Row]:
+    """The groups, then for each shorter prefix of the GROUP BY keys its super-aggregate rows (keys
+    past the prefix NULL), in MariaDB's order: by the keys, a super-aggregate row after its groups."""
+    nodes_rows = list(chain.from_iterable(streams))
+    gcols = [_abs(i, r.width) for i in plan.group_by]
+    if any(r.blob_keys[c] for c in gcols):
+        raise NotSupported("GROUP BY a TEXT, BLOB or JSON value WITH ROLLUP cannot be merged across "
+                           "shardingNodes: MariaDB retypes that column of the result")
+    if not nodes_rows:
+        return []
+    levels: list[tuple[int, Row]] = []
+    for n in range(len(gcols), -1, -1):
+        for row in _aggregate(replace(plan, group_by=plan.group_by[:n]), r, [nodes_rows]):
+            for c in gcols[n:]:
+                row[c] = None
+            levels.append((n, row))
+    keys = [r.keys[c] for c in gcols]
+
+    def order(item: tuple[int, Row]) -> tuple:
+        n, row = item
+        return tuple((0, _NULL_KEY if row[c] is None else (1, f(row[c]))) if i < n else (1,)
+                     for i, (c, f) in enumerate(zip(gcols, keys)))
+    return [row for _, row in sorted(levels, key=order)]
 
 
 _ORDER_MISMATCH = ("the shardingNodes sorted {what} by a collation rule pydble does not "
@@ -638,7 +807,12 @@ def merge_streams(plan: MergePlan, columns: list[ColumnDef],
     r = _resolve(plan, columns, collated)
     terms = _sort_terms(plan, r, columns)
     rows: Iterable[Row]
-    if plan.grouped:
+    if plan.grouped and plan.rollup:
+        rows = _rollup(plan, r, streams)
+        for t in plan.having:
+            i = _abs(t.column, r.width)
+            rows = [row for row in rows if _having_ok(row[i], r.kinds[i], r.keys[i], t)]
+    elif plan.grouped:
         key = row_sort_key(terms) if terms else None
         if plan.node_limit is not None and key is not None:
             # Nodes cut their groups at a LIMIT in their own order; ours must agree, or a group

@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 
 from meta.config import Config
-from meta.errors import ParseError, ProxyError, UnknownDatabase
+from meta.errors import NotSupported, ParseError, ProxyError, UnknownDatabase
 from meta.sharding import node_index
 from proxy.analysis import (LOCAL_TYPES, SELECT, SESSION_WORDS, UNSUPPORTED, Analysis, Query, Ref, Scope,
                             literal_value, not_supported, same_literal, shard_update_error)
@@ -52,6 +52,7 @@ class Plan:
     hint: bool = False             # came from a shardingNode hint
     row_order: tuple[tuple[int, ...], ...] | None = None  # INSERT ... RETURNING: each target's VALUES rows
     returning_copies: bool = False  # ... RETURNING on a global table: every node must return the same rows
+    setop: Any = None              # a UNION/INTERSECT/EXCEPT combined in the proxy (proxy.setops.SetPlan)
 
 
 _HINT_RE = re.compile(r"/\*!\s*(pydble|dble)\s*:\s*([A-Za-z_]+)\s*=\s*([^*\s]+)\s*\*/\Z", re.I)
@@ -145,7 +146,13 @@ class Router:
                 an = self.analyzer.analyze(sql, toks, schema)
             if grants is not None:
                 grants.check(an.access)
-            plan = self._plan(an, sql, toks, schema)
+            try:
+                plan = self._plan(an, sql, toks, schema)
+            except NotSupported:
+                if an.kind != "select" or an.top is None or not an.top.union:
+                    raise
+                from proxy.setops import plan_set_operation   # each branch on its own, combined in the proxy
+                return plan_set_operation(self, sql, toks, schema, grants, an.tables)
             if an.returning and len(plan.targets) > 1 and plan.row_order is None:
                 written = [an.target] if an.target is not None else [r.table for r in an.modified or ()]
                 if written and all(t.type == "global" for t in written):

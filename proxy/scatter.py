@@ -21,8 +21,8 @@ from sqlglot.errors import SqlglotError
 from meta.errors import NotSupported, ProxyError
 
 from .merge import (
-    ANY, AVG, BIT_AND, BIT_OR, BIT_XOR, COUNT, GROUP_CONCAT, MAX, MIN, SUM,
-    Aggregate, HavingTerm, MergePlan, SortKey,
+    ANY, AVG, BIT_AND, BIT_OR, BIT_XOR, COUNT, GROUP_CONCAT, MAX, MIN, STD_POP, STD_SAMP, SUM, VAR_POP,
+    VAR_SAMP, VARIANCES, ARITH, Aggregate, HavingTerm, MergePlan, SortKey,
 )
 from .protocol.packets import splice
 
@@ -195,6 +195,10 @@ _SIMPLE_AGGS: dict[type, str] = {
     exp.Sum: SUM, exp.Avg: AVG, exp.Min: MIN, exp.Max: MAX, exp.BitwiseAndAgg: BIT_AND,
     exp.BitwiseOrAgg: BIT_OR, exp.BitwiseXorAgg: BIT_XOR, exp.AnyValue: ANY,
 }
+# sqlglot reads VAR_SAMP as VARIANCE (which is VAR_POP in MariaDB): the name is taken from the text
+_VARIANCE_NODES = (exp.Stddev, exp.StddevPop, exp.StddevSamp, exp.Variance, exp.VariancePop)
+_VARIANCE_NAMES = {"STD": STD_POP, "STDDEV": STD_POP, "STDDEV_POP": STD_POP, "STDDEV_SAMP": STD_SAMP,
+                   "VARIANCE": VAR_POP, "VAR_POP": VAR_POP, "VAR_SAMP": VAR_SAMP}
 _CMP_OPS: dict[type, str] = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=",
                              exp.GT: ">", exp.GTE: ">="}
 _MAX_LIMIT = (1 << 64) - 1  # MySQL's largest LIMIT
@@ -270,6 +274,8 @@ class _AggSpec:
     node: exp.Expression
     distinct_args: tuple[exp.Expression, ...] = ()
     separator: bytes = b","
+    element: exp.Expression | None = None                       # GROUP_CONCAT(x ORDER BY ...): x
+    order: tuple[tuple[exp.Expression, bool], ...] = ()        # ... and its ORDER BY terms
 
     @property
     def distinct(self) -> bool:
@@ -288,16 +294,19 @@ def _agg_spec(n: exp.Expression) -> _AggSpec:
             return _AggSpec(COUNT, n, tuple(arg.expressions))
         return _AggSpec(COUNT, n)
     if isinstance(n, exp.GroupConcat):
-        if isinstance(arg, exp.Order) or n.find(exp.Order):
-            raise NotSupported("GROUP_CONCAT(... ORDER BY ...) cannot be merged across "
-                               "shardingNodes: the order inside each group would be lost")
         sep = n.args.get("separator")
         if sep is not None and not (isinstance(sep, exp.Literal) and sep.is_string):
             raise NotSupported("GROUP_CONCAT with a computed SEPARATOR cannot be merged")
         sep_b = b"," if sep is None else sep.this.encode("utf-8")
+        if isinstance(arg, exp.Order):
+            return _ordered_group_concat(n, arg, sep_b)
+        if n.find(exp.Order):
+            raise NotSupported("this GROUP_CONCAT(... ORDER BY ...) cannot be merged across shardingNodes")
         if isinstance(arg, exp.Distinct):
             return _AggSpec(GROUP_CONCAT, n, tuple(arg.expressions), sep_b)
         return _AggSpec(GROUP_CONCAT, n, separator=sep_b)
+    if isinstance(n, _VARIANCE_NODES) or (isinstance(n, exp.Anonymous) and name == "STD"):
+        raise NotSupported(f"{name} can be merged across shardingNodes only as a selected column")
     func = _SIMPLE_AGGS.get(type(n))
     if func is None:
         raise NotSupported(f"the aggregate {name} cannot be merged from partial results of "
@@ -309,6 +318,57 @@ def _agg_spec(n: exp.Expression) -> _AggSpec:
             return _AggSpec(func, n, tuple(arg.expressions))
         raise NotSupported(f"{name}(DISTINCT ...) cannot be merged across shardingNodes")
     return _AggSpec(func, n)
+
+
+_ARITH_AGGS = (exp.Count, exp.Sum, exp.Min, exp.Max)
+
+
+def _arith_spec(u: exp.Expression) -> _AggSpec:
+    """`COUNT(*) + 1`, `MAX(x) - MIN(x)`: + - * and unary minus over COUNT/SUM/MIN/MAX and number
+    literals, computed in the proxy from the merged aggregates; anything else is refused."""
+    why = (f"the expression {_sql(u)} over aggregates cannot be merged across shardingNodes; only + - * of "
+           f"COUNT, SUM, MIN, MAX and numbers can")
+
+    def check(e: exp.Expression) -> None:
+        e = _unparen(e)
+        if isinstance(e, exp.Neg):
+            check(e.this)
+        elif isinstance(e, (exp.Add, exp.Sub, exp.Mul)):
+            check(e.this)
+            check(e.expression)
+        elif isinstance(e, exp.Literal):
+            if e.is_string:
+                raise NotSupported(why)
+        elif isinstance(e, _ARITH_AGGS):
+            spec = _agg_spec(e)
+            if spec.distinct:
+                raise NotSupported(why)
+        else:
+            raise NotSupported(why)
+    check(u)
+    return _AggSpec(ARITH, u)
+
+
+def _ordered_group_concat(n: exp.Expression, order: exp.Order, sep: bytes) -> _AggSpec:
+    """GROUP_CONCAT([DISTINCT] x ORDER BY keys): nodes send each (x, keys) with its count, the proxy
+    sorts and joins them."""
+    why = "cannot be merged across shardingNodes"
+    arg = order.this
+    terms = []
+    for o in order.expressions:
+        e = o.this if isinstance(o, exp.Ordered) else o
+        if _position(e) is not None or _is_constant(e) or _has_agg(e):
+            raise NotSupported(f"GROUP_CONCAT(... ORDER BY {_sql(e)}) {why}: order by a column or expression")
+        terms.append((e, bool(o.args.get("desc")) if isinstance(o, exp.Ordered) else False))
+    if isinstance(arg, exp.Distinct):
+        if len(arg.expressions) != 1 or isinstance(arg.expressions[0], exp.Concat):
+            raise NotSupported(f"GROUP_CONCAT(DISTINCT of several values ORDER BY ...) {why}")
+        x = arg.expressions[0]
+        if any(_norm(e) != _norm(x) for e, _ in terms):
+            raise NotSupported(f"GROUP_CONCAT(DISTINCT x ORDER BY another expression) {why}: which row's "
+                               f"order value counts is not determined")
+        return _AggSpec(GROUP_CONCAT, n, (x,), sep, x, tuple(terms))
+    return _AggSpec(GROUP_CONCAT, n, (), sep, arg, tuple(terms))
 
 
 @dataclass
@@ -331,6 +391,12 @@ class _HiddenAgg:
     ref: Ref
     count_ref: Ref | None = None
     name: str | None = None
+    moment_refs: tuple[Ref, Ref] | None = None
+    order_refs: list[tuple[Ref, bool]] = field(default_factory=list)   # ordered GROUP_CONCAT
+    element_ref: Ref | None = None
+    count_rows_ref: Ref | None = None
+    max_len_ref: Ref | None = None
+    program: tuple | None = None   # ARITH: the expression over hidden aggregates
     distinct_refs: list[Ref] = field(default_factory=list)
 
 
@@ -368,6 +434,7 @@ class _Builder:
     aggs: list[_HiddenAgg] = field(default_factory=list)
     agg_by_norm: dict[str, Ref] = field(default_factory=dict)
     edits: list[Edit] = field(default_factory=list)
+    rollup_at: int | None = None  # token index of GROUP BY ... WITH ROLLUP's WITH
     items_end: int = 0  # token index where the select list ends (hidden columns go there)
     pushed: bool = False  # whether the nodes keep a LIMIT
 
@@ -498,8 +565,10 @@ class _Builder:
         if tree.args.get("locks") and limit is not None:
             raise NotSupported("FOR UPDATE/LOCK IN SHARE MODE with LIMIT across shardingNodes "
                                "would lock rows outside the result")
+        if self.rollup_at is not None:
+            self.check_rollup(group_refs)
         self.node_order_and_limit(tree, grouped, group_refs, order_refs, order_null, having,
-                                  bool(distinct_args), distinct, offset, limit)
+                                  bool(distinct_args) or self.rollup_at is not None, distinct, offset, limit)
         if grouped and not order_refs and not order_null:
             order_refs = [(r, False) for r in group_refs]
         compared = list(group_refs) + [r for r, _, _, _ in having] + [r for r, _ in order_refs]
@@ -508,13 +577,28 @@ class _Builder:
         if grouped:
             compared += [a.ref for a in self.aggs if a.spec.func in (MIN, MAX)]
             compared += [r for a in self.aggs for r in a.distinct_refs]
+            compared += [r for a in self.aggs for r, _ in a.order_refs]
         probes = self.collation_probes(compared)
         if self.hidden:
             self.edits.append((self.items_end, self.items_end, ", " + ", ".join(self.hidden)))
         plan = self.finish(grouped, group_refs, having, order_refs, distinct, offset, limit, probes)
         if grouped and self.pushed:
             plan = replace(plan, node_limit=min(offset + (limit or 0), _MAX_LIMIT))
+        if self.rollup_at is not None:
+            plan = replace(plan, rollup=True)
         return tuple(self.edits), plan
+
+    def check_rollup(self, group_refs: list[Ref]) -> None:
+        """Super-aggregate rows NULL the group keys and recompute the aggregates; any other selected
+        value (an expression over a key, a column not grouped) could not be recomputed."""
+        keys = set(group_refs)
+        for j, it in enumerate(self.items):
+            if it.star or (("i", j) not in keys and it.agg is None):
+                raise NotSupported("GROUP BY ... WITH ROLLUP across shardingNodes is merged only when every "
+                                   "selected value is a GROUP BY key or an aggregate")
+        if any(r[0] != "i" for r in group_refs):
+            raise NotSupported("GROUP BY ... WITH ROLLUP across shardingNodes is merged only when every "
+                               "GROUP BY key is selected")
 
     def parse(self) -> exp.Select:
         if self.lay.select < 0:
@@ -540,9 +624,10 @@ class _Builder:
         if tree.args.get("windows"):
             raise NotSupported("a WINDOW clause cannot be merged across shardingNodes")
         group = tree.args.get("group")
-        if group is not None and any(group.args.get(k) for k in
-                                     ("rollup", "cube", "grouping_sets", "totals")):
-            raise NotSupported("GROUP BY ... WITH ROLLUP cannot be merged across shardingNodes")
+        if group is not None and any(group.args.get(k) for k in ("cube", "grouping_sets", "totals")):
+            raise NotSupported("GROUP BY ... WITH CUBE / GROUPING SETS cannot be merged across shardingNodes")
+        if group is not None and group.args.get("rollup"):
+            self.find_rollup(tree)
         limit = tree.args.get("limit")
         if limit is not None and not isinstance(limit, exp.Limit):
             raise NotSupported("OFFSET ... FETCH across shardingNodes is not supported; use LIMIT")
@@ -550,6 +635,23 @@ class _Builder:
             if any(isinstance(n, exp.Window) for n in _outer(x)):
                 raise NotSupported("window functions cannot be evaluated per shardingNode: "
                                    "their partitions span several nodes")
+
+    def find_rollup(self, tree: exp.Select) -> None:
+        """GROUP BY ... WITH ROLLUP: the nodes group without it, the proxy adds the super-aggregate rows."""
+        start = self.lay.clauses.get("GROUP")
+        end = self.lay.clause_end(start) if start is not None else 0
+        at = next((i for i in range(start + 2, end - 1) if self.word(i) == "WITH"
+                   and self.word(i + 1) == "ROLLUP"), None) if start is not None else None
+        if at is None or at + 2 != end:
+            raise NotSupported("pydble could not find WITH ROLLUP in the statement text to merge it")
+        if tree.args.get("order") is not None:
+            raise ProxyError("Incorrect usage of CUBE/ROLLUP and ORDER BY", 1221, "HY000")
+        if tree.args.get("distinct") is not None:
+            raise NotSupported("SELECT DISTINCT ... WITH ROLLUP cannot be merged across shardingNodes")
+        if any(self.word(i) in ("ASC", "DESC") for i in range(start + 2, at)):
+            raise NotSupported("GROUP BY ... ASC/DESC WITH ROLLUP cannot be merged across shardingNodes")
+        self.rollup_at = at
+        self.edits.append((at, end, ""))
 
     def read_items(self, tree: exp.Select) -> None:
         lay = self.lay
@@ -568,11 +670,38 @@ class _Builder:
             if not star and _has_agg(inner):
                 u = _unparen(inner)
                 if not _is_agg(u):
-                    raise NotSupported(f"the expression {_sql(inner)} over aggregates cannot be "
-                                       f"merged across shardingNodes; select the aggregates "
-                                       f"themselves")
-                item.agg = _agg_spec(u)
+                    item.agg = _arith_spec(u)
+                    self.items.append(item)
+                    continue
+                item.agg = self.variance_spec(u, a, b) or _agg_spec(u)
+                if item.agg.func in VARIANCES:
+                    item.norm = item.agg.func + ":" + item.norm   # never matched by another spelling
             self.items.append(item)
+
+    def program(self, e: exp.Expression) -> tuple:
+        """The arithmetic over aggregates as a small tree whose leaves are hidden aggregate columns."""
+        e = _unparen(e)
+        if isinstance(e, exp.Neg):
+            return ("neg", self.program(e.this))
+        if isinstance(e, (exp.Add, exp.Sub, exp.Mul)):
+            op = "+" if isinstance(e, exp.Add) else "-" if isinstance(e, exp.Sub) else "*"
+            return (op, self.program(e.this), self.program(e.expression))
+        if isinstance(e, exp.Literal):
+            return ("lit", e.this)
+        return ("ref", self.hidden_agg(e))
+
+    def variance_spec(self, u: exp.Expression, a: int, b: int) -> _AggSpec | None:
+        """STDDEV/VARIANCE and kin, named by the function word of the item's text."""
+        if not (isinstance(u, _VARIANCE_NODES) or (isinstance(u, exp.Anonymous) and u.name.upper() == "STD")):
+            return None
+        i = a
+        while i < b and self.toks[i][0] == _OP and self.sql[self.toks[i][1]] == "(":
+            i += 1
+        func = _VARIANCE_NAMES.get(self.word(i)) if i < b else None
+        arg = u.this if not isinstance(u, exp.Anonymous) else (u.expressions[0] if len(u.expressions) == 1 else None)
+        if func is None or arg is None or isinstance(arg, exp.Distinct):
+            raise NotSupported(f"the aggregate {_sql(u)} cannot be merged across shardingNodes")
+        return _AggSpec(func, u, (), b",")
 
     def rewrite_item_agg(self, j: int, it: _Item) -> None:
         """Register a selected aggregate; AVG(x) becomes SUM(x) plus a hidden COUNT(x)."""
@@ -580,6 +709,16 @@ class _Builder:
         assert spec is not None
         ref: Ref = ("i", j)
         self.agg_by_norm.setdefault(it.norm, ref)
+        if spec.func == ARITH:
+            self.aggs.append(_HiddenAgg(spec, ref, program=self.program(spec.node)))
+            return
+        if spec.func in VARIANCES:
+            node = spec.node
+            arg = _sql(node.this if not isinstance(node, exp.Anonymous) else node.expressions[0])
+            cref = self.add_hidden(f"COUNT({arg})")
+            moments = (self.add_hidden(f"SUM({arg})"), self.add_hidden(f"SUM(({arg}) * ({arg}))"))
+            self.aggs.append(_HiddenAgg(spec, ref, cref, moment_refs=moments))
+            return
         if spec.func != AVG:
             self.aggs.append(_HiddenAgg(spec, ref))
             return
@@ -607,7 +746,10 @@ class _Builder:
         start = self.lay.clauses.get(clause)
         if start is None:
             return [None] * n
-        spans = _split(self.sql, self.toks, start + 2, self.lay.clause_end(start))
+        end = self.lay.clause_end(start)
+        if clause == "GROUP" and self.rollup_at is not None:
+            end = self.rollup_at
+        spans = _split(self.sql, self.toks, start + 2, end)
         if len(spans) != n:
             return [None] * n
         out: list[str | None] = []
@@ -689,7 +831,8 @@ class _Builder:
         return refs, only_null and not refs
 
     def distinct_args(self) -> list[Ref]:
-        """Hidden argument columns of DISTINCT aggregates; nodes also group by all of them."""
+        """Hidden argument columns of DISTINCT aggregates and of ordered GROUP_CONCATs (their values
+        and order keys); nodes also group by all of them."""
         specs = [a for a in self.aggs if a.spec.distinct]
         by_norm: dict[str, Ref] = {}
         texts: list[str] = []
@@ -700,6 +843,28 @@ class _Builder:
                     texts.append(_sql(x))
                     by_norm[n] = self.add_hidden(texts[-1])
                 a.distinct_refs.append(by_norm[n])
+        for a in self.aggs:
+            if a.spec.func != GROUP_CONCAT:
+                continue
+            a.max_len_ref = self.add_hidden("@@group_concat_max_len")
+            if a.spec.element is None:
+                continue
+            elt = _sql(a.spec.element)
+            if a.spec.distinct:
+                a.element_ref = by_norm[_norm(a.spec.element)]
+                a.order_refs = [(a.element_ref, d) for _, d in a.spec.order]
+                continue
+            for extra in (elt, f"CAST(({elt}) AS BINARY)"):   # 'a' and 'A' stay apart
+                if extra not in texts:
+                    texts.append(extra)
+            a.element_ref = self.add_hidden(elt)
+            for e, d in a.spec.order:
+                kt = _sql(e)
+                if kt not in texts:
+                    texts.append(kt)
+                a.order_refs.append((self.add_hidden(kt), d))
+            a.count_rows_ref = self.add_hidden("COUNT(*)")
+            by_norm.setdefault("\x00" + elt, a.element_ref)
         if not texts:
             return []
         start = self.lay.clauses.get("GROUP")
@@ -760,6 +925,7 @@ class _Builder:
         refuses one it cannot reproduce."""
         probes: list[tuple[Ref, Ref | None]] = []
         numeric = {a.ref for a in self.aggs if a.spec.func not in (MIN, MAX, ANY, GROUP_CONCAT)}
+        numeric |= {r for a in self.aggs if a.program is not None for r in _refs_of(a.program)}
         for ref in dict.fromkeys(compared):
             if ref[0] == "p":      # a column inside `*`: no name to ask about
                 probes.append((ref, None))
@@ -800,7 +966,14 @@ class _Builder:
                       count_column=None if a.count_ref is None else col(a.count_ref),
                       distinct=a.spec.distinct,
                       distinct_columns=tuple(col(r) for r in a.distinct_refs),
-                      separator=a.spec.separator, name=a.name)
+                      separator=a.spec.separator, name=a.name,
+                      sum_column=None if a.moment_refs is None else col(a.moment_refs[0]),
+                      squares_column=None if a.moment_refs is None else col(a.moment_refs[1]),
+                      order_columns=tuple((col(r), d) for r, d in a.order_refs),
+                      element_column=None if a.element_ref is None else col(a.element_ref),
+                      rows_column=None if a.count_rows_ref is None else col(a.count_rows_ref),
+                      max_len_column=None if a.max_len_ref is None else col(a.max_len_ref),
+                      program=None if a.program is None else _columns_of(a.program, col))
             for a in self.aggs) if grouped else ()
         return MergePlan(
             hidden=n_hidden,
@@ -814,6 +987,23 @@ class _Builder:
             limit=limit,
             collations=tuple((col(r), None if p is None else col(p)) for r, p in probes),
         )
+
+
+def _refs_of(program: tuple) -> list:
+    if program[0] == "ref":
+        return [program[1]]
+    if program[0] == "lit":
+        return []
+    return [r for p in program[1:] for r in _refs_of(p)]
+
+
+def _columns_of(program: tuple, col) -> tuple:
+    """An ARITH program with its hidden aggregate refs turned into node columns."""
+    if program[0] == "ref":
+        return ("col", col(program[1]))
+    if program[0] == "lit":
+        return program
+    return (program[0],) + tuple(_columns_of(p, col) for p in program[1:])
 
 
 def _literal(e: exp.Expression) -> tuple[str, bool] | None:

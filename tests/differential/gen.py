@@ -263,7 +263,10 @@ class Generator:
     AGGS = ["COUNT(*)", "COUNT({c})", "SUM({n})", "MIN({c})", "MAX({c})", "AVG({n})",
             "COUNT(DISTINCT {c})", "GROUP_CONCAT({c} ORDER BY id)", "STDDEV({n})", "VARIANCE({n})",
             "GROUP_CONCAT(DISTINCT {n} ORDER BY {n})", "BIT_OR(k)", "SUM(DISTINCT {n})",
-            "STDDEV_SAMP({n})", "COUNT(*) + 1", "MAX({n}) - MIN({n})"]
+            "STDDEV_SAMP({n})", "COUNT(*) + 1", "MAX({n}) - MIN({n})",
+            "STD({n})", "STDDEV_POP({n})", "VAR_POP({n})", "VAR_SAMP({n})", "BIT_AND(k)", "BIT_XOR(id)",
+            "GROUP_CONCAT({c} ORDER BY {c} DESC, id SEPARATOR '|')", "GROUP_CONCAT(DISTINCT k ORDER BY k DESC)",
+            "COUNT(DISTINCT k, {c})"]
 
     def agg(self) -> tuple[str, bool]:
         r = self.r
@@ -295,6 +298,11 @@ class Generator:
         alias = r.random() < 0.3
         sel = [f"{e} AS g{i}" if alias else e for i, e in enumerate(items)]
         sql = f"SELECT {', '.join(sel)} FROM {t}{self.where()} GROUP BY {', '.join(keys)}"
+        if r.random() < 0.12:   # super-aggregate rows; MariaDB orders by the keys (ORDER BY is refused)
+            sql += " WITH ROLLUP"
+            if r.random() < 0.3:
+                sql += f" HAVING COUNT(*) {r.choice(['>', '>=', '='])} {r.randint(1, 3)}"
+            return Case(sql + self.limit(), "select", "group-rollup", ordered=True, fuzzy=fuzzy)
         if r.random() < 0.3:
             sql += " HAVING " + r.choice([f"COUNT(*) {r.choice(['>', '>=', '='])} {r.randint(1, 3)}",
                                           f"SUM(m) > {r.choice(['0', '1.5', '-1'])}",
@@ -327,21 +335,56 @@ class Generator:
                         ordered=True, fuzzy=fuzzy)
         return Case(sql, "select", "distinct", fuzzy=fuzzy)
 
+    SETOPS = [" UNION ", " UNION ", " UNION ALL ", " UNION ALL ", " UNION DISTINCT ", " INTERSECT ",
+              " EXCEPT ", " INTERSECT ALL ", " EXCEPT ALL "]
+
     def union(self) -> Case:
+        """UNION / INTERSECT / EXCEPT [ALL] over any tables: plain or parenthesized branches (with their
+        own ORDER BY ... LIMIT), a trailing ORDER BY / LIMIT, now and then branches whose column types or
+        collations differ (utf8mb4_bin meets general_ci: the _bin collation wins)."""
         r = self.r
         n = r.randint(1, 3)
         cols = r.sample(["id", "k", "s", "b", "d", "m"], n)
-        parts = [f"SELECT {', '.join(cols)} FROM {self.table()}{self.where()}" for _ in range(r.randint(2, 3))]
-        op = r.choice([" UNION ", " UNION ALL "])
-        sql = op.join(parts)
-        fuzzy = {i for i, c in enumerate(cols) if texty(c)} if "ALL" not in op else set()
-        if r.random() < 0.4:
-            order = ", ".join(cols)
-            # UNION ALL may keep duplicates: only total with the columns' full tuple and no dups
-            total = "ALL" not in op
-            return Case(sql + f" ORDER BY {order}" + (self.limit() if total else ""), "select",
-                        "union-order", ordered=total, fuzzy=fuzzy)
-        return Case(sql, "select", "union", fuzzy=fuzzy)
+        nparts = r.randint(2, 3)
+        lists = [list(cols) for _ in range(nparts)]
+        mixed = r.random() < 0.08
+        if mixed:   # another column in one branch: s for b (collations) or anything (types)
+            j, i = r.randrange(1, nparts), r.randrange(n)
+            swap = {"s": "b", "b": "s"}.get(cols[i]) if r.random() < 0.6 else r.choice(["id", "k", "s", "m"])
+            lists[j][i] = swap or cols[i]
+        if r.random() < 0.1:   # a literal column: coercible, and of another length in every branch
+            for k, lst in enumerate(lists):
+                lst.append(lit("x" * (k + 1)) + (" AS l" if k == 0 else ""))
+        parts = []
+        for lst in lists:
+            body = f"SELECT {', '.join(lst)} FROM {self.table()}{self.where()}"
+            if r.random() < 0.15:
+                body = f"({body} ORDER BY id{r.choice(['', ' DESC'])} LIMIT {r.randint(0, 6)})"
+            parts.append(body)
+        ops = [r.choice(self.SETOPS) if r.random() < 0.7 else r.choice(self.SETOPS[:4])
+               for _ in range(nparts - 1)]
+        if " INTERSECT ALL " in ops and " EXCEPT ALL " in ops:
+            # MariaDB 10.11 can loop forever on `a INTERSECT ALL b EXCEPT ALL c ORDER BY ...` (seen in
+            # the differential run: the reference query ran for 25 minutes): not drawn
+            ops = [" EXCEPT " if op == " EXCEPT ALL " else op for op in ops]
+        sql = parts[0] + "".join(op + p for op, p in zip(ops, parts[1:]))
+        dups = any("ALL" in op for op in ops)
+        width = len(lists[0])
+        texts = [i for i in range(width) if any(texty(lst[i]) for lst in lists)]
+        # any step that compares rows keeps one of several equal rows ('a', 'A', 'a '): which one is not
+        # determined (EXCEPT ALL repeats the first one it met)
+        fuzzy = set(texts) if any(op.strip() != "UNION ALL" for op in ops) else set()
+        shape = "union" if all(op.strip() in ("UNION", "UNION ALL") for op in ops) else "setop"
+        if r.random() < 0.45:
+            keys = [str(i + 1) if r.random() < 0.4 else (cols[i] if i < n else "l") for i in range(width)]
+            if r.random() < 0.3:
+                keys = [k + " DESC" for k in keys]
+            order = " ORDER BY " + ", ".join(keys)
+            # duplicates (ALL) tie, and so do a, A and 'a ' under general_ci: only a distinct result is total
+            total = not dups
+            return Case(sql + order + (self.limit() if total else ""), "select", shape + "-order",
+                        ordered=total, fuzzy=fuzzy)
+        return Case(sql, "select", shape, fuzzy=fuzzy)
 
     def join(self) -> Case:
         r = self.r

@@ -322,9 +322,10 @@ ERRORS = [
     ("SELECT * FROM (SELECT k, count(*) c FROM sharding_4_t1 GROUP BY k) t", "schema1", NotSupported, 1235,
      "derived table"),
     ("WITH x AS (SELECT * FROM sharding_4_t1) SELECT * FROM x", "schema1", NotSupported, 1235, "WITH"),
-    ("SELECT * FROM sharding_4_t1 WHERE id = 1 UNION SELECT * FROM sharding_4_t1 WHERE id = 2", "schema1",
-     NotSupported, 1235, "UNION across shardingNodes is not supported"),
-    ("SELECT * FROM sharding_4_t1 UNION ALL SELECT * FROM test", "schema1", NotSupported, 1235, "UNION"),
+    ("WITH c AS (SELECT 1) SELECT * FROM sharding_4_t1 WHERE id = 1 UNION SELECT * FROM sharding_4_t1 WHERE id = 2",
+     "schema1", NotSupported, 1235, "WITH"),
+    ("SELECT * FROM sharding_4_t1 UNION ALL SELECT * FROM test ORDER BY id + 1", "schema1", NotSupported, 1235,
+     "ORDER BY"),
     ("SELECT * FROM sharding_4_t1 INTO OUTFILE '/tmp/x'", "schema1", NotSupported, 1235, "backend server's host"),
     ("SELECT id INTO @v FROM sharding_4_t1 WHERE id = 1", "schema1", NotSupported, 1235, "SELECT ... INTO"),
     # inserts
@@ -817,6 +818,15 @@ class _SqlGen:
         return s
 
 
+def test_union_over_nodes_is_planned_branch_by_branch(router: Router) -> None:
+    plan = router.route("SELECT * FROM sharding_4_t1 WHERE id = 1 UNION SELECT * FROM sharding_4_t1 WHERE id = 2 "
+                        "ORDER BY id LIMIT 1", "schema1")
+    assert plan.setop is not None and not plan.targets
+    assert [[t.node for t in leaf.plan.targets] for leaf in plan.setop.leaves] == [["dn2"], ["dn3"]]
+    assert [leaf.sql for leaf in plan.setop.leaves] == ["SELECT * FROM sharding_4_t1 WHERE id = 1",
+                                                        "SELECT * FROM sharding_4_t1 WHERE id = 2"]
+
+
 def _oracle_run(seed: int, stats: dict[str, int]) -> None:
     import random
     import sqlite3
@@ -838,7 +848,8 @@ def _oracle_run(seed: int, stats: dict[str, int]) -> None:
         except NotSupported:
             stats["refused"] += 1
         else:
-            got = sorted([row for t in plan.targets for row in o.nodes[t.node].execute(t.sql).fetchall()], key=repr)
+            targets = [t for leaf in plan.setop.leaves for t in leaf.plan.targets] if plan.setop else plan.targets
+            got = sorted([row for t in targets for row in o.nodes[t.node].execute(t.sql).fetchall()], key=repr)
             assert got == expected, f"wrong answer for {sql!r} on {nodes(plan)}"
             stats["multi" if len(plan.targets) > 1 else "single"] += 1
     # writes on the same data: every copy of every table must end as the oracle's
