@@ -293,6 +293,11 @@ class Workload:
             t.join(max(0.0, deadline - time.monotonic()))
         return [t.name for t in self.threads + self.side_threads if t.is_alive()]
 
+    def _note(self, key: str) -> None:
+        """Count something that is not a client operation (shown beside them in the report)."""
+        with self.stats_lock:
+            self.stats[key] += 1
+
     def _count(self, key: str) -> None:
         with self.stats_lock:
             self.stats[key] += 1
@@ -424,9 +429,9 @@ class Workload:
         if rng.random() < P_BLOCKED:
             try:
                 holder = Holder(self.env, rng.choice(TABLE_NODES), table, rng.uniform(*HOLD_S))
-                self._count("hold:ok")
+                self._note("holder ok")
             except Exception:  # noqa: BLE001 - the node may be down or silent: the DDL goes on unheld
-                self._count("hold:failed")
+                self._note("holder failed")
         try:
             self._ddl(idx, conns, inst, table, planned)
         finally:
@@ -448,8 +453,7 @@ class Workload:
             with self.schema.lock:
                 self.schema.ok_ddls.append(DdlDone(table, sql, w0, w1))
         if table == BIG_TABLE:
-            with self.stats_lock:
-                self.stats[f"copying-ddl:{label}"] += 1   # a breakdown of the ddl counts, not an operation
+            self._note(f"copying-ddl {label}")   # a breakdown of the ddl counts
 
     # -- DDLs the faults start -----------------------------------------------------------------
     def side_ddl(self, rng: random.Random, inst: int, table: str) -> tuple[str, str, threading.Thread] | None:
