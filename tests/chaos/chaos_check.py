@@ -207,8 +207,10 @@ class Checker:
 
     def half_applied(self, divergent: set[str]) -> None:
         """A table whose nodes differ once quiescent must be reported: every instance's `check full
-        @@metadata` names the differing nodes. Then `repair @@ddl` is asked on every instance (the one
-        that ran the table's last DDL re-runs it on the lagging nodes where that is safe)."""
+        @@metadata` names the differing nodes. Then `repair @@ddl` is asked on every instance: the one
+        that ran the table's last DDL re-runs it on the lagging nodes where that is safe; the others
+        must refuse with the reason (never answer "nothing to repair" for a table that differs). What
+        no instance repairs (e.g. a later DDL succeeded everywhere: "fix by hand") is left to repair()."""
         repaired: list[str] = []
         refused: dict[str, str] = {}
         for t in sorted(divergent):
@@ -230,6 +232,7 @@ class Checker:
                     repaired.append(f"{t} by {p.instance}: {rows[0][3]}"[:200])
                     refused.pop(t, None)
                     break
+                self.fail(f"{p.instance}: repair @@ddl of {t}, whose nodes differ, answered {rows!r}")
         self.notes["half_applied_repaired_by_repair_ddl"] = repaired
         self.notes["half_applied_repair_ddl_refused"] = refused
         self.emit(f"repair @@ddl: repaired {len(repaired)}, refused {sorted(refused)}")

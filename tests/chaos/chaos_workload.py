@@ -106,10 +106,13 @@ def classify(e: BaseException) -> tuple[int, str]:
 
 
 def copying(table: str, sql: str) -> str:
-    """The statement as a copying ALTER when it is about the bigger table."""
+    """The statement as a copying ALTER when it is about the bigger table (MariaDB takes no ALGORITHM
+    clause on DROP INDEX ... ON: that form stays as it is)."""
     if table != BIG_TABLE:
         return sql
-    return sql + (", ALGORITHM=COPY" if sql.upper().startswith("ALTER") else " ALGORITHM=COPY")
+    if sql.upper().startswith("ALTER"):
+        return sql + ", ALGORITHM=COPY"
+    return sql + " ALGORITHM=COPY" if sql.upper().startswith("CREATE") else sql
 
 
 class Holder:
@@ -484,7 +487,7 @@ class Workload:
     def blocked_ddl(self, rng: random.Random, inst: int, hold_max_s: float) -> BlockedDdl | None:
         """A DDL through `inst` waiting on one node behind a holder (seen in the node's processlist,
         bounded); None when no table, node or instance lends itself to one now."""
-        for _ in range(3):
+        for _ in range(6):   # a worker's DDL may hold the table, a backend may be away
             table = rng.choice(TABLES)
             node = rng.choice(TABLE_NODES)
             try:

@@ -106,6 +106,7 @@ def test_ddls_on_the_bigger_table_are_copying_alters() -> None:
     assert copying("chaos_t4", "ALTER TABLE chaos_t4 ADD COLUMN c1 INT") == \
         "ALTER TABLE chaos_t4 ADD COLUMN c1 INT, ALGORITHM=COPY"
     assert copying("chaos_t4", "CREATE INDEX ix2 ON chaos_t4 (k)") == "CREATE INDEX ix2 ON chaos_t4 (k) ALGORITHM=COPY"
+    assert copying("chaos_t4", "DROP INDEX ix2 ON chaos_t4") == "DROP INDEX ix2 ON chaos_t4"   # 1064 with ALGORITHM
     assert copying("chaos_t1", "ALTER TABLE chaos_t1 ADD COLUMN c1 INT") == "ALTER TABLE chaos_t1 ADD COLUMN c1 INT"
 
 
