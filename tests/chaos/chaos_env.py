@@ -8,6 +8,7 @@ checker can see, on each backend's own clock, when each ALTER started and ended.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import time
 import uuid
@@ -33,6 +34,11 @@ TABLES = (*SHARDING_TABLES, GLOBAL_TABLE)
 TABLE_NODES = ("dn1", "dn2", "dn3", "dn4")
 NODE_PLACES = {"dn1": (0, "db1"), "dn2": (1, "db1"), "dn3": (0, "db2"), "dn4": (1, "db2")}
 CREATE_SQL = "CREATE TABLE `{t}` (id BIGINT PRIMARY KEY, k INT NOT NULL, v INT NOT NULL DEFAULT 0)"
+# The bigger table: pre-filled rows (ids from BIG_BASE, each on its hash-four node) make its copying
+# ALTERs (ALGORITHM=COPY) take seconds; the rows count as acknowledged inserts for the checker.
+BIG_TABLE = "chaos_t4"
+BIG_BASE = 1_000_000_000
+BIG_ROWS_PER_NODE = 40_000
 INSTANCES = ("chaos-1", "chaos-2", "chaos-3")
 
 SESSION_TIMEOUT_S = 3.0
@@ -83,6 +89,7 @@ class ChaosEnv:
             for db in ("db1", "db2"):
                 b.execute_many([f"DROP TABLE IF EXISTS `{t}`" for t in TABLES]
                                + [CREATE_SQL.format(t=t) for t in TABLES], database=db)
+        self.fill_big()
         self.zk = ZooKeeperServer("chaos-zk")
         self.zk.start()
         for name in INSTANCES:
@@ -112,6 +119,18 @@ class ChaosEnv:
                 except OSError:
                     pass
 
+    def big_ids(self) -> list[int]:
+        """The ids fill_big put in the bigger table."""
+        return [BIG_BASE + 4 * n + j for j in range(len(TABLE_NODES)) for n in range(BIG_ROWS_PER_NODE)]
+
+    def fill_big(self) -> None:
+        """BIG_ROWS_PER_NODE rows on each node of the bigger table (id % 4 picks the node, as hash-four)."""
+        for j, node in enumerate(TABLE_NODES):
+            bi, db = NODE_PLACES[node]
+            self.backends[bi].execute_many(
+                [f"INSERT INTO `{BIG_TABLE}` (id, k, v) SELECT {BIG_BASE} + 4 * seq + {j}, seq % 100, 0 "
+                 f"FROM seq_0_to_{BIG_ROWS_PER_NODE - 1}"], database=db)
+
     # -- reaching in ------------------------------------------------------------------------------
     @property
     def base(self) -> str:
@@ -131,6 +150,26 @@ class ChaosEnv:
         finally:
             c.stop()
             c.close()
+
+    def node_conn(self, node: str, timeout: float = 10.0) -> Any:
+        """A bounded connection straight to a node's database (an application beside pydble)."""
+        bi, db = NODE_PLACES[node]
+        b = self.backends[bi]
+        return b.connect(db, connect_timeout=3, read_timeout=timeout, write_timeout=timeout)
+
+    def ddl_waiting_on(self, node: str, name: str) -> bool:
+        """A pydble DDL naming column or index `name` waits for a metadata lock on the node now."""
+        bi, db = NODE_PLACES[node]
+        conn = self.backends[bi].connect(None, connect_timeout=3, read_timeout=10, write_timeout=10)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SHOW PROCESSLIST")
+                rows = cur.fetchall()
+        finally:
+            conn.close()
+        word = re.compile(rf"\b{re.escape(name)}\b")
+        return any(r[3] == db and "metadata lock" in (r[6] or "") and "pydble-ddl:" in (r[7] or "") and word.search(r[7] or "")
+                   for r in rows)
 
     def manager_rows(self, proxy: ProxyProcess, sql: str) -> list[tuple[Any, ...]]:
         """Rows of one manager-port command, on a short-lived bounded connection."""

@@ -80,6 +80,7 @@ def run_chaos(seed: int, seconds: float, workers: int = 6, emit: Callable[[str],
         workload.start()
         say(f"{workers} clients running; faults for {seconds:g}s")
         faults.run(time.monotonic() + seconds)
+        faults.finish()
         restarted = env.wait_all_running()
         if restarted:
             checker.fail(f"servers down after the schedule healed everything: {restarted}")
@@ -98,6 +99,7 @@ def run_chaos(seed: int, seconds: float, workers: int = 6, emit: Callable[[str],
             checker.metadata(calm, "after settling (tables the same on every node)")
             checker.metadata_vs_clients()
             say(f"structure checked; tables differing across nodes after failed DDLs: {sorted(divergent)}")
+            checker.half_applied(divergent)
             checker.repair(divergent)
             checker.probe()
             checker.zk_clean("after the post-heal DDLs")

@@ -11,6 +11,10 @@ told is the ground truth the checker holds the cluster to:
 - a DDL that got OK fixes the state of its column or index on every node; a failed one leaves it
   *unknown* (it may have run on some nodes); the workload later repairs unknown names with
   ``DROP ... IF EXISTS`` the way an application retries a failed migration, and so does the checker.
+
+Slow DDLs: every DDL on the bigger table is a copying ALTER (``ALGORITHM=COPY`` on tens of thousands of
+rows), and some DDLs are sent while an application transaction straight on one node holds the
+table's metadata lock for a few seconds (``Holder``), so the ALTER waits there with the table locked.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pymysql
-from chaos_env import ACK_TIMEOUT_S, BACKEND_TIMEOUT_S, CONNECT_TIMEOUT_S, GLOBAL_TABLE, SHARDING_TABLES, TABLES
+from chaos_env import (ACK_TIMEOUT_S, BACKEND_TIMEOUT_S, BIG_TABLE, CONNECT_TIMEOUT_S, GLOBAL_TABLE, SHARDING_TABLES,
+                       TABLE_NODES, TABLES)
 
 ZK_OP_TIMEOUT_S = 5.0      # zk/aio.py OP_TIMEOUT_S: every ZooKeeper call of the proxy is bounded by it
 SLACK_S = 5.0              # a noisy shared 2-core machine
@@ -35,9 +40,15 @@ DDL_READ_TIMEOUT_S = 120.0
 # The longest a call may take while its instance is not paused, from the timeouts the instance runs
 # with. DML: one backend query plus the pool's wait for a connection (2 x connect timeout).
 DML_BOUND_S = BACKEND_TIMEOUT_S + 2 * CONNECT_TIMEOUT_S + SLACK_S
+P_BLOCKED = 0.25           # share of the workers' DDLs sent while a transaction holds the table on one node
+HOLD_S = (0.5, 5.0)        # how long a worker's holder keeps the metadata lock
+HOLD_BOUND_S = 15.0        # the longest any holder (the faults' included) keeps it
+COPY_ALLOWANCE_S = 20.0    # a copying ALTER of the bigger table on a loaded machine
 # DDL: two rounds of acknowledgements, the backend execution and the metadata refresh, the pool wait,
-# and a few ZooKeeper calls that may each run to their own bound while ZooKeeper goes away.
-DDL_BOUND_S = 2 * ACK_TIMEOUT_S + 2 * BACKEND_TIMEOUT_S + 2 * CONNECT_TIMEOUT_S + 4 * ZK_OP_TIMEOUT_S + SLACK_S
+# and a few ZooKeeper calls that may each run to their own bound while ZooKeeper goes away; plus a
+# holder's metadata lock, a copying ALTER, and the liveness check that finds a silent node (2 rounds).
+DDL_BOUND_S = (2 * ACK_TIMEOUT_S + 2 * BACKEND_TIMEOUT_S + 2 * CONNECT_TIMEOUT_S + 4 * ZK_OP_TIMEOUT_S + SLACK_S
+               + HOLD_BOUND_S + COPY_ALLOWANCE_S + 2 * BACKEND_TIMEOUT_S)
 KEEP_CALLS_OVER_S = 1.0    # shorter calls cannot break any bound; only longer ones are kept
 
 MAX_COLUMNS = 5
@@ -92,6 +103,68 @@ def classify(e: BaseException) -> tuple[int, str]:
     if code in CONN_ERRORS:
         return code, "connection"
     return code, msg[:60]
+
+
+def copying(table: str, sql: str) -> str:
+    """The statement as a copying ALTER when it is about the bigger table (MariaDB takes no ALGORITHM
+    clause on DROP INDEX ... ON: that form stays as it is)."""
+    if table != BIG_TABLE:
+        return sql
+    if sql.upper().startswith("ALTER"):
+        return sql + ", ALGORITHM=COPY"
+    return sql + " ALGORITHM=COPY" if sql.upper().startswith("CREATE") else sql
+
+
+class Holder:
+    """An application's open transaction straight on one node: it holds the table's metadata lock
+    (any ALTER there waits) until released or `max_s` passed; every socket call is bounded."""
+
+    def __init__(self, env: Any, node: str, table: str, max_s: float) -> None:
+        self.node = node
+        self.conn = env.node_conn(node, timeout=max_s + 10)
+        try:
+            with self.conn.cursor() as cur:
+                cur.execute("BEGIN")
+                cur.execute(f"SELECT id FROM `{table}` LIMIT 1")
+        except BaseException:
+            self.conn.close()
+            raise
+        self.released = threading.Event()
+        self.thread = threading.Thread(target=self._hold, args=(max_s,), name=f"chaos-holder-{node}", daemon=True)
+        self.thread.start()
+
+    def _hold(self, max_s: float) -> None:
+        self.released.wait(max_s)
+        try:
+            with self.conn.cursor() as cur:
+                cur.execute("COMMIT")
+        except Exception:  # noqa: BLE001 - the backend may be down: the lock goes with the connection
+            pass
+        finally:
+            try:
+                self.conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def release(self) -> None:
+        """End the transaction now (idempotent)."""
+        self.released.set()
+
+    def join(self, timeout: float) -> None:
+        """Release and wait (bounded) until the connection is closed."""
+        self.release()
+        self.thread.join(timeout)
+
+
+@dataclass
+class BlockedDdl:
+    """A DDL sent through one instance while a holder keeps it waiting on one node (for the faults)."""
+
+    table: str
+    sql: str
+    inst: int
+    holder: Holder
+    thread: threading.Thread
 
 
 class SchemaModel:
@@ -200,6 +273,10 @@ class Workload:
         self.calls: list[Call] = []
         self.violations: list[str] = []
         self.inflight_ddl: dict[int, int] = {}   # worker -> instance it is running a DDL on now
+        self.forced: set[str] = set()            # DDLs whose lock an operator released (force) while they ran
+        self.side_threads: list[threading.Thread] = []   # DDL clients the faults started
+        self._side_ids = itertools.count(1000)
+        self.data.acked[BIG_TABLE].extend(env.big_ids())
         self.stop_event = threading.Event()
         self.threads: list[threading.Thread] = []
         self.ops = 0
@@ -215,9 +292,14 @@ class Workload:
         """Stop the workers; names of those still stuck after timeout."""
         self.stop_event.set()
         deadline = time.monotonic() + timeout
-        for t in self.threads:
+        for t in self.threads + self.side_threads:
             t.join(max(0.0, deadline - time.monotonic()))
-        return [t.name for t in self.threads if t.is_alive()]
+        return [t.name for t in self.threads + self.side_threads if t.is_alive()]
+
+    def _note(self, key: str) -> None:
+        """Count something that is not a client operation (shown beside them in the report)."""
+        with self.stats_lock:
+            self.stats[key] += 1
 
     def _count(self, key: str) -> None:
         with self.stats_lock:
@@ -346,7 +428,23 @@ class Workload:
         planned = self.schema.plan(rng, table)
         if planned is None:
             return
+        holder = None
+        if rng.random() < P_BLOCKED:
+            try:
+                holder = Holder(self.env, rng.choice(TABLE_NODES), table, rng.uniform(*HOLD_S))
+                self._note("holder ok")
+            except Exception:  # noqa: BLE001 - the node may be down or silent: the DDL goes on unheld
+                self._note("holder failed")
+        try:
+            self._ddl(idx, conns, inst, table, planned)
+        finally:
+            if holder is not None:
+                holder.join(HOLD_BOUND_S)
+
+    def _ddl(self, idx: int, conns: dict, inst: int, table: str, planned: tuple[str, str, str]) -> None:
+        """Send one planned DDL and write down what the client was told."""
         sql, name, action = planned
+        sql = copying(table, sql)
         self.inflight_ddl[idx] = inst
         try:
             ok, _, label, w0, w1 = self._call(idx, conns, inst, True, "ddl", sql)
@@ -357,3 +455,57 @@ class Workload:
         if ok:
             with self.schema.lock:
                 self.schema.ok_ddls.append(DdlDone(table, sql, w0, w1))
+        if table == BIG_TABLE:
+            self._note(f"copying-ddl {label}")   # a breakdown of the ddl counts
+
+    # -- DDLs the faults start -----------------------------------------------------------------
+    def side_ddl(self, rng: random.Random, inst: int, table: str) -> tuple[str, str, threading.Thread] | None:
+        """A planned DDL on `table` sent through `inst` from a thread of its own (its own connection)."""
+        planned = self.schema.plan(rng, table)
+        if planned is None:
+            return None
+        idx = next(self._side_ids)
+
+        def go() -> None:
+            conns: dict = {}
+            try:
+                self._ddl(idx, conns, inst, table, planned)
+            except Exception as e:  # noqa: BLE001 - a bug in the workload must not pass silently
+                self.violations.append(f"fault DDL thread crashed: {e!r}")
+            finally:
+                for c in conns.values():
+                    try:
+                        c.close()
+                    except Exception:  # noqa: BLE001
+                        pass
+
+        t = threading.Thread(target=go, name=f"chaos-fault-ddl-{idx}", daemon=True)
+        self.side_threads.append(t)
+        t.start()
+        return copying(table, planned[0]), planned[1], t
+
+    def blocked_ddl(self, rng: random.Random, inst: int, hold_max_s: float) -> BlockedDdl | None:
+        """A DDL through `inst` waiting on one node behind a holder (seen in the node's processlist,
+        bounded); None when no table, node or instance lends itself to one now."""
+        for _ in range(6):   # a worker's DDL may hold the table, a backend may be away
+            table = rng.choice(TABLES)
+            node = rng.choice(TABLE_NODES)
+            try:
+                holder = Holder(self.env, node, table, hold_max_s)
+            except Exception:  # noqa: BLE001 - that node is down or silent now
+                continue
+            side = self.side_ddl(rng, inst, table)
+            if side is None:
+                holder.join(5)
+                continue
+            sql, name, thread = side
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and thread.is_alive():
+                try:
+                    if self.env.ddl_waiting_on(node, name):
+                        return BlockedDdl(table, sql, inst, holder, thread)
+                except Exception:  # noqa: BLE001 - retried until the deadline
+                    pass
+                time.sleep(0.05)
+            holder.join(5)   # refused (table busy, ZooKeeper away...) or never reached the node
+        return None

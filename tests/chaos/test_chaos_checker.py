@@ -9,6 +9,7 @@ from typing import Iterator
 import pytest
 from chaos_check import Checker, ddl_table, extra_names, norm_sql
 from chaos_env import SLOW_LOG_ARGS, ChaosEnv
+from chaos_workload import copying
 from harness import MariaDBServer
 
 CREATE = """CREATE TABLE `chaos_t1` (
@@ -41,6 +42,9 @@ class _NoWorkload:
     class schema:  # noqa: N801 - stands in for SchemaModel
         ok_ddls: list = []
 
+    def __init__(self, forced: set[str] | None = None) -> None:
+        self.forced = forced or set()
+
 
 class _NoFaults:
     records: list = []
@@ -60,10 +64,10 @@ def logged_backend() -> Iterator[MariaDBServer]:
         s.cleanup()
 
 
-def _overlaps(server: MariaDBServer) -> list[str]:
+def _overlaps(server: MariaDBServer, forced: set[str] | None = None) -> list[str]:
     env = ChaosEnv("selftest")
     env.backends = [server]
-    checker = Checker(env, _NoWorkload(), _NoFaults(), lambda _m: None)
+    checker = Checker(env, _NoWorkload(forced), _NoFaults(), lambda _m: None)
     checker.overlaps()
     return checker.violations
 
@@ -94,6 +98,16 @@ def test_two_alters_at_once_are_seen(logged_backend: MariaDBServer) -> None:
         t.join(30)
     found = _overlaps(logged_backend)
     assert len(found) == 1 and "DDL overlap on backend1.db1.chaos_t1" in found[0], found
+    # the same overlap is allowed when an operator released the first DDL's lock with force
+    assert _overlaps(logged_backend, forced={"ALTER TABLE chaos_t1 ADD COLUMN c1 INT"}) == []
+
+
+def test_ddls_on_the_bigger_table_are_copying_alters() -> None:
+    assert copying("chaos_t4", "ALTER TABLE chaos_t4 ADD COLUMN c1 INT") == \
+        "ALTER TABLE chaos_t4 ADD COLUMN c1 INT, ALGORITHM=COPY"
+    assert copying("chaos_t4", "CREATE INDEX ix2 ON chaos_t4 (k)") == "CREATE INDEX ix2 ON chaos_t4 (k) ALGORITHM=COPY"
+    assert copying("chaos_t4", "DROP INDEX ix2 ON chaos_t4") == "DROP INDEX ix2 ON chaos_t4"   # 1064 with ALGORITHM
+    assert copying("chaos_t1", "ALTER TABLE chaos_t1 ADD COLUMN c1 INT") == "ALTER TABLE chaos_t1 ADD COLUMN c1 INT"
 
 
 def test_a_logged_ddl_matches_its_client_statement_without_pydbles_marker() -> None:

@@ -240,8 +240,6 @@ def test_an_originator_that_lost_its_decision_makes_every_instance_reload(cluste
     assert len(truth) == 1 and "`lost`" in next(iter(truth)), truth
     for p in (p1, p2):
         wait_for(lambda p=p: full_meta(p)[4:] == (1, 1), 10, f"{p.instance} to equal the backends")
-    for p in (p1, p2):
-        wait_for(lambda p=p: full_meta(p)[4:] == (1, 1), 10, f"{p.instance} to equal the backends")
 
 
 def test_a_blocked_alter_outlasts_the_backend_timeout_with_the_cluster_locked(cluster: Any) -> None:
