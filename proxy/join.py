@@ -59,6 +59,8 @@ class Side:
     where: list[str] = field(default_factory=list)     # conjuncts pushed down
     keys: list[str] = field(default_factory=list)      # join-key expressions, pair i with the other side's i
     order: list[str] = field(default_factory=list)     # ORDER BY expressions read from this side
+    post: list[str] = field(default_factory=list)      # WHERE conjuncts on a LEFT JOIN's inner side: after the join
+    plain: bool = True                                 # items and ORDER BY only name columns (NULL when unmatched)
 
 
 @dataclass
@@ -228,9 +230,7 @@ def plan_join(sql: str) -> JoinPlan | None:
             if len(used) == 2:
                 raise _refuse("a WHERE condition reading both tables is not supported")
             side = 1 if used == {1} else 0
-            if side == 1 and left:
-                raise _refuse("a WHERE condition on the inner table of a LEFT JOIN is not supported")
-            sides[side].where.append(_text(sql, toks, a, b))
+            (sides[side].post if side == 1 and left else sides[side].where).append(_text(sql, toks, a, b))
     projection: list[tuple[int, int]] = []
     for a, b in _split(toks, 1, frm, lambda t: t[0] == "o" and t[1] == ","):
         if b - a == 1 and toks[a][1] == "*":
@@ -248,9 +248,8 @@ def plan_join(sql: str) -> JoinPlan | None:
         if len(used) == 2:
             raise _refuse("a select item reading both tables is not supported")
         s = 1 if used == {1} else 0
-        if s == 1 and left and not (body - a == 3 and toks[a + 1][1] == "."):
-            raise _refuse("an expression over the inner table of a LEFT JOIN is not supported (it is not "
-                          "NULL on rows without a match)")
+        if s == 1 and not (body - a == 3 and toks[a + 1][1] == "."):
+            sides[1].plain = False     # on a NULL-extended row its value is asked of a node
         if b - a == 3 and toks[a + 2][1] == "*":
             sides[s].stars += 1
         projection.append((s, len(sides[s].items)))
@@ -270,8 +269,8 @@ def plan_join(sql: str) -> JoinPlan | None:
             if used is None or len(used) != 1 or b <= a:
                 return None
             s = 1 if used == {1} else 0
-            if s == 1 and left and not (b - a == 3 and toks[a + 1][1] == "."):
-                raise _refuse("ORDER BY an expression over the inner table of a LEFT JOIN is not supported")
+            if s == 1 and not (b - a == 3 and toks[a + 1][1] == "."):
+                sides[1].plain = False
             plan.order.append((s, len(sides[s].order), desc))
             sides[s].order.append(_text(sql, toks, a, b))
         i = lim
@@ -334,11 +333,49 @@ def _side_sql(side: Side, extra: str | None) -> tuple[str, int]:
     cols = side.items + [f"{e} AS `pydble_h{i}`" for i, e in enumerate(hidden + probes)]
     if not side.items:
         cols = ["1 AS `pydble_one`"] + cols
+    if side.post:
+        cols.append(f"{_conj(side.post)} IS TRUE AS `pydble_w`")
     where = list(side.where) + ([extra] if extra else [])
     sql = f"SELECT {', '.join(cols)} FROM {side.table} AS `{side.alias}`"
     if where:
-        sql += " WHERE " + " AND ".join(f"({w})" for w in where)
-    return sql, 2 * len(hidden)
+        sql += " WHERE " + _conj(where)
+    return sql, 2 * len(hidden) + bool(side.post)
+
+
+def _conj(conds: list[str]) -> str:
+    return "(" + " AND ".join(f"({w})" for w in conds) + ")"
+
+
+async def _null_row(executor: Executor, side: Side, width: int, hidden: int, budget: Budget
+                    ) -> list[bytes | None]:
+    """A LEFT JOIN's NULL-extended inner row: its items, ORDER BY values and WHERE verdict as MariaDB
+    computes them over NULL columns (COALESCE(b.x, 1) is 1 there, b.x IS NULL is true), asked of a node
+    that evaluates them over a real NULL-extended row of the same table."""
+    row: list[bytes | None] = [None] * width
+    if side.plain and not side.post:
+        return row
+    plan = executor.server.router.route(f"SELECT * FROM {side.table} AS `{side.alias}`", executor.session.schema,
+                                        executor.session.grants)
+    node, phys = plan.targets[0].node, plan.targets[0].sql
+    cols = side.items + [f"{e} AS `pydble_h{i}`" for i, e in enumerate(side.order)]
+    if not side.items:
+        cols = ["1 AS `pydble_one`"] + cols
+    if side.post:
+        cols.append(f"{_conj(side.post)} IS TRUE AS `pydble_w`")
+    sql = (f"SELECT {', '.join(cols)} FROM (SELECT 1 AS `pydble_one`) AS `pydble_z` "
+           f"LEFT JOIN ({phys}) AS `{side.alias}` ON FALSE")
+    sc = (await executor._run_on([(node, sql)], budget=budget))[0]
+    if sc.error is not None:
+        raise ProxyError(sc.error.message, sc.error.code, sc.error.sqlstate)
+    got = sc.results[0].rows[0]
+    nk, no = len(side.keys), len(side.order)
+    vis = width - hidden
+    row[:vis] = got[:vis]
+    base = vis + nk
+    row[base:base + no] = got[vis:vis + no]
+    if side.post:
+        row[-1] = got[-1]
+    return row
 
 
 def _names_charset(executor: Executor) -> str:
@@ -423,7 +460,7 @@ async def _run(executor: Executor, plan: JoinPlan, budget: Budget) -> ResultSet:
     nk = len(outer.keys)
     ow = len(ors.columns)
     okeys = list(range(ow - ohid, ow - ohid + nk))
-    oprobe = [ow - ohid // 2 + j for j in range(nk)]
+    oprobe = [ow - ohid + nk + len(outer.order) + j for j in range(nk)]
     charset = _names_charset(executor)
     # the outer rows' distinct first-key values, in batches of IN lists
     first_kind = column_kind(ors.columns[okeys[0]])
@@ -445,7 +482,7 @@ async def _run(executor: Executor, plan: JoinPlan, budget: Budget) -> ResultSet:
     assert irs is not None
     iw = len(irs.columns)
     ikeys = list(range(iw - ihid, iw - ihid + nk))
-    iprobe = [iw - ihid // 2 + j for j in range(nk)]
+    iprobe = [iw - ihid + nk + len(inner.order) + j for j in range(nk)]
     opr = ors.rows[0] if ors.rows else None
     ipr = irows[0] if irows else None
     keyfns = []
@@ -473,7 +510,7 @@ async def _run(executor: Executor, plan: JoinPlan, budget: Budget) -> ResultSet:
     width = len(columns)
     oord = [ow - ohid + nk + j for j in range(len(outer.order))]
     iord = [iw - ihid + nk + j for j in range(len(inner.order))]
-    nulls: list[bytes | None] = [None] * iw
+    nulls = await _null_row(executor, inner, iw, ihid, budget) if plan.left else []
     out: list[list[bytes | None]] = []
     for orow in ors.rows:
         if any(orow[k] is None for k in okeys):
@@ -482,6 +519,8 @@ async def _run(executor: Executor, plan: JoinPlan, budget: Budget) -> ResultSet:
             matches = index.get(tuple(f[0](orow[k]) for f, k in zip(keyfns, okeys)), [])
         if not matches and plan.left:
             matches = [nulls]
+        if inner.post:   # WHERE after the LEFT JOIN: matched and NULL-extended rows alike
+            matches = [m for m in matches if m[-1] == b"1"]
         for irow in matches:
             joined: list[bytes | None] = []
             for s, cols in spans:

@@ -51,6 +51,12 @@ SAME = [
     ("SELECT a.id, b.s FROM cj_u a LEFT OUTER JOIN cj_s b ON b.id = a.k ORDER BY a.id", True),
     ("SELECT a.id, b.id FROM cj_a a JOIN cj_b b ON a.k = b.k WHERE 1 = 0", False),
     ("SELECT a.id, b.id FROM cj_a AS a JOIN cj_b AS b ON a.k = b.k ORDER BY a.s, b.id DESC, a.id", True),
+    # a LEFT JOIN's unmatched rows: WHERE and expressions see NULL columns, as in MariaDB
+    ("SELECT a.id, b.id FROM cj_a a LEFT JOIN cj_b b ON a.k = b.k WHERE b.id IS NULL", False),
+    ("SELECT a.id, COALESCE(b.k, 0) AS c, b.s IS NULL FROM cj_a a LEFT JOIN cj_b b ON a.k = b.k "
+     "ORDER BY a.id, COALESCE(b.id, -5)", True),
+    ("SELECT a.id, b.id FROM cj_a a LEFT JOIN cj_s b ON a.k = b.k WHERE b.m > 1 OR b.m IS NULL", False),
+    ("SELECT a.id, b.id FROM cj_s a LEFT JOIN cj_b b ON a.k = b.k WHERE b.s = 'a' ORDER BY a.id, b.id", True),
 ]
 REFUSED = [
     "SELECT a.id, b.id FROM cj_a a RIGHT JOIN cj_b b ON a.k = b.k",
@@ -58,8 +64,6 @@ REFUSED = [
     "SELECT COUNT(*) FROM cj_a a JOIN cj_b b ON a.k = b.k",
     "SELECT a.id FROM cj_a a JOIN cj_b b ON a.k < b.k",
     "SELECT a.id, b.id FROM cj_a a JOIN cj_b b ON a.k = b.s",                    # number = string
-    "SELECT a.id, b.id FROM cj_a a LEFT JOIN cj_b b ON a.k = b.k WHERE b.id IS NULL",
-    "SELECT a.id, COALESCE(b.k, 0) FROM cj_a a LEFT JOIN cj_b b ON a.k = b.k",
     "SELECT a.id FROM cj_a a JOIN cj_b b USING (k)",
 ]
 
