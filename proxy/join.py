@@ -17,7 +17,8 @@ from meta.errors import NotSupported, ProxyError
 
 from .merge import (K_BIN, K_BYTES, K_CI, K_DEC, K_FLOAT, K_INT, K_TIME, collation_kind, column_kind,
                     merge_results, row_sort_key, value_key)
-from .protocol.constants import CHARSET_BINARY, ENUM_FLAG, NOT_NULL_FLAG, SET_FLAG, T_ENUM, T_SET
+from .protocol.constants import (CHARSET_BINARY, ENUM_FLAG, NOT_NULL_FLAG, SET_FLAG, T_ENUM, T_LONG_BLOB,
+                                 T_MEDIUM_BLOB, T_SET)
 from .protocol.messages import ColumnDef, ResultSet
 from .protocol.response import Budget, BudgetExceeded
 from .sqltok import Token, tokenize
@@ -76,14 +77,18 @@ class JoinPlan:
 
 
 def _split(toks: list[Token], a: int, b: int, sep: Callable[[Token], bool]) -> list[tuple[int, int]]:
-    """Token ranges in [a, b) between separators at parenthesis depth 0."""
-    out, depth, start = [], 0, a
+    """Token ranges in [a, b) between separators at parenthesis depth 0 (the AND of a BETWEEN is none)."""
+    out, depth, start, between = [], 0, a, 0
     for i in range(a, b):
         t = toks[i]
         if t[0] == "o" and t[1] == "(":
             depth += 1
         elif t[0] == "o" and t[1] == ")":
             depth -= 1
+        elif depth == 0 and t[0] == "w" and t[1].upper() == "BETWEEN":
+            between += 1
+        elif depth == 0 and between and t[0] == "w" and t[1].upper() == "AND":
+            between -= 1
         elif depth == 0 and sep(t):
             out.append((start, i))
             start = i + 1
@@ -508,6 +513,9 @@ async def _run(executor: Executor, plan: JoinPlan, budget: Budget) -> ResultSet:
                 col = replace(col, flags=col.flags & ~NOT_NULL_FLAG, raw=None)
             columns.append(col)
     width = len(columns)
+    if plan.order and any(c.type in (T_LONG_BLOB, T_MEDIUM_BLOB) for c in columns):
+        raise _refuse("ORDER BY with a LONGTEXT, JSON or MEDIUMTEXT column is not supported: the type MariaDB "
+                      "reports for it depends on whether it sorts the join through a temporary table")
     oord = [ow - ohid + nk + j for j in range(len(outer.order))]
     iord = [iw - ihid + nk + j for j in range(len(inner.order))]
     nulls = await _null_row(executor, inner, iw, ihid, budget) if plan.left else []
