@@ -32,12 +32,14 @@ BATCH = 500   # join-key values per inner-side lookup
 _AGGREGATES = frozenset({"COUNT", "SUM", "AVG", "MIN", "MAX", "GROUP_CONCAT", "STD", "STDDEV", "STDDEV_POP",
                          "STDDEV_SAMP", "VARIANCE", "VAR_POP", "VAR_SAMP", "BIT_AND", "BIT_OR", "BIT_XOR",
                          "JSON_ARRAYAGG", "JSON_OBJECTAGG", "ANY_VALUE"})
-# words that may stand in an expression without being a column
+# reserved words that may stand in an expression (never an unquoted column name)
 _EXPR_WORDS = frozenset({"AND", "OR", "NOT", "XOR", "IS", "NULL", "TRUE", "FALSE", "IN", "BETWEEN", "LIKE",
                          "ESCAPE", "CASE", "WHEN", "THEN", "ELSE", "END", "AS", "DIV", "MOD", "INTERVAL",
-                         "DAY", "MONTH", "YEAR", "HOUR", "MINUTE", "SECOND", "WEEK", "QUARTER", "MICROSECOND",
-                         "BINARY", "COLLATE", "UNKNOWN", "REGEXP", "RLIKE", "SIGNED", "UNSIGNED", "CHAR",
-                         "DECIMAL", "DATE", "DATETIME", "TIME", "INTEGER", "INT", "DOUBLE", "USING", "UTF8MB4"})
+                         "BINARY", "REGEXP", "RLIKE", "UNSIGNED", "CHAR", "DECIMAL", "INTEGER", "INT", "DOUBLE"})
+# words that are columns unless written where only a unit, type or literal prefix can be
+# (INTERVAL 1 DAY, CAST(x AS DATE), DATE '2024-01-01'): `date` alone could be a column of either table
+_UNIT_WORDS = frozenset({"DAY", "MONTH", "YEAR", "HOUR", "MINUTE", "SECOND", "WEEK", "QUARTER", "MICROSECOND",
+                         "SIGNED", "DATE", "DATETIME", "TIME", "TIMESTAMP", "UNKNOWN"})
 _REFUSE_WORDS = frozenset({"SELECT", "EXISTS", "OVER", "DISTINCT", "MATCH", "ROW", "DEFAULT", "VALUES"})
 _END_FROM = frozenset({"WHERE", "ORDER", "LIMIT"})
 _OTHER_CLAUSES = frozenset({"GROUP", "HAVING", "WINDOW", "FOR", "LOCK", "INTO", "UNION", "INTERSECT", "EXCEPT",
@@ -141,7 +143,11 @@ def _aliases(toks: list[Token], a: int, b: int, names: tuple[str, str]) -> set[i
             if up in _REFUSE_WORDS or up in _AGGREGATES:
                 return None
             followed = i + 1 < b and toks[i + 1][1] == "("
-            if not followed and up not in _EXPR_WORDS:
+            prev = toks[i - 1] if i > a else None
+            unit = up in _UNIT_WORDS and ((prev is not None and (prev[0] in "ns" or prev[1].upper() in
+                                                                 ("AS", "IS", "UNSIGNED")))
+                                          or (i + 1 < b and toks[i + 1][0] == "s"))
+            if not followed and up not in _EXPR_WORDS and not unit:
                 return None            # an unqualified column (or an alias): which table it reads is unknown
         elif t[0] == "q":
             return None

@@ -144,3 +144,28 @@ def test_a_join_past_the_memory_budget_is_refused_clearly(both: tuple[Any, Any, 
         assert e.value.args[0] == 1038 and "merge_memory_mb" in e.value.args[1], e.value.args
         cur.execute("SELECT 1")
         assert cur.fetchall() == ((1,),)
+
+
+def test_a_join_in_a_transaction_reads_the_sessions_own_rows(both: tuple[Any, Any, Any]) -> None:
+    px, _, _ = both
+    sql = "SELECT a.id, b.id FROM cj_u a JOIN cj_s b ON a.k = b.k ORDER BY b.id"
+    with px.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute("INSERT INTO cj_s (id, k) VALUES (40, 1)")   # cj_s lives on dn3, cj_u on dn2
+        cur.execute(sql)
+        assert cur.fetchall() == ((1, 2), (1, 40))
+        cur.execute("ROLLBACK")
+        cur.execute(sql)
+        assert cur.fetchall() == ((1, 2),)
+
+
+def test_an_unqualified_column_is_refused_not_guessed(both: tuple[Any, Any, Any]) -> None:
+    """`k` could be either table's: MariaDB says 1052 (ambiguous); pydble must not pick one."""
+    px, ref, _ = both
+    for sql in ("SELECT k FROM cj_a a JOIN cj_b b ON a.k = b.k", "SELECT a.id FROM cj_a a JOIN cj_b b ON a.k = b.k WHERE s = 'a'"):
+        with pytest.raises(pymysql.err.MySQLError) as want:
+            answer(ref, sql)
+        assert want.value.args[0] == 1052
+        with pytest.raises(pymysql.err.MySQLError) as got:
+            answer(px, sql)
+        assert got.value.args[0] in (1052, 1235), got.value.args
