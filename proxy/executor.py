@@ -417,7 +417,7 @@ class Executor:
                 await self._syntax_verdict(sql)  # (a statement not fully read is never sent for a restricted user)
             if not isinstance(e, Refused) and "JOIN" in e.message:
                 from .join import plan_join, run_join   # two tables on different nodes: joined here
-                join = plan_join(sql)
+                join = plan_join(sql, self._columns_of)
                 if join is not None:
                     self.session.warnings = []
                     self.session.route = "join"
@@ -447,6 +447,15 @@ class Executor:
             return await relay_concat(self, plan)  # rows of every node streamed, never decoded
         await self.run_multi(plan, r, more)
         return False
+
+    def _columns_of(self, table: str) -> frozenset[str] | None:
+        """A table's column names (lower-case) from metadata, the table as written in FROM (`s . t` or `t`)."""
+        parts = [p.strip().strip("`") for p in table.split(" . ")]
+        schema = parts[0] if len(parts) == 2 else self.session.schema
+        if schema is None:
+            return None
+        known = self.server._table_columns(schema, parts[-1])
+        return frozenset(c.lower() for c in known) if known else None
 
     async def _syntax_verdict(self, sql: str) -> None:
         """A SELECT the proxy cannot plan may simply be wrong: let a backend's EXPLAIN say so (1064).

@@ -120,8 +120,13 @@ def _ident(t: Token) -> str | None:
     return None
 
 
-def _aliases(toks: list[Token], a: int, b: int, names: tuple[str, str]) -> set[int] | None:
-    """Which sides an expression reads (by qualified columns); None when it cannot be judged."""
+Columns = tuple["frozenset[str] | None", "frozenset[str] | None"]
+
+
+def _aliases(toks: list[Token], a: int, b: int, names: tuple[str, str], cols: Columns = (None, None),
+             outputs: dict[str, int | None] | None = None) -> set[int] | None:
+    """Which sides an expression reads (qualified columns, or an unqualified one exactly one table has);
+    None when it cannot be judged. `outputs`: select-item names an ORDER BY word would mean instead."""
     used: set[int] = set()
     low = (names[0].lower(), names[1].lower())
     i = a
@@ -148,15 +153,23 @@ def _aliases(toks: list[Token], a: int, b: int, names: tuple[str, str]) -> set[i
                                                                  ("AS", "IS", "UNSIGNED")))
                                           or (i + 1 < b and toks[i + 1][0] == "s"))
             if not followed and up not in _EXPR_WORDS and not unit:
-                return None            # an unqualified column (or an alias): which table it reads is unknown
+                # an unqualified column: the one table whose metadata has it (never a select-item name)
+                low_name = t[1].lower()
+                owners = [k for k in (0, 1) if cols[k] is not None and low_name in cols[k]]  # type: ignore[operator]
+                if len(owners) != 1 or any(c is None for c in cols) or (prev is not None and prev[1] == "."):
+                    return None
+                if outputs and low_name in outputs and outputs[low_name] != owners[0]:
+                    return None   # ORDER BY names a select item that is not this column
+                used.add(owners[0])
         elif t[0] == "q":
             return None
         i += 1
     return used
 
 
-def plan_join(sql: str) -> JoinPlan | None:
-    """The join plan of a two-table SELECT of the handled shape; None for any other statement."""
+def plan_join(sql: str, columns: Callable[[str], frozenset[str] | None] | None = None) -> JoinPlan | None:
+    """The join plan of a two-table SELECT of the handled shape; None for any other statement.
+    columns: a table's column names (lower-case) as written in FROM, to place unqualified columns."""
     toks = tokenize(sql)
     while toks and toks[-1][0] == "o" and toks[-1][1] == ";":
         toks.pop()
@@ -209,16 +222,17 @@ def plan_join(sql: str) -> JoinPlan | None:
         return None
     names = (a1, a2)
     sides = (Side(t1, a1), Side(t2, a2))
+    cols: Columns = (columns(t1), columns(t2)) if columns is not None else (None, None)
     ordinary: list[tuple[int, int, set[int]]] = []
     for a, b in _split(toks, on_start, on_end, _is_and):
         if b - a == 7 and toks[a + 3][1] == "=" and toks[a + 3][0] == "o":
-            ua, ub = _aliases(toks, a, a + 3, names), _aliases(toks, a + 4, b, names)
+            ua, ub = _aliases(toks, a, a + 3, names, cols), _aliases(toks, a + 4, b, names, cols)
             if ua and ub and len(ua) == 1 and len(ub) == 1 and ua != ub:
                 x, y = (a, a + 4) if ua == {0} else (a + 4, a)
                 sides[0].keys.append(_text(sql, toks, x, x + 3))
                 sides[1].keys.append(_text(sql, toks, y, y + 3))
                 continue
-        used = _aliases(toks, a, b, names)
+        used = _aliases(toks, a, b, names, cols)
         if used is None or b <= a:
             return None
         ordinary.append((a, b, used))
@@ -235,7 +249,7 @@ def plan_join(sql: str) -> JoinPlan | None:
     where_end = _find(toks, on_end, n, frozenset({"ORDER", "LIMIT"}))
     if on_end < n and up[on_end] == "WHERE":
         for a, b in _split(toks, on_end + 1, where_end, _is_and):
-            used = _aliases(toks, a, b, names)
+            used = _aliases(toks, a, b, names, cols)
             if used is None or b <= a:
                 return None
             if len(used) == 2:
@@ -243,7 +257,17 @@ def plan_join(sql: str) -> JoinPlan | None:
             side = 1 if used == {1} else 0
             (sides[side].post if side == 1 and left else sides[side].where).append(_text(sql, toks, a, b))
     projection: list[tuple[int, int]] = []
+    # the select items' names: an ORDER BY word naming one means that item (its side when it is that
+    # very column, None when it is anything else)
+    outputs: dict[str, int | None] = {}
     for a, b in _split(toks, 1, frm, lambda t: t[0] == "o" and t[1] == ","):
+        if b > a and toks[b - 1][0] in "wq":
+            name = (_ident(toks[b - 1]) or "").lower()
+            col = (b - a == 1) or (b - a == 3 and toks[a + 1][1] == ".")
+            as_self = b - a >= 3 and up[b - 2] == "AS" and (_ident(toks[b - 3]) or "").lower() == name
+            side = _aliases(toks, a, b - 2 if as_self else b, names, cols) if col or as_self else None
+            mine = next(iter(side)) if side and len(side) == 1 else None
+            outputs[name] = mine if name not in outputs or outputs[name] == mine else None
         if b - a == 1 and toks[a][1] == "*":
             for s in (0, 1):
                 projection.append((s, len(sides[s].items)))
@@ -253,7 +277,7 @@ def plan_join(sql: str) -> JoinPlan | None:
         body = b
         if b - a >= 3 and up[b - 2] == "AS":
             body = b - 2
-        used = _aliases(toks, a, body, names)
+        used = _aliases(toks, a, body, names, cols)
         if used is None or body <= a:
             return None
         if len(used) == 2:
@@ -276,7 +300,7 @@ def plan_join(sql: str) -> JoinPlan | None:
             if b - a >= 2 and up[b - 1] in ("ASC", "DESC"):
                 desc = up[b - 1] == "DESC"
                 b -= 1
-            used = _aliases(toks, a, b, names)
+            used = _aliases(toks, a, b, names, cols, outputs)
             if used is None or len(used) != 1 or b <= a:
                 return None
             s = 1 if used == {1} else 0

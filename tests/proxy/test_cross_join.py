@@ -20,6 +20,7 @@ TABLES = {
     "cj_s": {"type": "single", "nodes": ["dn3"]},
     "cj_u": {"type": "single", "nodes": ["dn2"]},
     "cj_v": {"type": "single", "nodes": ["dn4"]},
+    "cj_w": {"type": "single", "nodes": ["dn4"]},
 }
 DDL = ("CREATE TABLE {t} (id INT NOT NULL PRIMARY KEY, k INT NULL, "
        "s VARCHAR(8) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NULL, "
@@ -169,3 +170,17 @@ def test_an_unqualified_column_is_refused_not_guessed(both: tuple[Any, Any, Any]
         with pytest.raises(pymysql.err.MySQLError) as got:
             answer(px, sql)
         assert got.value.args[0] in (1052, 1235), got.value.args
+
+
+def test_an_unqualified_column_only_one_table_has_is_read_from_it(both: tuple[Any, Any, Any]) -> None:
+    """cj_w (single, on dn4) has columns named apart from cj_a's: pydble knows them from its metadata."""
+    px, ref, _ = both
+    for conn in (px, ref):
+        with conn.cursor() as cur:
+            cur.execute("DROP TABLE IF EXISTS cj_w")
+            cur.execute("CREATE TABLE cj_w (wid INT PRIMARY KEY, wk INT, wname VARCHAR(8))")
+            cur.execute("INSERT INTO cj_w VALUES (1, 1, 'one'), (2, 2, 'two'), (3, NULL, 'none'), (4, 1, 'uno')")
+        conn.commit()
+    for sql in ("SELECT wname, a.id FROM cj_a a JOIN cj_w w ON a.k = w.wk WHERE wk > 0 ORDER BY wname, a.id",
+                "SELECT a.id, wname FROM cj_a a LEFT JOIN cj_w w ON a.k = w.wk ORDER BY a.id, wid"):
+        assert answer(px, sql) == answer(ref, sql)
