@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 
 from meta.errors import NotSupported, ProxyError
 
-from .merge import (K_BIN, K_BYTES, K_CI, K_DEC, K_FLOAT, K_INT, K_TIME, collation_kind, column_kind,
+from .merge import (K_BIN, K_BYTES, K_CI, K_DEC, K_FLOAT, K_INT, collation_kind, column_kind,
                     merge_results, row_sort_key, value_key)
 from .protocol.constants import (CHARSET_BINARY, ENUM_FLAG, NOT_NULL_FLAG, SET_FLAG, T_ENUM, T_LONG_BLOB,
                                  T_MEDIUM_BLOB, T_SET)
@@ -604,4 +604,4 @@ def _visible(side: Side, columns: list[ColumnDef], hidden: int) -> list[list[int
     return out
 
 
-__all__ = ["JoinPlan", "plan_join", "run_join", "K_TIME"]
+__all__ = ["JoinPlan", "plan_join", "run_join"]
