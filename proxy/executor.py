@@ -415,6 +415,14 @@ class Executor:
             grants = self.session.grants
             if not isinstance(e, Refused) and not (grants is not None and grants.restricted):
                 await self._syntax_verdict(sql)  # (a statement not fully read is never sent for a restricted user)
+            if not isinstance(e, Refused) and "JOIN" in e.message:
+                from .join import plan_join, run_join   # two tables on different nodes: joined here
+                join = plan_join(sql, self._columns_of)
+                if join is not None:
+                    self.session.warnings = []
+                    self.session.route = "join"
+                    await run_join(self, join, r, more)
+                    return False
             raise
         if plan.tables:  # as in MariaDB, a statement on tables starts a fresh SHOW WARNINGS; SET, SELECT 1... keep it
             self.session.warnings = []
@@ -443,6 +451,15 @@ class Executor:
             return await relay_concat(self, plan)  # rows of every node streamed, never decoded
         await self.run_multi(plan, r, more)
         return False
+
+    def _columns_of(self, table: str) -> frozenset[str] | None:
+        """A table's column names (lower-case) from metadata, the table as written in FROM (`s . t` or `t`)."""
+        parts = [p.strip().strip("`") for p in table.split(" . ")]
+        schema = parts[0] if len(parts) == 2 else self.session.schema
+        if schema is None:
+            return None
+        known = self.server._table_columns(schema, parts[-1])
+        return frozenset(c.lower() for c in known) if known else None
 
     async def _syntax_verdict(self, sql: str) -> None:
         """A SELECT the proxy cannot plan may simply be wrong: let a backend's EXPLAIN say so (1064).
@@ -526,7 +543,8 @@ class Executor:
             r.err_info(sc.error)
 
     async def _run_on(self, targets: list[tuple[str, str]], copies: bool = False,
-                      keep: list[BackendConnection] | None = None) -> list[ResponseScanner]:
+                      keep: list[BackendConnection] | None = None, budget: Budget | None = None
+                      ) -> list[ResponseScanner]:
         """Run per-node SQL on several nodes in parallel, collecting their answers. copies: the nodes run
         the same statement on copies of the same rows (global tables), so one node's warnings stand for all;
         keep: the caller ends the connections' work itself (they are appended there instead of given back)."""
@@ -538,7 +556,8 @@ class Executor:
                     self._done_with(node, a)
             raise failure
         conns: list[BackendConnection] = acquired  # type: ignore[assignment]
-        budget = Budget(self.server.config.server.merge_memory_mb << 20)  # one cap for the whole query
+        if budget is None:   # one cap for the whole query (a cross-node JOIN passes its own, for all its reads)
+            budget = Budget(self.server.config.server.merge_memory_mb << 20)
         results = await asyncio.gather(
             *(c.run(_com_query(sql), self.server.backends.timeout_s, collect=True, budget=budget)
               for c, (_, sql) in zip(conns, targets)), return_exceptions=True)

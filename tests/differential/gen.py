@@ -388,6 +388,8 @@ class Generator:
 
     def join(self) -> Case:
         r = self.r
+        if r.random() < 0.4:
+            return self.cross_join()
         a = self.table()
         b = r.choice([a, a, self.table()])
         on = r.choice(["a.id = b.id", "a.id = b.id", "a.k = b.k", "a.s = b.s", "a.id = b.k"])
@@ -403,6 +405,24 @@ class Generator:
         if r.random() < 0.5:
             return Case(sql + " ORDER BY a.id, b.id" + self.limit(), "select", "join-order", ordered=True)
         return Case(sql, "select", "join")
+
+    def cross_join(self) -> Case:
+        """Two tables on different shardingNodes: pydble joins them itself (issue 18)."""
+        r = self.r
+        a, b = r.choice([("dx_t2", "dx_t4"), ("dx_t4", "dx_s"), ("dx_s", "dx_d"), ("dx_t2", "dx_d"),
+                         ("dx_d", "dx_t4b"), ("dx_s", "dx_t2"), ("dx_g", "dx_d"), ("dx_v2k", "dx_s")])
+        on = r.choice(["a.k = b.k", "a.s = b.s", "a.b = b.b", "a.id = b.k", "a.d = b.d", "a.m = b.m",
+                       "a.k = b.k AND a.s = b.s", "b.k = a.id", "a.k = b.s", "a.dt = b.d"])
+        if r.random() < 0.2:
+            on += f" AND {self.atom('b.')}"
+        kind = r.choice(["JOIN", "LEFT JOIN", "INNER JOIN", "LEFT OUTER JOIN"])
+        items = [self.expr(q)[0] for q in ("a.",) * r.randint(1, 2) + ("b.",) * r.randint(1, 2)]
+        sql = f"SELECT {', '.join(f'{e} AS x{i}' for i, e in enumerate(items))} FROM {a} a {kind} {b} b ON {on}"
+        if r.random() < 0.6:
+            sql += f" WHERE {self.cond(r.choice(['a.', 'b.']))}"
+        if r.random() < 0.5:
+            return Case(sql + " ORDER BY a.id, b.id" + self.limit(), "select", "cross-join-order", ordered=True)
+        return Case(sql, "select", "cross-join")
 
     def join_agg(self) -> Case:
         """Aggregates, DISTINCT and LIMIT over a join the nodes can run (co-located or global)."""

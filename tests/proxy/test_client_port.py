@@ -295,7 +295,7 @@ def test_an_error_in_the_middle_stops_the_rest(proxy) -> None:
             cur.execute("SELECT id FROM cp_stop")
             assert cur.fetchall() == ((1,),)
             # a proxy-side error (1235) in the middle stops the rest too
-            cur.execute("SELECT 1; SELECT * FROM sharding_4_t1 a JOIN sharding_2_t1 b ON a.id = b.id; "
+            cur.execute("SELECT 1; SELECT * FROM sharding_4_t1 a RIGHT JOIN sharding_2_t1 b ON a.id = b.id; "
                         "INSERT INTO cp_stop VALUES (3)")
             with pytest.raises(pymysql.err.MySQLError) as ei:
                 cur.nextset()
