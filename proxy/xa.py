@@ -15,13 +15,12 @@ import asyncio
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 import structlog
 
 from meta.errors import BackendError, BackendUnavailable, NotSupported, ProxyError
 from meta.xa_log import COMMIT, ROLLBACK, LocalXaLog, XaDecision, XaLog, make_gtrid, owner_of
-from zk.originator import test_pause
 
 from .backend import BackendConnection, open_connection
 
@@ -145,6 +144,12 @@ class XaCoordinator:
         self._pending = False            # decisions of ours wait for XA COMMITs: pass again soon
         self._stopping = False
         self.passes = 0
+        self.pause: Callable[[str], Awaitable[None]] | None = None   # a test hook: it may only pause
+
+    async def paused(self, phase: str) -> None:
+        """A named step of a commit: the test hook, if one is set, may pause here (and only pause)."""
+        if self.pause is not None:
+            await self.pause(phase)
 
     def use_cluster(self) -> None:
         """In a cluster the decisions live in ZooKeeper, where survivors read them."""
@@ -238,9 +243,9 @@ class XaCoordinator:
             self.inflight.add(gtrid)
             try:
                 await self._prepare(gtrid, nodes, held, give_back)
-                await test_pause("xa_after_prepare")
+                await self.paused("xa_after_prepare")
                 await self._decide(gtrid, nodes, held, give_back)
-                await test_pause("xa_after_decision")
+                await self.paused("xa_after_decision")
                 failed = await self._commit_branches(gtrid, nodes, held, give_back)
             finally:
                 self.inflight.discard(gtrid)
@@ -331,7 +336,7 @@ class XaCoordinator:
                 give_back(node, close=True)
 
         await one(nodes[0])
-        await test_pause("xa_after_first_commit")
+        await self.paused("xa_after_first_commit")
         await asyncio.gather(*(one(n) for n in nodes[1:]))
         return failed
 
