@@ -6,7 +6,7 @@ import asyncio
 import re
 import struct
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import structlog
 
@@ -22,6 +22,7 @@ from .protocol.response import Budget, ResponseScanner
 from .reply import Reply
 from .scatter_relay import relay_concat, streamable
 from .sqltok import first_keyword as first_word
+from .user_locks import UserLocks, calls as user_lock_calls
 from .xa import XaBranches, refuse_implicit_commit
 
 if TYPE_CHECKING:
@@ -114,6 +115,7 @@ class Executor:
         self.locked: dict[str, BackendConnection] = {}
         self.locked_tables: frozenset[tuple[str, str]] = frozenset()
         self.xa = XaBranches(self.server.xa)   # the open XA transaction's branches (SET xa = on)
+        self.user_locks = UserLocks(self)      # GET_LOCK and kin: the connection holding them (proxy/user_locks.py)
 
     # -- transaction state ----------------------------------------------------------------------
     def in_trans(self) -> bool:
@@ -316,6 +318,7 @@ class Executor:
             self.server.backends.release(node, conn)
         for conn in self.streaming:
             conn.close()
+        self.user_locks.drop()
 
     def pause_backends(self) -> None:
         """The client is slow: stop reading from the backends streaming to it."""
@@ -422,6 +425,9 @@ class Executor:
             raise ReadOnly(f"User '{self.session.user}' is read only")
         if self.locked_tables:
             self.check_locked(plan)
+        if user_lock_calls(sql):
+            await self.user_locks.run(plan, sql, _com_query(sql), r, more)
+            return False
         if plan.kind in ("select", "insert", "replace", "update", "delete") and not plan.hint:
             require_meta(self.server, plan)
         if plan.kind == "ddl":
@@ -462,9 +468,18 @@ class Executor:
             raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
 
     async def run_single(self, node: str, packet: bytes, r: Reply, more: bool, may_relay: bool,
-                         kind: str = "query") -> bool:
-        """Run a command on one node: relay its bytes when allowed, else re-encode its results."""
-        conn = await self._get(node)
+                         kind: str = "query", conn: BackendConnection | None = None,
+                         rewrite: Callable[[list], None] | None = None) -> bool:
+        """Run a command on one node: relay its bytes when allowed, else re-encode its results.
+        conn: a connection the caller holds (kept, not given back); rewrite: applied to the collected rows."""
+        held = conn is not None
+        if conn is None:
+            conn = await self._get(node)
+        elif conn.vars != self.session.vars:  # never a reset: it would release what the connection holds
+            stmts = [sql for k, sql in self.session.vars.items() if conn.vars.get(k) != sql and sql]
+            if stmts:
+                await conn.query(";".join(stmts), self.server.backends.timeout_s)
+            conn.vars = dict(self.session.vars)
         self.last_node = node
         sc: ResponseScanner | None = None
         try:
@@ -488,10 +503,13 @@ class Executor:
                     raise _on_node(node, e) from None
             await self.keep_warnings([(conn, sc)])
         finally:
-            self._done_with(node, conn)
+            if not held:
+                self._done_with(node, conn)
         self._note_ok(sc)
         if may_relay:
             return True
+        if rewrite is not None and sc.results and sc.results[0].columns:
+            rewrite(sc.results[0].rows)
         self.add_results(sc, r, more)
         return False
 

@@ -32,6 +32,7 @@ from .protocol.packets import PacketFramer, PacketTooBig, ProtocolError, frame
 from .protocol.response import ResponseScanner
 from .reply import Reply
 from .sqltok import first_keyword, split_statements, tokenize
+from .user_locks import calls as user_lock_calls
 from .xa import refuse_implicit_commit, xa_switch
 
 if TYPE_CHECKING:
@@ -414,7 +415,7 @@ class Session:
             head = sql[:6].upper()
             kw = head if head in ("SELECT", "INSERT", "UPDATE", "DELETE") else first_keyword(sql)
             low = sql.lower()
-            if "information_schema" in low:
+            if "information_schema" in low or "_lock" in low:
                 return False  # answered from the logical schemas by the task (proxy.infoschema)
             if kw == "SELECT":
                 # local probes (no FROM) and DATABASE() substitution are the task's business
@@ -641,6 +642,7 @@ class Session:
         session variables are gone, autocommit is on again, the collation is the handshake's."""
         await self.executor.rollback_all()
         await self.executor.unlock_tables()
+        await self.executor.user_locks.release()   # as MySQL's reset: the session's GET_LOCK locks go
         self.prepared.close_all()
         self.vars = {}
         self.client_charset(self.collation_id)  # MariaDB goes back to the handshake's collation too
@@ -854,6 +856,9 @@ class Session:
 
     async def do_set(self, sql: str) -> None:
         """Apply a SET: autocommit here, everything else recorded and checked on a backend."""
+        if user_lock_calls(sql):  # a SET is replayed on every backend connection: a lock would be taken on each
+            raise NotSupported("GET_LOCK and the other user-lock functions are not supported by pydble in SET: "
+                               "SELECT them")
         changes = local.parse_set(sql)
         old_vars = dict(self.vars)
         new_autocommit = self.autocommit
