@@ -101,3 +101,121 @@ def test_user_lock_functions_where_they_cannot_stay_on_the_session_are_refused(p
             assert cur.fetchone() == (1,)
     finally:
         a.close()
+
+
+# -- LOCK TABLES ---------------------------------------------------------------------------------
+
+def _waiter(proxy) -> Any:
+    """A session whose waits on table and row locks end after a second with 1205."""
+    c = session(proxy)
+    with c.cursor() as cur:
+        cur.execute("SET SESSION lock_wait_timeout = 1")
+        cur.execute("SET SESSION innodb_lock_wait_timeout = 1")
+    return c
+
+
+def _writes_wait(c: Any) -> bool:
+    """True when an UPDATE of every row (every node) waits on someone's lock (1205), False when it runs."""
+    try:
+        with c.cursor() as cur:
+            cur.execute("UPDATE schema1.sharding_4_t1 SET v = v")
+        return False
+    except pymysql.MySQLError as e:
+        assert e.args[0] == 1205, e.args
+        return True
+
+
+@pytest.mark.parametrize("between", ["USE schema2", "START TRANSACTION", "BEGIN"])
+def test_lock_tables_hold_through_use_and_end_where_mysql_ends_them(proxy, table, between) -> None:
+    a, c = session(proxy), _waiter(proxy)
+    try:
+        one(a, "LOCK TABLES schema1.sharding_4_t1 WRITE")
+        assert one(a, "SELECT COUNT(*) FROM schema1.sharding_4_t1") == 8   # read on every node under the lock
+        assert _writes_wait(c)
+        one(a, between)
+        if between == "USE schema2":
+            assert _writes_wait(c)                 # USE keeps table locks, as in MySQL
+            one(a, "UNLOCK TABLES")
+        # else: a transaction starts by releasing the session's table locks, as in MySQL
+        assert not _writes_wait(c)
+        one(a, "UNLOCK TABLES")
+        one(a, "COMMIT")
+        assert not _writes_wait(c)
+    finally:
+        close(a, c)
+
+
+def test_lock_tables_end_with_the_session(proxy, table) -> None:
+    a, c = session(proxy), _waiter(proxy)
+    try:
+        one(a, "LOCK TABLES sharding_4_t1 READ")
+        assert _writes_wait(c)
+        a.close()
+        ok = False
+        for _ in range(20):   # the proxy sees the client leave asynchronously
+            if not _writes_wait(c):
+                ok = True
+                break
+        assert ok
+    finally:
+        close(a, c)
+
+
+# -- row locks -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("lock", ["FOR UPDATE", "LOCK IN SHARE MODE"])
+def test_select_locking_rows_holds_them_on_every_node_until_commit(proxy, table, lock) -> None:
+    a, c = session(proxy), _waiter(proxy)
+    try:
+        one(a, "START TRANSACTION")
+        with a.cursor() as cur:
+            cur.execute(f"SELECT id FROM sharding_4_t1 ORDER BY id {lock}")
+            assert [r[0] for r in cur.fetchall()] == list(range(1, 9))
+        for i in range(1, 5):   # one row on each node
+            assert err(c, f"UPDATE sharding_4_t1 SET v = 0 WHERE id = {i}") == 1205
+        one(a, "COMMIT")
+        with c.cursor() as cur:
+            assert cur.execute("UPDATE sharding_4_t1 SET v = 0 WHERE id IN (1, 2, 3, 4)") == 4
+    finally:
+        close(a, c)
+
+
+# -- all-or-nothing writes over several nodes ----------------------------------------------------
+
+def _all_rows(backends, backend_rows) -> list[tuple[int, int]]:
+    return sorted(r for n in FOUR for r in node_rows(backends, backend_rows, n, "SELECT id, v FROM sharding_4_t1"))
+
+
+ORIGINAL = [(i, i) for i in range(1, 9)]
+
+
+@pytest.mark.parametrize("xa", [False, True])
+def test_a_multi_node_write_failing_on_one_node_changes_no_node(proxy, table, backends, backend_rows, xa) -> None:
+    a = session(proxy)
+    try:
+        if xa:
+            one(a, "SET xa = on")
+        one(a, "SET SESSION sql_mode = 'STRICT_TRANS_TABLES'")
+        # INSERT: the out-of-range row goes to one node, the others to the other three
+        assert err(a, "INSERT INTO sharding_4_t1 VALUES (11, 1), (12, 1), (13, 1), (14, 1000)") == 1264
+        assert _all_rows(backends, backend_rows) == ORIGINAL
+        # UPDATE: only id 8 overflows a TINYINT (8 + 120 > 127), on one node of four
+        assert err(a, "UPDATE sharding_4_t1 SET v = v + 120") == 1264
+        assert _all_rows(backends, backend_rows) == ORIGINAL
+        # DELETE: a row on dn1 is referenced by a foreign key there; the other nodes must keep theirs
+        node_rows(backends, backend_rows, "dn1", "CREATE TABLE h9_child (pid INT, FOREIGN KEY (pid) "
+                                                  "REFERENCES sharding_4_t1 (id))")
+        try:
+            node_rows(backends, backend_rows, "dn1", "INSERT INTO h9_child VALUES (4)")
+            assert hash_node(4, FOUR) == "dn1"
+            assert err(a, "DELETE FROM sharding_4_t1 WHERE id > 0") == 1451
+            assert _all_rows(backends, backend_rows) == ORIGINAL
+        finally:
+            node_rows(backends, backend_rows, "dn1", "DROP TABLE h9_child")
+        # and the same statements succeed whole
+        with a.cursor() as cur:
+            assert cur.execute("UPDATE sharding_4_t1 SET v = v + 100") == 8
+            assert cur.execute("DELETE FROM sharding_4_t1 WHERE id > 4") == 4
+        assert _all_rows(backends, backend_rows) == [(i, i + 100) for i in range(1, 5)]
+    finally:
+        close(a)
