@@ -292,6 +292,7 @@ class ShowTables:
     schema: str | None
     like: str | None
     table_type: str | None
+    where: str | None = None    # any other WHERE: judged by a backend (proxy/show_where.py)
 
 
 def parse_show_tables(sql: str) -> ShowTables | None:
@@ -299,13 +300,14 @@ def parse_show_tables(sql: str) -> ShowTables | None:
     m = _SHOW_TABLES.match(sql)
     if not m:
         return None
-    ttype = None
+    ttype = where = None
     if m.group("where"):
         wm = _WHERE_TYPE.match(m.group("where"))
-        if not wm:
-            raise NotSupported("SHOW TABLES supports only LIKE or WHERE Table_type='...' through the proxy")
-        ttype = wm.group("t").upper()
-    return ShowTables(bool(m.group("full")), m.group("db"), m.group("like"), ttype)
+        if wm and m.group("full"):
+            ttype = wm.group("t").upper()
+        else:
+            where = m.group("where")
+    return ShowTables(bool(m.group("full")), m.group("db"), m.group("like"), ttype, where)
 
 
 def show_tables_result(st: ShowTables, schema: str, tables: list[str], views: Sequence[str] = ()) -> ResultSet:
@@ -332,14 +334,12 @@ _SHOW_STATUS = re.compile(
 _SUMMED = ("Rows", "Data_length", "Index_length", "Data_free")
 
 
-def parse_show_table_status(sql: str) -> tuple[str | None, str | None] | None:
-    """(schema, LIKE pattern) of SHOW TABLE STATUS [FROM db] [LIKE '...'], else None."""
+def parse_show_table_status(sql: str) -> tuple[str | None, str | None, str | None] | None:
+    """(schema, LIKE pattern, WHERE text) of SHOW TABLE STATUS [FROM db] [LIKE '...' | WHERE ...], else None."""
     m = _SHOW_STATUS.match(sql)
     if not m:
         return None
-    if m.group("where"):
-        raise NotSupported("SHOW TABLE STATUS supports only LIKE through the proxy")
-    return m.group("db"), m.group("like")
+    return m.group("db"), m.group("like"), m.group("where")
 
 
 def table_status_result(columns: list[ColumnDef], rows: dict[str, list[list[bytes | None]]]) -> ResultSet:

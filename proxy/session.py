@@ -15,7 +15,7 @@ import structlog
 from meta.errors import (AccessDenied, BackendError, BackendUnavailable, DbAccessDenied, NoDatabaseSelected,
                          NotSupported, ParseError, ProxyError, UnknownCommand)
 
-from . import infoschema, local, sql_prepare, views
+from . import infoschema, local, show_where, sql_prepare, views
 from .backend import BackendConnection
 from .ddl import require_meta
 from .analysis import ANY
@@ -923,10 +923,17 @@ class Session:
         if st is not None:
             schema = self._show_schema(st.schema)
             tables = await self.server.tables_of(schema)
-            return local.show_tables_result(st, schema, tables, self.server.views.names_of(schema))
+            rs = local.show_tables_result(st, schema, tables, self.server.views.names_of(schema))
+            return rs if st.where is None else await show_where.where_filter(self, rs, st.where)
         ts = local.parse_show_table_status(sql)
         if ts is not None:
-            return await self._table_status(self._show_schema(ts[0]), ts[1])
+            rs = await self._table_status(self._show_schema(ts[0]), ts[1])
+            return rs if ts[2] is None else await show_where.where_filter(self, rs, ts[2])
+        so = show_where.parse_show_open_tables(sql)
+        if so is not None:
+            schemas = [self._show_schema(so[0])] if so[0] else list(self.schemas)
+            rs = await show_where.open_tables(self, schemas, so[1])
+            return rs if so[2] is None else await show_where.where_filter(self, rs, so[2])
         up = " ".join(sql.upper().split()[:2])
         if up in ("SHOW WARNINGS", "SHOW ERRORS"):
             return self.executor.show_warnings(sql)
