@@ -6,7 +6,7 @@ import asyncio
 import re
 import struct
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import structlog
 
@@ -16,7 +16,7 @@ from .analyzer import Refused
 from .backend import BackendConnection, Sink
 from .ddl import require_meta
 from .protocol import constants as C
-from .protocol.messages import ColumnDef, OkInfo, ResultSet
+from .protocol.messages import ColumnDef, ErrInfo, OkInfo, ResultSet
 from .protocol.packets import frame
 from .protocol.response import Budget, ResponseScanner
 from .reply import Reply
@@ -93,6 +93,26 @@ def _returned_by_copies(plan: Plan, scanners: list[ResponseScanner]) -> ResultSe
                          f"{'.'.join(plan.tables[0])} on {nodes} returned different rows (a server default such "
                          f"as NOW() differs per node); the statement ran on every node", 1105, "HY000")
     return first
+
+
+_AT_ROW = re.compile(r" at row ([0-9]+)$")
+
+
+def _first_failed_row(failed: list[tuple[int, ErrInfo]], groups: tuple[Sequence[int], ...]) -> ErrInfo:
+    """An INSERT split over nodes failed: the error of the row first in the statement, its row counted
+    over the whole statement, as one MariaDB names it ('... at row N'). When a node's error names no row
+    (a duplicate key), which row came first is unknown: the first node's error, its row mapped."""
+    mapped: list[tuple[int, ErrInfo]] = []
+    for i, e in failed:
+        m = _AT_ROW.search(e.message)
+        if m is None or not 0 < int(m.group(1)) <= len(groups[i]):
+            mapped.append((-1, e))
+            continue
+        row = groups[i][int(m.group(1)) - 1] + 1
+        mapped.append((row, ErrInfo(e.code, e.sqlstate, e.message[:m.start()] + f" at row {row}")))
+    if any(row < 0 for row, _ in mapped):
+        return mapped[0][1]
+    return min(mapped, key=lambda x: x[0])[1]
 
 
 class Executor:
@@ -645,10 +665,10 @@ class Executor:
             scanners = await self._write_all_or_nothing(targets, copies=self._global_only(plan))
         else:
             scanners = await self._run_on(targets, copies=self._global_only(plan))
-        for sc in scanners:
-            if sc.error is not None:
-                r.err_info(sc.error)
-                return
+        failed = [(i, sc.error) for i, sc in enumerate(scanners) if sc.error is not None]
+        if failed:
+            r.err_info(_first_failed_row(failed, plan.row_groups) if plan.row_groups else failed[0][1])
+            return
         status = self.session.status()
         if plan.row_order is not None:
             r.resultset(_returned_in_order(plan.row_order, scanners), status, more)

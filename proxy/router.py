@@ -52,6 +52,7 @@ class Plan:
     hint: bool = False             # came from a shardingNode hint
     row_order: tuple[tuple[int, ...], ...] | None = None  # INSERT ... RETURNING: each target's VALUES rows
     returning_copies: bool = False  # ... RETURNING on a global table: every node must return the same rows
+    row_groups: tuple[Sequence[int], ...] | None = None  # INSERT on several nodes: each target's rows (0-based)
 
 
 _HINT_RE = re.compile(r"/\*!\s*(pydble|dble)\s*:\s*([A-Za-z_]+)\s*=\s*([^*\s]+)\s*\*/\Z", re.I)
@@ -260,6 +261,8 @@ class Router:
             width = sum(1 for t in toks[row_open + 1:row_close] if t[0] == "o" and t[1] == ",") + 1
         del toks, first
         groups: dict[str, array] = {}
+        numbers: dict[str, array] = {}   # each node's rows, as positions in the statement
+        n_row = 0
         nodes = table.nodes
         lit = _BULK_LIT.findall
         while True:
@@ -272,8 +275,11 @@ class Router:
                 g = groups.get(node)
                 if g is None:
                     g = groups[node] = array("q")
+                    numbers[node] = array("q")
                 g.append(a)
                 g.append(b)
+                numbers[node].append(n_row)
+                n_row += 1
             pos = m.end()
             m2 = sep(sql, pos)
             if m2 is None:
@@ -290,7 +296,7 @@ class Router:
             return Plan(an.kind, (Target(next(iter(groups)), prefix + sql[rows_start:]),), True, an.tables)
         tail = sql[pos:]
         targets = tuple(Target(node, prefix + _join_spans(sql, g) + tail) for node, g in groups.items())
-        return Plan(an.kind, targets, True, an.tables)
+        return Plan(an.kind, targets, True, an.tables, row_groups=tuple(numbers[node] for node in groups))
 
     # -- hints -------------------------------------------------------------------------------------
 
@@ -621,7 +627,7 @@ class Router:
         targets = tuple(Target(node, prefix + ", ".join(rows[i] for i in idx) + tail)
                         for node, idx in groups.items())
         order = tuple(tuple(idx) for idx in groups.values()) if an.returning_rows else None
-        return Plan(an.kind, targets, True, an.tables, row_order=order)
+        return Plan(an.kind, targets, True, an.tables, row_order=order, row_groups=tuple(groups.values()))
 
     def _sub_on(self, sub: Analysis, toks: list[Token], schema: str | None, nodes: tuple[str, ...]) -> None:
         """The tables a write reads (subqueries, INSERT ... SELECT) must all be on the written node."""
