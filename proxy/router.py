@@ -313,6 +313,9 @@ class Router:
         word = toks[1][1].upper() if toks[1][0] == "w" else toks[1][1]
         if word in UNSUPPORTED or word in SESSION_WORDS:
             raise not_supported(f"{word} cannot be sent through a shardingNode hint")
+        if word in ("CREATE", "DROP") and any(t[0] == "w" and t[1].upper() == "TEMPORARY" for t in toks[2:5]):
+            # a pooled connection would keep it after the statement, seen by whichever session comes next
+            raise not_supported("a TEMPORARY table cannot be sent through a shardingNode hint")
         kind, is_write, ddl = "other", True, None
         if word in ("SELECT", "WITH", "("):
             kind, is_write = "select", False
