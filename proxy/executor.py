@@ -22,7 +22,7 @@ from .protocol.response import Budget, ResponseScanner
 from .reply import Reply
 from .scatter_relay import relay_concat, streamable
 from .sqltok import first_keyword as first_word
-from .user_locks import UserLocks, calls as user_lock_calls
+from .user_locks import UserLocks, calls as user_lock_calls, refuse_assignment
 from .xa import XaBranches, refuse_implicit_commit
 
 if TYPE_CHECKING:
@@ -432,6 +432,7 @@ class Executor:
         return await self._execute(sql, r, more, may_relay)
 
     async def _execute(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
+        refuse_assignment(sql)
         try:
             plan = self.server.router.route(sql, self.session.schema, self.session.grants)
         except NotSupported as e:

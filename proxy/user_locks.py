@@ -143,3 +143,20 @@ class UserLocks:
             conn.close()
             self.executor.server.backends.release(self.node, conn)
 
+
+
+def assigns_variable(sql: str) -> bool:
+    """True for `@v := ...` inside a statement: the variable would be set on whichever backend connection
+    ran it (shared with other sessions later), not on the session's."""
+    if ":=" not in sql:
+        return False
+    toks = tokenize(sql)
+    return any(t[0] == "v" and not t[1].startswith("@@") and nxt[0] == "o" and nxt[1] == ":="
+               for t, nxt in zip(toks, toks[1:]))
+
+
+def refuse_assignment(sql: str) -> None:
+    """1235 for a statement sent to a backend that assigns a user variable with :=."""
+    if assigns_variable(sql):
+        raise NotSupported("an assignment to a user variable with := inside a statement is not supported by "
+                           "pydble: the variable would stay on a shared backend connection; use SET @v = ...")

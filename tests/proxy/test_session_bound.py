@@ -262,3 +262,23 @@ def test_temporary_tables_are_refused_and_leave_nothing_on_a_backend(proxy, tabl
             assert one(a, "SELECT COUNT(*) FROM sharding_4_t1") == 8
     finally:
         close(a)
+
+
+# -- user variables ------------------------------------------------------------------------------
+
+def test_user_variable_assignments_inside_statements_are_refused_not_leaked(proxy, table) -> None:
+    """`@v := ...` would set @v on whichever shared backend connection ran the statement: another session
+    could read it next and this one would not. SET @v is replayed on the session's connections instead."""
+    a, b = session(proxy), session(proxy)
+    try:
+        for sql in ("SELECT @h9v := id FROM sharding_4_t1 WHERE id = 1",
+                    "SELECT @h9v := 7",
+                    "UPDATE sharding_4_t1 SET v = @h9v := 5 WHERE id = 1"):
+            assert err(a, sql) == 1235, sql
+        for _ in range(3):
+            assert one(b, "SELECT @h9v FROM sharding_4_t1 WHERE id = 1") is None
+        one(a, "SET @h9v := 3")
+        assert one(a, "SELECT @h9v + v FROM sharding_4_t1 WHERE id = 2") == 5
+        assert one(b, "SELECT @h9v FROM sharding_4_t1 WHERE id = 2") is None
+    finally:
+        close(a, b)
