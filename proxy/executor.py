@@ -21,7 +21,7 @@ from .protocol.packets import frame
 from .protocol.response import Budget, ResponseScanner
 from .reply import Reply
 from .scatter_relay import relay_concat, streamable
-from .sqltok import first_keyword as first_word
+from .sqltok import first_keyword as first_word, tokenize
 from .user_locks import UserLocks, calls as user_lock_calls, refuse_assignment
 from .xa import XaBranches, refuse_implicit_commit
 
@@ -113,6 +113,29 @@ def _first_failed_row(failed: list[tuple[int, ErrInfo]], groups: tuple[Sequence[
     if any(row < 0 for row, _ in mapped):
         return mapped[0][1]
     return min(mapped, key=lambda x: x[0])[1]
+
+
+def _sets_insert_id(sql: str) -> bool | None:
+    """For a SELECT calling LAST_INSERT_ID(expr): True when that call is the whole statement (its value is
+    the session's next LAST_INSERT_ID()), False when it is somewhere else; None when it is not called so."""
+    toks = tokenize(sql)
+    while toks and toks[-1][0] == "o" and toks[-1][1] == ";":
+        toks.pop()
+    found = None
+    for i, t in enumerate(toks[:-2]):
+        if t[0] == "w" and t[1].upper() == "LAST_INSERT_ID" and toks[i + 1][1] == "(" and toks[i + 2][1] != ")":
+            found = False
+    if found is None:
+        return None
+    if len(toks) > 4 and toks[0][1].upper() == "SELECT" and toks[1][1].upper() == "LAST_INSERT_ID" \
+            and toks[2][1] == "(" and toks[-1][1] == ")":
+        depth = 0
+        for t in toks[2:-1]:
+            depth += {"(": 1, ")": -1}.get(t[1], 0) if t[0] == "o" else 0
+            if depth == 0:
+                return False   # the call ends before the statement does
+        return True
+    return False
 
 
 class Executor:
@@ -449,6 +472,9 @@ class Executor:
         if user_lock_calls(sql):
             await self.user_locks.run(plan, sql, _com_query(sql), r, more)
             return False
+        if plan.kind == "select" and "last_insert_id" in sql.lower() and _sets_insert_id(sql) is not None:
+            await self._select_insert_id(plan, sql, r, more)
+            return False
         if plan.kind in ("select", "insert", "replace", "update", "delete") and not plan.hint:
             require_meta(self.server, plan)
         if plan.kind == "ddl":
@@ -466,6 +492,19 @@ class Executor:
             return await relay_concat(self, plan)  # rows of every node streamed, never decoded
         await self.run_multi(plan, r, more)
         return False
+
+    async def _select_insert_id(self, plan: Plan, sql: str, r: Reply, more: bool) -> None:
+        """SELECT LAST_INSERT_ID(expr): the backend computes the value, the session keeps it as MySQL does
+        (LAST_INSERT_ID() is answered by pydble); anywhere else in a SELECT the call is refused."""
+        if plan.tables or len(plan.targets) != 1 or not _sets_insert_id(sql):
+            raise NotSupported("LAST_INSERT_ID(expr) is supported by pydble in a SELECT only as the whole "
+                               "statement: SELECT LAST_INSERT_ID(expr)")
+        node = plan.targets[0].node
+        sc = (await self._run_on([(node, plan.targets[0].sql)]))[0]
+        if sc.error is None and sc.results and sc.results[0].rows:
+            value = sc.results[0].rows[0][0]
+            self.session.last_insert_id = int(bytes(value)) if value is not None else 0
+        self.add_results(sc, r, more)
 
     async def _syntax_verdict(self, sql: str) -> None:
         """A SELECT the proxy cannot plan may simply be wrong: let a backend's EXPLAIN say so (1064).

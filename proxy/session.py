@@ -415,7 +415,7 @@ class Session:
             head = sql[:6].upper()
             kw = head if head in ("SELECT", "INSERT", "UPDATE", "DELETE") else first_keyword(sql)
             low = sql.lower()
-            if "information_schema" in low or "_lock" in low or ":=" in low:
+            if "information_schema" in low or "_lock" in low or ":=" in low or "last_insert_id" in low:
                 return False  # answered from the logical schemas by the task (proxy.infoschema)
             if kw == "SELECT":
                 # local probes (no FROM) and DATABASE() substitution are the task's business

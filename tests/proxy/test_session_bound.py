@@ -282,3 +282,19 @@ def test_user_variable_assignments_inside_statements_are_refused_not_leaked(prox
         assert one(b, "SELECT @h9v FROM sharding_4_t1 WHERE id = 2") is None
     finally:
         close(a, b)
+
+
+def test_select_last_insert_id_of_an_expression_sets_the_sessions_value(proxy, table) -> None:
+    """SELECT LAST_INSERT_ID(expr) returns expr and makes it the session's LAST_INSERT_ID(), as in MySQL."""
+    a, b = session(proxy), session(proxy)
+    try:
+        assert one(a, "SELECT LAST_INSERT_ID(42)") == 42
+        assert one(a, "SELECT LAST_INSERT_ID()") == 42
+        assert one(b, "SELECT LAST_INSERT_ID()") == 0
+        assert one(a, "SELECT LAST_INSERT_ID(40 + 3)") == 43
+        assert one(a, "SELECT LAST_INSERT_ID()") == 43
+        assert err(a, "SELECT LAST_INSERT_ID(id) FROM sharding_4_t1 WHERE id = 5") == 1235
+        assert err(a, "SELECT LAST_INSERT_ID(7) + 1") == 1235
+        assert one(a, "SELECT LAST_INSERT_ID()") == 43
+    finally:
+        close(a, b)
