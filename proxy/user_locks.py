@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from meta.errors import NotSupported
+from meta.errors import BackendUnavailable, NotSupported
 
 from .sqltok import first_keyword, tokenize
 
@@ -103,8 +103,11 @@ class UserLocks:
                                    "names a connection, which pydble maps to its own session id")
             mapped = cols
         ex = self.executor
-        if self.conn is None or self.conn.broken:
-            self.drop()
+        if self.conn is not None and self.conn.broken:
+            self.drop()   # told once; the next lock function starts afresh
+            raise BackendUnavailable(f"shardingNode[{self.node}]: the connection holding this session's user "
+                                     f"locks (GET_LOCK) was lost: they were released")
+        if self.conn is None:
             self.node = lock_node(ex)
             self.conn = await ex.server.backends.acquire(self.node, ex.session.format_flags)
         await ex.run_single(self.node, packet, r, more, False, conn=self.conn, rewrite=(

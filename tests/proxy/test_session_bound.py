@@ -298,3 +298,38 @@ def test_select_last_insert_id_of_an_expression_sets_the_sessions_value(proxy, t
         assert one(a, "SELECT LAST_INSERT_ID()") == 43
     finally:
         close(a, b)
+
+
+def test_lock_tables_across_schemas_and_nodes(proxy, table) -> None:
+    proxy.query("CREATE TABLE IF NOT EXISTS sing (id INT PRIMARY KEY)", database="schema2")
+    a, c = session(proxy, "schema2"), _waiter(proxy)
+    try:
+        one(a, "LOCK TABLES schema1.sharding_4_t1 READ, sing WRITE")
+        assert one(a, "SELECT COUNT(*) FROM schema1.sharding_4_t1") == 8
+        assert err(a, "UPDATE schema1.sharding_4_t1 SET v = v") == 1099   # READ-locked, as MySQL: 1099
+        with a.cursor() as cur:
+            assert cur.execute("INSERT INTO sing VALUES (1)") == 1
+        assert _writes_wait(c)
+        assert err(c, "INSERT INTO schema2.sing VALUES (2)") == 1205
+        one(a, "USE schema1")
+        one(a, "UNLOCK TABLES")
+        assert not _writes_wait(c)
+        with c.cursor() as cur:
+            assert cur.execute("INSERT INTO schema2.sing VALUES (2)") == 1
+    finally:
+        close(a, c)
+        proxy.query("DROP TABLE IF EXISTS sing", database="schema2")
+
+
+def test_a_lost_user_lock_connection_is_reported_once(proxy, backends) -> None:
+    a = session(proxy)
+    try:
+        assert one(a, "SELECT GET_LOCK('h9_lost', 0)") == 1
+        thread = backends[0].query("SELECT IS_USED_LOCK('h9_lost')")[0][0]   # dn1: the lock node's server
+        backends[0].query(f"KILL {int(thread)}")
+        assert backends[0].query("SELECT IS_FREE_LOCK('h9_lost')") == [(1,)]
+        assert err(a, "SELECT IS_FREE_LOCK('h9_lost')") == 1105   # told: the session's locks are gone
+        assert one(a, "SELECT GET_LOCK('h9_lost', 0)") == 1
+        assert one(a, "SELECT RELEASE_LOCK('h9_lost')") == 1
+    finally:
+        close(a)
