@@ -13,18 +13,19 @@ from wire import drop_after
 
 REF = "schema1"   # the reference database on a plain MariaDB (backend 2 holds no database of that name)
 DDL = ("CREATE TABLE sharding_4_t1 (id INT PRIMARY KEY, name VARCHAR(20), k INT, KEY k_idx (k, name))",
-       "CREATE TABLE test (id INT PRIMARY KEY, note TEXT)")
+       "CREATE TABLE test (id INT PRIMARY KEY, note TEXT)",                 # a global table
+       "CREATE TABLE h9_plain (a INT, b VARCHAR(5) NOT NULL DEFAULT 'x', UNIQUE KEY ub (b))")  # default node
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _drop_our_tables(proxy) -> Iterator[None]:
-    yield from drop_after(proxy, "sharding_4_t1", "test", "sharding_2_t1")
+    yield from drop_after(proxy, "sharding_4_t1", "test", "sharding_2_t1", "h9_plain")
 
 
 @pytest.fixture(scope="module")
 def both(proxy, backends) -> Iterator[tuple[Any, Any]]:
     """(a pydble session, a plain MariaDB session) on the same tables; sharding_2_t1 exists on neither."""
-    for t in ("sharding_4_t1", "test", "sharding_2_t1"):
+    for t in ("sharding_4_t1", "test", "sharding_2_t1", "h9_plain"):
         proxy.query(f"DROP TABLE IF EXISTS {t}")
     for ddl in DDL:
         proxy.query(ddl)
@@ -67,6 +68,8 @@ SAME = [
     "SHOW INDEX FROM sharding_4_t1", "SHOW KEYS FROM sharding_4_t1 FROM schema1",
     "SHOW INDEXES FROM schema1.sharding_4_t1 WHERE Key_name = 'k_idx'",
     "SHOW COLUMNS FROM sharding_2_t1", "SHOW INDEX FROM sharding_2_t1",
+    "SHOW FULL COLUMNS FROM test", "SHOW INDEX FROM test", "SHOW COLUMNS FROM h9_plain", "SHOW INDEX FROM h9_plain",
+    "SHOW FULL TABLES WHERE Tables_in_schema1 LIKE 'h9%'",
 ]
 
 
