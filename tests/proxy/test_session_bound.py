@@ -145,12 +145,17 @@ def test_lock_tables_hold_through_use_and_end_where_mysql_ends_them(proxy, table
         close(a, c)
 
 
-def test_lock_tables_end_with_the_session(proxy, table) -> None:
+@pytest.mark.parametrize("end", ["session end", "COM_RESET_CONNECTION"])
+def test_lock_tables_end_with_the_session(proxy, table, end) -> None:
     a, c = session(proxy), _waiter(proxy)
     try:
         one(a, "LOCK TABLES sharding_4_t1 READ")
         assert _writes_wait(c)
-        a.close()
+        if end == "session end":
+            a.close()
+        else:
+            a._execute_command(0x1F, b"")
+            a._read_ok_packet()
         ok = False
         for _ in range(20):   # the proxy sees the client leave asynchronously
             if not _writes_wait(c):
@@ -163,11 +168,13 @@ def test_lock_tables_end_with_the_session(proxy, table) -> None:
 
 # -- row locks -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("lock", ["FOR UPDATE", "LOCK IN SHARE MODE"])
-def test_select_locking_rows_holds_them_on_every_node_until_commit(proxy, table, lock) -> None:
+@pytest.mark.parametrize("lock, begin", [("FOR UPDATE", "START TRANSACTION"), ("LOCK IN SHARE MODE", "BEGIN"),
+                                         ("FOR UPDATE", "SET autocommit = 0"), ("FOR UPDATE", "SET xa = on; BEGIN")])
+def test_select_locking_rows_holds_them_on_every_node_until_commit(proxy, table, lock, begin) -> None:
     a, c = session(proxy), _waiter(proxy)
     try:
-        one(a, "START TRANSACTION")
+        for stmt in begin.split("; "):
+            one(a, stmt)
         with a.cursor() as cur:
             cur.execute(f"SELECT id FROM sharding_4_t1 ORDER BY id {lock}")
             assert [r[0] for r in cur.fetchall()] == list(range(1, 9))
@@ -333,3 +340,21 @@ def test_a_lost_user_lock_connection_is_reported_once(proxy, backends) -> None:
         assert one(a, "SELECT RELEASE_LOCK('h9_lost')") == 1
     finally:
         close(a)
+
+
+def test_a_failed_multi_node_write_under_lock_tables_changes_nothing_and_keeps_the_locks(
+        proxy, table, backends, backend_rows) -> None:
+    a, c = session(proxy), _waiter(proxy)
+    try:
+        one(a, "SET SESSION sql_mode = 'STRICT_TRANS_TABLES'")
+        one(a, "LOCK TABLES sharding_4_t1 WRITE")
+        assert err(a, "INSERT INTO sharding_4_t1 VALUES (11, 1), (12, 1), (13, 1), (14, 1000)") == 1264
+        assert err(a, "UPDATE sharding_4_t1 SET v = v + 120") == 1264
+        assert one(a, "SELECT SUM(v) FROM sharding_4_t1") == 36
+        assert _writes_wait(c)                     # still locked
+        with a.cursor() as cur:
+            assert cur.execute("UPDATE sharding_4_t1 SET v = v + 1") == 8
+        one(a, "UNLOCK TABLES")
+        assert _all_rows(backends, backend_rows) == [(i, i + 1) for i in range(1, 9)]
+    finally:
+        close(a, c)
