@@ -313,10 +313,11 @@ def parse_show_tables(sql: str) -> ShowTables | None:
 def show_tables_result(st: ShowTables, schema: str, tables: list[str], views: Sequence[str] = ()) -> ResultSet:
     """The answer to SHOW [FULL] TABLES from the proxy's own list of tables (and views)."""
     col = f"Tables_in_{schema}" + (f" ({st.like})" if st.like else "")
-    cols = [ColumnDef(col, T_VAR_STRING, 45, 256, 1, schema="information_schema", table="TABLE_NAMES",
+    # as MariaDB describes them: NOT NULL, NO_DEFAULT_VALUE; a name is VARCHAR(64 + 9) ('#mysql50#' prefixes)
+    cols = [ColumnDef(col, T_VAR_STRING, 45, 292, 0x1001, schema="information_schema", table="TABLE_NAMES",
                       org_table="TABLE_NAMES", org_name="TABLE_NAME")]
     if st.full:
-        cols.append(ColumnDef("Table_type", T_VAR_STRING, 45, 64, 1, schema="information_schema",
+        cols.append(ColumnDef("Table_type", T_VAR_STRING, 45, 256, 0x1001, schema="information_schema",
                               table="TABLE_NAMES", org_table="TABLE_NAMES", org_name="TABLE_TYPE"))
     rows: list[list[bytes | None]] = []
     kinds = sorted([(t, "BASE TABLE") for t in set(tables) - set(views)] + [(v, "VIEW") for v in set(views)])

@@ -50,7 +50,7 @@ def answer(conn: Any, sql: str) -> tuple[Any, ...]:
     try:
         with conn.cursor() as cur:
             cur.execute(sql)
-            desc = tuple((d[0], d[1]) for d in cur.description or ())
+            desc = tuple(tuple(d) for d in cur.description or ())
             return desc, tuple(cur.fetchall())
     except pymysql.MySQLError as e:
         return (e.args[0],)
