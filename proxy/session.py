@@ -975,6 +975,7 @@ class Session:
             return
         ex = target.executor
         conns = set(ex.streaming) | set(ex.pinned.values()) | ({target._fast_conn} if target._fast_conn else set())
+        conns |= set(ex.locked.values()) | ({ex.user_locks.conn} if ex.user_locks.conn is not None else set())
         for conn in conns:
             node = next((n for n, c in self.server.config.sharding_nodes.items() if c.db_group == conn.group.name), None)
             if node is None or not conn.thread_id:

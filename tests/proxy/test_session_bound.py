@@ -4,6 +4,8 @@ or on the backends directly, as a user of one MySQL would notice them."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any, Iterator
 
 import pymysql
@@ -358,3 +360,33 @@ def test_a_failed_multi_node_write_under_lock_tables_changes_nothing_and_keeps_t
         assert _all_rows(backends, backend_rows) == [(i, i + 1) for i in range(1, 9)]
     finally:
         close(a, c)
+
+
+def test_kill_query_interrupts_a_session_waiting_for_a_user_lock(proxy) -> None:
+    a, b, k = session(proxy), session(proxy), session(proxy)
+    got: list[Any] = []
+    try:
+        assert one(a, "SELECT GET_LOCK('h9_kill', 0)") == 1
+        b_id = one(b, "SELECT CONNECTION_ID()")
+
+        def wait() -> None:
+            try:
+                got.append(one(b, "SELECT GET_LOCK('h9_kill', 25)"))   # 0 after 25 s if never interrupted
+            except pymysql.MySQLError as e:
+                got.append(e.args[0])
+
+        t = threading.Thread(target=wait)
+        t.start()
+        for _ in range(50):   # until b is in its GET_LOCK (SHOW PROCESSLIST shows pydble's sessions)
+            with k.cursor() as cur:
+                cur.execute("SHOW PROCESSLIST")
+                rows = {r[0]: r for r in cur.fetchall()}
+            if rows.get(b_id) and rows[b_id][4] == "Query":
+                break
+            time.sleep(0.1)
+        one(k, f"KILL QUERY {b_id}")
+        t.join(40)
+        assert got and got[0] in (None, 1317), got     # interrupted, as on one MariaDB
+        assert one(b, "SELECT IS_USED_LOCK('h9_kill')") == one(a, "SELECT CONNECTION_ID()")
+    finally:
+        close(a, b, k)
