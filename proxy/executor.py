@@ -529,9 +529,10 @@ class Executor:
 
     async def run_single(self, node: str, packet: bytes, r: Reply, more: bool, may_relay: bool,
                          kind: str = "query", conn: BackendConnection | None = None,
-                         rewrite: Callable[[list], None] | None = None) -> bool:
+                         rewrite: Callable[[list], None] | None = None, timeout: float | None = None) -> bool:
         """Run a command on one node: relay its bytes when allowed, else re-encode its results.
-        conn: a connection the caller holds (kept, not given back); rewrite: applied to the collected rows."""
+        conn: a connection the caller holds (kept, not given back); rewrite: applied to the collected rows;
+        timeout: the bound of a statement expected to wait longer than backend_timeout_s (GET_LOCK)."""
         held = conn is not None
         if conn is None:
             conn = await self._get(node)
@@ -558,7 +559,7 @@ class Executor:
                     self.streaming.discard(conn)
             else:
                 try:
-                    sc = await conn.run(packet, self.server.backends.timeout_s, kind=kind, collect=True)
+                    sc = await conn.run(packet, timeout or self.server.backends.timeout_s, kind=kind, collect=True)
                 except BackendUnavailable as e:
                     raise _on_node(node, e) from None
             await self.keep_warnings([(conn, sc)])

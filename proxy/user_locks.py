@@ -35,6 +35,18 @@ def calls(sql: str) -> frozenset[str]:
                      if t[0] == "w" and nxt[1] == "(" and nxt[0] == "o" and t[1].upper() in FUNCTIONS)
 
 
+def _longest_wait(sql: str) -> float:
+    """The seconds GET_LOCK(name, N) calls may wait, from their literal N (0 when not a literal or
+    negative, 'forever': such a wait is bounded by backend_timeout_s, which ends the lock connection)."""
+    toks = tokenize(sql)
+    longest = 0.0
+    for i, t in enumerate(toks):
+        if t[0] == "w" and t[1].upper() == "GET_LOCK" and i + 5 < len(toks) and toks[i + 1][1] == "(":
+            if toks[i + 3][1] == "," and toks[i + 4][0] == "n" and toks[i + 5][1] == ")":
+                longest = max(longest, min(float(toks[i + 4][1]), 86400.0))
+    return longest
+
+
 def lock_node(executor: Executor) -> str:
     """The shardingNode every session runs its lock functions on: its server holds the lock namespace."""
     return min(executor.server.config.sharding_nodes)
@@ -111,7 +123,8 @@ class UserLocks:
             self.node = lock_node(ex)
             self.conn = await ex.server.backends.acquire(self.node, ex.session.format_flags)
         await ex.run_single(self.node, packet, r, more, False, conn=self.conn, rewrite=(
-            (lambda rows: self._map_ids(rows, mapped)) if mapped else None))
+            (lambda rows: self._map_ids(rows, mapped)) if mapped else None),
+            timeout=ex.server.backends.timeout_s + _longest_wait(sql))
 
     def _map_ids(self, rows: list, cols: list[int]) -> None:
         """IS_USED_LOCK's backend thread ids become the ids of the pydble sessions holding the locks."""

@@ -390,3 +390,18 @@ def test_kill_query_interrupts_a_session_waiting_for_a_user_lock(proxy) -> None:
         assert one(b, "SELECT IS_USED_LOCK('h9_kill')") == one(a, "SELECT CONNECTION_ID()")
     finally:
         close(a, b, k)
+
+
+def test_a_get_lock_wait_longer_than_the_backend_timeout_keeps_the_sessions_locks(backends, fresh_proxy) -> None:
+    """GET_LOCK(name, N) may wait its N seconds past backend_timeout_s: it answers 0, the session's
+    other locks stay held (the lock connection is not ended as a stuck one would be)."""
+    from wire import extended_config
+    p = fresh_proxy(extended_config(backends, server={"backend_timeout_s": 1}))
+    a, b = session(p), session(p)
+    try:
+        assert one(a, "SELECT GET_LOCK('h9_long', 0)") == 1
+        assert one(b, "SELECT GET_LOCK('h9_mine', 0)") == 1
+        assert one(b, "SELECT GET_LOCK('h9_long', 3)") == 0          # waited its 3 s, past the 1 s bound
+        assert one(a, "SELECT IS_USED_LOCK('h9_mine')") == one(b, "SELECT CONNECTION_ID()")
+    finally:
+        close(a, b)
