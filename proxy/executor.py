@@ -21,8 +21,8 @@ from .protocol.packets import frame
 from .protocol.response import Budget, ResponseScanner
 from .reply import Reply
 from .scatter_relay import relay_concat, streamable
-from .sqltok import first_keyword as first_word, tokenize
-from .user_locks import UserLocks, calls as user_lock_calls, refuse_assignment
+from .sqltok import first_keyword as first_word
+from .user_locks import UserLocks, calls as user_lock_calls, refuse_assignment, sets_insert_id as _sets_insert_id
 from .xa import XaBranches, refuse_implicit_commit
 
 if TYPE_CHECKING:
@@ -113,29 +113,6 @@ def _first_failed_row(failed: list[tuple[int, ErrInfo]], groups: tuple[Sequence[
     if any(row < 0 for row, _ in mapped):
         return mapped[0][1]
     return min(mapped, key=lambda x: x[0])[1]
-
-
-def _sets_insert_id(sql: str) -> bool | None:
-    """For a SELECT calling LAST_INSERT_ID(expr): True when that call is the whole statement (its value is
-    the session's next LAST_INSERT_ID()), False when it is somewhere else; None when it is not called so."""
-    toks = tokenize(sql)
-    while toks and toks[-1][0] == "o" and toks[-1][1] == ";":
-        toks.pop()
-    found = None
-    for i, t in enumerate(toks[:-2]):
-        if t[0] == "w" and t[1].upper() == "LAST_INSERT_ID" and toks[i + 1][1] == "(" and toks[i + 2][1] != ")":
-            found = False
-    if found is None:
-        return None
-    if len(toks) > 4 and toks[0][1].upper() == "SELECT" and toks[1][1].upper() == "LAST_INSERT_ID" \
-            and toks[2][1] == "(" and toks[-1][1] == ")":
-        depth = 0
-        for t in toks[2:-1]:
-            depth += {"(": 1, ")": -1}.get(t[1], 0) if t[0] == "o" else 0
-            if depth == 0:
-                return False   # the call ends before the statement does
-        return True
-    return False
 
 
 class Executor:

@@ -176,3 +176,26 @@ def refuse_assignment(sql: str) -> None:
     if assigns_variable(sql):
         raise NotSupported("an assignment to a user variable with := inside a statement is not supported by "
                            "pydble: the variable would stay on a shared backend connection; use SET @v = ...")
+
+
+def sets_insert_id(sql: str) -> bool | None:
+    """For a SELECT calling LAST_INSERT_ID(expr): True when that call is the whole statement (its value is
+    the session's next LAST_INSERT_ID()), False when it is somewhere else; None when it is not called so."""
+    toks = tokenize(sql)
+    while toks and toks[-1][0] == "o" and toks[-1][1] == ";":
+        toks.pop()
+    found = None
+    for i, t in enumerate(toks[:-2]):
+        if t[0] == "w" and t[1].upper() == "LAST_INSERT_ID" and toks[i + 1][1] == "(" and toks[i + 2][1] != ")":
+            found = False
+    if found is None:
+        return None
+    if len(toks) > 4 and toks[0][1].upper() == "SELECT" and toks[1][1].upper() == "LAST_INSERT_ID" \
+            and toks[2][1] == "(" and toks[-1][1] == ")":
+        depth = 0
+        for t in toks[2:-1]:
+            depth += {"(": 1, ")": -1}.get(t[1], 0) if t[0] == "o" else 0
+            if depth == 0:
+                return False   # the call ends before the statement does
+        return True
+    return False

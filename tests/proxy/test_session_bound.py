@@ -407,3 +407,16 @@ def test_a_get_lock_wait_longer_than_the_backend_timeout_keeps_the_sessions_lock
         assert one(a, "SELECT IS_USED_LOCK('h9_mine')") == one(b, "SELECT CONNECTION_ID()")
     finally:
         close(a, b)
+
+
+def test_prepared_statements_that_would_leave_state_on_a_backend_are_refused(proxy) -> None:
+    a = session(proxy)
+    try:
+        for sql in ("SELECT GET_LOCK(%s, 0)", "SELECT LAST_INSERT_ID(%s)", "SELECT @h9p := %s"):
+            with a.cursor() as cur:
+                with pytest.raises(pymysql.MySQLError) as e:
+                    cur.execute(f"PREPARE h9s FROM '{sql % '?'}'")
+                assert e.value.args[0] == 1235, sql
+        assert one(a, "SELECT IS_FREE_LOCK('h9_p')") == 1
+    finally:
+        close(a)
