@@ -6,7 +6,7 @@ import asyncio
 import re
 import struct
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import structlog
 
@@ -16,12 +16,13 @@ from .analyzer import Refused
 from .backend import BackendConnection, Sink
 from .ddl import require_meta
 from .protocol import constants as C
-from .protocol.messages import ColumnDef, OkInfo, ResultSet
+from .protocol.messages import ColumnDef, ErrInfo, OkInfo, ResultSet
 from .protocol.packets import frame
 from .protocol.response import Budget, ResponseScanner
 from .reply import Reply
 from .scatter_relay import relay_concat, streamable
 from .sqltok import first_keyword as first_word
+from .user_locks import UserLocks, calls as user_lock_calls, refuse_assignment, sets_insert_id as _sets_insert_id
 from .xa import XaBranches, refuse_implicit_commit
 
 if TYPE_CHECKING:
@@ -94,6 +95,26 @@ def _returned_by_copies(plan: Plan, scanners: list[ResponseScanner]) -> ResultSe
     return first
 
 
+_AT_ROW = re.compile(r" at row ([0-9]+)$")
+
+
+def _first_failed_row(failed: list[tuple[int, ErrInfo]], groups: tuple[Sequence[int], ...]) -> ErrInfo:
+    """An INSERT split over nodes failed: the error of the row first in the statement, its row counted
+    over the whole statement, as one MariaDB names it ('... at row N'). When a node's error names no row
+    (a duplicate key), which row came first is unknown: the first node's error, its row mapped."""
+    mapped: list[tuple[int, ErrInfo]] = []
+    for i, e in failed:
+        m = _AT_ROW.search(e.message)
+        if m is None or not 0 < int(m.group(1)) <= len(groups[i]):
+            mapped.append((-1, e))
+            continue
+        row = groups[i][int(m.group(1)) - 1] + 1
+        mapped.append((row, ErrInfo(e.code, e.sqlstate, e.message[:m.start()] + f" at row {row}")))
+    if any(row < 0 for row, _ in mapped):
+        return mapped[0][1]
+    return min(mapped, key=lambda x: x[0])[1]
+
+
 class Executor:
     """Owns the backend connections a session holds and runs its statements on them."""
 
@@ -114,6 +135,7 @@ class Executor:
         self.locked: dict[str, BackendConnection] = {}
         self.locked_tables: frozenset[tuple[str, str]] = frozenset()
         self.xa = XaBranches(self.server.xa)   # the open XA transaction's branches (SET xa = on)
+        self.user_locks = UserLocks(self)      # GET_LOCK and kin: the connection holding them (proxy/user_locks.py)
 
     # -- transaction state ----------------------------------------------------------------------
     def in_trans(self) -> bool:
@@ -316,6 +338,7 @@ class Executor:
             self.server.backends.release(node, conn)
         for conn in self.streaming:
             conn.close()
+        self.user_locks.drop()
 
     def pause_backends(self) -> None:
         """The client is slow: stop reading from the backends streaming to it."""
@@ -409,6 +432,7 @@ class Executor:
         return await self._execute(sql, r, more, may_relay)
 
     async def _execute(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
+        refuse_assignment(sql)
         try:
             plan = self.server.router.route(sql, self.session.schema, self.session.grants)
         except NotSupported as e:
@@ -430,6 +454,12 @@ class Executor:
             raise ReadOnly(f"User '{self.session.user}' is read only")
         if self.locked_tables:
             self.check_locked(plan)
+        if user_lock_calls(sql):
+            await self.user_locks.run(plan, sql, _com_query(sql), r, more)
+            return False
+        if plan.kind == "select" and "last_insert_id" in sql.lower() and _sets_insert_id(sql) is not None:
+            await self._select_insert_id(plan, sql, r, more)
+            return False
         if plan.kind in ("select", "insert", "replace", "update", "delete") and not plan.hint:
             require_meta(self.server, plan)
         if plan.kind == "ddl":
@@ -460,6 +490,18 @@ class Executor:
             return None
         known = self.server._table_columns(schema, parts[-1])
         return frozenset(c.lower() for c in known) if known else None
+    async def _select_insert_id(self, plan: Plan, sql: str, r: Reply, more: bool) -> None:
+        """SELECT LAST_INSERT_ID(expr): the backend computes the value, the session keeps it as MySQL does
+        (LAST_INSERT_ID() is answered by pydble); anywhere else in a SELECT the call is refused."""
+        if plan.tables or len(plan.targets) != 1 or not _sets_insert_id(sql):
+            raise NotSupported("LAST_INSERT_ID(expr) is supported by pydble in a SELECT only as the whole "
+                               "statement: SELECT LAST_INSERT_ID(expr)")
+        node = plan.targets[0].node
+        sc = (await self._run_on([(node, plan.targets[0].sql)]))[0]
+        if sc.error is None and sc.results and sc.results[0].rows:
+            value = sc.results[0].rows[0][0]
+            self.session.last_insert_id = int(bytes(value)) if value is not None else 0
+        self.add_results(sc, r, more)
 
     async def _syntax_verdict(self, sql: str) -> None:
         """A SELECT the proxy cannot plan may simply be wrong: let a backend's EXPLAIN say so (1064).
@@ -483,9 +525,19 @@ class Executor:
             raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
 
     async def run_single(self, node: str, packet: bytes, r: Reply, more: bool, may_relay: bool,
-                         kind: str = "query") -> bool:
-        """Run a command on one node: relay its bytes when allowed, else re-encode its results."""
-        conn = await self._get(node)
+                         kind: str = "query", conn: BackendConnection | None = None,
+                         rewrite: Callable[[list], None] | None = None, timeout: float | None = None) -> bool:
+        """Run a command on one node: relay its bytes when allowed, else re-encode its results.
+        conn: a connection the caller holds (kept, not given back); rewrite: applied to the collected rows;
+        timeout: the bound of a statement expected to wait longer than backend_timeout_s (GET_LOCK)."""
+        held = conn is not None
+        if conn is None:
+            conn = await self._get(node)
+        elif conn.vars != self.session.vars:  # never a reset: it would release what the connection holds
+            stmts = [sql for k, sql in self.session.vars.items() if conn.vars.get(k) != sql and sql]
+            if stmts:
+                await conn.query(";".join(stmts), self.server.backends.timeout_s)
+            conn.vars = dict(self.session.vars)
         self.last_node = node
         sc: ResponseScanner | None = None
         try:
@@ -504,15 +556,18 @@ class Executor:
                     self.streaming.discard(conn)
             else:
                 try:
-                    sc = await conn.run(packet, self.server.backends.timeout_s, kind=kind, collect=True)
+                    sc = await conn.run(packet, timeout or self.server.backends.timeout_s, kind=kind, collect=True)
                 except BackendUnavailable as e:
                     raise _on_node(node, e) from None
             await self.keep_warnings([(conn, sc)])
         finally:
-            self._done_with(node, conn)
+            if not held:
+                self._done_with(node, conn)
         self._note_ok(sc)
         if may_relay:
             return True
+        if rewrite is not None and sc.results and sc.results[0].columns:
+            rewrite(sc.results[0].rows)
         self.add_results(sc, r, more)
         return False
 
@@ -650,10 +705,10 @@ class Executor:
             scanners = await self._write_all_or_nothing(targets, copies=self._global_only(plan))
         else:
             scanners = await self._run_on(targets, copies=self._global_only(plan))
-        for sc in scanners:
-            if sc.error is not None:
-                r.err_info(sc.error)
-                return
+        failed = [(i, sc.error) for i, sc in enumerate(scanners) if sc.error is not None]
+        if failed:
+            r.err_info(_first_failed_row(failed, plan.row_groups) if plan.row_groups else failed[0][1])
+            return
         status = self.session.status()
         if plan.row_order is not None:
             r.resultset(_returned_in_order(plan.row_order, scanners), status, more)

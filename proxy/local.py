@@ -292,6 +292,7 @@ class ShowTables:
     schema: str | None
     like: str | None
     table_type: str | None
+    where: str | None = None    # any other WHERE: judged by a backend (proxy/show_where.py)
 
 
 def parse_show_tables(sql: str) -> ShowTables | None:
@@ -299,22 +300,24 @@ def parse_show_tables(sql: str) -> ShowTables | None:
     m = _SHOW_TABLES.match(sql)
     if not m:
         return None
-    ttype = None
+    ttype = where = None
     if m.group("where"):
         wm = _WHERE_TYPE.match(m.group("where"))
-        if not wm:
-            raise NotSupported("SHOW TABLES supports only LIKE or WHERE Table_type='...' through the proxy")
-        ttype = wm.group("t").upper()
-    return ShowTables(bool(m.group("full")), m.group("db"), m.group("like"), ttype)
+        if wm and m.group("full"):
+            ttype = wm.group("t").upper()
+        else:
+            where = m.group("where")
+    return ShowTables(bool(m.group("full")), m.group("db"), m.group("like"), ttype, where)
 
 
 def show_tables_result(st: ShowTables, schema: str, tables: list[str], views: Sequence[str] = ()) -> ResultSet:
     """The answer to SHOW [FULL] TABLES from the proxy's own list of tables (and views)."""
     col = f"Tables_in_{schema}" + (f" ({st.like})" if st.like else "")
-    cols = [ColumnDef(col, T_VAR_STRING, 45, 256, 1, schema="information_schema", table="TABLE_NAMES",
+    # as MariaDB describes them: NOT NULL, NO_DEFAULT_VALUE; a name is VARCHAR(64 + 9) ('#mysql50#' prefixes)
+    cols = [ColumnDef(col, T_VAR_STRING, 45, 292, 0x1001, schema="information_schema", table="TABLE_NAMES",
                       org_table="TABLE_NAMES", org_name="TABLE_NAME")]
     if st.full:
-        cols.append(ColumnDef("Table_type", T_VAR_STRING, 45, 64, 1, schema="information_schema",
+        cols.append(ColumnDef("Table_type", T_VAR_STRING, 45, 256, 0x1001, schema="information_schema",
                               table="TABLE_NAMES", org_table="TABLE_NAMES", org_name="TABLE_TYPE"))
     rows: list[list[bytes | None]] = []
     kinds = sorted([(t, "BASE TABLE") for t in set(tables) - set(views)] + [(v, "VIEW") for v in set(views)])
@@ -332,14 +335,12 @@ _SHOW_STATUS = re.compile(
 _SUMMED = ("Rows", "Data_length", "Index_length", "Data_free")
 
 
-def parse_show_table_status(sql: str) -> tuple[str | None, str | None] | None:
-    """(schema, LIKE pattern) of SHOW TABLE STATUS [FROM db] [LIKE '...'], else None."""
+def parse_show_table_status(sql: str) -> tuple[str | None, str | None, str | None] | None:
+    """(schema, LIKE pattern, WHERE text) of SHOW TABLE STATUS [FROM db] [LIKE '...' | WHERE ...], else None."""
     m = _SHOW_STATUS.match(sql)
     if not m:
         return None
-    if m.group("where"):
-        raise NotSupported("SHOW TABLE STATUS supports only LIKE through the proxy")
-    return m.group("db"), m.group("like")
+    return m.group("db"), m.group("like"), m.group("where")
 
 
 def table_status_result(columns: list[ColumnDef], rows: dict[str, list[list[bytes | None]]]) -> ResultSet:

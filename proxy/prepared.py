@@ -31,6 +31,7 @@ from .protocol.messages import ColumnDef, eof_packet, parse_column_def
 from .protocol.packets import ProtocolError, frame
 from .reply import Reply
 from .sqltok import first_keyword, tokenize
+from .user_locks import calls as user_lock_calls, refuse_assignment, sets_insert_id
 
 if TYPE_CHECKING:
     from .router import Plan
@@ -231,6 +232,13 @@ class PreparedStatements:
 
     async def shape_of(self, sql: str) -> Shape:
         """What PREPARE learns of a statement text (validated as MariaDB would), cached per instance."""
+        refuse_assignment(sql)
+        if first_keyword(sql) == "SELECT" and "last_insert_id" in sql.lower() and sets_insert_id(sql) is not None:
+            raise NotSupported("LAST_INSERT_ID(expr) is not supported by pydble in prepared statements: the "
+                               "session's value would not follow it")
+        if user_lock_calls(sql):  # binary execution runs on pooled connections, where no lock may stay
+            raise NotSupported("GET_LOCK and the other user-lock functions are not supported by pydble in "
+                               "prepared statements: run them as plain statements")
         s = self.session
         cache = cache_of(s.server)
         version = s.server.registry.version

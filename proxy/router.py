@@ -53,6 +53,7 @@ class Plan:
     row_order: tuple[tuple[int, ...], ...] | None = None  # INSERT ... RETURNING: each target's VALUES rows
     returning_copies: bool = False  # ... RETURNING on a global table: every node must return the same rows
     setop: Any = None              # a UNION/INTERSECT/EXCEPT combined in the proxy (proxy.setops.SetPlan)
+    row_groups: tuple[Sequence[int], ...] | None = None  # INSERT on several nodes: each target's rows (0-based)
 
 
 _HINT_RE = re.compile(r"/\*!\s*(pydble|dble)\s*:\s*([A-Za-z_]+)\s*=\s*([^*\s]+)\s*\*/\Z", re.I)
@@ -267,6 +268,8 @@ class Router:
             width = sum(1 for t in toks[row_open + 1:row_close] if t[0] == "o" and t[1] == ",") + 1
         del toks, first
         groups: dict[str, array] = {}
+        numbers: dict[str, array] = {}   # each node's rows, as positions in the statement
+        n_row = 0
         nodes = table.nodes
         lit = _BULK_LIT.findall
         while True:
@@ -279,8 +282,11 @@ class Router:
                 g = groups.get(node)
                 if g is None:
                     g = groups[node] = array("q")
+                    numbers[node] = array("q")
                 g.append(a)
                 g.append(b)
+                numbers[node].append(n_row)
+                n_row += 1
             pos = m.end()
             m2 = sep(sql, pos)
             if m2 is None:
@@ -297,7 +303,7 @@ class Router:
             return Plan(an.kind, (Target(next(iter(groups)), prefix + sql[rows_start:]),), True, an.tables)
         tail = sql[pos:]
         targets = tuple(Target(node, prefix + _join_spans(sql, g) + tail) for node, g in groups.items())
-        return Plan(an.kind, targets, True, an.tables)
+        return Plan(an.kind, targets, True, an.tables, row_groups=tuple(numbers[node] for node in groups))
 
     # -- hints -------------------------------------------------------------------------------------
 
@@ -314,6 +320,9 @@ class Router:
         word = toks[1][1].upper() if toks[1][0] == "w" else toks[1][1]
         if word in UNSUPPORTED or word in SESSION_WORDS:
             raise not_supported(f"{word} cannot be sent through a shardingNode hint")
+        if word in ("CREATE", "DROP") and any(t[0] == "w" and t[1].upper() == "TEMPORARY" for t in toks[2:5]):
+            # a pooled connection would keep it after the statement, seen by whichever session comes next
+            raise not_supported("a TEMPORARY table cannot be sent through a shardingNode hint")
         kind, is_write, ddl = "other", True, None
         if word in ("SELECT", "WITH", "("):
             kind, is_write = "select", False
@@ -628,7 +637,7 @@ class Router:
         targets = tuple(Target(node, prefix + ", ".join(rows[i] for i in idx) + tail)
                         for node, idx in groups.items())
         order = tuple(tuple(idx) for idx in groups.values()) if an.returning_rows else None
-        return Plan(an.kind, targets, True, an.tables, row_order=order)
+        return Plan(an.kind, targets, True, an.tables, row_order=order, row_groups=tuple(groups.values()))
 
     def _sub_on(self, sub: Analysis, toks: list[Token], schema: str | None, nodes: tuple[str, ...]) -> None:
         """The tables a write reads (subqueries, INSERT ... SELECT) must all be on the written node."""

@@ -15,7 +15,7 @@ import structlog
 from meta.errors import (AccessDenied, BackendError, BackendUnavailable, DbAccessDenied, NoDatabaseSelected,
                          NotSupported, ParseError, ProxyError, UnknownCommand)
 
-from . import infoschema, local, sql_prepare, views
+from . import infoschema, local, show_where, sql_prepare, views
 from .backend import BackendConnection
 from .ddl import require_meta
 from .analysis import ANY
@@ -32,6 +32,7 @@ from .protocol.packets import PacketFramer, PacketTooBig, ProtocolError, frame
 from .protocol.response import ResponseScanner
 from .reply import Reply
 from .sqltok import first_keyword, split_statements, tokenize
+from .user_locks import calls as user_lock_calls
 from .xa import refuse_implicit_commit, xa_switch
 
 if TYPE_CHECKING:
@@ -414,7 +415,7 @@ class Session:
             head = sql[:6].upper()
             kw = head if head in ("SELECT", "INSERT", "UPDATE", "DELETE") else first_keyword(sql)
             low = sql.lower()
-            if "information_schema" in low:
+            if "information_schema" in low or "_lock" in low or ":=" in low or "last_insert_id" in low:
                 return False  # answered from the logical schemas by the task (proxy.infoschema)
             if kw == "SELECT":
                 # local probes (no FROM) and DATABASE() substitution are the task's business
@@ -641,6 +642,7 @@ class Session:
         session variables are gone, autocommit is on again, the collation is the handshake's."""
         await self.executor.rollback_all()
         await self.executor.unlock_tables()
+        await self.executor.user_locks.release()   # as MySQL's reset: the session's GET_LOCK locks go
         self.prepared.close_all()
         self.vars = {}
         self.client_charset(self.collation_id)  # MariaDB goes back to the handshake's collation too
@@ -854,6 +856,9 @@ class Session:
 
     async def do_set(self, sql: str) -> None:
         """Apply a SET: autocommit here, everything else recorded and checked on a backend."""
+        if user_lock_calls(sql):  # a SET is replayed on every backend connection: a lock would be taken on each
+            raise NotSupported("GET_LOCK and the other user-lock functions are not supported by pydble in SET: "
+                               "SELECT them")
         changes = local.parse_set(sql)
         old_vars = dict(self.vars)
         new_autocommit = self.autocommit
@@ -918,10 +923,17 @@ class Session:
         if st is not None:
             schema = self._show_schema(st.schema)
             tables = await self.server.tables_of(schema)
-            return local.show_tables_result(st, schema, tables, self.server.views.names_of(schema))
+            rs = local.show_tables_result(st, schema, tables, self.server.views.names_of(schema))
+            return rs if st.where is None else await show_where.where_filter(self, rs, st.where)
         ts = local.parse_show_table_status(sql)
         if ts is not None:
-            return await self._table_status(self._show_schema(ts[0]), ts[1])
+            rs = await self._table_status(self._show_schema(ts[0]), ts[1])
+            return rs if ts[2] is None else await show_where.where_filter(self, rs, ts[2])
+        so = show_where.parse_show_open_tables(sql)
+        if so is not None:
+            schemas = [self._show_schema(so[0])] if so[0] else list(self.schemas)
+            rs = await show_where.open_tables(self, schemas, so[1])
+            return rs if so[2] is None else await show_where.where_filter(self, rs, so[2])
         up = " ".join(sql.upper().split()[:2])
         if up in ("SHOW WARNINGS", "SHOW ERRORS"):
             return self.executor.show_warnings(sql)
@@ -963,6 +975,7 @@ class Session:
             return
         ex = target.executor
         conns = set(ex.streaming) | set(ex.pinned.values()) | ({target._fast_conn} if target._fast_conn else set())
+        conns |= set(ex.locked.values()) | ({ex.user_locks.conn} if ex.user_locks.conn is not None else set())
         for conn in conns:
             node = next((n for n, c in self.server.config.sharding_nodes.items() if c.db_group == conn.group.name), None)
             if node is None or not conn.thread_id:
