@@ -312,7 +312,9 @@ def test_select_last_insert_id_of_an_expression_sets_the_sessions_value(proxy, t
 
 
 def test_lock_tables_across_schemas_and_nodes(proxy, table) -> None:
-    proxy.query("CREATE TABLE IF NOT EXISTS sing (id INT PRIMARY KEY)", database="schema2")
+    # another module may have left schema2.sing with other columns on the shared backends
+    proxy.query("DROP TABLE IF EXISTS sing", database="schema2")
+    proxy.query("CREATE TABLE sing (id INT PRIMARY KEY)", database="schema2")
     a, c = session(proxy, "schema2"), _waiter(proxy)
     try:
         one(a, "LOCK TABLES schema1.sharding_4_t1 READ, sing WRITE")
