@@ -33,7 +33,8 @@ def px(request, backends):
     p.query("DROP TABLE IF EXISTS sing", database="schema2")   # other tests shape it their way
     p.query("CREATE TABLE sing (id INT PRIMARY KEY, v VARCHAR(20))", database="schema2")
     p.query("REPLACE INTO sing VALUES (1, 'secret')", database="schema2")
-    p.query("CREATE TABLE IF NOT EXISTS sharding_2_t1 (id INT PRIMARY KEY, v INT)")
+    p.query("DROP TABLE IF EXISTS sharding_2_t1")   # likewise
+    p.query("CREATE TABLE sharding_2_t1 (id INT PRIMARY KEY, v INT)")
     p.query("REPLACE INTO sharding_2_t1 VALUES (1, 10), (2, 20)")
     return p
 
