@@ -43,6 +43,7 @@ COMMANDS = frozenset({C.COM_STMT_PREPARE, C.COM_STMT_EXECUTE, C.COM_STMT_SEND_LO
                       C.COM_STMT_RESET, C.COM_STMT_FETCH})
 MAX_STATEMENTS = 16382        # MySQL's default max_prepared_stmt_count, here per session
 CACHE_SIZE = 2048             # statement shapes kept per proxy instance
+MAX_PLACEHOLDERS = 0xFFFF       # the parameter count is two bytes in PREPARE_OK
 # Statements the session answers itself: PREPARE needs no backend for them (sysbench prepares BEGIN).
 _SESSION_KEYWORDS = frozenset({"BEGIN", "START", "COMMIT", "ROLLBACK", "SET", "USE", "SAVEPOINT", "RELEASE",
                                "SHOW", ""})
@@ -259,6 +260,8 @@ class PreparedStatements:
         """Count placeholders and ask one backend node for the column definitions."""
         toks = tokenize(sql)
         positions = placeholder_positions(toks)
+        if len(positions) > MAX_PLACEHOLDERS:  # the count is 2 bytes in PREPARE_OK: MariaDB refuses more
+            raise ProxyError("Prepared statement contains too many placeholders", 1390, "HY000")
         param_defs = (_PARAM_DEF,) * len(positions)
         limits = limit_placeholders(toks)
         if first_keyword(sql) in ("PREPARE", "EXECUTE", "DEALLOCATE"):

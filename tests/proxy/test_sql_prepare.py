@@ -197,3 +197,14 @@ def test_answers_match_mariadb_where_a_literal_would_differ(sp_proxy: ProxyProce
     finally:
         direct.close()
         conn.close()
+
+
+def test_65535_placeholders_prepare_and_65536_are_refused_without_stalling(sp_proxy: ProxyProcess) -> None:
+    """MariaDB's limit (the count is two bytes): 65535 work, 65536 get 1390; neither stalls the instance."""
+    conn = sp_proxy.connect(read_timeout=60)
+    with conn.cursor() as cur:
+        run(cur, "PREPARE big FROM 'SELECT " + ",".join(["?"] * 65535) + "'")
+        assert len(run(cur, "EXECUTE big USING " + ",".join(["7"] * 65535))[0]) == 65535
+        assert err(cur, "PREPARE big FROM 'SELECT " + ",".join(["?"] * 65536) + "'")[0] == 1390
+        assert err(cur, "EXECUTE big USING 1")[0] == 1243  # a failed PREPARE leaves no statement of that name
+    conn.close()
