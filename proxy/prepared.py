@@ -174,6 +174,7 @@ class PreparedStatements:
         self.session = session
         self.stmts: dict[int, Statement] = {}
         self.named: dict[str, Statement] = {}   # SQL-level PREPARE name FROM ... (proxy/sql_prepare.py)
+        self.assigned: set[str] = set()  # user variables a := or CALL set since their last SET (proxy/sql_prepare.py)
         self._next_id = 1
         self._last_id = 0
 
@@ -212,6 +213,7 @@ class PreparedStatements:
         """COM_RESET_CONNECTION: every statement of the session is gone (SQL-level ones too)."""
         self.stmts.clear()
         self.named.clear()
+        self.assigned.clear()
 
     # -- PREPARE --------------------------------------------------------------------------------
     async def prepare(self, sql: str) -> bytes:

@@ -208,3 +208,18 @@ def test_65535_placeholders_prepare_and_65536_are_refused_without_stalling(sp_pr
         assert err(cur, "PREPARE big FROM 'SELECT " + ",".join(["?"] * 65536) + "'")[0] == 1390
         assert err(cur, "EXECUTE big USING 1")[0] == 1243  # a failed PREPARE leaves no statement of that name
     conn.close()
+
+
+def test_a_variable_assigned_with_colon_equals_is_not_bound_from_its_old_set(sp_proxy: ProxyProcess) -> None:
+    """`SELECT @a := 10` changes @a on one backend connection: EXECUTE must not bind the 5 SET earlier."""
+    conn = sp_proxy.connect()
+    with conn.cursor() as cur:
+        run(cur, "PREPARE p FROM 'SELECT ?'")
+        run(cur, "SET @a = 5")
+        assert run(cur, "EXECUTE p USING @a") == [(5,)]
+        assert run(cur, "SELECT @a := 10") == [(10,)]
+        code, _ = err(cur, "EXECUTE p USING @a")  # MariaDB binds 10; pydble cannot know it: refused
+        assert code == 1235
+        run(cur, "SET @a = 11")  # a SET tells the value again
+        assert run(cur, "EXECUTE p USING @a") == [(11,)]
+    conn.close()
