@@ -30,7 +30,7 @@ from .protocol.binary import (LAST_STATEMENT_ID, LONG_DATA, BinaryResultConverte
 from .protocol.messages import ColumnDef, eof_packet, parse_column_def
 from .protocol.packets import ProtocolError, frame
 from .reply import Reply
-from .sqltok import first_keyword, tokenize
+from .sqltok import Token, first_keyword, tokenize
 
 if TYPE_CHECKING:
     from .router import Plan
@@ -77,6 +77,16 @@ class Shape:
     version: int
     limits: frozenset[int] = frozenset()  # the placeholders that are a LIMIT count or offset
     aliases: tuple[tuple[int, str], ...] = ()  # select items named after their `?` text (proxy/placeholders.py)
+
+
+def _is_view_statement(toks: list[Token]) -> bool:
+    """CREATE [OR REPLACE] [ALGORITHM=..] [DEFINER=..] [SQL SECURITY ..] VIEW / ALTER ... VIEW."""
+    for t in toks[1:16]:
+        if t[0] == "w" and t[1].upper() in ("AS", "SELECT", "TABLE", "INDEX", "DATABASE", "SCHEMA"):
+            return False
+        if t[0] == "w" and t[1].upper() == "VIEW":
+            return True
+    return False
 
 
 class ShapeCache:
@@ -266,6 +276,8 @@ class PreparedStatements:
             raise ProxyError("Prepared statement contains too many placeholders", 1390, "HY000")
         param_defs = (_PARAM_DEF,) * len(positions)
         limits = limit_placeholders(toks)
+        if positions and first_keyword(sql) in ("CREATE", "ALTER") and _is_view_statement(toks):
+            raise ProxyError("View's SELECT contains a variable or parameter", 1351, "HY000")
         if first_keyword(sql) in ("PREPARE", "EXECUTE", "DEALLOCATE"):
             raise ProxyError("This command is not supported in the prepared statement protocol yet", 1295, "HY000")
         if positions and positional_placeholder(toks):
