@@ -33,6 +33,7 @@ from .protocol.messages import ColumnDef, ResultSet
 from .protocol.packets import splice
 from .sqltok import tokenize
 from .view_parse import KEYWORDS, ViewStmt, parse
+from .xa import refuse_implicit_commit
 
 if TYPE_CHECKING:
     from .analyzer import Grants
@@ -296,6 +297,7 @@ class ViewService:
                 return False
             if session.grants is not None:
                 session.grants.check(tuple(("DROP", ALL, s, n) for s, n in keys))
+            refuse_implicit_commit(session.executor.xa, "a DDL statement")
             session.warnings = [("Note", ER_BAD_TABLE, f"Unknown table '{s}.{n}'") for s, n in keys]
             r.ok(session.status(), warnings=len(keys), more=more)
             return True
@@ -304,6 +306,7 @@ class ViewService:
         ex = session.executor
         if ex.locked_tables:
             raise NotSupported("DDL while LOCK TABLES is held is not supported by pydble: UNLOCK TABLES first")
+        refuse_implicit_commit(ex.xa, "a view statement")   # as MySQL: 1399 inside an XA transaction
         await ex.commit_all()   # as MySQL: a view statement ends the open transaction
         session.explicit_txn = False
         session.route = "ddl"
