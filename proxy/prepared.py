@@ -79,6 +79,9 @@ class Shape:
     aliases: tuple[tuple[int, str], ...] = ()  # select items named after their `?` text (proxy/placeholders.py)
 
 
+Scope = tuple[str | None, str | None]   # (user, schema) a cached shape belongs to
+
+
 def _is_view_statement(toks: list[Token]) -> bool:
     """CREATE [OR REPLACE] [ALGORITHM=..] [DEFINER=..] [SQL SECURITY ..] VIEW / ALTER ... VIEW."""
     for t in toks[1:16]:
@@ -90,15 +93,16 @@ def _is_view_statement(toks: list[Token]) -> bool:
 
 
 class ShapeCache:
-    """A bounded LRU of statement shapes per (schema, text), for all sessions of one instance."""
+    """A bounded LRU of statement shapes per (user, schema, text), for all sessions of one instance: a shape
+    is shared only by sessions with the same grants (PREPARE checks them while it learns the shape)."""
 
     def __init__(self, size: int = CACHE_SIZE) -> None:
         self.size = size
-        self._d: OrderedDict[tuple[str | None, str], Shape] = OrderedDict()
+        self._d: OrderedDict[tuple[Scope, str], Shape] = OrderedDict()
 
-    def get(self, schema: str | None, sql: str, version: int) -> Shape | None:
+    def get(self, scope: Scope, sql: str, version: int) -> Shape | None:
         """The cached shape, unless the metadata changed since it was learned."""
-        key = (schema, sql)
+        key = (scope, sql)
         s = self._d.get(key)
         if s is None:
             return None
@@ -108,10 +112,10 @@ class ShapeCache:
         self._d.move_to_end(key)
         return s
 
-    def put(self, schema: str | None, shape: Shape) -> None:
+    def put(self, scope: Scope, shape: Shape) -> None:
         """Remember a shape, dropping the least recently used beyond the bound."""
-        self._d[(schema, shape.sql)] = shape
-        self._d.move_to_end((schema, shape.sql))
+        self._d[(scope, shape.sql)] = shape
+        self._d.move_to_end((scope, shape.sql))
         while len(self._d) > self.size:
             self._d.popitem(last=False)
 
@@ -247,10 +251,11 @@ class PreparedStatements:
         s = self.session
         cache = cache_of(s.server)
         version = s.server.registry.version
-        shape = cache.get(s.schema, sql, version)
+        scope = (s.user, s.schema)   # another user's shape was learned under other grants
+        shape = cache.get(scope, sql, version)
         if shape is None:
             shape = await self._learn(sql, version)
-            cache.put(s.schema, shape)
+            cache.put(scope, shape)
         return shape
 
     def _prepare_answer(self, stmt_id: int, shape: Shape) -> bytes:

@@ -26,6 +26,7 @@ def sp_proxy(backends: list[Any]) -> Iterator[ProxyProcess]:
     cfg = copy.deepcopy(proxy_config(backends, free_port(), free_port(), instance="pydble-sqlps"))
     cfg["schemas"]["schema1"]["tables"]["sp_t"] = {"type": "sharding", "nodes": list(NODES),
                                                   "function": "hash-four", "column": "id"}
+    cfg["users"].append({"name": "only2", "password": "pw", "schemas": ["schema2"]})
     p = ProxyProcess(cfg, name="proxy-sqlps", release_ports=True)
     try:
         p.start()
@@ -223,3 +224,20 @@ def test_a_variable_assigned_with_colon_equals_is_not_bound_from_its_old_set(sp_
         run(cur, "SET @a = 11")  # a SET tells the value again
         assert run(cur, "EXECUTE p USING @a") == [(11,)]
     conn.close()
+
+
+def test_a_statement_another_user_prepared_is_still_checked_against_the_grants(sp_proxy: ProxyProcess) -> None:
+    """The shapes PREPARE learns are shared, but not across grants: a user without SELECT on the table gets
+    1142 at PREPARE even right after a user with it prepared the same text in the same schema."""
+    text = "PREPARE g FROM 'SELECT * FROM schema1.sp_t WHERE id = ?'"
+    owner = sp_proxy.connect(database="schema2")
+    other = sp_proxy.connect(user="only2", password="pw", database="schema2")
+    with owner.cursor() as cur:
+        run(cur, "CREATE TABLE IF NOT EXISTS schema1.sp_t (id BIGINT PRIMARY KEY, name VARCHAR(40), d DECIMAL(10,3), "
+                 "f DOUBLE)")
+        run(cur, text)
+    with other.cursor() as cur:
+        assert err(cur, text)[0] == 1142
+        assert err(cur, "EXECUTE g USING 1")[0] == 1243
+    owner.close()
+    other.close()
