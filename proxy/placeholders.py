@@ -94,30 +94,35 @@ _ITEM_END = frozenset({"ASC", "DESC", "LIMIT", "HAVING", "WINDOW", "ORDER", "UNI
 
 
 def positional_placeholder(toks: list[Token]) -> bool:
-    """True when a `?` is a whole ORDER BY / GROUP BY item (a literal there would be a column position)."""
+    """True when a `?` is a whole ORDER BY / GROUP BY item (a literal there would be a column position).
+
+    One pass: for each parenthesis level, whether its last clause word is ORDER BY / GROUP BY (a statement
+    with 65535 placeholders must not cost a walk back from each of them)."""
+    frames: list[bool | None] = [None]  # per open parenthesis: in ORDER/GROUP BY (None: no clause word yet)
     for i, t in enumerate(toks):
-        if t[0] != "p":
+        k = t[0]
+        if k == "o" and t[1] == "(":
+            frames.append(None)
+            continue
+        if k == "o" and t[1] == ")":
+            if len(frames) > 1:
+                frames.pop()
+            else:
+                frames[0] = None  # unmatched: nothing before it is at this item's level
+            continue
+        if k == "w":
+            x = t[1].upper()
+            if x in _CLAUSE_WORDS:
+                frames[-1] = x == "BY" and i > 0 and toks[i - 1][1].upper() in ("ORDER", "GROUP")
+            continue
+        if k != "p" or not frames[-1]:
             continue
         nxt = toks[i + 1] if i + 1 < len(toks) else None
         if nxt is not None and not ((nxt[0] == "o" and nxt[1] in (",", ")", ";"))
                                     or (nxt[0] == "w" and nxt[1].upper() in _ITEM_END)):
             continue
-        j, depth = i - 1, 0
-        if j < 0 or not (toks[j][1] == "," or (toks[j][0] == "w" and toks[j][1].upper() == "BY")):
-            continue
-        while j >= 0:   # back to the clause word this item belongs to, at the same depth
-            k, x = toks[j][0], toks[j][1].upper()
-            if k == "o" and x == ")":
-                depth += 1
-            elif k == "o" and x == "(":
-                if depth == 0:
-                    break
-                depth -= 1
-            elif depth == 0 and k == "w" and x in _CLAUSE_WORDS:
-                if x == "BY" and j > 0 and toks[j - 1][1].upper() in ("ORDER", "GROUP"):
-                    return True
-                break
-            j -= 1
+        if i > 0 and (toks[i - 1][1] == "," or (toks[i - 1][0] == "w" and toks[i - 1][1].upper() == "BY")):
+            return True
     return False
 
 

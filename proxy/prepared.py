@@ -30,7 +30,7 @@ from .protocol.binary import (LAST_STATEMENT_ID, LONG_DATA, BinaryResultConverte
 from .protocol.messages import ColumnDef, eof_packet, parse_column_def
 from .protocol.packets import ProtocolError, frame
 from .reply import Reply
-from .sqltok import first_keyword, tokenize
+from .sqltok import Token, first_keyword, tokenize
 from .user_locks import calls as user_lock_calls, refuse_assignment, sets_insert_id
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ COMMANDS = frozenset({C.COM_STMT_PREPARE, C.COM_STMT_EXECUTE, C.COM_STMT_SEND_LO
                       C.COM_STMT_RESET, C.COM_STMT_FETCH})
 MAX_STATEMENTS = 16382        # MySQL's default max_prepared_stmt_count, here per session
 CACHE_SIZE = 2048             # statement shapes kept per proxy instance
+MAX_PLACEHOLDERS = 0xFFFF       # the parameter count is two bytes in PREPARE_OK
 # Statements the session answers itself: PREPARE needs no backend for them (sysbench prepares BEGIN).
 _SESSION_KEYWORDS = frozenset({"BEGIN", "START", "COMMIT", "ROLLBACK", "SET", "USE", "SAVEPOINT", "RELEASE",
                                "SHOW", ""})
@@ -79,16 +80,30 @@ class Shape:
     aliases: tuple[tuple[int, str], ...] = ()  # select items named after their `?` text (proxy/placeholders.py)
 
 
+Scope = tuple[str | None, str | None]   # (user, schema) a cached shape belongs to
+
+
+def _is_view_statement(toks: list[Token]) -> bool:
+    """CREATE [OR REPLACE] [ALGORITHM=..] [DEFINER=..] [SQL SECURITY ..] VIEW / ALTER ... VIEW."""
+    for t in toks[1:16]:
+        if t[0] == "w" and t[1].upper() in ("AS", "SELECT", "TABLE", "INDEX", "DATABASE", "SCHEMA"):
+            return False
+        if t[0] == "w" and t[1].upper() == "VIEW":
+            return True
+    return False
+
+
 class ShapeCache:
-    """A bounded LRU of statement shapes per (schema, text), for all sessions of one instance."""
+    """A bounded LRU of statement shapes per (user, schema, text), for all sessions of one instance: a shape
+    is shared only by sessions with the same grants (PREPARE checks them while it learns the shape)."""
 
     def __init__(self, size: int = CACHE_SIZE) -> None:
         self.size = size
-        self._d: OrderedDict[tuple[str | None, str], Shape] = OrderedDict()
+        self._d: OrderedDict[tuple[Scope, str], Shape] = OrderedDict()
 
-    def get(self, schema: str | None, sql: str, version: int) -> Shape | None:
+    def get(self, scope: Scope, sql: str, version: int) -> Shape | None:
         """The cached shape, unless the metadata changed since it was learned."""
-        key = (schema, sql)
+        key = (scope, sql)
         s = self._d.get(key)
         if s is None:
             return None
@@ -98,10 +113,10 @@ class ShapeCache:
         self._d.move_to_end(key)
         return s
 
-    def put(self, schema: str | None, shape: Shape) -> None:
+    def put(self, scope: Scope, shape: Shape) -> None:
         """Remember a shape, dropping the least recently used beyond the bound."""
-        self._d[(schema, shape.sql)] = shape
-        self._d.move_to_end((schema, shape.sql))
+        self._d[(scope, shape.sql)] = shape
+        self._d.move_to_end((scope, shape.sql))
         while len(self._d) > self.size:
             self._d.popitem(last=False)
 
@@ -174,6 +189,7 @@ class PreparedStatements:
         self.session = session
         self.stmts: dict[int, Statement] = {}
         self.named: dict[str, Statement] = {}   # SQL-level PREPARE name FROM ... (proxy/sql_prepare.py)
+        self.assigned: set[str] = set()  # user variables a := or CALL set since their last SET (proxy/sql_prepare.py)
         self._next_id = 1
         self._last_id = 0
 
@@ -212,6 +228,7 @@ class PreparedStatements:
         """COM_RESET_CONNECTION: every statement of the session is gone (SQL-level ones too)."""
         self.stmts.clear()
         self.named.clear()
+        self.assigned.clear()
 
     # -- PREPARE --------------------------------------------------------------------------------
     async def prepare(self, sql: str) -> bytes:
@@ -242,10 +259,11 @@ class PreparedStatements:
         s = self.session
         cache = cache_of(s.server)
         version = s.server.registry.version
-        shape = cache.get(s.schema, sql, version)
+        scope = (s.user, s.schema)   # another user's shape was learned under other grants
+        shape = cache.get(scope, sql, version)
         if shape is None:
             shape = await self._learn(sql, version)
-            cache.put(s.schema, shape)
+            cache.put(scope, shape)
         return shape
 
     def _prepare_answer(self, stmt_id: int, shape: Shape) -> bytes:
@@ -267,8 +285,12 @@ class PreparedStatements:
         """Count placeholders and ask one backend node for the column definitions."""
         toks = tokenize(sql)
         positions = placeholder_positions(toks)
+        if len(positions) > MAX_PLACEHOLDERS:  # the count is 2 bytes in PREPARE_OK: MariaDB refuses more
+            raise ProxyError("Prepared statement contains too many placeholders", 1390, "HY000")
         param_defs = (_PARAM_DEF,) * len(positions)
         limits = limit_placeholders(toks)
+        if positions and first_keyword(sql) in ("CREATE", "ALTER") and _is_view_statement(toks):
+            raise ProxyError("View's SELECT contains a variable or parameter", 1351, "HY000")
         if first_keyword(sql) in ("PREPARE", "EXECUTE", "DEALLOCATE"):
             raise ProxyError("This command is not supported in the prepared statement protocol yet", 1295, "HY000")
         if positions and positional_placeholder(toks):

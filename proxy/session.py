@@ -658,6 +658,7 @@ class Session:
             self.vars.pop(key, None)
         else:
             self.vars[key] = sql
+        self.prepared.assigned.discard(key)  # a SET tells the variable's value again
 
     def use_schema(self, name: str) -> None:
         """USE / COM_INIT_DB: only granted, configured schemas."""
@@ -764,6 +765,8 @@ class Session:
     async def statement(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
         """Run one statement; True if its answer was relayed straight to the client."""
         kw = first_keyword(sql)
+        if kw != "SET" and (kw == "CALL" or ":=" in sql):
+            sql_prepare.note_assignments(self, sql, kw)
         if infoschema.mentions(sql) and await infoschema.answer(self, sql, r, more):
             return False  # never sent to a backend as it is, in any statement kind (even SET @x = (SELECT ...))
         if kw == "SELECT":

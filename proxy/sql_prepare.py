@@ -160,10 +160,12 @@ class _Values:
 
     def _variable(self, token: str) -> tuple[bool, object, str]:
         """(known here, value, what to ask a backend) for @name, from the SET the session recorded."""
-        name = token[1:]
-        if name[:1] in "`'\"":
-            name = name[1:-1]
-        recorded = self.session.vars.get("@" + name.lower())
+        key = var_key(token)
+        recorded = self.session.vars.get(key)
+        if key in self.session.prepared.assigned:
+            raise NotSupported(f"the value of {token} is not known to pydble: a statement assigned it with := (or "
+                               f"CALL), on one backend connection only; SET {token} = ... before EXECUTE ... "
+                               f"USING it")
         if recorded is None:  # never SET here; a `:=` inside a statement may have set it on one backend connection
             raise NotSupported(f"the value of {token} is not known to pydble: it tracks user variables set with "
                                f"SET only (an assignment with := inside a statement stays on one backend "
@@ -189,6 +191,24 @@ class _Values:
             raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
         rs = sc.results[0]
         return [_typed(col, raw) for col, raw in zip(rs.columns, rs.rows[0])]
+
+
+def var_key(token: str) -> str:
+    """The session's key of a user variable token (@a, @`a`, @'a'): names are case-insensitive."""
+    name = token[1:]
+    if name[:1] in "`'\"":
+        name = name[1:-1]
+    return "@" + name.lower()
+
+
+def note_assignments(session: Session, sql: str, kw: str) -> None:
+    """Variables a statement other than SET may assign (`@a := ...`, a CALL's OUT parameter) on one backend
+    connection: their recorded SET no longer tells their value."""
+    toks = tokenize(sql)
+    for i, t in enumerate(toks):
+        if t[0] == "v" and not t[1].startswith("@@") and (
+                kw == "CALL" or (i + 1 < len(toks) and toks[i + 1][0] == "o" and toks[i + 1][1] == ":=")):
+            session.prepared.assigned.add(var_key(t[1]))
 
 
 def _split_items(sql: str, toks: list[Token]) -> list[tuple[str, list[Token]]]:
@@ -293,4 +313,4 @@ async def prepare(session: Session, key: str, text: str) -> None:
     pre.named[key] = Statement(0, shape)
 
 
-__all__ = ["WORDS", "is_statement", "prepare", "run"]
+__all__ = ["WORDS", "is_statement", "note_assignments", "prepare", "run", "var_key"]

@@ -28,10 +28,12 @@ from meta.config import StartRefused
 from meta.views import BadView, ViewCatalog, ViewDef, ViewFile
 
 from .analysis import ALL, ANY, LOCAL_TYPES, Analysis, Ref, Table
+from .local import substitute_database
 from .protocol.messages import ColumnDef, ResultSet
 from .protocol.packets import splice
 from .sqltok import tokenize
 from .view_parse import KEYWORDS, ViewStmt, parse
+from .xa import refuse_implicit_commit
 
 if TYPE_CHECKING:
     from .analyzer import Grants
@@ -48,6 +50,7 @@ ER_BAD_TABLE = 1051
 ER_WRONG_OBJECT = 1347
 ER_WRONG_COLUMN_NAME = 1166
 ER_WRONG_NUMBER_OF_COLUMNS = 1222
+ER_VIEW_SELECT_VARIABLE = 1351
 
 _SHOW_CREATE_COLUMNS = ("View", "Create View", "character_set_client", "collation_connection")
 
@@ -197,7 +200,8 @@ class ViewService:
             spans = []
             for r, v in kept:
                 a, b = r.span
-                text = f"({v.select})" + ("" if r.has_alias else f" AS {_q(v.name)}")
+                # DATABASE() in a view is the session's database, as MariaDB answers it, never the node's
+                text = f"({substitute_database(v.select, schema)})" + ("" if r.has_alias else f" AS {_q(v.name)}")
                 spans.append((toks[a][2], toks[b - 1][3], text))
             out = splice(out, sorted(spans))
         else:
@@ -293,6 +297,7 @@ class ViewService:
                 return False
             if session.grants is not None:
                 session.grants.check(tuple(("DROP", ALL, s, n) for s, n in keys))
+            refuse_implicit_commit(session.executor.xa, "a DDL statement")
             session.warnings = [("Note", ER_BAD_TABLE, f"Unknown table '{s}.{n}'") for s, n in keys]
             r.ok(session.status(), warnings=len(keys), more=more)
             return True
@@ -301,6 +306,7 @@ class ViewService:
         ex = session.executor
         if ex.locked_tables:
             raise NotSupported("DDL while LOCK TABLES is held is not supported by pydble: UNLOCK TABLES first")
+        refuse_implicit_commit(ex.xa, "a view statement")   # as MySQL: 1399 inside an XA transaction
         await ex.commit_all()   # as MySQL: a view statement ends the open transaction
         session.explicit_txn = False
         session.route = "ddl"
@@ -412,6 +418,8 @@ class ViewService:
         if not toks or (toks[0][1].upper() if toks[0][0] == "w" else toks[0][1]) not in ("SELECT", "WITH", "("):
             raise ParseError(f"You have an error in your SQL syntax; a view is defined by a SELECT, near "
                              f"'{st.select[:40]}'")
+        if any(t[0] == "p" or (t[0] == "v" and not t[1].startswith("@@")) for t in toks):
+            raise ProxyError("View's SELECT contains a variable or parameter", ER_VIEW_SELECT_VARIABLE, "HY000")
         an = router.analyzer.analyze(st.select, toks, schema)
         if an.kind != "select":
             raise ParseError(f"You have an error in your SQL syntax near '{st.select[:40]}'")

@@ -26,6 +26,7 @@ def sp_proxy(backends: list[Any]) -> Iterator[ProxyProcess]:
     cfg = copy.deepcopy(proxy_config(backends, free_port(), free_port(), instance="pydble-sqlps"))
     cfg["schemas"]["schema1"]["tables"]["sp_t"] = {"type": "sharding", "nodes": list(NODES),
                                                   "function": "hash-four", "column": "id"}
+    cfg["users"].append({"name": "only2", "password": "pw", "schemas": ["schema2"]})
     p = ProxyProcess(cfg, name="proxy-sqlps", release_ports=True)
     try:
         p.start()
@@ -197,3 +198,46 @@ def test_answers_match_mariadb_where_a_literal_would_differ(sp_proxy: ProxyProce
     finally:
         direct.close()
         conn.close()
+
+
+def test_65535_placeholders_prepare_and_65536_are_refused_without_stalling(sp_proxy: ProxyProcess) -> None:
+    """MariaDB's limit (the count is two bytes): 65535 work, 65536 get 1390; neither stalls the instance."""
+    conn = sp_proxy.connect(read_timeout=60)
+    with conn.cursor() as cur:
+        run(cur, "PREPARE big FROM 'SELECT " + ",".join(["?"] * 65535) + "'")
+        assert len(run(cur, "EXECUTE big USING " + ",".join(["7"] * 65535))[0]) == 65535
+        assert err(cur, "PREPARE big FROM 'SELECT " + ",".join(["?"] * 65536) + "'")[0] == 1390
+        assert err(cur, "EXECUTE big USING 1")[0] == 1243  # a failed PREPARE leaves no statement of that name
+    conn.close()
+
+
+def test_a_variable_assigned_with_colon_equals_is_not_bound_from_its_old_set(sp_proxy: ProxyProcess) -> None:
+    """`SELECT @a := 10` changes @a on one backend connection: EXECUTE must not bind the 5 SET earlier."""
+    conn = sp_proxy.connect()
+    with conn.cursor() as cur:
+        run(cur, "PREPARE p FROM 'SELECT ?'")
+        run(cur, "SET @a = 5")
+        assert run(cur, "EXECUTE p USING @a") == [(5,)]
+        assert run(cur, "SELECT @a := 10") == [(10,)]
+        code, _ = err(cur, "EXECUTE p USING @a")  # MariaDB binds 10; pydble cannot know it: refused
+        assert code == 1235
+        run(cur, "SET @a = 11")  # a SET tells the value again
+        assert run(cur, "EXECUTE p USING @a") == [(11,)]
+    conn.close()
+
+
+def test_a_statement_another_user_prepared_is_still_checked_against_the_grants(sp_proxy: ProxyProcess) -> None:
+    """The shapes PREPARE learns are shared, but not across grants: a user without SELECT on the table gets
+    1142 at PREPARE even right after a user with it prepared the same text in the same schema."""
+    text = "PREPARE g FROM 'SELECT * FROM schema1.sp_t WHERE id = ?'"
+    owner = sp_proxy.connect(database="schema2")
+    other = sp_proxy.connect(user="only2", password="pw", database="schema2")
+    with owner.cursor() as cur:
+        run(cur, "CREATE TABLE IF NOT EXISTS schema1.sp_t (id BIGINT PRIMARY KEY, name VARCHAR(40), d DECIMAL(10,3), "
+                 "f DOUBLE)")
+        run(cur, text)
+    with other.cursor() as cur:
+        assert err(cur, text)[0] == 1142
+        assert err(cur, "EXECUTE g USING 1")[0] == 1243
+    owner.close()
+    other.close()

@@ -179,3 +179,21 @@ def test_mysqldump_of_a_schema_with_a_view_loads_back_through_pydble(fresh_proxy
                           text=True, timeout=60)
     assert load.returncode == 0, load.stderr
     assert p.query("SELECT name FROM dv ORDER BY id") == [("b",), ("c",)]
+
+
+def test_a_kept_view_answers_as_mariadb_or_is_refused(proxy):
+    """DATABASE() in a kept view is the session's schema (not the node's db); a view's SELECT holding a
+    user variable or a placeholder is refused with MariaDB's 1351, however it arrives."""
+    for sql in ("DROP VIEW IF EXISTS vdbq", "DROP TABLE IF EXISTS sharding_4_t1",
+                "CREATE TABLE sharding_4_t1 (id INT PRIMARY KEY, name VARCHAR(20))",
+                "INSERT INTO sharding_4_t1 VALUES (1,'a'),(2,'b'),(3,'c')",
+                "CREATE VIEW vdbq AS SELECT id, DATABASE() AS d FROM sharding_4_t1"):
+        proxy.query(sql)
+    assert proxy.query("SELECT * FROM vdbq ORDER BY id") == [(1, "schema1"), (2, "schema1"), (3, "schema1")]
+    c = proxy.connect()
+    cur = c.cursor()
+    assert _err(cur, "CREATE VIEW vvar AS SELECT id, @x AS x FROM sharding_4_t1")[0] == 1351
+    assert _err(cur, "PREPARE s FROM 'CREATE VIEW vpar AS SELECT id FROM sharding_4_t1 WHERE id = ?'")[0] == 1351
+    assert proxy.query("SHOW FULL TABLES LIKE 'vvar'") == [] and proxy.query("SHOW FULL TABLES LIKE 'vpar'") == []
+    proxy.query("DROP VIEW vdbq")
+    c.close()

@@ -110,12 +110,16 @@ def test_statements_that_cannot_run_inside_xa_are_refused(proxy, table, backends
         code, msg = _error(conn, "CREATE TABLE xa_other (id INT PRIMARY KEY)")
         assert code == 1399 and "XAER_RMFAIL" in msg, msg
         assert _error(conn, "LOCK TABLES sharding_4_t1 WRITE")[0] == 1399
+        # a view statement commits implicitly too, however the view is kept
+        assert _error(conn, "CREATE VIEW xa_v AS SELECT id FROM sharding_4_t1")[0] == 1399
+        assert _error(conn, "CREATE VIEW xa_v AS SELECT 1")[0] == 1399
         with conn.cursor() as cur:   # the transaction is still whole: it commits on both nodes
             cur.execute("COMMIT")
         assert _error(conn, "SET xa = maybe")[0] == 1231
     finally:
         conn.close()
     assert _committed(backends, backend_rows) == [1, 2]
+    assert proxy.query("SHOW FULL TABLES LIKE 'xa_v'") == []
 
 
 def _run_cli(*args: str) -> subprocess.CompletedProcess:
