@@ -75,6 +75,9 @@ class Task:
         except Cancelled:
             self.finished.set(("cancelled", None))
             return
+        except Exception as e:  # noqa: BLE001 - the owner decides what a task's failure means
+            self.finished.set(("error", e))
+            return
         assert isinstance(fut, SimFuture), f"task {self.name} awaited {fut!r}"
         self.waiting = fut
         fut.then(lambda _v, f=fut: self.deliver(lambda: self._wake(f)))
@@ -95,8 +98,11 @@ class Task:
         """The process died: the coroutine never runs again."""
         if not self.finished.done:
             self.waiting = None
-            self.coro.close()
             self.finished.set(("killed", None))
+            try:   # finally blocks run on close; a dead instance's I/O fails at once (Instance._zk)
+                self.coro.close()
+            except (RuntimeError, Exception):  # noqa: BLE001 - one that tried to wait: it is dead anyway
+                pass
 
 
 def first(*futs: SimFuture) -> SimFuture:

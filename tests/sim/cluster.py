@@ -1,0 +1,324 @@
+"""One simulated cluster and one schedule: instances, ZooKeeper, backends, the peer channel, a client
+workload and the faults, all drawn from the seed; `run_schedule(seed)` runs it under the checker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from zk.ddlcore import OriginatorCore, SubscriberCore
+from zk.ddlcore import reconciler as rc
+from zk.paths import Paths
+from zk.records import BadRecord, DdlLockInfo, DdlRecord, OnlineInfo
+
+from .backend import Backend, BackendError
+from .checker import Checker, Violation
+from .instance import SAFETY_POLL_S, Instance, Waker, ZkDown
+from .net import PeerNet
+from .originator import run_ddl
+from .reconciler import drain_in_flight, recovery_loop
+from .subscriber import listener_loop
+from .world import World
+from .zkmodel import ZkServer
+
+
+class SimBug(RuntimeError):
+    """The simulator itself failed (not the protocol)."""
+
+
+@dataclass
+class Variant:
+    """Which protocol the simulated cluster runs: the production core as is ("fixed"), or with one fix
+    reverted by the test (a broken subclass or function passed in, or a knob of this test-side adapter)."""
+
+    name: str = "fixed"
+    originator_core: type = OriginatorCore
+    subscriber_core: type = SubscriberCore
+    running_step: Callable[..., Any] = rc.running_step
+    acks_without_identity: bool = False     # the adapter's ZooKeeper acks: unconditional, naming no record
+    kill_refuses_live_holder: bool = True   # the simulated `kill @@ddl_lock` (proxy/server.py's rule)
+    # faults the protocol is known not to survive yet (see README "Deterministic simulation"): off by default
+    reload_failures: bool = False           # a node unreachable while subscribers reload from the backends
+
+
+@dataclass
+class Outcome:
+    seed: int
+    violation: str | None
+    steps: int
+    ddls: int
+    oks: int
+    answers: dict[str, int] = field(default_factory=dict)
+    trace: list[str] | None = None
+
+
+class SimCluster:
+    def __init__(self, seed: int, variant: Variant | None = None, trace: bool = False) -> None:
+        self.world = w = World(seed)
+        if trace:
+            w.trace = []
+        self.variant = variant or Variant()
+        self.paths = Paths("/pydble", "sim")
+        self.schema = "db"
+        r = w.rng
+        self.session_timeout_s = 2.0
+        self.ack_timeout_s = 2.0
+        self.ddl_timeout_s = 0.0
+        self.peer_on = r.random() < 0.8
+        self.zk = ZkServer(w)
+        for p in (self.paths.online, self.paths.ddl_locks, self.paths.ddl, self.paths.history):
+            self.zk.ensure_path(p)
+        self.tables = ["t1", "t2"][: r.choice((1, 2))]
+        self.backends = {n: Backend(w, n, {t: ("id",) for t in self.tables}) for n in ("dn1", "dn2")}
+        self.checker = Checker(self)
+        self.zk.audit.append(self.checker.audit)
+        for be in self.backends.values():
+            be.on_start.append(self.checker.on_backend_start)
+            be.on_end.append(self.checker.on_backend_end)
+            be.ddl_time = (0.001, r.choice((0.02, 0.3, 1.5)))
+            be.reads_fail_when_down = self.variant.reload_failures
+        self.net = PeerNet(w, drop_p=r.choice((0.0, 0.02, 0.1)), dup_p=r.choice((0.0, 0.02, 0.1)),
+                           late_p=r.choice((0.0, 0.02)))
+        self.instances = {n: Instance(self, n) for n in [f"i{k}" for k in range(1, r.choice((2, 3, 3)) + 1)]}
+        for inst in self.instances.values():
+            self.net.attach(inst.name, inst.on_peer)
+            inst.zk_records = {}
+            inst.record_locks = {}
+            inst.catch_up_due = False
+        self.answers: dict[str, int] = {}
+        self.ddls = 0
+
+    def peer_names(self, inst: Instance) -> list[str]:
+        """The instances we have peer links to (the live set): those online, as last read."""
+        if not self.peer_on:
+            return []
+        return [n for n in self.instances if n != inst.name
+                and self.paths.online_instance(n) in self.zk.nodes]
+
+    # -- join -----------------------------------------------------------------------------------------------
+    async def join(self, inst: Instance) -> None:
+        """claim the name -> syncMeta.lock -> drain in-flight DDL -> load -> online -> loops (cluster._join)."""
+        inst.joining = True
+        try:
+            while True:
+                try:
+                    await self._join_once(inst)
+                    return
+                except (ZkDown, BackendError):
+                    await inst.sleep(1.0)
+                    if inst.zk is None or not inst.zk.connected:
+                        inst.new_session()
+        finally:
+            inst.joining = False
+
+    async def _join_once(self, inst: Instance) -> None:
+        p = self.paths
+        waker = Waker(inst)
+        me = p.online_instance(inst.name)
+        while True:
+            got = await inst.zget(me, waker)
+            if got is None or got[1].ephemeralOwner == inst.session:
+                break
+            try:
+                info = OnlineInfo.decode(got[0])
+            except BadRecord:
+                info = None
+            if info is not None and info.incarnation == f"inc{inst.incarnation}":
+                await inst.zwrite(("delete", me, got[1].version), "join")
+                continue
+            await waker.wait(SAFETY_POLL_S)
+        sid = inst.session
+        for name in await inst.zchildren(p.ddl_locks):
+            got = await inst.zget(f"{p.ddl_locks}/{name}")
+            if got is None:
+                continue
+            try:
+                holder = DdlLockInfo.decode(got[0]).instance
+            except BadRecord:
+                continue
+            if holder == inst.name and got[1].ephemeralOwner != sid:
+                try:
+                    await inst.zwrite(("delete", f"{p.ddl_locks}/{name}", -1), "join")
+                except Exception:  # noqa: BLE001
+                    pass
+        while True:
+            try:
+                await inst.zwrite(("create", p.sync_meta_lock, inst.name.encode(), True, False), "join")
+                break
+            except ZkDown:
+                raise
+            except Exception:  # noqa: BLE001 - NodeExistsError
+                stat = await inst.zexists(p.sync_meta_lock, waker)
+                if stat is not None and stat.ephemeralOwner == inst.session:
+                    break
+                if stat is not None:
+                    await waker.wait(SAFETY_POLL_S)
+        try:
+            await drain_in_flight(inst)
+            await inst.load_all()
+            while True:
+                try:
+                    await inst.zwrite(("create", me, inst.online_info(), True, False), "join")
+                    break
+                except ZkDown:
+                    raise
+                except Exception:  # noqa: BLE001 - NodeExistsError
+                    got = await inst.zget(me)
+                    if got is not None and got[1].ephemeralOwner == inst.session:
+                        break
+                    await waker.wait(SAFETY_POLL_S)
+            inst.sub.restart()
+            inst.spawn(listener_loop(inst), "listener")
+            inst.spawn(recovery_loop(inst), "recovery")
+        finally:
+            try:
+                await inst.zwrite(("delete", p.sync_meta_lock, -1), "join")
+            except Exception:  # noqa: BLE001
+                pass
+        inst.ready = True
+        self.world.log(f"{inst.tag} joined")
+
+    # -- the client and the operator --------------------------------------------------------------------------------
+    def submit(self, name: str, table: str, column: str) -> None:
+        inst = self.instances[name]
+        if inst.state == "down":
+            self.answers["refused-connection"] = self.answers.get("refused-connection", 0) + 1
+            return
+        self.ddls += 1
+        no = self.ddls
+
+        async def client() -> None:
+            answer = await run_ddl(inst, table, column, no)
+            kind = "ok" if answer.ok else ("refused" if answer.refused else
+                                           "lost" if answer.extra.get("lost") else "failed")
+            self.answers[kind] = self.answers.get(kind, 0) + 1
+            self.world.log(f"{inst.tag} ddl {no} {table}.{column}: {kind} {answer.message} lag={answer.laggards}")
+            self.checker.on_answer(inst, table, answer)
+        inst.deliver_for(inst.incarnation)(lambda: inst.spawn(client(), f"ddl{no}"))
+
+    def operator_kill(self, name: str, table: str, force: bool) -> None:
+        """`kill @@ddl_lock where schema='db' and table='t' [force]` sent to instance `name`."""
+        inst = self.instances[name]
+        if inst.state != "running":
+            return
+
+        async def op() -> None:
+            key = (self.schema, table)
+            try:
+                online = await inst.online() | {inst.name}
+                lock = await inst.zget(self.paths.ddl_lock(*key))
+                rec = await inst.zget(self.paths.ddl_record(*key))
+                holders = set()
+                if lock is not None:
+                    holders.add(DdlLockInfo.decode(lock[0]).instance)
+                marker = ""
+                if rec is not None:
+                    r = DdlRecord.decode(rec[0])
+                    holders.add(r.instance)
+                    marker = r.marker
+                lk = inst.locks.get(table)
+                if lk is not None and lk.owner.startswith("session:"):
+                    holders.add(inst.name)
+                live = holders & online
+                if live and not force and self.variant.kill_refuses_live_holder:
+                    self.world.log(f"operator kill of {table} refused: holder {live} online")
+                    return
+                self.world.log(f"operator kill of {table} (force={force}) releases it; holders {holders}")
+                if live:
+                    self.checker.on_forced_release(table, marker)
+                lk = inst.locks.get(table)
+                if lk is not None:
+                    del inst.locks[table]
+                await self._delete_recursive(inst, self.paths.ddl_record(*key))
+                try:
+                    await inst.zwrite(("delete", self.paths.ddl_lock(*key), -1), "operator")
+                except Exception:  # noqa: BLE001 - NoNodeError
+                    pass
+            except (ZkDown, BadRecord):
+                return
+        inst.spawn(op(), "operator")
+
+    async def _delete_recursive(self, inst: Instance, path: str) -> None:
+        for child in await inst.zchildren(path):
+            await self._delete_recursive(inst, f"{path}/{child}")
+        try:
+            await inst.zwrite(("delete", path, -1), "operator")
+        except ZkDown:
+            raise
+        except Exception:  # noqa: BLE001 - NoNodeError, NotEmptyError
+            pass
+
+    # -- the schedule -------------------------------------------------------------------------------------------
+    def plan(self, window: float) -> None:
+        """Draw the workload and the faults of this schedule from the seed."""
+        w = self.world
+        r = w.rng
+        names = sorted(self.instances)
+        for n in names:
+            w.at(r.uniform(0, 0.05), self.instances[n].start)
+        start = 0.5
+        col = 0
+        for _ in range(r.randint(2, 7)):
+            col += 1
+            column = f"c{col}" if r.random() > 0.1 else f"c{max(1, col - 1)}"
+            w.at(start + r.uniform(0, window), self.submit, r.choice(names), r.choice(self.tables), column)
+        nodes = sorted(self.backends)
+        for _ in range(r.randint(0, 3)):
+            be = self.backends[r.choice(nodes)]
+            w.at(start + r.uniform(0, window), be.hold_mdl, r.choice(self.tables), r.choice((0.5, 2.0, 5.0)))
+        if r.random() < 0.3:
+            be = self.backends[r.choice(nodes)]
+            w.at(start + r.uniform(0, window), be.silence, r.uniform(0.2, 3.0))
+        if r.random() < 0.2:
+            be = self.backends[r.choice(nodes)]
+            w.at(start + r.uniform(0, window), be.go_down, r.uniform(0.2, 2.0))
+        for _ in range(r.choice((0, 0, 1, 2))):
+            inst = self.instances[r.choice(names)]
+            secs = r.choice((r.uniform(0.05, 1.0), r.uniform(2.5, 6.0)))
+            w.at(start + r.uniform(0, window), inst.pause, secs)
+        if r.random() < 0.3:
+            inst = self.instances[r.choice(names)]
+            t = start + r.uniform(0, window)
+            w.at(t, inst.crash)
+            w.at(t + r.uniform(0.3, 4.0), self._restart, inst.name)
+        if r.random() < 0.2:
+            inst = self.instances[r.choice(names)]
+            t = start + r.uniform(0, window)
+            w.at(t, self._zk_slow, inst.name, r.uniform(0.2, 3.0))
+        if r.random() < 0.25:
+            force = r.random() < 0.3
+            w.at(start + r.uniform(0, window), self.operator_kill, r.choice(names), r.choice(self.tables), force)
+
+    def _restart(self, name: str) -> None:
+        inst = self.instances[name]
+        if inst.state == "down":
+            inst.start()
+
+    def _zk_slow(self, name: str, seconds: float) -> None:
+        inst = self.instances[name]
+        if inst.zk is not None:
+            inst.zk.slow_until = self.world.now + seconds
+
+
+def run_schedule(seed: int, variant: Variant | None = None, trace: bool = False, window: float = 8.0,
+                 settle: float = 40.0) -> Outcome:
+    """One schedule: the workload and faults of `seed`, checked at every step and at quiescence."""
+    c = SimCluster(seed, variant, trace)
+    c.plan(window)
+    violation = None
+    try:
+        c.world.run(window + 12.0)   # every fault is over by then (pauses <= 6 s, restarts <= 4 s)
+        c.world.run(window + 12.0 + settle)
+        if c.world.errors:
+            name, err = c.world.errors[0]
+            raise SimBug(f"seed {seed}: task {name} died: {err!r}") from err
+        c.checker.at_quiescence()
+    except Violation as e:
+        violation = str(e)
+    finally:
+        for inst in c.instances.values():
+            inst.shutdown()
+    return Outcome(seed, violation, c.world.steps, c.ddls, c.checker.oks, dict(c.answers), c.world.trace)
+
+
+__all__ = ["SimCluster", "Variant", "Outcome", "run_schedule"]
