@@ -1,0 +1,337 @@
+"""The originator's decisions, one function per step of DESIGN.md §6, over a DDL's own identity.
+
+    core = OriginatorCore(paths, instance, keys, sql, ddl_type, marker, created_at=time.time())
+    for key in core.keys:   txn = core.init_txn(key); results = <commit>; core.on_init(key, results)
+    core.may_run(session, lock_stats) / core.lease_holds(...)     fencing before the backends
+    core.start_running(); core.init_tally(expected) ... core.on_init_acks(outcome)
+    core.end_mode(peer_on, outcome)                          FAST: removal_txn with the decision;
+    core.decide_txn(key, status, msg) -> on_decided(...)     CLASSIC: decided, acked, then removed
+    core.removal_txn(key, acks) -> on_removed(key, results, owner_exists)
+    core.cleanup(key, lock_stat, session)                     what an ending originator may still touch
+
+Every write is conditional on the DDL's identity: the owner znode created with the record (its path
+carries the DDL's id) and the lock's creation zxid, so a stale originator (its lock released and taken
+again by another DDL) fails every decide, ack and removal instead of touching the next DDL's record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Mapping, Sequence
+
+from ..paths import Paths
+from ..records import FAILED, INIT, SUCCESS, Ack, DdlLockInfo, DdlRecord, HistoryEntry
+from .acks import AckOutcome, AckTally, Key
+from .txn import Check, Create, Delete, Failure, SetData, Txn, failures, first_failure, went_through
+
+LEASE_MAX_S = 1.0   # an answer from ZooKeeper this recent proves our session (and its locks) alive
+
+
+class Phase(str, Enum):
+    """Where one DDL is, seen from its originator."""
+
+    LOCKING = "LOCKING"     # INIT transactions written one table after another
+    INIT = "INIT"           # every table locked with an INIT record; fencing, then the backends
+    RUNNING = "RUNNING"     # on the backends; the INIT acks come in meanwhile (they never gate the run)
+    DECIDED = "DECIDED"     # SUCCESS/FAILED in ZooKeeper (classic end), its acks awaited
+    DONE = "DONE"           # record, acks and lock removed with a ddl_history entry
+    REFUSED = "REFUSED"     # nothing ran: a lock or syncMeta.lock was held, or ZooKeeper failed the INIT
+    LOST = "LOST"           # the session or lock is gone: this originator decides nothing any more
+
+
+class InitResult(str, Enum):
+    """What one table's INIT transaction found."""
+
+    LOCKED = "LOCKED"
+    SYNC_META_HELD = "SYNC_META_HELD"   # an instance is loading metadata (joining)
+    TABLE_BUSY = "TABLE_BUSY"           # another DDL holds the table's lock or record
+    FAILED = "FAILED"                   # anything else (connection, auth): refused
+
+
+class EndMode(str, Enum):
+    """How the outcome is published."""
+
+    FAST = "FAST"         # every target took INIT over the peer channel: one removal transaction decides
+    CLASSIC = "CLASSIC"   # SUCCESS/FAILED written and acked in ZooKeeper, then removed
+
+
+class Removal(str, Enum):
+    """What a removal transaction did."""
+
+    DONE = "DONE"           # removed, history appended
+    RETRY = "RETRY"         # acks came or went meanwhile: read the ack names and send it again
+    NOT_OURS = "NOT_OURS"   # the record is gone or another DDL's: touch nothing
+    LOST = "LOST"           # failed and we cannot tell: the decision is lost, reconciliation ends it
+
+
+class Cleanup(str, Enum):
+    """What an ending originator does with one table it still holds."""
+
+    REMOVE = "REMOVE"                     # decided: remove record, acks, lock (+ history)
+    DECIDE_FAILED_THEN_REMOVE = "DECIDE_FAILED_THEN_REMOVE"   # still INIT (never ran): FAILED first
+    LEAVE = "LEAVE"                       # not ours any more: a reconciler or the next DDL owns it
+
+
+class StaleActor(RuntimeError):
+    """A step was asked of an originator in a phase that may not take it (a driver bug)."""
+
+
+@dataclass
+class OriginatorCore:
+    """One DDL's life in ZooKeeper as its originator sees it: the state and the step functions."""
+
+    paths: Paths
+    instance: str
+    keys: list[Key]
+    sql: str
+    ddl_type: str
+    marker: str
+    created_at: float = 0.0   # wall clock, from the driver (the core reads no clock)
+    phase: Phase = Phase.LOCKING
+    records: dict[Key, DdlRecord] = field(default_factory=dict)   # as last written by us
+    versions: dict[Key, int] = field(default_factory=dict)        # the record's znode version we wrote
+    czxids: dict[Key, int] = field(default_factory=dict)          # the record's (and lock's) creation zxid
+    locked: list[Key] = field(default_factory=list)
+    session: int | None = None     # the ZooKeeper session the INIT was written with
+    lease_from: float = 0.0        # monotonic time the first INIT write was sent
+    status: str = INIT             # the decision (SUCCESS/FAILED) once taken
+    message: str = ""
+    expected: frozenset[str] = frozenset()   # the other instances online right after INIT: they ack
+    laggards: set[str] = field(default_factory=set)
+    refusals: list[tuple[str, str]] = field(default_factory=list)
+    ran: bool = False              # the DDL went to the backends
+
+    # -- identity ---------------------------------------------------------------------------------
+    @property
+    def ddl_id(self) -> str:
+        rec = DdlRecord(self.instance, "", "", "", "", marker=self.marker)
+        return rec.ddl_id
+
+    def record_of(self, key: Key) -> DdlRecord:
+        rec = self.records.get(key)
+        if rec is None:
+            rec = DdlRecord(self.instance, key[0], key[1], self.ddl_type, self.sql, INIT, self.created_at,
+                            marker=self.marker)
+        return rec
+
+    def owner_path(self, key: Key) -> str:
+        return self.paths.ddl_owner(key[0], key[1], self.ddl_id)
+
+    def own_ack(self, key: Key, status: str, meta_version: int = 0, ok: bool = True, message: str = "") -> tuple[str, bytes]:
+        """Path and data of this instance's own ack of a status (written inside our transactions)."""
+        return (self.paths.ddl_ack(key[0], key[1], self.instance),
+                Ack(status, ok, message, meta_version, self.czxids.get(key, 0)).encode())
+
+    # -- step 1: lock and INIT ----------------------------------------------------------------------
+    def next_to_lock(self) -> Key | None:
+        """The next table whose INIT transaction is to be written (None: all locked)."""
+        if self.phase is not Phase.LOCKING:
+            return None
+        for key in self.keys:
+            if key not in self.locked:
+                return key
+        return None
+
+    def init_txn(self, key: Key, session: int | None, now: float = 0.0, meta_version: int = 0) -> Txn:
+        """Lock, record, owner znode, ack folder and our own INIT ack, in one transaction that fails
+        while an instance loads metadata (syncMeta.lock created and deleted in it) or the table is held.
+        Its last result (our ack's stat) carries the transaction's zxid: the record's identity."""
+        if self.phase is not Phase.LOCKING:
+            raise StaleActor(f"init in phase {self.phase}")
+        if not self.locked:
+            self.session, self.lease_from = session, now
+        rec = self.record_of(key)
+        ack_path = self.paths.ddl_ack(key[0], key[1], self.instance)
+        ack = Ack(INIT, True, "", meta_version, 0).encode()
+        ops = (Create(self.paths.sync_meta_lock, b"", ephemeral=True),
+               Delete(self.paths.sync_meta_lock),
+               Create(self.paths.ddl_lock(*key), DdlLockInfo(self.instance, self.sql, self.created_at).encode(),
+                      ephemeral=True),
+               Create(self.paths.ddl_record(*key), rec.encode()),
+               Create(self.owner_path(key)),
+               Create(self.paths.ddl_acks(*key)),
+               Create(ack_path, ack, ephemeral=True),
+               SetData(ack_path, ack))
+        return Txn("init", ops, 0, self.ddl_id)
+
+    def on_init(self, key: Key, results: Sequence[Any]) -> InitResult:
+        """Take in one table's INIT transaction results."""
+        if went_through(results):
+            self.locked.append(key)
+            self.records[key] = self.record_of(key)
+            self.versions[key] = 0
+            self.czxids[key] = int(getattr(results[-1], "czxid", 0))
+            if self.next_to_lock() is None:
+                self.phase = Phase.INIT
+            return InitResult.LOCKED
+        self.phase = Phase.REFUSED
+        first = first_failure(results)
+        if first is not None and first[1] is Failure.NODE_EXISTS:
+            if first[0] == 0:
+                return InitResult.SYNC_META_HELD
+            if first[0] in (2, 3):
+                return InitResult.TABLE_BUSY
+        return InitResult.FAILED
+
+    # -- step 2: fencing before the backends ---------------------------------------------------------
+    def lease_holds(self, session: int | None, now: float, session_timeout_s: float) -> bool:
+        """Our INIT was heard on this session less than a third of its timeout ago (and at most
+        LEASE_MAX_S): ZooKeeper cannot have expired it, so our locks stand without a read."""
+        lease = min(session_timeout_s / 3, LEASE_MAX_S)
+        return (self.phase is Phase.INIT and session is not None and session == self.session
+                and now - self.lease_from < lease)
+
+    def lock_is_ours(self, key: Key, lock: Any, session: int | None) -> bool:
+        """A lock's stat (None: absent) is this DDL's lock: held by our INIT session and created in our
+        INIT transaction (same czxid), not a later DDL's on the table."""
+        return (lock is not None and session is not None and session == self.session
+                and getattr(lock, "ephemeralOwner", None) == session
+                and getattr(lock, "czxid", None) == self.czxids.get(key))
+
+    def may_run(self, session: int | None, locks: Mapping[Key, Any]) -> bool:
+        """Fencing: the DDL may go to the backends only while every lock read is ours; else LOST."""
+        if self.phase is not Phase.INIT:
+            return False
+        if all(self.lock_is_ours(key, locks.get(key), session) for key in self.locked):
+            return True
+        self.phase = Phase.LOST
+        return False
+
+    def start_running(self) -> None:
+        """The DDL goes to the backends (INIT acks keep coming meanwhile)."""
+        if self.phase is not Phase.INIT:
+            raise StaleActor(f"run in phase {self.phase}")
+        self.phase = Phase.RUNNING
+        self.ran = True
+
+    # -- step 3: INIT acks (they overlap the backends' execution) ---------------------------------------
+    def init_steps(self) -> dict[Key, tuple[DdlRecord, int]]:
+        """The INIT step of each record with its identity, as handed to the peers."""
+        return {key: (self.records[key], self.czxids[key]) for key in self.locked}
+
+    def init_tally(self, online: frozenset[str] | set[str]) -> AckTally:
+        """Who must ack INIT: the instances online right after the INIT write (a joiner drains the
+        record before it goes online), not us."""
+        self.expected = frozenset(online) - {self.instance}
+        return AckTally(tuple(self.locked), INIT, dict(self.czxids), self.expected)
+
+    def on_init_acks(self, outcome: AckOutcome) -> None:
+        """INIT laggards are not waited for again (they catch up from ddl_history); refusals are reported."""
+        self.laggards |= set(outcome.laggards)
+        self.refusals = list(outcome.refusals)
+
+    def targets(self) -> frozenset[str]:
+        """Who must apply the outcome: those online at INIT but not the INIT laggards."""
+        return self.expected - self.laggards
+
+    def end_mode(self, peer_on: bool, init: AckOutcome) -> EndMode:
+        """FAST when every target took INIT over the peer channel (they take the outcome there too)."""
+        return EndMode.FAST if peer_on and self.targets() <= init.by_peer else EndMode.CLASSIC
+
+    def outcome_steps(self, status: str, message: str = "") -> dict[Key, tuple[DdlRecord, int]]:
+        """The decided record of each table with its identity, as handed to the peers."""
+        return {key: (self.records[key].with_status(status, message), self.czxids[key]) for key in self.locked}
+
+    def outcome_tally(self, status: str) -> AckTally:
+        return AckTally(tuple(self.locked), status, dict(self.czxids), self.targets())
+
+    # -- step 4: the decision ------------------------------------------------------------------------
+    def decide_txn(self, key: Key, status: str, message: str = "", meta_version: int = 0) -> Txn:
+        """SUCCESS/FAILED written only while the lock and the owner znode are this DDL's (ZooKeeper's
+        check compares versions only, and any new record or lock has version 0: the owner znode's path
+        carries our id), with our own ack of it in the same write."""
+        if self.phase not in (Phase.RUNNING, Phase.INIT, Phase.DECIDED):
+            raise StaleActor(f"decide in phase {self.phase}")
+        new = self.records[key].with_status(status, message)
+        ack_path, ack = self.own_ack(key, status, meta_version)
+        ops = (Check(self.paths.ddl_lock(*key), 0),
+               Check(self.owner_path(key), 0),
+               SetData(self.paths.ddl_record(*key), new.encode(), self.versions[key]),
+               SetData(ack_path, ack))
+        return Txn("decide", ops, self.czxids[key], self.ddl_id)
+
+    def on_decided(self, key: Key, status: str, message: str, results: Sequence[Any]) -> bool:
+        """Take in a decide transaction; False: the lock or record is not ours any more (LOST)."""
+        if not went_through(results):
+            self.phase = Phase.LOST
+            return False
+        self.records[key] = self.records[key].with_status(status, message)
+        self.versions[key] += 1
+        self.status, self.message = status, message
+        if all(self.records[k].status == status for k in self.locked):
+            self.phase = Phase.DECIDED
+        return True
+
+    # -- step 5: removal (the end) --------------------------------------------------------------------
+    def history_entry(self, key: Key, rec: DdlRecord, details: Mapping | None = None,
+                      finished_at: float = 0.0) -> HistoryEntry:
+        d = details or {}
+        return HistoryEntry(key[0], key[1], self.instance, self.sql, rec.status, self.czxids.get(key, 0),
+                            finished_at or self.created_at, message=rec.message, user=d.get("user", ""),
+                            nodes=tuple(d.get("nodes", ())), phases_ms=d.get("phases_ms", {}),
+                            meta_version=d.get("meta_version", 0), started_at=d.get("started_at", 0.0))
+
+    def removal_txn(self, key: Key, acks: Sequence[str], status: str | None = None, message: str = "",
+                    version: int = -1, details: Mapping | None = None, finished_at: float = 0.0) -> Txn:
+        """Acks, ack folder, owner znode, record (at `version`, -1 any), lock, and a ddl_history entry,
+        in one transaction: deleting the owner znode fails unless the record is this DDL's, so only
+        its holder can remove it. `status` decides it in the same write (the fast end)."""
+        if self.phase in (Phase.LOST, Phase.DONE, Phase.REFUSED):
+            raise StaleActor(f"remove in phase {self.phase}")
+        rec = self.records[key]
+        if status is not None:
+            rec = rec.with_status(status, message)
+        entry = self.history_entry(key, rec, details, finished_at)
+        ops: list = [Delete(self.paths.ddl_ack(key[0], key[1], name)) for name in acks]
+        ops += [Delete(self.paths.ddl_acks(*key)),
+                Delete(self.owner_path(key)),
+                Delete(self.paths.ddl_record(*key), version),
+                Delete(self.paths.ddl_lock(*key)),
+                Create(self.paths.history_entry_prefix(entry.record_czxid), entry.encode(), sequence=True)]
+        return Txn("remove", tuple(ops), self.czxids.get(key, 0), self.ddl_id)
+
+    def on_removed(self, key: Key, results: Sequence[Any], acks_now: Sequence[str] | None = None,
+                   owner_exists: bool | None = None, status: str | None = None, message: str = "") -> Removal:
+        """Take in a removal. A failure on a not-empty ack folder is retried with the ack names read
+        again while our own ack is among them (then the record is still ours); a missing owner znode
+        means another actor ended it (reconciled, or an operator): nothing of ours is left to touch."""
+        if went_through(results):
+            if status is not None:
+                self.status, self.message = status, message
+            self.locked.remove(key)
+            self.records.pop(key, None)
+            if not self.locked:
+                self.phase = Phase.DONE
+            return Removal.DONE
+        failed = failures(results)
+        if owner_exists is False:
+            self.phase = Phase.LOST if self.phase is not Phase.DONE else self.phase
+            return Removal.NOT_OURS
+        if failed and failed[0] is Failure.NOT_EMPTY and (acks_now is None or self.instance in acks_now):
+            return Removal.RETRY   # an ack came meanwhile (our own is there: the record is still ours)
+        if owner_exists is True and failed and failed[0] in (Failure.NO_NODE, Failure.NOT_EMPTY):
+            return Removal.RETRY   # an ack came or went meanwhile; the record is still ours
+        self.phase = Phase.LOST
+        return Removal.LOST
+
+    # -- the end, whatever happened ---------------------------------------------------------------------
+    def cleanup(self, key: Key, lock: Any, session: int | None) -> Cleanup:
+        """What an ending originator may still do with a table: only while the lock read is this DDL's
+        (our session, our czxid) does it touch anything; a record still INIT is decided FAILED first."""
+        if key not in self.locked or not self.lock_is_ours(key, lock, session):
+            return Cleanup.LEAVE
+        if self.records[key].status == INIT:
+            return Cleanup.DECIDE_FAILED_THEN_REMOVE
+        return Cleanup.REMOVE
+
+    def lost(self) -> None:
+        """The driver learned (session gone, ZooKeeper failed us) that the decision is not ours."""
+        if self.phase is not Phase.DONE:
+            self.phase = Phase.LOST
+
+    def decided_status(self, success: bool) -> str:
+        return SUCCESS if success else FAILED
+
+
+__all__ = ["Cleanup", "EndMode", "InitResult", "LEASE_MAX_S", "OriginatorCore", "Phase", "Removal", "StaleActor"]

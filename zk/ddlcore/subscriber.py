@@ -1,0 +1,183 @@
+"""A subscriber's decisions (the listener of every other instance): which step of which record to
+handle, what a duplicated or late event changes (nothing), what a vanished record asks for, which
+ddl_history entries to apply, and when an entry counts as seen (only once applied)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Iterable, Sequence
+
+from ..paths import Paths, history_czxid, history_order, history_seq, parse_table_node
+from ..records import FAILED, INIT, SUCCESS, DdlRecord, HistoryEntry
+
+RecordKey = tuple[str, int]   # (record path, czxid): one DDL's record, never the table's next one
+FINISHED_KEPT = 10_000
+
+
+class Step(str, Enum):
+    """What a subscriber does for one status of a record."""
+
+    LOCK = "LOCK"        # INIT: take the table's local lock for the originator, ack
+    REFRESH = "REFRESH"  # SUCCESS/FAILED: reload the table (texts, or the backends), release, ack
+
+
+class GoneAction(str, Enum):
+    """A record vanished from ZooKeeper."""
+
+    RELEASE = "RELEASE"   # its outcome was applied here: release that record's local lock, nothing else
+    SETTLE = "SETTLE"     # we never saw its outcome: wait a grace for the peer channel, then reload
+
+
+@dataclass(frozen=True)
+class Gone:
+    key: RecordKey
+    schema: str
+    table: str
+    action: GoneAction
+
+
+@dataclass
+class SubscriberCore:
+    """What one instance has handled of the others' DDLs."""
+
+    paths: Paths
+    instance: str
+    handled: dict[RecordKey, str] = field(default_factory=dict)              # last status handled
+    results: dict[RecordKey, tuple[bool, str]] = field(default_factory=dict)  # what we acked for it
+    finished: dict[int, None] = field(default_factory=dict)                   # czxids whose outcome we applied
+    history_seen: int | None = None     # sequence of the newest ddl_history entry applied (None: not read)
+
+    # -- records --------------------------------------------------------------------------------------
+    def step_for(self, key: RecordKey, rec: DdlRecord) -> Step | None:
+        """The step to take for a record as read (a pass or a watch), None when there is none: our own
+        DDL (its originator handles it), a status already handled (a duplicated event), or an INIT
+        arriving after its outcome (late)."""
+        if rec.instance == self.instance and not rec.reconciled_by:
+            return None
+        last = self.handled.get(key)
+        if rec.status == last:
+            return None
+        if rec.status == INIT:
+            if last in (SUCCESS, FAILED) or key[1] in self.finished:
+                return None
+            return Step.LOCK
+        return Step.REFRESH
+
+    def on_handled(self, key: RecordKey, status: str, ok: bool, message: str) -> None:
+        """A step was applied (and its ack is due)."""
+        self.handled[key] = status
+        self.results[key] = (ok, message)
+        if status in (SUCCESS, FAILED):
+            self.mark_finished(key[1])
+
+    def seen_answer(self, key: RecordKey, rec: DdlRecord) -> tuple[bool, str] | None:
+        """The answer to a step already handled (repeated, or late after its outcome); None: a new one."""
+        last = self.handled.get(key)
+        if last == rec.status:
+            return self.results.get(key, (True, ""))
+        if last in (SUCCESS, FAILED) or (key[1] in self.finished and rec.status == INIT):
+            return True, ""
+        return None
+
+    def peer_mismatch(self, caller: str, path: str, rec: DdlRecord, live: DdlRecord | None) -> str | None:
+        """Why a step received over the peer channel must not be applied (None: it comes from its
+        originator and matches the live record it names, whose status is the step's or the INIT before)."""
+        if caller != rec.instance:
+            return f"sent by {caller!r}, not by the record's originator {rec.instance!r}"
+        if path != self.paths.ddl_record(rec.schema, rec.table):
+            return "its path does not name its record's table"
+        if live is None:
+            return "ZooKeeper has no such record (path and creation zxid)"
+        if replace(live, status=rec.status, message=rec.message) != rec:
+            return "it differs from the record in ZooKeeper"
+        if live.status not in (INIT, rec.status):
+            return f"the record is {live.status} in ZooKeeper, not {rec.status}"
+        return None
+
+    def takes_peer_steps(self, rec: DdlRecord, ready: bool) -> bool:
+        """Another instance's own DDL (a reconciled record's outcome comes through ZooKeeper), while we
+        are in the cluster."""
+        return ready and rec.instance != self.instance and not rec.reconciled_by
+
+    def ack_due(self, key: RecordKey, status: str, czxid_now: int | None) -> bool:
+        """A delayed ZooKeeper ack is still to be written: the step is still the newest handled and the
+        path still holds that very record (not the table's next DDL's)."""
+        return self.handled.get(key) == status and czxid_now == key[1]
+
+    def on_pass(self, known: Iterable[RecordKey], seen: Iterable[RecordKey]) -> list[Gone]:
+        """After a full read of ddl/: what the records handled before but no longer there ask for.
+        `known`: the keys handled when the pass began (steps the peer channel brought during it are
+        not judged by it)."""
+        seen = set(seen)
+        out = []
+        for key in known:
+            if key in seen or key not in self.handled:
+                continue
+            last = self.handled.pop(key)
+            self.results.pop(key, None)
+            parts = parse_table_node(key[0].rsplit("/", 1)[-1])
+            if parts is None:
+                continue
+            if last in (SUCCESS, FAILED):
+                self.mark_finished(key[1])
+                out.append(Gone(key, parts[0], parts[1], GoneAction.RELEASE))
+            else:
+                out.append(Gone(key, parts[0], parts[1], GoneAction.SETTLE))
+        return out
+
+    def settle(self, czxid: int) -> bool:
+        """The grace for a vanished record is over: True if it must be reloaded from the backends now
+        (its outcome did not arrive meanwhile). Marks it finished either way."""
+        if czxid in self.finished:
+            return False
+        self.mark_finished(czxid)
+        return True
+
+    def mark_finished(self, czxid: int) -> None:
+        """The outcome of the record with that czxid is applied here (or it ran here)."""
+        if not czxid:
+            return   # 0 names no record (a history entry that asks everyone to reload): never "applied"
+        self.finished[czxid] = None
+        while len(self.finished) > FINISHED_KEPT:
+            del self.finished[next(iter(self.finished))]
+
+    # -- ddl_history --------------------------------------------------------------------------------------
+    def restart(self) -> None:
+        """A join has just reloaded everything: history before now needs no applying."""
+        self.history_seen = None
+
+    def history_todo(self, names: Sequence[str]) -> list[str]:
+        """The ddl_history entries to look at, oldest first. At the first read after a (re)join only the
+        position is taken (the join loaded everything); entries whose record we applied are skipped."""
+        ordered = history_order(list(names))
+        if self.history_seen is None:
+            self.history_seen = history_seq(ordered[-1]) if ordered else -1
+            return []
+        return [n for n in ordered if history_seq(n) > self.history_seen]
+
+    def needs_apply(self, name: str) -> bool:
+        """An entry whose record's outcome we have not applied (nor ran) yet."""
+        return history_czxid(name) not in self.finished
+
+    def entry_applies(self, entry: HistoryEntry) -> bool:
+        """A read entry still to apply: not our own DDL, not a record applied meanwhile."""
+        return entry.instance != self.instance and entry.record_czxid not in self.finished
+
+    def on_history_applied(self, name: str, entry: HistoryEntry | None = None) -> None:
+        """An entry is seen only once applied (or found not to apply): a failed reload is tried again."""
+        seq = history_seq(name)
+        if self.history_seen is None or seq > self.history_seen:
+            self.history_seen = seq
+        if entry is not None:
+            self.mark_finished(entry.record_czxid)
+
+
+def may_release(lock_owner: str, lock_record: int, czxid: int, owner: str | None = None) -> bool:
+    """A local lock held for a peer's DDL is released for record `czxid` only if it is that record's
+    (or names none), and, with `owner`, that instance's: by now it may be the next DDL's."""
+    return (lock_record in (0, czxid)
+            and (lock_owner == owner if owner is not None else lock_owner.startswith("instance:")))
+
+
+__all__ = ["Gone", "GoneAction", "RecordKey", "Step", "SubscriberCore", "may_release"]
