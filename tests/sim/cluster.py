@@ -82,9 +82,6 @@ class SimCluster:
         self.instances = {n: Instance(self, n) for n in [f"i{k}" for k in range(1, r.choice((2, 3, 3)) + 1)]}
         for inst in self.instances.values():
             self.net.attach(inst.name, inst.on_peer)
-            inst.zk_records = {}
-            inst.record_locks = {}
-            inst.catch_up_due = False
         self.answers: dict[str, int] = {}
         self.ddls = 0
 
@@ -154,8 +151,11 @@ class SimCluster:
                 if stat is not None:
                     await waker.wait(SAFETY_POLL_S)
         try:
+            self.world.log(f"{inst.tag} holds syncMeta.lock; draining")
             await drain_in_flight(inst)
+            self.world.log(f"{inst.tag} drained; loading")
             await inst.load_all()
+            self.world.log(f"{inst.tag} loaded {inst.memory}")
             while True:
                 try:
                     await inst.zwrite(("create", me, inst.online_info(), True, False), "join")
@@ -224,7 +224,7 @@ class SimCluster:
                     self.world.log(f"operator kill of {table} refused: holder {live} online")
                     return
                 self.world.log(f"operator kill of {table} (force={force}) releases it; holders {holders}")
-                if live:
+                if live and force:
                     self.checker.on_forced_release(table, marker)
                 lk = inst.locks.get(table)
                 if lk is not None:
@@ -309,15 +309,19 @@ def run_schedule(seed: int, variant: Variant | None = None, trace: bool = False,
     try:
         c.world.run(window + 12.0)   # every fault is over by then (pauses <= 6 s, restarts <= 4 s)
         c.world.run(window + 12.0 + settle)
-        if c.world.errors:
-            name, err = c.world.errors[0]
-            raise SimBug(f"seed {seed}: task {name} died: {err!r}") from err
-        c.checker.at_quiescence()
+        if not c.world.errors:
+            c.checker.at_quiescence()
     except Violation as e:
         violation = str(e)
     finally:
         for inst in c.instances.values():
             inst.shutdown()
+    if c.world.errors:
+        name, err = c.world.errors[0]
+        if trace:
+            import traceback
+            c.world.trace.extend(traceback.format_exception(err))
+        violation = f"SIMULATOR BUG: seed {seed}: task {name} died: {err!r}"
     return Outcome(seed, violation, c.world.steps, c.ddls, c.checker.oks, dict(c.answers), c.world.trace)
 
 

@@ -138,6 +138,9 @@ class Instance:
         self.meta_version = 0
         self.ready = False
         self.peer_waiters = {}
+        self.zk_records: dict = {}          # others' records as read from ZooKeeper (listener.zk_records)
+        self.record_locks: dict = {}        # record path -> the step being handled (listener.record_lock)
+        self.catch_up_due = False
         self.sub = self.c.variant.subscriber_core(self.c.paths, self.name)
         self.world.log(f"{self.tag} starts")
         self.new_session()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from zk.ddlcore import Cleanup, EndMode, InitResult, Phase, Removal
+from zk.ddlcore import Cleanup, EndMode, InitResult, Phase, Removal, StaleActor
 from zk.records import FAILED, MARKER_PREFIX, SUCCESS, HistoryEntry
 
 from .backend import BackendError
@@ -88,6 +88,7 @@ async def _locked(inst: Instance, table: str, column: str, ddl_no: int) -> Answe
     if got is not InitResult.LOCKED:
         return Answer(False, f"DDL refused: {got.value}", refused=True)
     inst.active.add(record_path)
+    inst.world.log(f"{inst.tag} ddl {ddl_no} INIT {table} czxid={core.czxids[key]} marker={marker[-8:]}")
     c.checker.on_init(inst, core)
     ran = False
     try:
@@ -131,6 +132,7 @@ async def _locked(inst: Instance, table: str, column: str, ddl_no: int) -> Answe
         core.on_init_acks(init)
         status = SUCCESS if success else FAILED
         mode = core.end_mode(c.peer_on, init)
+        inst.world.log(f"{inst.tag} ddl {ddl_no} ran ({status}); INIT acks {init}; {mode.value} end")
         if mode is EndMode.FAST:
             outcome = await _fast_end(inst, core, key, status, message, texts)
         else:
@@ -140,6 +142,7 @@ async def _locked(inst: Instance, table: str, column: str, ddl_no: int) -> Answe
         lag = tuple(sorted(core.laggards))
         return Answer(success, message, lag, core, texts)
     except (LostDecision, ZkDown) as e:
+        inst.world.log(f"{inst.tag} ddl {ddl_no} lost its decision in phase {core.phase.value}: {e}")
         core.lost()
         if ran:
             inst.spawn(reload_everywhere_later(inst, table, sql), "reload-later")
@@ -359,8 +362,14 @@ async def _cleanup(inst: Instance, core: Any, key: tuple[str, str]) -> None:
         if what is Cleanup.LEAVE:
             return
         if what is Cleanup.DECIDE_FAILED_THEN_REMOVE:
-            results = await inst.zcommit(core.decide_txn(key, FAILED, "the originator gave up before running the DDL"),
-                                         core.session)
+            try:
+                txn = core.decide_txn(key, FAILED, "the originator gave up before running the DDL")
+            except StaleActor:
+                # LOST with the lock still ours (its record went first): delete just the lock, as
+                # zk/originator.py's second cleanup loop did (reported to h1: NOTES-h1-h2.md)
+                await inst.zwrite(("delete", c.paths.ddl_lock(*key), lock.version), "cleanup-lock")
+                return
+            results = await inst.zcommit(txn, core.session)
             if not core.on_decided(key, FAILED, "gave up", results):
                 return
         for _ in range(REMOVE_ATTEMPTS):
@@ -375,6 +384,9 @@ async def _cleanup(inst: Instance, core: Any, key: tuple[str, str]) -> None:
                 return
     except ZkDown:
         return
+    except Exception as e:  # noqa: BLE001 - NoNodeError/BadVersionError of the lock-only delete
+        if e.__class__.__name__ not in ("NoNodeError", "BadVersionError"):
+            raise
 
 
 async def reload_everywhere_later(inst: Instance, table: str, sql: str) -> None:
