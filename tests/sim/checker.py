@@ -124,8 +124,8 @@ class Checker:
             if other is inst or other.name in answer.laggards or other.state == "down":
                 continue
             online = self.c.zk.nodes.get(self.c.paths.online_instance(other.name))
-            if online is None or online.czxid > czxid:
-                continue
+            if online is None or online.czxid > czxid or other.zk is None or online.ephemeral_owner != other.zk.sid:
+                continue   # not online, online only since the DDL began, or a dead predecessor's node
             have = other.memory.get(table) or {}
             if not all(_since(have.get(n), expect.get(n) if expect else None, now_backends[n], column)
                        for n in now_backends):

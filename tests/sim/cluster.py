@@ -85,6 +85,26 @@ class SimCluster:
         self.answers: dict[str, int] = {}
         self.ddls = 0
 
+    def calm(self) -> bool:
+        """Nothing in flight anywhere (no message, statement, DDL, record or task but the loops) and every
+        instance equal to the backends: nothing can change any more."""
+        if self.net.in_flight:
+            return False
+        if any(be.processlist for be in self.backends.values()):
+            return False
+        if any(p != self.paths.ddl for p in self.zk.tree(self.paths.ddl)) or \
+                any(p != self.paths.ddl_locks for p in self.zk.tree(self.paths.ddl_locks)):
+            return False
+        truth = {t: {n: be.tables.get(t) for n, be in sorted(self.backends.items())} for t in self.tables}
+        for inst in self.instances.values():
+            if inst.state != "running" or not inst.ready or inst.locks or inst.inbox:
+                return False
+            if any(not t.name.endswith((":listener", ":recovery")) for t in inst.tasks):
+                return False
+            if any(inst.memory.get(t) != truth[t] for t in self.tables):
+                return False
+        return True
+
     def peer_names(self, inst: Instance) -> list[str]:
         """The instances we have peer links to (the live set): those online, as last read."""
         if not self.peer_on:
@@ -239,55 +259,68 @@ class SimCluster:
         inst.spawn(op(), "operator")
 
     async def _delete_recursive(self, inst: Instance, path: str) -> None:
-        for child in await inst.zchildren(path):
-            await self._delete_recursive(inst, f"{path}/{child}")
-        try:
-            await inst.zwrite(("delete", path, -1), "operator")
-        except ZkDown:
-            raise
-        except Exception:  # noqa: BLE001 - NoNodeError, NotEmptyError
-            pass
+        """zk/aio.py's delete(recursive=True): children first, listed again when one came meanwhile."""
+        for _ in range(10):
+            for child in await inst.zchildren(path):
+                await self._delete_recursive(inst, f"{path}/{child}")
+            try:
+                await inst.zwrite(("delete", path, -1), "operator")
+                return
+            except ZkDown:
+                raise
+            except Exception as e:  # noqa: BLE001 - NoNodeError: gone; NotEmptyError: list again
+                if e.__class__.__name__ != "NotEmptyError":
+                    return
 
     # -- the schedule -------------------------------------------------------------------------------------------
     def plan(self, window: float) -> None:
-        """Draw the workload and the faults of this schedule from the seed."""
+        """Draw the workload and the faults of this schedule from the seed (self.faults_over: when the
+        last of them has ended)."""
         w = self.world
         r = w.rng
+        self.faults_over = 0.0
+
+        def at(t: float, lasts: float, fn: Callable[..., Any], *args: Any) -> None:
+            w.at(t, fn, *args)
+            self.faults_over = max(self.faults_over, t + lasts)
         names = sorted(self.instances)
         for n in names:
-            w.at(r.uniform(0, 0.05), self.instances[n].start)
+            at(r.uniform(0, 0.05), 0.0, self.instances[n].start)
         start = 0.5
         col = 0
         for _ in range(r.randint(2, 7)):
             col += 1
             column = f"c{col}" if r.random() > 0.1 else f"c{max(1, col - 1)}"
-            w.at(start + r.uniform(0, window), self.submit, r.choice(names), r.choice(self.tables), column)
+            at(start + r.uniform(0, window), 0.0, self.submit, r.choice(names), r.choice(self.tables), column)
         nodes = sorted(self.backends)
         for _ in range(r.randint(0, 3)):
             be = self.backends[r.choice(nodes)]
-            w.at(start + r.uniform(0, window), be.hold_mdl, r.choice(self.tables), r.choice((0.5, 2.0, 5.0)))
+            secs = r.choice((0.5, 2.0, 5.0))
+            at(start + r.uniform(0, window), secs, be.hold_mdl, r.choice(self.tables), secs)
         if r.random() < 0.3:
             be = self.backends[r.choice(nodes)]
-            w.at(start + r.uniform(0, window), be.silence, r.uniform(0.2, 3.0))
+            secs = r.uniform(0.2, 3.0)
+            at(start + r.uniform(0, window), secs, be.silence, secs)
         if r.random() < 0.2:
             be = self.backends[r.choice(nodes)]
-            w.at(start + r.uniform(0, window), be.go_down, r.uniform(0.2, 2.0))
+            secs = r.uniform(0.2, 2.0)
+            at(start + r.uniform(0, window), secs, be.go_down, secs)
         for _ in range(r.choice((0, 0, 1, 2))):
             inst = self.instances[r.choice(names)]
             secs = r.choice((r.uniform(0.05, 1.0), r.uniform(2.5, 6.0)))
-            w.at(start + r.uniform(0, window), inst.pause, secs)
+            at(start + r.uniform(0, window), secs, inst.pause, secs)
         if r.random() < 0.3:
             inst = self.instances[r.choice(names)]
             t = start + r.uniform(0, window)
-            w.at(t, inst.crash)
-            w.at(t + r.uniform(0.3, 4.0), self._restart, inst.name)
+            at(t, 0.0, inst.crash)
+            at(t + r.uniform(0.3, 4.0), 0.0, self._restart, inst.name)
         if r.random() < 0.2:
             inst = self.instances[r.choice(names)]
-            t = start + r.uniform(0, window)
-            w.at(t, self._zk_slow, inst.name, r.uniform(0.2, 3.0))
+            secs = r.uniform(0.2, 3.0)
+            at(start + r.uniform(0, window), secs, self._zk_slow, inst.name, secs)
         if r.random() < 0.25:
             force = r.random() < 0.3
-            w.at(start + r.uniform(0, window), self.operator_kill, r.choice(names), r.choice(self.tables), force)
+            at(start + r.uniform(0, window), 0.0, self.operator_kill, r.choice(names), r.choice(self.tables), force)
 
     def _restart(self, name: str) -> None:
         inst = self.instances[name]
@@ -302,27 +335,39 @@ class SimCluster:
 
 def run_schedule(seed: int, variant: Variant | None = None, trace: bool = False, window: float = 8.0,
                  settle: float = 40.0) -> Outcome:
-    """One schedule: the workload and faults of `seed`, checked at every step and at quiescence."""
+    """One schedule: the workload and faults of `seed`, checked at every step and at quiescence.
+
+    After the last fault has ended the cluster runs on until it is calm (nothing in flight anywhere and
+    every instance equal to the backends, twice a second apart) or `settle` virtual seconds passed;
+    the quiescence check then runs."""
     c = SimCluster(seed, variant, trace)
     c.plan(window)
+    w = c.world
+    faults_over = c.faults_over
     violation = None
     try:
-        c.world.run(window + 12.0)   # every fault is over by then (pauses <= 6 s, restarts <= 4 s)
-        c.world.run(window + 12.0 + settle)
-        if not c.world.errors:
+        w.run(faults_over)
+        deadline = faults_over + settle
+        calm = 0
+        while w.now < deadline and not w.errors:
+            w.run(w.now + 1.0)
+            calm = calm + 1 if c.calm() else 0
+            if calm >= 2:
+                break
+        if not w.errors:
             c.checker.at_quiescence()
     except Violation as e:
         violation = str(e)
     finally:
         for inst in c.instances.values():
             inst.shutdown()
-    if c.world.errors:
-        name, err = c.world.errors[0]
+    if w.errors:
+        name, err = w.errors[0]
         if trace:
             import traceback
-            c.world.trace.extend(traceback.format_exception(err))
+            w.trace.extend(traceback.format_exception(err))
         violation = f"SIMULATOR BUG: seed {seed}: task {name} died: {err!r}"
-    return Outcome(seed, violation, c.world.steps, c.ddls, c.checker.oks, dict(c.answers), c.world.trace)
+    return Outcome(seed, violation, w.steps, c.ddls, c.checker.oks, dict(c.answers), w.trace)
 
 
 __all__ = ["SimCluster", "Variant", "Outcome", "run_schedule"]

@@ -115,9 +115,17 @@ class Instance:
 
     def spawn(self, coro: Coroutine, name: str = "") -> Task:
         deliver = self.deliver_for(self.incarnation)
-        soon = self.world.soon
-        # every resumption is a new event: no task ever runs inside another's step
-        t = Task(coro, lambda fn: soon(deliver, fn), f"{self.tag}:{name}")
+        world = self.world
+        soon = world.soon
+
+        def resume(fn: Callable[[], None]) -> None:
+            # a future set inside a task's step resumes its waiter as a new event: no task ever runs
+            # inside another's step; one set by a model's event (an answer, a timer) resumes it at once
+            if world.in_task:
+                soon(deliver, fn)
+            else:
+                deliver(fn)
+        t = Task(coro, resume, f"{self.tag}:{name}", world)
         self.tasks.add(t)
         t.finished.then(lambda _v: self.tasks.discard(t))
         t.finished.then(lambda v: self._task_died(t, v))

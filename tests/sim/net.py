@@ -19,6 +19,7 @@ class PeerNet:
         self.late_p = late_p   # a message held back for much longer (a stalled link)
         self.handlers: dict[str, Callable[[str, Any], None]] = {}
         self.sent = self.dropped = self.duplicated = 0
+        self.in_flight = 0
 
     def attach(self, name: str, handler: Callable[[str, Any], None]) -> None:
         self.handlers[name] = handler
@@ -39,9 +40,11 @@ class PeerNet:
         copies = 2 if w.chance(self.dup_p) else 1
         self.duplicated += copies - 1
         for _ in range(copies):
+            self.in_flight += 1
             w.at(self._lat(), self._arrive, src, dst, msg)
 
     def _arrive(self, src: str, dst: str, msg: Any) -> None:
+        self.in_flight -= 1
         h = self.handlers.get(dst)
         if h is not None:
             h(src, msg)

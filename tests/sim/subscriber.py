@@ -74,8 +74,10 @@ async def listener_pass(inst: Instance, waker: Waker, caught_up_at: float) -> bo
                 continue
             ok, message = await handle(inst, rec, step, stat.czxid)
             sub.on_handled(key, rec.status, ok, message)
+            inst.world.log(f"{inst.tag} zk step {rec.status} of {key}: {ok} {message}")
             await ack(inst, rec, stat.czxid, ok, message)
     for gone in sub.on_pass(known, seen):
+        inst.world.log(f"{inst.tag} record {gone.key} gone: {gone.action.value}")
         inst.zk_records.pop(gone.key, None)
         if gone.action is GoneAction.RELEASE:
             release(inst, gone.table, gone.key[1])
@@ -190,6 +192,7 @@ async def on_peer_step(inst: Instance, caller: str, step: dict) -> tuple[bool | 
         st = Step.LOCK if rec.status == INIT else Step.REFRESH
         ok, message = await handle(inst, rec, st, czxid, texts)
         sub.on_handled(key, rec.status, ok, message)
+        inst.world.log(f"{inst.tag} peer step {rec.status} of {key} from {caller}: {ok} {message}")
     if not final:
         inst.spawn(ack_after_reply(inst, key, rec, ok, message), "late-ack")
     return ok, message

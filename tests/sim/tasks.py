@@ -51,7 +51,11 @@ class SimFuture:
 class Task:
     """Runs one coroutine; every resumption goes through `deliver` (the instance's inbox)."""
 
-    def __init__(self, coro: Coroutine, deliver: Callable[[Callable[[], None]], None], name: str = "") -> None:
+    world: Any = None   # the World whose `in_task` counts the task steps running (set by the owner)
+
+    def __init__(self, coro: Coroutine, deliver: Callable[[Callable[[], None]], None], name: str = "",
+                 world: Any = None) -> None:
+        self.world = world
         self.coro = coro
         self.deliver = deliver
         self.name = name
@@ -63,6 +67,9 @@ class Task:
     def _step(self) -> None:
         if self.finished.done:
             return
+        world = self.world
+        if world is not None:
+            world.in_task += 1
         try:
             if self._cancel:
                 self._cancel = False   # thrown once; the task may catch it and clean up
@@ -78,6 +85,9 @@ class Task:
         except Exception as e:  # noqa: BLE001 - the owner decides what a task's failure means
             self.finished.set(("error", e))
             return
+        finally:
+            if world is not None:
+                world.in_task -= 1
         assert isinstance(fut, SimFuture), f"task {self.name} awaited {fut!r}"
         self.waiting = fut
         fut.then(lambda _v, f=fut: self.deliver(lambda: self._wake(f)))

@@ -23,6 +23,7 @@ class World:
         self.steps = 0
         self.after_step: list[Callable[[], None]] = []   # checker hooks, run after every event
         self.trace: list[str] | None = None              # set to a list to record what happened
+        self.in_task = 0                                 # task steps running now (tasks.Task)
         self.errors: list[tuple[str, BaseException]] = []  # tasks that died of a simulator bug
 
     def at(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
