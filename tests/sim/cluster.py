@@ -75,7 +75,7 @@ class SimCluster:
         for be in self.backends.values():
             be.on_start.append(self.checker.on_backend_start)
             be.on_end.append(self.checker.on_backend_end)
-            be.ddl_time = (0.001, r.choice((0.02, 0.3, 1.5)))
+            be.ddl_time = (0.001, r.choice((0.02, 0.3, 1.5, 5.0)))   # up to a long copying ALTER
             be.reads_fail_when_down = self.variant.reload_failures
         self.net = PeerNet(w, drop_p=r.choice((0.0, 0.02, 0.1)), dup_p=r.choice((0.0, 0.02, 0.1)),
                            late_p=r.choice((0.0, 0.02)))
@@ -223,6 +223,11 @@ class SimCluster:
             return
 
         async def op() -> None:
+            nonlocal table
+            locked = sorted(self.paths.ddl_lock(self.schema, t) in self.zk.nodes and t or "" for t in self.tables)
+            locked = [t for t in locked if t]
+            if locked and table not in locked:
+                table = locked[0]   # an operator kills a lock that is there (show @@ddl first)
             key = (self.schema, table)
             try:
                 online = await inst.online() | {inst.name}
@@ -288,14 +293,14 @@ class SimCluster:
             at(r.uniform(0, 0.05), 0.0, self.instances[n].start)
         start = 0.5
         col = 0
-        for _ in range(r.randint(2, 7)):
+        for _ in range(r.randint(2, 9)):
             col += 1
             column = f"c{col}" if r.random() > 0.1 else f"c{max(1, col - 1)}"
             at(start + r.uniform(0, window), 0.0, self.submit, r.choice(names), r.choice(self.tables), column)
         nodes = sorted(self.backends)
         for _ in range(r.randint(0, 3)):
             be = self.backends[r.choice(nodes)]
-            secs = r.choice((0.5, 2.0, 5.0))
+            secs = r.choice((0.5, 2.0, 5.0, 9.0))
             at(start + r.uniform(0, window), secs, be.hold_mdl, r.choice(self.tables), secs)
         if r.random() < 0.3:
             be = self.backends[r.choice(nodes)]
@@ -321,6 +326,8 @@ class SimCluster:
         if r.random() < 0.25:
             force = r.random() < 0.3
             at(start + r.uniform(0, window), 0.0, self.operator_kill, r.choice(names), r.choice(self.tables), force)
+            if r.random() < 0.5:   # and again a little later: operators retry
+                at(start + r.uniform(0, window), 0.0, self.operator_kill, r.choice(names), r.choice(self.tables), force)
 
     def _restart(self, name: str) -> None:
         inst = self.instances[name]
