@@ -25,6 +25,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from proxy.log import configure
     from proxy.server import ProxyServer
 
+    from .pause import pause_hook_from_env
+
     configure(args.log_level, json=args.log_json)
     config = _load(args.config)
     try:
@@ -39,6 +41,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except ConfigError as e:
             sys.stderr.write(f"pydble: config error: {e}\n")
             raise SystemExit(2) from None
+        pause = pause_hook_from_env()
+        if pause is not None and server.cluster is not None:
+            server.cluster.pause = pause   # tests only: it pauses at a named phase, the path stays production's
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import structlog
@@ -21,9 +20,11 @@ from kazoo.exceptions import NoNodeError
 from meta.errors import DdlInProgress
 from meta.later import Later
 
-from .cluster import PassLoop
-from .paths import history_czxid, history_order, history_seq, parse_table_node
-from .records import FAILED, INIT, SUCCESS, BadRecord, DdlRecord, HistoryEntry
+from .ddlcore.subscriber import GoneAction, SubscriberCore, may_release
+from .loops import PassLoop
+from .paths import parse_table_node
+from .reads import read
+from .records import FAILED, INIT, SUCCESS, DdlRecord, HistoryEntry
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -45,12 +46,9 @@ class DdlListener(PassLoop):
 
     def __init__(self, cluster: Cluster) -> None:
         super().__init__(cluster)
-        self.handled: dict[tuple[str, int], str] = {}   # (record path, czxid) -> last status handled
-        self.finished: dict[int, None] = {}             # czxids of records whose outcome we applied
-        self.history_seen: int | None = None            # sequence of the newest ddl_history entry looked at
+        self.core = SubscriberCore(cluster.paths, cluster.instance)   # what was handled: the decisions
         self.caught_up_at = 0.0                         # monotonic time of the last ddl_history read
         self.catch_up_due = False                       # read ddl_history at the next pass
-        self.results: dict[tuple[str, int], tuple[bool, str]] = {}  # what we acked for the step handled
         self.zk_records: dict[tuple[str, int], DdlRecord] = {}  # others' records as read from ZooKeeper: what
                                                                 # a peer step is checked against
         self._record_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -67,60 +65,49 @@ class DdlListener(PassLoop):
         return lock
     def start(self) -> None:
         """Start (or restart after a re-join) the follow loop."""
-        self.history_seen = None  # a join has just reloaded everything
+        self.core.restart()  # a join has just reloaded everything
         super().start()
 
     async def pass_once(self) -> None:
-        """Read every record and handle what is new."""
+        """Read every record and handle what is new (what is new is the core's decision)."""
         c = self.cluster
+        core = self.core
         zk = c.zk
         assert zk is not None
         seen: set[tuple[str, int]] = set()
-        known = set(self.handled)  # a step the peer channel brings during this pass is not judged by it
+        known = set(core.handled)  # a step the peer channel brings during this pass is not judged by it
         paths = [c.paths.ddl_record(*parts) for parts in map(parse_table_node, await zk.children(
             c.paths.ddl, watch=self.wake)) if parts is not None]
-        records = await asyncio.gather(*(zk.get_or_none(path, watch=self.wake) for path in paths))
+        records = await asyncio.gather(*(read(zk, path, DdlRecord, watch=self.wake) for path in paths))
         for path, got in zip(paths, records):
             if got is None:
                 continue
-            data, stat = got
-            try:
-                rec = DdlRecord.decode(data)
-            except BadRecord as e:
-                log.warning("unreadable ddl record", path=path, error=str(e))
+            if got.value is None:
+                log.warning("unreadable ddl record", path=path, error=got.error)
                 continue
-            key = (path, stat.czxid)
+            rec, key = got.value, (path, got.stat.czxid)
             seen.add(key)
-            if rec.instance == c.instance and not rec.reconciled_by:
-                continue  # our own DDL: the originator handles it
-            self.zk_records[key] = rec
-            if self.handled.get(key) == rec.status:
+            if rec.instance != c.instance or rec.reconciled_by:
+                self.zk_records[key] = rec
+            if core.step_for(key, rec) is None:
                 continue
             async with self.record_lock(path):
-                last = self.handled.get(key)
-                if rec.status == last or (rec.status == INIT and (last in (SUCCESS, FAILED)
-                                                                 or stat.czxid in self.finished)):
+                if core.step_for(key, rec) is None:
                     continue  # the peer channel brought it, or its outcome, while we read the record
-                ok, message = await self.handle(rec, last, czxid=stat.czxid)
-                self._handled(key, rec.status, ok, message)
-                await self._ack(rec, stat.czxid, ok, message)
-        gone = [k for k in known if k not in seen and k in self.handled]
-        for key in gone:
-            last = self.handled.pop(key)
-            self.zk_records.pop(key, None)
-            self.results.pop(key, None)
-            if last in (SUCCESS, FAILED):
-                parts = parse_table_node(key[0].rsplit("/", 1)[-1])
-                if parts is not None:
-                    self._release(*parts, key[1])
-                self._finished(key[1])
+                ok, message = await self.handle(rec, core.handled.get(key), czxid=key[1])
+                core.on_handled(key, rec.status, ok, message)
+                await self._ack(rec, key[1], ok, message)
+        for gone in core.on_pass(known, seen):
+            self.zk_records.pop(gone.key, None)
+            if gone.action is GoneAction.RELEASE:
+                self._release(gone.schema, gone.table, gone.key[1])
             else:
                 # its outcome may still be on its way: an originator removes its record while it hands
                 # the outcome to us over the peer channel
-                c._spawn(self._settle_gone(key[0], key[1]))
+                c._spawn(self._settle_gone(gone.key[0], gone.key[1]))
         # DDLs that began and ended while we were deaf leave no record, only a history entry; reading
         # the history on every pass would add a ZooKeeper call to each step of every DDL
-        if (self.history_seen is None or self.catch_up_due
+        if (core.history_seen is None or self.catch_up_due
                 or time.monotonic() - self.caught_up_at >= CATCH_UP_EVERY_S):
             self.caught_up_at = time.monotonic()
             self.catch_up_due = False
@@ -135,23 +122,23 @@ class DdlListener(PassLoop):
         right now, or the step is not one we may take from a peer: not from its originator, or not
         what the ZooKeeper record it names says)."""
         c = self.cluster
-        if not self._takes_peer_steps(rec):
+        core = self.core
+        if not core.takes_peer_steps(rec, c.ready):
             return None, f"{c.instance} is not ready for peer steps"
         key = (path, czxid)
         live = await self._record_for(key)
-        why = self._step_mismatch(caller, path, rec, live)
+        why = core.peer_mismatch(caller, path, rec, live)
         if why is not None:
             log.warning("peer step refused", instance=c.instance, caller=caller, path=path, czxid=czxid, reason=why)
             return None, f"{c.instance} refused the step: {why}"
         assert live is not None   # a missing record is a mismatch
         self.zk_records.setdefault(key, live)   # the final step is checked against it on the spot
         async with self.record_lock(path):
-            last = self.handled.get(key)
-            seen = self._seen_answer(key, rec, last)
+            seen = core.seen_answer(key, rec)
             if seen is not None:
                 return seen
-            ok, message = await self.handle(rec, last, texts, czxid)
-            self._handled(key, rec.status, ok, message)
+            ok, message = await self.handle(rec, core.handled.get(key), texts, czxid)
+            core.on_handled(key, rec.status, ok, message)
         if final:
             return ok, message
         task = asyncio.get_running_loop().create_task(self._ack_after_reply(key, rec, ok, message))
@@ -165,26 +152,21 @@ class DdlListener(PassLoop):
         loop turn while the originator waits: when its texts build the table here and no other step of
         the record is being handled. None sends it down on_peer_step."""
         c = self.cluster
+        core = self.core
         held = self._record_locks.get(path)
         key = (path, czxid)
-        if (texts is None or c.refresh_now is None or not self._takes_peer_steps(rec)
+        if (texts is None or c.refresh_now is None or not core.takes_peer_steps(rec, c.ready)
                 or rec.status not in (SUCCESS, FAILED) or (held is not None and held.locked())
-                or self._step_mismatch(caller, path, rec, self.zk_records.get(key)) is not None):
+                or core.peer_mismatch(caller, path, rec, self.zk_records.get(key)) is not None):
             return None   # on_peer_step reads ZooKeeper when we have not seen the record, and says why not
-        seen = self._seen_answer(key, rec, self.handled.get(key))
+        seen = core.seen_answer(key, rec)
         if seen is not None:
             return seen
         if not c.refresh_now([(rec.schema, rec.table)], texts):
             return None
         self._outcome_applied(rec, czxid, "peer")
-        self._handled(key, rec.status, True, "")
+        core.on_handled(key, rec.status, True, "")
         return True, ""
-
-    def _takes_peer_steps(self, rec: DdlRecord) -> bool:
-        """A step of this record may come over the peer channel: we are in the cluster, and it is
-        another instance's own DDL (a reconciled record's outcome comes through ZooKeeper)."""
-        c = self.cluster
-        return c.ready and rec.instance != c.instance and not rec.reconciled_by
 
     async def _record_for(self, key: tuple[str, int]) -> DdlRecord | None:
         """The record (path, czxid) as ZooKeeper has it: seen by a pass, or read now."""
@@ -192,36 +174,10 @@ class DdlListener(PassLoop):
         zk = self.cluster.zk
         if rec is not None or zk is None:
             return rec
-        got = await zk.get_or_none(key[0])
-        if got is None or got[1].czxid != key[1]:
+        got = await read(zk, key[0], DdlRecord)
+        if got is None or got.stat.czxid != key[1]:
             return None
-        try:
-            return DdlRecord.decode(got[0])
-        except BadRecord:
-            return None
-
-    def _step_mismatch(self, caller: str, path: str, rec: DdlRecord, live: DdlRecord | None) -> str | None:
-        """Why a peer step must not be applied (None: it comes from its originator and matches the live
-        record it names, whose status is the step's or the INIT before it)."""
-        if caller != rec.instance:
-            return f"sent by {caller!r}, not by the record's originator {rec.instance!r}"
-        if path != self.cluster.paths.ddl_record(rec.schema, rec.table):
-            return "its path does not name its record's table"
-        if live is None:
-            return "ZooKeeper has no such record (path and creation zxid)"
-        if replace(live, status=rec.status, message=rec.message) != rec:
-            return "it differs from the record in ZooKeeper"
-        if live.status not in (INIT, rec.status):
-            return f"the record is {live.status} in ZooKeeper, not {rec.status}"
-        return None
-
-    def _seen_answer(self, key: tuple[str, int], rec: DdlRecord, last: str | None) -> tuple[bool, str] | None:
-        """The answer to a step already handled (repeated, or late after its outcome); None: a new one."""
-        if last == rec.status:
-            return self.results.get(key, (True, ""))
-        if last in (SUCCESS, FAILED) or (key[1] in self.finished and rec.status == INIT):
-            return True, ""  # a late or repeated step of a DDL we already finished
-        return None
+        return got.value
 
     async def _ack_after_reply(self, key: tuple[str, int], rec: DdlRecord, ok: bool, message: str) -> None:
         """Our ZooKeeper ack of a step answered on the peer channel, for operators and for an originator
@@ -230,72 +186,50 @@ class DdlListener(PassLoop):
         step of a record is acked."""
         await asyncio.sleep(ACK_AFTER_REPLY_S)
         async with self.record_lock(key[0]):
-            if self.handled.get(key) != rec.status:
+            if self.core.handled.get(key) != rec.status:
                 return  # a later step superseded it, or the record is gone
             zk = self.cluster.zk
             try:
                 # the same path may already hold the table's next DDL: never ack that one by mistake
                 stat = await zk.exists(key[0]) if zk is not None else None
-                if stat is None or stat.czxid != key[1]:
+                if not self.core.ack_due(key, rec.status, stat.czxid if stat is not None else None):
                     return
                 await self._ack(rec, key[1], ok, message)
             except Exception as e:  # noqa: BLE001 - the originator already has our answer
                 log.debug("zookeeper ack after a peer step failed", instance=self.cluster.instance,
                           table=f"{rec.schema}.{rec.table}", error=str(e))
 
-    def _handled(self, key: tuple[str, int], status: str, ok: bool, message: str) -> None:
-        self.handled[key] = status
-        self.results[key] = (ok, message)
-        if status in (SUCCESS, FAILED):
-            self._finished(key[1])
-
     def ran_here(self, czxid: int) -> None:
         """This instance originated (and finished) the record with that czxid: nothing to catch up on."""
-        self._finished(czxid)
-
-    def _finished(self, czxid: int) -> None:
-        if not czxid:
-            return   # 0 names no record (a history entry that asks everyone to reload): never "applied"
-        self.finished[czxid] = None
-        while len(self.finished) > 10_000:
-            del self.finished[next(iter(self.finished))]
+        self.core.mark_finished(czxid)
 
     async def _catch_up(self) -> None:
-        """Refresh tables whose DDL finished while we were deaf (paused, lagging): ddl_history tells."""
+        """Refresh tables whose DDL finished while we were deaf (paused, lagging): ddl_history tells.
+        An entry counts as seen only once applied: a refresh that failed is tried again next pass."""
         c = self.cluster
+        core = self.core
         zk = c.zk
         assert zk is not None
-        names = history_order(await zk.children(c.paths.history))
-        if self.history_seen is None:
-            self.history_seen = history_seq(names[-1]) if names else -1
-            return
-        for name in names:
-            seq = history_seq(name)
-            if seq <= self.history_seen:
-                continue
-            if history_czxid(name) not in self.finished:
-                await self._catch_up_entry(name)
-            self.history_seen = seq   # only once applied: a refresh that failed is tried again next pass
+        for name in core.history_todo(await zk.children(c.paths.history)):
+            entry = await self._catch_up_entry(name) if core.needs_apply(name) else None
+            core.on_history_applied(name, entry)
 
-    async def _catch_up_entry(self, name: str) -> None:
+    async def _catch_up_entry(self, name: str) -> HistoryEntry | None:
         """Apply one ddl_history entry this instance has not applied (nor ran): refresh its table."""
         c = self.cluster
         zk = c.zk
         assert zk is not None
-        got = await zk.get_or_none(f"{c.paths.history}/{name}")
-        if got is None:
-            return
-        try:
-            entry = HistoryEntry.decode(got[0])
-        except BadRecord:
-            return
-        if entry.instance == c.instance or entry.record_czxid in self.finished:
-            return
+        got = await read(zk, f"{c.paths.history}/{name}", HistoryEntry)
+        if got is None or got.value is None:
+            return None
+        entry = got.value
+        if not self.core.entry_applies(entry):
+            return None
         log.info("catching up on a ddl finished while this instance lagged", instance=c.instance,
                  table=f"{entry.schema}.{entry.table}", originator=entry.instance)
         await c.refresh([(entry.schema, entry.table)])
-        self._finished(entry.record_czxid)
         self._release(entry.schema, entry.table, entry.record_czxid, f"instance:{entry.instance}")
+        return entry
 
     async def handle(self, rec: DdlRecord, last: str | None, texts: dict | None = None,
                      czxid: int = 0) -> tuple[bool, str]:
@@ -365,8 +299,7 @@ class DdlListener(PassLoop):
         """Release the local lock a peer's DDL record (czxid) holds here (that instance's, when `owner`
         is given), and no other: by now the table may be locked again for that instance's next DDL."""
         lk = self.cluster.locks.get(schema, table)
-        if (lk is not None and lk.record in (0, czxid)
-                and (lk.owner == owner if owner is not None else lk.owner.startswith("instance:"))):
+        if lk is not None and may_release(lk.owner, lk.record, czxid, owner):
             self.cluster.locks.release(schema, table, lk.owner)
 
     async def _settle_gone(self, path: str, czxid: int) -> None:
@@ -378,11 +311,15 @@ class DdlListener(PassLoop):
             return
         async with self.record_lock(path):
             self._release(*parts, czxid)   # only a lock of that very record
-            if czxid in self.finished:
+            if not self.core.settle(czxid):
                 return
-            self._finished(czxid)
-            log.info("ddl record gone before its outcome reached us: refreshing", instance=self.cluster.instance,
-                     table=f"{parts[0]}.{parts[1]}")
-            await self.cluster.refresh([parts])
+            log.info("ddl record gone before its outcome was applied here: refreshing",
+                     instance=self.cluster.instance, table=f"{parts[0]}.{parts[1]}")
+            try:
+                await self.cluster.refresh([parts])
+                self.core.mark_finished(czxid)
+            except Exception as e:  # noqa: BLE001 - ddl_history's entry applies it again
+                log.warning("refresh of a finished ddl failed; catching up from ddl_history",
+                            instance=self.cluster.instance, table=f"{parts[0]}.{parts[1]}", error=str(e))
         self.catch_up_due = True   # a DDL we half missed: others may have ended unseen too
         self.wake()

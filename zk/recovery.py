@@ -12,19 +12,22 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from .cluster import REMOVE_ATTEMPTS, SAFETY_POLL_S, ZK_ERRORS, PassLoop, Waker, went_through
+from . import zklog
+from .cluster import REMOVE_ATTEMPTS
+from .ddlcore import reconciler as core
+from .ddlcore.reconciler import RUNNING_POLL_S, RUNNING_WAIT_S, Orphan, Running, Verdict
+from .ddlcore.txn import went_through
+from .loops import SAFETY_POLL_S, ZK_ERRORS, PassLoop, Waker
 from .paths import parse_table_node
-from .records import FAILED, MARKER_PREFIX, BadRecord, DdlLockInfo, DdlRecord, HistoryEntry
+from .reads import read
+from .records import FAILED, MARKER_PREFIX, DdlLockInfo, DdlRecord, HistoryEntry
 
 if TYPE_CHECKING:
     from .cluster import Cluster
 
 log = structlog.get_logger("pydble.cluster.recovery")
-
-RUNNING_WAIT_S = 5.0    # how long one reconcile waits for an orphaned DDL to end on the backends
-RUNNING_POLL_S = 0.25   # how often it looks meanwhile
 
 
 class Recovery(PassLoop):
@@ -54,7 +57,7 @@ class Recovery(PassLoop):
                 await self.reconcile_elected(orphans)
 
     async def orphans(self, online: set[str]) -> list[tuple[str, str]]:
-        """Records whose originator is not online (and that this instance is not running itself)."""
+        """Records the core calls orphans: originator not online, unreadable, or our own left over."""
         c = self.cluster
         zk = c.zk
         assert zk is not None
@@ -65,19 +68,10 @@ class Recovery(PassLoop):
             if parts is None:
                 continue
             path = c.paths.ddl_record(*parts)
-            got = await zk.get_or_none(path)
+            got = await read(zk, path, DdlRecord)
             if got is None:
                 continue
-            try:
-                rec = DdlRecord.decode(got[0])
-            except BadRecord:
-                out.append(parts)  # unreadable: nobody can finish it, reconcile from the backends
-                continue
-            if path in c.active_ddls:
-                continue
-            # an own record this instance is not running is left over from an earlier DDL or reconcile
-            # (even one marked reconciled_by: a reconcile cut short after its decision would stay forever)
-            if rec.instance not in online or rec.instance == c.instance:
+            if core.classify(got.value, online, c.instance, path in c.active_ddls) is Verdict.RECONCILE:
                 out.append(parts)
         return out
 
@@ -110,48 +104,32 @@ class Recovery(PassLoop):
         c = self.cluster
         zk = c.zk
         assert zk is not None
-        path = c.paths.ddl_record(schema, table)
-        got = await zk.get_or_none(path)
+        key = (schema, table)
+        got = await read(zk, c.paths.ddl_record(schema, table), DdlRecord)
         if got is None:
             return
-        data, stat = got
-        try:
-            rec = DdlRecord.decode(data)
-        except BadRecord:
-            rec = DdlRecord("?", schema, table, "UNKNOWN", "", FAILED)
+        rec = got.value if got.value is not None else DdlRecord("?", schema, table, "UNKNOWN", "", FAILED)
+        orphan = Orphan(key, rec, got.stat.czxid, got.stat.version)
         rlog = log.bind(instance=c.instance, table=f"{schema}.{table}", originator=rec.instance, phase="RECONCILE")
-        lock = await zk.get_or_none(c.paths.ddl_lock(schema, table))
+        lock = await read(zk, c.paths.ddl_lock(schema, table), DdlLockInfo)
         if lock is not None:
-            try:
-                holder = DdlLockInfo.decode(lock[0]).instance
-            except BadRecord:
-                holder = "?"
-            if holder in await c.online() and holder != c.instance:
+            holder = lock.value.instance if lock.value is not None else "?"
+            if core.holder_alive(holder, await c.online(), c.instance):
                 return  # a live instance still holds the table: not an orphan after all
         started = time.monotonic()
         if not await self._ddl_ended(rec, rlog):
             return
-        await c.refresh([(schema, table)])
+        await c.refresh([key])
         meta = c.registry.record(schema, table)
         verdict = meta.verdict().describe() if meta is not None else "no such table on any node"
-        decision = rec.with_status(FAILED, f"originator {rec.instance} went away during {rec.status}; "
-                                           f"reconciled from the backends: {verdict}", c.instance)
-        owner = c.paths.ddl_owner(schema, table, rec.ddl_id) if rec.ddl_id else None
-
-        def decide(tx: Any) -> None:
-            if owner is not None:
-                tx.check(owner, 0)   # still that DDL's record, not a later one on the table
-            tx.set_data(path, decision.encode(), stat.version)
-
-        results = await zk.commit(decide)
+        decision = orphan.decision(c.instance, verdict)
+        results = await zklog.commit(zk, core.decide_txn(c.paths, orphan, decision))
         if not went_through(results):  # another reconciler (or the originator) got there first
             rlog.info("record changed or gone while reconciling; leaving it to the next pass")
             return
-        online = await c.online()
-        outcome = await c.wait_acks([(schema, table)], FAILED, online - {c.instance, rec.instance},
-                                    c.cc.ack_timeout_s, records={(schema, table): stat.czxid})
-        entry = HistoryEntry(schema, table, rec.instance, rec.sql, FAILED, stat.czxid, message=decision.message)
-        if not await self._remove(schema, table, results[-1].version, entry, lock):
+        outcome = await c.wait_acks(core.outcome_tally(orphan, await c.online(), c.instance), c.cc.ack_timeout_s)
+        entry = HistoryEntry(schema, table, rec.instance, rec.sql, FAILED, orphan.czxid, message=decision.message)
+        if not await self._remove(orphan, results[-1].version, entry, lock.stat if lock is not None else None):
             rlog.info("record changed while reconciling; leaving it to the next pass")
             return
         c.locks.release_owned_by(f"instance:{rec.instance}")
@@ -169,47 +147,38 @@ class Recovery(PassLoop):
         limit = c.config.server.ddl_timeout_s
         deadline = time.monotonic() + min(c.cc.ack_timeout_s, RUNNING_WAIT_S)
         while True:
-            give_up = limit > 0 and time.time() - rec.created_at > limit
-            where = await c.ddl_running(MARKER_PREFIX + rec.ddl_id, kill=give_up)
-            if not where:
+            kill = core.should_kill(rec.created_at, time.time(), limit)
+            where = await c.ddl_running(MARKER_PREFIX + rec.ddl_id, kill=kill)
+            step = core.running_step(where, rec.created_at, time.time(), limit, time.monotonic() > deadline)
+            if step is Running.ENDED:
                 return True
-            if time.monotonic() > deadline:
+            if step is Running.LATER:
                 rlog.info("orphaned ddl still running on the backends; reconciled once it has ended",
-                          db_groups=where, killed=give_up)
+                          db_groups=where, killed=kill)
                 return False
             await asyncio.sleep(RUNNING_POLL_S)
 
-    async def _remove(self, schema: str, table: str, version: int, entry: HistoryEntry, lock: Any) -> bool:
+    async def _remove(self, orphan: Orphan, version: int, entry: HistoryEntry, lock: Any) -> bool:
         """Record (at `version`), its children (acks, owner znode), the lock if it was created with the
         record, and the history entry, in one transaction (retried while acks come and go); False
         when the record is no longer the one reconciled."""
         c = self.cluster
         zk = c.zk
         assert zk is not None
-        path = c.paths.ddl_record(schema, table)
-        lock_path = c.paths.ddl_lock(schema, table)
+        path = c.paths.ddl_record(*orphan.key)
         for _ in range(REMOVE_ATTEMPTS):
             try:
                 children = await zk.children(path)
-                acks = await zk.children(c.paths.ddl_acks(schema, table)) if "instance" in children else []
+                acks = await zk.children(c.paths.ddl_acks(*orphan.key)) if "instance" in children else []
             except NoNodeError:
                 return False
-
-            def build(tx: Any, children: list[str] = children, acks: list[str] = acks) -> None:
-                for name in acks:
-                    tx.delete(c.paths.ddl_ack(schema, table, name))
-                for child in children:
-                    tx.delete(f"{path}/{child}")
-                tx.delete(path, version)
-                if lock is not None and lock[1].czxid == entry.record_czxid:
-                    tx.delete(lock_path, lock[1].version)
-                tx.create(c.paths.history_entry_prefix(entry.record_czxid), entry.encode(), sequence=True)
-
-            results = await zk.commit(build)
-            if went_through(results):
+            txn = core.removal_txn(c.paths, orphan, version, children, acks, lock, entry)
+            results = await zklog.commit(zk, txn)
+            done = core.removal_retry(results)
+            if done:
                 c.spawn_quietly(c.prune_history(results[-1]))
                 return True
-            if any(isinstance(r, BadVersionError) for r in results):
+            if done is False:
                 return False
         return False
 
@@ -227,13 +196,10 @@ class Recovery(PassLoop):
                 parts = parse_table_node(name)
                 if parts is None:
                     continue
-                got = await zk.get_or_none(c.paths.ddl_record(*parts), watch=wake)
+                got = await read(zk, c.paths.ddl_record(*parts), DdlRecord, watch=wake)
                 if got is None:
                     continue
-                try:
-                    rec = DdlRecord.decode(got[0])
-                except BadRecord:
-                    rec = None
+                rec = got.value
                 if rec is not None and rec.instance in online and rec.instance != c.instance:
                     live.append(name)
                 else:

@@ -338,7 +338,31 @@ def test_a_vanished_record_is_released_or_settled_and_a_peer_outcome_wins_the_ra
     gone = {g.key: g.action for g in sub.on_pass(known=[k1, k2], seen=[])}
     assert gone == {k1: GoneAction.RELEASE, k2: GoneAction.SETTLE}
     assert sub.on_pass(known=[k1, k2], seen=[]) == []    # the same pass again: nothing more
-    assert sub.settle(9) and not sub.settle(9)           # reloaded once
+    assert sub.settle(9)                                 # reload due; only a reload that worked marks it
+    sub.mark_finished(9)
+    assert not sub.settle(9)
+
+
+def test_an_outcome_whose_reload_failed_is_applied_again():
+    """A subscriber whose reload after SUCCESS failed (a node unreachable) answered ok=false: the
+    record's end asks for a reload, and its ddl_history entry still applies until one worked."""
+    sub = SubscriberCore(PATHS, "i2")
+    key = (PATHS.ddl_record(*KEY), 7)
+    rec = DdlRecord("i1", "s1", "t1", "ALTER", "x", SUCCESS)
+    sub.history_todo([])
+    assert sub.step_for(key, rec) is Step.REFRESH
+    sub.on_handled(key, SUCCESS, False, "refresh failed: dn1 unreachable")
+    assert sub.step_for(key, rec) is None          # not retried while the record is there
+    assert sub.needs_apply("h-7-0000000001")
+    [gone] = sub.on_pass(known=[key], seen=[])
+    assert gone.action is GoneAction.SETTLE and sub.settle(7)
+    assert sub.history_todo(["h-7-0000000001"]) == ["h-7-0000000001"] and sub.needs_apply("h-7-0000000001")
+
+
+def test_outcome_refusals_reach_the_client_as_a_warning():
+    core = originator()
+    core.on_outcome_acks(AckTally((KEY,), SUCCESS, {KEY: 7}, frozenset({"i2"}), refusals=[("i2", "dn1 down")]).outcome())
+    assert core.unapplied == [("i2", "dn1 down")] and not core.laggards
 
 
 def test_history_is_marked_seen_only_once_applied():

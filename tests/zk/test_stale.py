@@ -19,6 +19,7 @@ from clusterkit import (SESSION_TIMEOUT_S, TABLE, backend_structure, full_meta, 
                         wait_for)
 from kazoo.exceptions import NoNodeError
 
+from zk.ddlcore.acks import AckTally
 from zk.records import INIT, Ack, DdlRecord
 
 PAUSE_S = 8
@@ -162,14 +163,14 @@ def test_a_late_ack_of_an_earlier_record_does_not_count_for_the_next(
 
             first, first_czxid = await new_record("first")
             await other.create(c.paths.ddl_ack(*key, "dble-3"), Ack(INIT, record=first_czxid).encode())
-            got = await c.wait_acks([key], INIT, {"dble-3"}, 1.0, records={key: first_czxid})
+            got = await c.wait_acks(AckTally((key,), INIT, {key: first_czxid}, frozenset({"dble-3"})), 1.0)
             assert got.laggards == ()
             await c.zk.delete(path, recursive=True)
 
             second, second_czxid = await new_record("second")
             assert second_czxid != first_czxid
             await other.create(c.paths.ddl_ack(*key, "dble-3"), Ack(INIT, record=first_czxid).encode())
-            got = await c.wait_acks([key], INIT, {"dble-3"}, 1.0, records={key: second_czxid})
+            got = await c.wait_acks(AckTally((key,), INIT, {key: second_czxid}, frozenset({"dble-3"})), 1.0)
             assert got.laggards == ("dble-3",), "an ack of the previous record counted for the next"
             await other.delete(c.paths.ddl_ack(*key, "dble-3"))
 

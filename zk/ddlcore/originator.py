@@ -1,13 +1,15 @@
 """The originator's decisions, one function per step of DESIGN.md §6, over a DDL's own identity.
 
     core = OriginatorCore(paths, instance, keys, sql, ddl_type, marker, created_at=time.time())
-    for key in core.keys:   txn = core.init_txn(key); results = <commit>; core.on_init(key, results)
-    core.may_run(session, lock_stats) / core.lease_holds(...)     fencing before the backends
-    core.start_running(); core.init_tally(expected) ... core.on_init_acks(outcome)
-    core.end_mode(peer_on, outcome)                          FAST: removal_txn with the decision;
+    while (key := core.next_to_lock()):  core.on_init(key, <commit core.init_txn(key, session, now)>)
+    core.lease_holds(session, now, timeout) or core.may_run(session, lock_stats)   fencing
+    core.start_running()                      the DDL goes to the backends; meanwhile INIT acks:
+    tally = core.init_tally(online) ... core.on_init_acks(tally.outcome(...))
+    core.end_mode(peer_on, init_outcome)      FAST: removal_txn(key, acks, status) decides and removes;
     core.decide_txn(key, status, msg) -> on_decided(...)     CLASSIC: decided, acked, then removed
-    core.removal_txn(key, acks) -> on_removed(key, results, owner_exists)
-    core.cleanup(key, lock_stat, session)                     what an ending originator may still touch
+    core.outcome_tally(status) ... core.on_outcome_acks(outcome)
+    core.removal_txn(key, acks) -> on_removed(key, results, acks_now, owner_exists)
+    core.cleanup(key, lock_stat, session)     what an ending originator may still touch
 
 Every write is conditional on the DDL's identity: the owner znode created with the record (its path
 carries the DDL's id) and the lock's creation zxid, so a stale originator (its lock released and taken
@@ -99,7 +101,8 @@ class OriginatorCore:
     message: str = ""
     expected: frozenset[str] = frozenset()   # the other instances online right after INIT: they ack
     laggards: set[str] = field(default_factory=set)
-    refusals: list[tuple[str, str]] = field(default_factory=list)
+    refusals: list[tuple[str, str]] = field(default_factory=list)          # could not lock at INIT
+    unapplied: list[tuple[str, str]] = field(default_factory=list)         # could not apply the outcome
     ran: bool = False              # the DDL went to the backends
 
     # -- identity ---------------------------------------------------------------------------------
@@ -236,13 +239,19 @@ class OriginatorCore:
     def outcome_tally(self, status: str) -> AckTally:
         return AckTally(tuple(self.locked), status, dict(self.czxids), self.targets())
 
+    def on_outcome_acks(self, outcome: AckOutcome) -> None:
+        """Outcome laggards and refusals (an instance whose reload failed) are the client's warning:
+        they reload the table from ddl_history or the backends on their own."""
+        self.laggards |= set(outcome.laggards)
+        self.unapplied = list(outcome.refusals)
+
     # -- step 4: the decision ------------------------------------------------------------------------
     def decide_txn(self, key: Key, status: str, message: str = "", meta_version: int = 0) -> Txn:
         """SUCCESS/FAILED written only while the lock and the owner znode are this DDL's (ZooKeeper's
         check compares versions only, and any new record or lock has version 0: the owner znode's path
         carries our id), with our own ack of it in the same write."""
-        if self.phase not in (Phase.RUNNING, Phase.INIT, Phase.DECIDED):
-            raise StaleActor(f"decide in phase {self.phase}")
+        if self.phase is Phase.DONE or key not in self.locked:
+            raise StaleActor(f"decide {key} in phase {self.phase}")
         new = self.records[key].with_status(status, message)
         ack_path, ack = self.own_ack(key, status, meta_version)
         ops = (Check(self.paths.ddl_lock(*key), 0),
@@ -259,7 +268,7 @@ class OriginatorCore:
         self.records[key] = self.records[key].with_status(status, message)
         self.versions[key] += 1
         self.status, self.message = status, message
-        if all(self.records[k].status == status for k in self.locked):
+        if self.phase in (Phase.INIT, Phase.RUNNING) and all(self.records[k].status == status for k in self.locked):
             self.phase = Phase.DECIDED
         return True
 
@@ -277,8 +286,8 @@ class OriginatorCore:
         """Acks, ack folder, owner znode, record (at `version`, -1 any), lock, and a ddl_history entry,
         in one transaction: deleting the owner znode fails unless the record is this DDL's, so only
         its holder can remove it. `status` decides it in the same write (the fast end)."""
-        if self.phase in (Phase.LOST, Phase.DONE, Phase.REFUSED):
-            raise StaleActor(f"remove in phase {self.phase}")
+        if self.phase is Phase.DONE or key not in self.locked:
+            raise StaleActor(f"remove {key} in phase {self.phase}")
         rec = self.records[key]
         if status is not None:
             rec = rec.with_status(status, message)
@@ -301,18 +310,20 @@ class OriginatorCore:
                 self.status, self.message = status, message
             self.locked.remove(key)
             self.records.pop(key, None)
-            if not self.locked:
+            if not self.locked and self.phase in (Phase.RUNNING, Phase.DECIDED):
                 self.phase = Phase.DONE
             return Removal.DONE
         failed = failures(results)
         if owner_exists is False:
-            self.phase = Phase.LOST if self.phase is not Phase.DONE else self.phase
+            self.locked.remove(key)   # another actor ended it: nothing of it is ours to touch
+            self.records.pop(key, None)
+            self.lost()
             return Removal.NOT_OURS
         if failed and failed[0] is Failure.NOT_EMPTY and (acks_now is None or self.instance in acks_now):
             return Removal.RETRY   # an ack came meanwhile (our own is there: the record is still ours)
         if owner_exists is True and failed and failed[0] in (Failure.NO_NODE, Failure.NOT_EMPTY):
             return Removal.RETRY   # an ack came or went meanwhile; the record is still ours
-        self.phase = Phase.LOST
+        self.lost()
         return Removal.LOST
 
     # -- the end, whatever happened ---------------------------------------------------------------------
@@ -326,8 +337,9 @@ class OriginatorCore:
         return Cleanup.REMOVE
 
     def lost(self) -> None:
-        """The driver learned (session gone, ZooKeeper failed us) that the decision is not ours."""
-        if self.phase is not Phase.DONE:
+        """The driver learned (session gone, ZooKeeper failed us) that the decision is not ours; what it
+        may still clean up, cleanup() says (only tables whose lock is provably still this DDL's)."""
+        if self.phase not in (Phase.DONE, Phase.REFUSED):
             self.phase = Phase.LOST
 
     def decided_status(self, success: bool) -> str:

@@ -9,7 +9,8 @@ from enum import Enum
 from typing import Iterable, Sequence
 
 from ..paths import Paths, history_czxid, history_order, history_seq, parse_table_node
-from ..records import FAILED, INIT, SUCCESS, DdlRecord, HistoryEntry
+from ..records import FAILED, INIT, SUCCESS, Ack, DdlRecord, HistoryEntry
+from .txn import Check, Create, SetData, Txn
 
 RecordKey = tuple[str, int]   # (record path, czxid): one DDL's record, never the table's next one
 FINISHED_KEPT = 10_000
@@ -26,7 +27,8 @@ class GoneAction(str, Enum):
     """A record vanished from ZooKeeper."""
 
     RELEASE = "RELEASE"   # its outcome was applied here: release that record's local lock, nothing else
-    SETTLE = "SETTLE"     # we never saw its outcome: wait a grace for the peer channel, then reload
+    SETTLE = "SETTLE"     # its outcome was not applied here (never seen, or its reload failed): wait a
+                          # grace for the peer channel, then reload from the backends
 
 
 @dataclass(frozen=True)
@@ -65,10 +67,11 @@ class SubscriberCore:
         return Step.REFRESH
 
     def on_handled(self, key: RecordKey, status: str, ok: bool, message: str) -> None:
-        """A step was applied (and its ack is due)."""
+        """A step was handled (and its ack is due). An outcome counts as applied only when ok: one whose
+        reload failed is applied again from the backends when the record goes (or from ddl_history)."""
         self.handled[key] = status
         self.results[key] = (ok, message)
-        if status in (SUCCESS, FAILED):
+        if status in (SUCCESS, FAILED) and ok:
             self.mark_finished(key[1])
 
     def seen_answer(self, key: RecordKey, rec: DdlRecord) -> tuple[bool, str] | None:
@@ -115,11 +118,11 @@ class SubscriberCore:
             if key in seen or key not in self.handled:
                 continue
             last = self.handled.pop(key)
-            self.results.pop(key, None)
+            ok, _ = self.results.pop(key, (True, ""))
             parts = parse_table_node(key[0].rsplit("/", 1)[-1])
             if parts is None:
                 continue
-            if last in (SUCCESS, FAILED):
+            if last in (SUCCESS, FAILED) and ok:
                 self.mark_finished(key[1])
                 out.append(Gone(key, parts[0], parts[1], GoneAction.RELEASE))
             else:
@@ -128,11 +131,9 @@ class SubscriberCore:
 
     def settle(self, czxid: int) -> bool:
         """The grace for a vanished record is over: True if it must be reloaded from the backends now
-        (its outcome did not arrive meanwhile). Marks it finished either way."""
-        if czxid in self.finished:
-            return False
-        self.mark_finished(czxid)
-        return True
+        (its outcome was not applied meanwhile). The driver marks it finished (mark_finished) only once
+        that reload worked; until then ddl_history's entry for it still applies."""
+        return czxid not in self.finished
 
     def mark_finished(self, czxid: int) -> None:
         """The outcome of the record with that czxid is applied here (or it ran here)."""
@@ -173,6 +174,20 @@ class SubscriberCore:
             self.mark_finished(entry.record_czxid)
 
 
+def ack_txns(paths: Paths, instance: str, rec: DdlRecord, czxid: int, ok: bool = True, message: str = "",
+             meta_version: int = 0) -> list[Txn]:
+    """A subscriber's ack of a record's status, naming the record (its czxid) and written only while the
+    record is that DDL's (its owner znode is there). Two forms, tried in order until one goes through: the
+    INIT ack is new (create, then set), a later one updates it (set, then create). If the first op
+    (the owner check) fails with NoNode in both, the record is gone or another DDL's: nothing to ack."""
+    path = paths.ddl_ack(rec.schema, rec.table, instance)
+    data = Ack(rec.status, ok, message, meta_version, czxid).encode()
+    owner = (Check(paths.ddl_owner(rec.schema, rec.table, rec.ddl_id), 0),) if rec.ddl_id else ()
+    create = Txn("ack", owner + (Create(path, data, ephemeral=True),), czxid, rec.ddl_id)
+    update = Txn("ack", owner + (SetData(path, data),), czxid, rec.ddl_id)
+    return [create, update] if rec.status == INIT else [update, create]
+
+
 def may_release(lock_owner: str, lock_record: int, czxid: int, owner: str | None = None) -> bool:
     """A local lock held for a peer's DDL is released for record `czxid` only if it is that record's
     (or names none), and, with `owner`, that instance's: by now it may be the next DDL's."""
@@ -180,4 +195,4 @@ def may_release(lock_owner: str, lock_record: int, czxid: int, owner: str | None
             and (lock_owner == owner if owner is not None else lock_owner.startswith("instance:")))
 
 
-__all__ = ["Gone", "GoneAction", "RecordKey", "Step", "SubscriberCore", "may_release"]
+__all__ = ["Gone", "GoneAction", "RecordKey", "Step", "SubscriberCore", "ack_txns", "may_release"]

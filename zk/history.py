@@ -1,0 +1,61 @@
+"""ddl_history: finished DDLs kept for instances that must catch up, and the entry that asks every
+instance to reload a table after an originator lost its decision."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from .loops import ZK_ERRORS
+from .paths import history_order, history_seq
+from .records import FAILED, HistoryEntry
+
+HISTORY_MAX = 1000    # finished DDLs kept in ddl_history for instances that must catch up
+HISTORY_PRUNE_EVERY = 100
+LOST_DECISION_RETRY_S = 300.0   # how long an originator that lost its decision tries to reach the others
+
+
+class HistoryLog:
+    """Appending and pruning ddl_history (a part of zk.cluster.Cluster)."""
+
+    async def append_history(self, entry: HistoryEntry) -> None:
+        """Record a finished DDL in ddl_history."""
+        zk = self.zk
+        assert zk is not None
+        path = await zk.create(self.paths.history_entry_prefix(entry.record_czxid), entry.encode(), sequence=True)
+        await self.prune_history(path)
+
+    def reload_everywhere_later(self, keys: list[tuple[str, str]], sql: str) -> None:
+        """After a DDL whose outcome this instance could not publish: once it is back in the cluster
+        (bounded), a ddl_history entry per table that names no record (czxid 0), so every instance,
+        whatever it applied before, reloads the table from the backends."""
+        async def run() -> None:
+            deadline = time.monotonic() + LOST_DECISION_RETRY_S
+            while not self._stopping and time.monotonic() < deadline:
+                if self.ready and self.zk is not None and self.zk.connected:
+                    try:
+                        for schema, table in keys:
+                            await self.append_history(HistoryEntry(
+                                schema, table, self.instance, sql, FAILED, 0,
+                                message="the originator lost its decision: reload from the backends"))
+                        self.log.info("asked every instance to reload after a lost decision",
+                                      tables=[f"{s}.{t}" for s, t in keys])
+                        return
+                    except ZK_ERRORS as e:
+                        self.log.debug("could not append the reload entry yet", error=str(e))
+                await asyncio.sleep(1.0)
+            self.log.warning("could not ask the other instances to reload after a lost decision; "
+                             "run `reload @@metadata` on them", tables=[f"{s}.{t}" for s, t in keys])
+        self._spawn(run())
+
+    async def prune_history(self, created: str) -> None:
+        """Every HISTORY_PRUNE_EVERY entries, drop those beyond HISTORY_MAX (oldest first)."""
+        zk = self.zk
+        assert zk is not None
+        seq = history_seq(created)
+        if seq < 0 or seq % HISTORY_PRUNE_EVERY:
+            return
+        names = history_order(await zk.children(self.paths.history))
+        for name in names[:max(0, len(names) - HISTORY_MAX)]:
+            await zk.delete(f"{self.paths.history}/{name}")
+

@@ -1,0 +1,89 @@
+"""The loop helpers of the cluster layer: watch-driven waits with a bound, level-triggered passes,
+and the handling of background tasks a step left behind."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import structlog
+from kazoo.exceptions import KazooException
+
+from .aio import ZkTimeout
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
+
+log = structlog.get_logger("pydble.cluster")
+
+ZK_ERRORS = (KazooException, ZkTimeout)
+SAFETY_POLL_S = 2.0   # level-triggered loops re-read state at least this often, watches or not
+
+
+def drop_tasks(tasks: dict) -> None:
+    """Cancel peer asks still running; a finished one's failure (a broken link) is expected, not news."""
+    for task in tasks.values():
+        if not task.done():
+            task.cancel()
+        elif not task.cancelled():
+            task.exception()
+
+
+class Waker:
+    """An asyncio event that ZooKeeper watches set; loops wait on it with a bound."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def __call__(self, _event: object = None) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait for a watch to fire, at most timeout seconds; then re-arm. True if one fired."""
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+            fired = True
+        except asyncio.TimeoutError:
+            fired = False
+        self._event.clear()
+        return fired
+
+
+class PassLoop:
+    """A level-triggered follower: pass_once() runs whenever a watch fires, and at least every
+    SAFETY_POLL_S, so a missed or coalesced event (or a SIGSTOP) can never lose a step."""
+
+    name = "loop"
+    settle_s = 0.0   # after a watch fires, wait this long so a burst of events costs one pass
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.wake = Waker()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        """Start the loop (or just wake it if it runs); called at every join."""
+        if self._task is None or self._task.done():
+            self._task = self.cluster._spawn(self._loop())
+        self.wake()
+
+    async def _loop(self) -> None:
+        c = self.cluster
+        while not c._stopping:
+            try:
+                if c.zk is not None and c.zk.connected:
+                    await self.pass_once()
+            except ZK_ERRORS as e:
+                log.debug(f"{self.name} pass failed, will retry", instance=c.instance, error=str(e))
+            except Exception:  # noqa: BLE001 - the loop must survive anything
+                log.exception(f"{self.name} pass crashed, will retry", instance=c.instance)
+            if await self.wake.wait(SAFETY_POLL_S) and self.settle_s:
+                await asyncio.sleep(self.settle_s)
+
+    async def pass_once(self) -> None:
+        """Read the state and act on what changed."""
+        raise NotImplementedError
+
+
+
+__all__ = ["PassLoop", "SAFETY_POLL_S", "Waker", "ZK_ERRORS", "drop_tasks"]
