@@ -41,7 +41,6 @@ class Answer:
 
 
 async def run_ddl(inst: Instance, table: str, column: str, ddl_no: int) -> Answer:
-    c = inst.c
     if not inst.ready:
         return Answer(False, "not in the cluster: DDL refused", refused=True)
     owner = f"session:{ddl_no}"
@@ -137,9 +136,9 @@ async def _locked(inst: Instance, table: str, column: str, ddl_no: int) -> Answe
             outcome = await _fast_end(inst, core, key, status, message, texts)
         else:
             outcome = await _classic_end(inst, core, key, status, message, texts)
-        core.laggards |= set(outcome.laggards)
+        core.on_outcome_acks(outcome)
         inst.active.discard(record_path)
-        lag = tuple(sorted(core.laggards))
+        lag = tuple(sorted(core.laggards | {name for name, _ in core.unapplied}))   # the client's warning
         return Answer(success, message, lag, core, texts)
     except (LostDecision, ZkDown) as e:
         inst.world.log(f"{inst.tag} ddl {ddl_no} lost its decision in phase {core.phase.value}: {e}")

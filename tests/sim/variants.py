@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from zk.ddlcore import Check, Create, Delete, OriginatorCore, Running, SetData, SubscriberCore, Txn
+from zk.ddlcore import Check, Create, OriginatorCore, Running, SetData, SubscriberCore, Txn
 from zk.ddlcore.acks import AckTally
 from zk.paths import history_order, history_seq
 from zk.records import Ack
