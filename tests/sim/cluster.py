@@ -249,7 +249,7 @@ class SimCluster:
                     self.world.log(f"operator kill of {table} refused: holder {live} online")
                     return
                 self.world.log(f"operator kill of {table} (force={force}) releases it; holders {holders}")
-                if live and force:
+                if force:
                     self.checker.on_forced_release(table, marker)
                 lk = inst.locks.get(table)
                 if lk is not None:

@@ -101,6 +101,7 @@ async def _locked(inst: Instance, table: str, column: str, ddl_no: int) -> Answe
                 raise LostDecision("lost the session and lock before running: not run")
         core.start_running()
         ran = True
+        c.checker.on_send(inst, core, key)
         # -- the backends, with the INIT acks collected meanwhile ---------------------------------------------
         node_futs = []
         for node, be in sorted(c.backends.items()):
