@@ -35,7 +35,7 @@ from meta.locks import another_instance_ddl
 from . import zklog
 from .cluster import REMOVE_ATTEMPTS
 from .ddlcore.acks import AckOutcome
-from .ddlcore.originator import Cleanup, EndMode, InitResult, OriginatorCore, Phase, Removal
+from .ddlcore.originator import Cleanup, EndMode, Fence, InitResult, OriginatorCore, Phase, Removal
 from .ddlcore.txn import Txn, failures, went_through
 from .loops import ZK_ERRORS, drop_tasks
 from .records import FAILED, INIT, MARKER_PREFIX, SUCCESS
@@ -48,6 +48,7 @@ log = structlog.get_logger("pydble.cluster.ddl")
 
 # the phases a test may pause at (cli/pause.py); a fast end has no SUCCESS state in ZooKeeper, so there
 # "after_success" and "during_final_acks" pause once the decision is removed
+FENCE_READS = 3   # fencing reads of the locks tried while each answer comes too late to prove them ours
 PAUSE_PHASES = ("before_init", "after_init", "after_execute", "after_init_acks", "after_success",
                 "during_final_acks")
 
@@ -198,13 +199,23 @@ class ClusterDdl:
             raise LostDecision("this instance lost its ZooKeeper connection before running the DDL; "
                                "the DDL was not run")
         if not (zk is self.zk and core.lease_holds(zk.session_id, time.monotonic(), zk.session_timeout_s)):
-            try:
-                stats = await asyncio.gather(*(zk.exists(c.paths.ddl_lock(*key)) for key in core.locked))
-            except ZK_ERRORS as e:
-                raise LostDecision(f"cannot confirm the DDL lock ({e.__class__.__name__}); the DDL was not run") from None
-            if not core.may_run(zk.session_id, dict(zip(core.locked, stats))):
-                raise LostDecision("this instance lost its ZooKeeper session and DDL lock before running the "
-                                   "DDL; the DDL was not run")
+            for _ in range(FENCE_READS):
+                sent = time.monotonic()
+                try:
+                    stats = await asyncio.gather(*(zk.exists(c.paths.ddl_lock(*key)) for key in core.locked))
+                except ZK_ERRORS as e:
+                    raise LostDecision(f"cannot confirm the DDL lock ({e.__class__.__name__}); the DDL was not "
+                                       f"run") from None
+                fence = core.fence(zk.session_id, dict(zip(core.locked, stats)), sent, time.monotonic(),
+                                   zk.session_timeout_s)
+                if fence is Fence.RUN:
+                    break
+                if fence is Fence.LOST:
+                    raise LostDecision("this instance lost its ZooKeeper session and DDL lock before running the "
+                                       "DDL; the DDL was not run")
+            else:
+                raise LostDecision("ZooKeeper's answers came too late to prove this instance still holds the DDL "
+                                   "lock; the DDL was not run")
         core.start_running()
 
     async def _own_session(self, status: str) -> Zk:
@@ -366,9 +377,10 @@ class ClusterDdl:
             c.active_ddls.discard(path)
         for key in list(core.locked):   # a record we could not remove: at least the lock, if still ours
             try:
-                lock = await zk.exists(c.paths.ddl_lock(*key))
-                if core.lock_is_ours(key, lock, zk.session_id):
-                    await zk.delete(c.paths.ddl_lock(*key), lock.version)
+                lock, owner = await asyncio.gather(zk.exists(c.paths.ddl_lock(*key)),
+                                                   zk.exists(core.owner_path(key)))
+                if core.cleanup(key, lock, zk.session_id, owner is not None) is Cleanup.DELETE_LOCK:
+                    core.on_lock_released(key, await zklog.commit(zk, core.lock_release_txn(key, lock)))
             except ZK_ERRORS:
                 pass
         drop_tasks(self.ack_listing)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, RolledBackError
 
-from zk.ddlcore import (AckTally, Check, Cleanup, Create, Delete, EndMode, GoneAction, InitResult, OriginatorCore,
+from zk.ddlcore import (AckTally, Check, Cleanup, Create, Delete, EndMode, Fence, GoneAction, InitResult, OriginatorCore,
                         Phase, Removal, SetData, Step, SubscriberCore, Txn, ack_counts, went_through)
 from zk.ddlcore import reconciler as rc
 from zk.paths import Paths, parse_table_node
@@ -222,6 +222,33 @@ def test_an_originator_frozen_past_its_session_may_not_run_the_ddl():
     assert other.phase is Phase.REFUSED
     assert not core.may_run(7, locks_read(core, log))   # a new session: the lock is gone
     assert core.phase is Phase.LOST
+
+
+def test_a_fencing_answer_too_old_to_prove_the_lock_is_read_again():
+    """The locks read as ours, but the answer sat (paused process) past a third of the session timeout:
+    the session may have expired since, so it proves nothing."""
+    log = fresh_log()
+    core = originator()
+    lock_all(core, log, 1, now=0.0)
+    locks = locks_read(core, log)
+    assert core.fence(1, locks, read_sent_at=50.0, now=50.1, session_timeout_s=6) is Fence.RUN
+    assert core.fence(1, locks, read_sent_at=50.0, now=52.5, session_timeout_s=6) is Fence.READ_AGAIN
+    assert core.phase is Phase.INIT
+    log.expire(1)
+    assert core.fence(1, locks_read(core, log), 60.0, 60.0, 6) is Fence.LOST and core.phase is Phase.LOST
+
+
+def test_an_originator_whose_record_an_operator_removed_releases_only_its_own_lock():
+    log = fresh_log()
+    core = originator()
+    lock_all(core, log, 1)
+    rec = PATHS.ddl_record(*KEY)
+    log.nodes = {p: v for p, v in log.nodes.items() if not (p == rec or p.startswith(rec + "/"))}
+    assert not core.on_decided(KEY, FAILED, "", log.commit(core.decide_txn(KEY, FAILED), 1))
+    lock = log.stat(PATHS.ddl_lock(*KEY))
+    assert core.cleanup(KEY, lock, 1, owner_exists=False) is Cleanup.DELETE_LOCK
+    assert core.on_lock_released(KEY, log.commit(core.lock_release_txn(KEY, lock), 1))
+    assert log.stat(PATHS.ddl_lock(*KEY)) is None and core.locked == []
 
 
 def test_the_fast_end_decides_and_removes_in_one_transaction_and_retries_on_new_acks():

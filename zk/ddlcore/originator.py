@@ -72,7 +72,16 @@ class Cleanup(str, Enum):
 
     REMOVE = "REMOVE"                     # decided: remove record, acks, lock (+ history)
     DECIDE_FAILED_THEN_REMOVE = "DECIDE_FAILED_THEN_REMOVE"   # still INIT (never ran): FAILED first
+    DELETE_LOCK = "DELETE_LOCK"           # the lock is ours but the record is not (an operator removed it)
     LEAVE = "LEAVE"                       # not ours any more: a reconciler or the next DDL owns it
+
+
+class Fence(str, Enum):
+    """What a fencing read of the locks says about running the DDL now."""
+
+    RUN = "RUN"                 # every lock is ours, and the read is recent enough to still prove it
+    READ_AGAIN = "READ_AGAIN"   # the locks were ours, but the answer is too old to prove it (paused since?)
+    LOST = "LOST"               # a lock is gone or another DDL's: the DDL must not run
 
 
 class StaleActor(RuntimeError):
@@ -201,6 +210,17 @@ class OriginatorCore:
         self.phase = Phase.LOST
         return False
 
+    def fence(self, session: int | None, locks: Mapping[Key, Any], read_sent_at: float, now: float,
+              session_timeout_s: float) -> Fence:
+        """may_run, with the read's age as a lease: an answer that says "ours" proves it only until the
+        session could have expired after the read was sent (ZooKeeper expires it no earlier than its
+        timeout after it last heard from us); an answer older than a third of it (at most LEASE_MAX_S),
+        e.g. one that sat in the socket while this process was paused, must be read again."""
+        if not self.may_run(session, locks):
+            return Fence.LOST
+        lease = min(session_timeout_s / 3, LEASE_MAX_S)
+        return Fence.RUN if now - read_sent_at < lease else Fence.READ_AGAIN
+
     def start_running(self) -> None:
         """The DDL goes to the backends (INIT acks keep coming meanwhile)."""
         if self.phase is not Phase.INIT:
@@ -327,14 +347,32 @@ class OriginatorCore:
         return Removal.LOST
 
     # -- the end, whatever happened ---------------------------------------------------------------------
-    def cleanup(self, key: Key, lock: Any, session: int | None) -> Cleanup:
+    def cleanup(self, key: Key, lock: Any, session: int | None, owner_exists: bool | None = None) -> Cleanup:
         """What an ending originator may still do with a table: only while the lock read is this DDL's
-        (our session, our czxid) does it touch anything; a record still INIT is decided FAILED first."""
+        (our session, our czxid) does it touch anything; a record still INIT is decided FAILED first;
+        with the record gone (owner znode absent) only the lock is left to release."""
         if key not in self.locked or not self.lock_is_ours(key, lock, session):
             return Cleanup.LEAVE
+        if owner_exists is False:
+            return Cleanup.DELETE_LOCK
         if self.records[key].status == INIT:
             return Cleanup.DECIDE_FAILED_THEN_REMOVE
         return Cleanup.REMOVE
+
+    def lock_release_txn(self, key: Key, lock: Any) -> Txn:
+        """Our lock alone, at the version read (cleanup said DELETE_LOCK). ZooKeeper cannot condition a
+        delete on a czxid: should the lock be replaced between the read and this write, the next DDL
+        loses its lock (its decide then fails and it is reconciled), never two DDLs run at once: its
+        record still blocks any other INIT."""
+        return Txn("release-lock", (Delete(self.paths.ddl_lock(*key), int(getattr(lock, "version", -1))),),
+                   self.czxids.get(key, 0), self.ddl_id)
+
+    def on_lock_released(self, key: Key, results: Sequence[Any]) -> bool:
+        if went_through(results) and key in self.locked:
+            self.locked.remove(key)
+            self.records.pop(key, None)
+            return True
+        return False
 
     def lost(self) -> None:
         """The driver learned (session gone, ZooKeeper failed us) that the decision is not ours; what it
@@ -346,4 +384,4 @@ class OriginatorCore:
         return SUCCESS if success else FAILED
 
 
-__all__ = ["Cleanup", "EndMode", "InitResult", "LEASE_MAX_S", "OriginatorCore", "Phase", "Removal", "StaleActor"]
+__all__ = ["Cleanup", "EndMode", "Fence", "InitResult", "LEASE_MAX_S", "OriginatorCore", "Phase", "Removal", "StaleActor"]
