@@ -31,8 +31,8 @@ class Violation(BaseException):
     simulated actor may swallow it)."""
 
 
-DECIDING = {"decide", "remove", "ack", "reconcile-decide", "reconcile-remove"}
-ORIGINATOR = {"decide", "remove"}
+DECIDING = {"decide", "remove", "ack", "reconcile-decide", "reconcile-remove", "release-lock"}
+ORIGINATOR = {"decide", "remove", "release-lock"}
 
 
 def _since(have: tuple | None, after: tuple | None, now: tuple | None, column: str) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from zk.ddlcore import Cleanup, EndMode, InitResult, Phase, Removal, StaleActor
+from zk.ddlcore import Cleanup, EndMode, Fence, InitResult, Phase, Removal
 from zk.records import FAILED, MARKER_PREFIX, SUCCESS, HistoryEntry
 
 from .backend import BackendError
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .instance import Instance
 
 PEER_GRACE_S = 0.2
+FENCE_READS = 3
 REMOVE_ATTEMPTS = 5
 LOST_DECISION_RETRY_S = 300.0
 
@@ -93,12 +94,19 @@ async def _locked(inst: Instance, table: str, column: str, ddl_no: int) -> Answe
     try:
         # -- fencing ----------------------------------------------------------------------------------
         if not core.lease_holds(inst.session, inst.world.now, c.session_timeout_s):
-            try:
-                stat = await inst.zexists(c.paths.ddl_lock(*key))
-            except ZkDown:
-                stat = None
-            if not core.may_run(inst.session, {key: stat}):
-                raise LostDecision("lost the session and lock before running: not run")
+            for _ in range(FENCE_READS):
+                sent = inst.world.now
+                try:
+                    stat = await inst.zexists(c.paths.ddl_lock(*key))
+                except ZkDown:
+                    stat = None
+                fence = core.fence(inst.session, {key: stat}, sent, inst.world.now, c.session_timeout_s)
+                if fence is Fence.RUN:
+                    break
+                if fence is Fence.LOST:
+                    raise LostDecision("lost the session and lock before running: not run")
+            else:
+                raise LostDecision("the fencing reads' answers came too late: not run")
         core.start_running()
         ran = True
         c.checker.on_send(inst, core, key)
@@ -352,41 +360,34 @@ async def _classic_end(inst: Instance, core: Any, key: tuple[str, str], status: 
 
 
 async def _cleanup(inst: Instance, core: Any, key: tuple[str, str]) -> None:
-    """What an ending originator may still touch: only what is provably this DDL's."""
+    """What an ending originator may still touch: only what is provably this DDL's (originator._cleanup)."""
     c = inst.c
     if core.phase in (Phase.DONE, Phase.REFUSED) or key not in core.locked:
         return
     try:
         lock = await inst.zexists(c.paths.ddl_lock(*key))
         what = core.cleanup(key, lock, inst.session)
-        if what is Cleanup.LEAVE:
-            return
         if what is Cleanup.DECIDE_FAILED_THEN_REMOVE:
-            try:
-                txn = core.decide_txn(key, FAILED, "the originator gave up before running the DDL")
-            except StaleActor:
-                # LOST with the lock still ours (its record went first): delete just the lock, as
-                # zk/originator.py's second cleanup loop did (reported to h1: NOTES-h1-h2.md)
-                await inst.zwrite(("delete", c.paths.ddl_lock(*key), lock.version), "cleanup-lock")
-                return
-            results = await inst.zcommit(txn, core.session)
-            if not core.on_decided(key, FAILED, "gave up", results):
-                return
-        for _ in range(REMOVE_ATTEMPTS):
-            acks = await inst.zchildren(c.paths.ddl_acks(*key))
-            results = await inst.zcommit(core.removal_txn(key, acks, finished_at=inst.world.now), core.session)
-            if _through(results):
-                core.on_removed(key, results)
-                inst.sub.mark_finished(core.czxids[key])
-                return
+            results = await inst.zcommit(core.decide_txn(key, FAILED, "the originator gave up before running the DDL"),
+                                         core.session)
+            core.on_decided(key, FAILED, "gave up", results)
+        if what is not Cleanup.LEAVE:
+            for _ in range(REMOVE_ATTEMPTS):
+                acks = await inst.zchildren(c.paths.ddl_acks(*key))
+                results = await inst.zcommit(core.removal_txn(key, acks, finished_at=inst.world.now), core.session)
+                if _through(results):
+                    core.on_removed(key, results)
+                    inst.sub.mark_finished(core.czxids[key])
+                    return
+                if await inst.zexists(core.owner_path(key)) is None:
+                    break
+        if key in core.locked:   # a record we could not remove: at least the lock, if still ours
+            lock = await inst.zexists(c.paths.ddl_lock(*key))
             owner = await inst.zexists(core.owner_path(key))
-            if owner is None:
-                return
+            if core.cleanup(key, lock, inst.session, owner is not None) is Cleanup.DELETE_LOCK:
+                core.on_lock_released(key, await inst.zcommit(core.lock_release_txn(key, lock), core.session))
     except ZkDown:
         return
-    except Exception as e:  # noqa: BLE001 - NoNodeError/BadVersionError of the lock-only delete
-        if e.__class__.__name__ not in ("NoNodeError", "BadVersionError"):
-            raise
 
 
 async def reload_everywhere_later(inst: Instance, table: str, sql: str) -> None:
