@@ -35,6 +35,7 @@ class Query:
     marker: str
     state: str = "mdl"   # "mdl": waiting for the metadata lock; "run": altering
     ends_at: float = 0.0
+    sent: Any = None     # the SentDdl to give the structure read back after it
 
 
 class Backend:
@@ -115,6 +116,7 @@ class Backend:
         sent = SentDdl(self, 0)
 
         def run() -> None:
+            sent.query = None
             if not self.reachable():
                 self._reply(cb, Unreachable(self.name))
                 return
@@ -122,6 +124,7 @@ class Backend:
             q = Query(self._conn, client, table, f"ALTER TABLE {table} ADD COLUMN {column} /* {marker} */",
                       column, marker)
             sent.conn = q.conn
+            q.sent = sent
             self.processlist[q.conn] = q
             self._answers[q.conn] = cb
             for h in self.on_start:
@@ -186,6 +189,9 @@ class Backend:
 
     def _end(self, q: Query, result: BackendError | None) -> None:
         self.processlist.pop(q.conn, None)
+        if q.sent is not None:
+            # SHOW CREATE TABLE on the DDL's own connection right after it (proxy/ddl.py reads it back there)
+            q.sent.after = self.tables.get(q.table)
         for h in self.on_end:
             h(q, result is None)
         cb = self._answers.pop(q.conn, None)
@@ -196,7 +202,10 @@ class Backend:
 
 @dataclass
 class SentDdl:
-    """A DDL sent to a node: its connection id, known once the node took it (0 before)."""
+    """A DDL sent to a node: its connection id, known once the node took it (0 before), and the table's
+    structure read back on the same connection once it ended."""
 
     backend: Backend
     conn: int
+    after: tuple | None = None
+    query: Any = None

@@ -37,8 +37,9 @@ class Variant:
     running_step: Callable[..., Any] = rc.running_step
     acks_without_identity: bool = False     # the adapter's ZooKeeper acks: unconditional, naming no record
     kill_refuses_live_holder: bool = True   # the simulated `kill @@ddl_lock` (proxy/server.py's rule)
-    # faults the protocol is known not to survive yet (see README "Deterministic simulation"): off by default
-    reload_failures: bool = False           # a node unreachable while subscribers reload from the backends
+    # a node unreachable also fails metadata reads (a subscriber's reload, a catch-up); False: only new DDL
+    # connections are refused (reads still answer)
+    reload_failures: bool = True
 
 
 @dataclass

@@ -112,9 +112,10 @@ async def _locked(inst: Instance, table: str, column: str, ddl_no: int) -> Answe
         c.checker.on_send(inst, core, key)
         # -- the backends, with the INIT acks collected meanwhile ---------------------------------------------
         node_futs = []
+        sent_to = {}
         for node, be in sorted(c.backends.items()):
             f = SimFuture()
-            be.alter(inst.tag, table, column, marker, f.set)
+            sent_to[node] = be.alter(inst.tag, table, column, marker, f.set)
             node_futs.append((node, f))
         init_steps = core.init_steps()
         asked = {peer: inst.peer_ask(peer, _step(c, key, init_steps[key], None, False))
@@ -124,14 +125,18 @@ async def _locked(inst: Instance, table: str, column: str, ddl_no: int) -> Answe
         failed = [(n, v) for (n, _), v in zip(node_futs, values) if isinstance(v, BaseException)]
         success = not failed
         message = "; ".join(f"{n}: {v}" for n, v in failed)
-        # -- refresh our own memory from the nodes -------------------------------------------------------
-        try:
-            structure = await inst.read_table(table)
-            texts = {table: structure}
+        # -- refresh our own memory: from what each node's connection read back right after the DDL when
+        #    every node answered cleanly (proxy/ddl.py), else loaded from the backends ---------------------
+        if success:
+            structure = {node: sent_to[node].after for node in sorted(sent_to)}
+        else:
+            try:
+                structure = await inst.read_table(table)
+            except BackendError:
+                structure = None   # a node unreachable now: memory keeps the old structure (see the report)
+        texts = {table: structure} if structure is not None else None
+        if structure is not None:
             inst.publish(table, structure)
-        except BackendError:
-            texts = None
-            # production: the refresh is left to the backends' next read; memory may be stale here
         # -- INIT acks, then the outcome ------------------------------------------------------------------
         v = await init_acks.finished
         if v[0] != "ok" or isinstance(v[1], BaseException):

@@ -75,8 +75,7 @@ BUGS: dict[str, Variant] = {
     "lock-version-only": Variant("lock-version-only", originator_core=LockVersionOnlyCore),
     "ack-without-identity": Variant("ack-without-identity", originator_core=AckWithoutIdentityCore,
                                     acks_without_identity=True),
-    "history-seen-before-applied": Variant("history-seen-before-applied", subscriber_core=SeenBeforeAppliedCore,
-                                           reload_failures=True),
+    "history-seen-before-applied": Variant("history-seen-before-applied", subscriber_core=SeenBeforeAppliedCore),
     "kill-live-holder": Variant("kill-live-holder", kill_refuses_live_holder=False),
     "reconcile-while-running": Variant("reconcile-while-running", running_step=always_ended),
 }
