@@ -86,7 +86,7 @@ class Instance:
         self.incarnation = 0
         self.state = "down"          # down | running | paused
         self.inbox: list[Callable[[], None]] = []
-        self.tasks: set[Task] = set()
+        self.tasks: dict[Task, None] = {}   # in creation order (a set's order would vary from run to run)
         self.zk = None
         self.ready = False
         self.memory: dict[str, dict[str, tuple | None]] = {}   # table -> node -> columns (None: absent)
@@ -126,8 +126,8 @@ class Instance:
             else:
                 deliver(fn)
         t = Task(coro, resume, f"{self.tag}:{name}", world)
-        self.tasks.add(t)
-        t.finished.then(lambda _v: self.tasks.discard(t))
+        self.tasks[t] = None
+        t.finished.then(lambda _v: self.tasks.pop(t, None))
         t.finished.then(lambda v: self._task_died(t, v))
         return t
 

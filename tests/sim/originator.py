@@ -145,7 +145,8 @@ async def _locked(inst: Instance, table: str, column: str, ddl_no: int) -> Answe
         core.on_init_acks(init)
         status = SUCCESS if success else FAILED
         mode = core.end_mode(c.peer_on, init)
-        inst.world.log(f"{inst.tag} ddl {ddl_no} ran ({status}); INIT acks {init}; {mode.value} end")
+        inst.world.log(f"{inst.tag} ddl {ddl_no} ran ({status}); INIT acks by peer {sorted(init.by_peer)}, "
+                       f"laggards {list(init.laggards)}, refusals {list(init.refusals)}; {mode.value} end")
         if mode is EndMode.FAST:
             outcome = await _fast_end(inst, core, key, status, message, texts)
         else:

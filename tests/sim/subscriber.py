@@ -79,7 +79,7 @@ async def listener_pass(inst: Instance, waker: Waker, caught_up_at: float) -> bo
             sub.on_handled(key, rec.status, ok, message)
             inst.world.log(f"{inst.tag} zk step {rec.status} of {key}: {ok} {message}")
             await ack(inst, rec, stat.czxid, ok, message)
-    for gone in sub.on_pass(known, seen):
+    for gone in sorted(sub.on_pass(known, seen), key=lambda g: g.key):   # the core returns them in set order
         inst.world.log(f"{inst.tag} record {gone.key} gone: {gone.action.value}")
         inst.zk_records.pop(gone.key, None)
         if gone.action is GoneAction.RELEASE:
