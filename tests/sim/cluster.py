@@ -40,6 +40,9 @@ class Variant:
     # a node unreachable also fails metadata reads (a subscriber's reload, a catch-up); False: only new DDL
     # connections are refused (reads still answer)
     reload_failures: bool = True
+    # a reload that cannot read a node publishes the old structure for it instead of failing (meta.loader's
+    # partial load, UNKNOWN): nothing then retries it (reported; see NOTES / the report)
+    partial_loads: bool = False
 
 
 @dataclass
@@ -95,6 +98,8 @@ class SimCluster:
             return False
         if any(p != self.paths.ddl for p in self.zk.tree(self.paths.ddl)) or \
                 any(p != self.paths.ddl_locks for p in self.zk.tree(self.paths.ddl_locks)):
+            return False
+        if self.paths.sync_meta_lock in self.zk.nodes or self.paths.reconcile_lock in self.zk.nodes:
             return False
         truth = {t: {n: be.tables.get(t) for n, be in sorted(self.backends.items())} for t in self.tables}
         for inst in self.instances.values():

@@ -279,7 +279,9 @@ class Instance:
 
     # -- metadata ------------------------------------------------------------------------------------
     async def read_table(self, table: str) -> dict[str, tuple | None]:
-        """SHOW CREATE TABLE on every node (raises the backend's error)."""
+        """SHOW CREATE TABLE on every node. A node that cannot be read raises its error, or, with the
+        variant's `partial_loads` (what meta.loader does), keeps the structure memory had for it (registry
+        _carry: published as UNKNOWN, no error)."""
         futs = []
         for node, be in sorted(self.c.backends.items()):
             f = SimFuture()
@@ -287,9 +289,12 @@ class Instance:
             futs.append((node, f))
         values = await gather([f for _, f in futs])
         out = {}
+        before = self.memory.get(table, {})
         for (node, _), v in zip(futs, values):
             if isinstance(v, BaseException):
-                raise v
+                if not self.c.variant.partial_loads or node not in before:
+                    raise v
+                v = before[node]
             out[node] = v
         return out
 
