@@ -217,10 +217,10 @@ class ProxyServer:
                                  f"{', '.join(live)}; wait for it, or add `force` (the holder then cannot "
                                  f"publish its outcome: check the table with `check full @@metadata`)",
                                  1105, "HY000")
-        released = self.ddl.locks.release(schema, table)
         if self.cluster is not None:
-            await self.cluster.release_table(schema, table)
-        elif not released:
+            await self.cluster.release_table(schema, table, force)   # may refuse: then nothing is released
+        released = self.ddl.locks.release(schema, table)
+        if self.cluster is None and not released:
             raise ProxyError(f"there is no ddl lock on {schema}.{table}", 1105, "HY000")
         self.log.warning("ddl lock released by operator", table=f"{schema}.{table}")
 

@@ -26,6 +26,7 @@ from kazoo.exceptions import KazooException
 
 from . import wire
 from .aio import ZkTimeout
+from .reads import read
 from .records import BadRecord, DdlRecord, OnlineInfo
 
 if TYPE_CHECKING:
@@ -285,13 +286,12 @@ class PeerLinks:
         zk = c.zk
         if zk is None or not zk.connected:
             raise PeerUnavailable("no ZooKeeper session to look the peer up")
-        got = await zk.get_or_none(c.paths.online_instance(instance))
+        got = await read(zk, c.paths.online_instance(instance), OnlineInfo)
         if got is None:
             raise PeerUnavailable(f"{instance} is not online")
-        try:
-            info = OnlineInfo.decode(got[0])
-        except BadRecord as e:
-            raise PeerUnavailable(f"{instance}: {e}") from None
+        if got.value is None:
+            raise PeerUnavailable(f"{instance}: {got.error}")
+        info = got.value
         key = c.peer_key
         if info.peer_port <= 0 or key is None:
             raise PeerUnavailable(f"{instance} has no peer channel")

@@ -11,6 +11,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotE
 from zk.ddlcore import (AckTally, Check, Cleanup, Create, Delete, EndMode, Fence, GoneAction, InitResult, OriginatorCore,
                         Phase, Removal, SetData, Step, SubscriberCore, Txn, ack_counts, went_through)
 from zk.ddlcore import reconciler as rc
+from zk.ddlcore.release import release_refusal, release_txn
 from zk.paths import Paths, parse_table_node
 from zk.records import FAILED, INIT, MARKER_PREFIX, SUCCESS, Ack, DdlRecord, HistoryEntry
 
@@ -493,3 +494,58 @@ def test_the_core_imports_no_io():
 
 def test_parse_table_node_round_trip_used_by_gone():
     assert parse_table_node(PATHS.ddl_record(*KEY).rsplit("/", 1)[-1]) == KEY
+
+
+# -- operator release -----------------------------------------------------------------------------------
+
+def _judged(log: Log, key=KEY):
+    """What kill @@ddl_lock reads before it releases: record (stat, children, acks) and lock stat."""
+    path = PATHS.ddl_record(*key)
+    got = log.nodes.get(path)
+    rec = DdlRecord.decode(got[0]) if got else None
+    children = [p.rsplit("/", 1)[1] for p in log._children(path)]
+    return rec, (got[1] if got else None), children, acks_of(log, key), log.stat(PATHS.ddl_lock(*key))
+
+
+def test_an_operator_release_removes_exactly_what_it_judged():
+    log = fresh_log()
+    a = originator("i1", marker="a1")
+    lock_all(a, log, 1)
+    rec, stat, children, acks, lock = _judged(log)
+    entry = HistoryEntry(*KEY, "i1", rec.sql, FAILED, stat.czxid)
+    assert went_through(log.commit(release_txn(PATHS, KEY, rec, stat, children, acks, lock, entry), 9))
+    assert log.record() is None and log.stat(PATHS.ddl_lock(*KEY)) is None
+    assert log.history()[0].record_czxid == stat.czxid
+    # the stale originator can touch nothing now, and a new DDL starts
+    assert not a.on_decided(KEY, SUCCESS, "", log.commit(a.decide_txn(KEY, SUCCESS), 1))
+    assert lock_all(originator("i2", marker="b2"), log, 2) == [InitResult.LOCKED]
+
+
+def test_an_operator_release_leaves_a_ddl_that_took_the_table_meanwhile_alone():
+    log = fresh_log()
+    a = originator("i1", marker="a1")
+    lock_all(a, log, 1)
+    rec, stat, children, acks, lock = _judged(log)
+    log.expire(1)                                   # i1 dies; its record stays, then is reconciled ...
+    log.operator_release()
+    b = originator("i2", marker="b2")
+    lock_all(b, log, 2)                             # ... and the next DDL takes the table
+    entry = HistoryEntry(*KEY, "i1", rec.sql, FAILED, stat.czxid)
+    before = dict(log.nodes)
+    assert not went_through(log.commit(release_txn(PATHS, KEY, rec, stat, children, acks, lock, entry), 9))
+    assert log.nodes == before
+    # a lock seen without a record: not deleted once a record (a new DDL) appeared
+    log2 = fresh_log()
+    log2.nodes[PATHS.ddl_lock(*KEY)] = (b"{}", Stat(7, 0, 5))
+    seen = log2.stat(PATHS.ddl_lock(*KEY))
+    del log2.nodes[PATHS.ddl_lock(*KEY)]
+    lock_all(originator("i3", marker="c3"), log2, 3)
+    assert not went_through(log2.commit(release_txn(PATHS, KEY, None, None, [], [], seen, None), 9))
+    assert log2.record().instance == "i3"
+
+
+def test_a_release_without_force_waits_while_the_ddl_still_runs_on_a_node():
+    rec = DdlRecord("i1", "s1", "t1", "ALTER", "x", INIT, marker=f"{MARKER_PREFIX}a1")
+    assert "dbGroup1" in release_refusal(rec, ["dbGroup1"], force=False)
+    assert release_refusal(rec, ["dbGroup1"], force=True) is None
+    assert release_refusal(rec, [], force=False) is None
