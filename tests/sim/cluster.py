@@ -8,15 +8,16 @@ from typing import Any, Callable
 
 from zk.ddlcore import OriginatorCore, SubscriberCore
 from zk.ddlcore import reconciler as rc
+from zk.ddlcore.release import release_refusal, release_txn
 from zk.paths import Paths
-from zk.records import BadRecord, DdlLockInfo, DdlRecord, OnlineInfo
+from zk.records import FAILED, BadRecord, DdlLockInfo, DdlRecord, HistoryEntry, OnlineInfo
 
 from .backend import Backend, BackendError
 from .checker import Checker, Violation
 from .instance import SAFETY_POLL_S, Instance, Waker, ZkDown
 from .net import PeerNet
 from .originator import run_ddl
-from .reconciler import drain_in_flight, recovery_loop
+from .reconciler import ddl_running, drain_in_flight, recovery_loop
 from .subscriber import listener_loop
 from .world import World
 from .zkmodel import ZkServer
@@ -36,7 +37,9 @@ class Variant:
     subscriber_core: type = SubscriberCore
     running_step: Callable[..., Any] = rc.running_step
     acks_without_identity: bool = False     # the adapter's ZooKeeper acks: unconditional, naming no record
-    kill_refuses_live_holder: bool = True   # the simulated `kill @@ddl_lock` (proxy/server.py's rule)
+    # the simulated `kill @@ddl_lock`: refused while the holder is online (proxy/server.py) or its DDL runs on a
+    # node (release_refusal), and releasing exactly what it judged (release_txn); False: the old release
+    kill_refuses_live_holder: bool = True
     # a node unreachable also fails metadata reads (a subscriber's reload, a catch-up); False: only new DDL
     # connections are refused (reads still answer)
     reload_failures: bool = True
@@ -223,48 +226,64 @@ class SimCluster:
         inst.deliver_for(inst.incarnation)(lambda: inst.spawn(client(), f"ddl{no}"))
 
     def operator_kill(self, name: str, table: str, force: bool) -> None:
-        """`kill @@ddl_lock where schema='db' and table='t' [force]` sent to instance `name`."""
+        """`kill @@ddl_lock where schema='db' and table='t' [force]` sent to instance `name`
+        (proxy/server.kill_ddl_lock + cluster.release_table over zk/ddlcore/release.py)."""
         inst = self.instances[name]
         if inst.state != "running":
             return
 
         async def op() -> None:
             nonlocal table
-            locked = sorted(self.paths.ddl_lock(self.schema, t) in self.zk.nodes and t or "" for t in self.tables)
-            locked = [t for t in locked if t]
+            locked = [t for t in self.tables if self.paths.ddl_lock(self.schema, t) in self.zk.nodes]
             if locked and table not in locked:
                 table = locked[0]   # an operator kills a lock that is there (show @@ddl first)
             key = (self.schema, table)
             try:
                 online = await inst.online() | {inst.name}
                 lock = await inst.zget(self.paths.ddl_lock(*key))
-                rec = await inst.zget(self.paths.ddl_record(*key))
+                got = await inst.zget(self.paths.ddl_record(*key))
                 holders = set()
                 if lock is not None:
                     holders.add(DdlLockInfo.decode(lock[0]).instance)
-                marker = ""
+                rec = DdlRecord.decode(got[0]) if got is not None else None
                 if rec is not None:
-                    r = DdlRecord.decode(rec[0])
-                    holders.add(r.instance)
-                    marker = r.marker
+                    holders.add(rec.instance)
                 lk = inst.locks.get(table)
                 if lk is not None and lk.owner.startswith("session:"):
                     holders.add(inst.name)
-                live = holders & online
-                if live and not force and self.variant.kill_refuses_live_holder:
-                    self.world.log(f"operator kill of {table} refused: holder {live} online")
+                if holders & online and not force and self.variant.kill_refuses_live_holder:
+                    self.world.log(f"operator kill of {table} refused: holder {holders & online} online")
                     return
-                self.world.log(f"operator kill of {table} (force={force}) releases it; holders {holders}")
+                if got is None and lock is None:
+                    inst.locks.pop(table, None)
+                    return
+                if self.variant.kill_refuses_live_holder:
+                    if not force and rec is not None and rec.ddl_id:
+                        why = release_refusal(rec, await ddl_running(inst, rec.marker, False), force)
+                        if why is not None:
+                            self.world.log(f"operator kill of {table} refused: {why}")
+                            return
+                    children = await inst.zchildren(self.paths.ddl_record(*key)) if got is not None else []
+                    acks = await inst.zchildren(self.paths.ddl_acks(*key)) if "instance" in children else []
+                    entry = None
+                    if got is not None:
+                        entry = HistoryEntry(self.schema, table, rec.instance if rec else "?", rec.sql if rec else "",
+                                             FAILED, got[1].czxid, self.world.now, message="released by an operator")
+                    results = await inst.zcommit(release_txn(self.paths, key, rec, got[1] if got else None, children,
+                                                             acks, lock[1] if lock else None, entry))
+                    if any(isinstance(r, BaseException) for r in results):
+                        self.world.log(f"operator kill of {table}: changed meanwhile, nothing released")
+                        return
+                else:   # the bug: whatever is there by now goes, one node after another (the old release_table)
+                    await self._delete_recursive(inst, self.paths.ddl_record(*key))
+                    try:
+                        await inst.zwrite(("delete", self.paths.ddl_lock(*key), -1), "operator")
+                    except Exception:  # noqa: BLE001 - NoNodeError
+                        pass
+                self.world.log(f"operator kill of {table} (force={force}) released it; holders {holders}")
                 if force:
-                    self.checker.on_forced_release(table, marker)
-                lk = inst.locks.get(table)
-                if lk is not None:
-                    del inst.locks[table]
-                await self._delete_recursive(inst, self.paths.ddl_record(*key))
-                try:
-                    await inst.zwrite(("delete", self.paths.ddl_lock(*key), -1), "operator")
-                except Exception:  # noqa: BLE001 - NoNodeError
-                    pass
+                    self.checker.on_forced_release(table, rec.marker if rec else "")
+                inst.locks.pop(table, None)
             except (ZkDown, BadRecord):
                 return
         inst.spawn(op(), "operator")

@@ -27,6 +27,8 @@ def test_thousands_of_schedules_keep_every_promise() -> None:
     failed = []
     oks = ddls = 0
     for seed in range(SCHEDULES):
+        if seed in OPEN_SEEDS:
+            continue   # an open hole: test_open_holes_still_found
         o = run_schedule(seed, FIXED)
         oks += o.oks
         ddls += o.ddls
@@ -68,8 +70,9 @@ REVERTED = [
     # 3. history_seen moved before the entry is applied: a subscriber whose reload failed (a node unreachable)
     #    never catches up and serves the old structure for good
     ("history-seen-before-applied", 977, "serves t1 as"),
-    # 4. kill @@ddl_lock releasing a live holder without `force`: a second DDL is admitted while the first
-    #    still waits on a metadata lock
+    # 4. kill @@ddl_lock releasing a live holder without `force` (and, as it did, whatever record and lock are
+    #    there by the time it deletes, without looking at the processlist): a second DDL is admitted while the
+    #    first still waits on a metadata lock
     ("kill-live-holder", 81, "two DDLs on table t1 at once"),
     # 5. the reconciler reading the structure while the orphaned ALTER is still queued on a node: the ALTER
     #    completes afterwards and an instance keeps the old structure (the second reproduction) ...
@@ -98,27 +101,22 @@ def test_each_fix_reverted_is_found(variant: str, seed: int, found: str) -> None
 # Protocol holes the simulator found that are still open (see the report): each still breaks a promise on its
 # seed; once fixed, the strict xfail fails and the seed moves into the ordinary schedules.
 OPEN = [
-    # kill @@ddl_lock without force of an orphaned record (its holder paused past its session) while the
-    # holder's ALTER still waits on a metadata lock: the next DDL is admitted (the reconciler would have waited)
-    ("kill-orphan", 1000002647, {}, "two DDLs on table t2 at once"),
-    # kill @@ddl_lock checks the holders, then deletes whatever record and lock are there by then: a DDL that
-    # started in between is released while it runs ...
-    ("kill-race", 1000006266, {}, "two DDLs on table t1 at once"),
-    # ... and its originator, inside its lease, sends the ALTER without its lock
-    ("kill-race-fencing", 3231, {}, "fencing failed"),
     # a DDL that failed on a node that went down after the reachability check: the originator's refresh
     # cannot read that node and nothing refreshes the originator's memory afterwards
     ("originator-refresh", 7000005245, {}, "i1 serves t2 as"),
+    ("originator-refresh", 1884, {}, "i1 serves t1 as"),
     # meta.loader's partial load (a node unreachable: its old structure carried over, no error): the
     # subscriber counts the outcome as applied and never reloads the table
     ("partial-load", 2, {"partial_loads": True}, "i3 serves t1 as"),
 ]
 
 
+OPEN_SEEDS = {seed for _, seed, knobs, _ in OPEN if not knobs}
+
+
 @pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="open protocol holes found by the simulator (kill @@ddl_lock, refreshes that cannot read "
-                          "every node)")
-@pytest.mark.parametrize("name,seed,knobs,found", OPEN, ids=[n for n, _, _, _ in OPEN])
+                   reason="open protocol holes found by the simulator (refreshes that cannot read every node)")
+@pytest.mark.parametrize("name,seed,knobs,found", OPEN, ids=[f"{n}-{s}" for n, s, _, _ in OPEN])
 def test_open_holes_still_found(name: str, seed: int, knobs: dict, found: str) -> None:
     o = run_schedule(seed, dataclasses.replace(FIXED, **knobs))
     if o.violation is not None and found not in o.violation:   # not the hole named here: a plain failure
