@@ -105,6 +105,9 @@ OPEN = [
     # cannot read that node and nothing refreshes the originator's memory afterwards
     ("originator-refresh", 7000005245, {}, "i1 serves t2 as"),
     ("originator-refresh", 1884, {}, "i1 serves t1 as"),
+    # a join that finishes after its session expired (paused mid-join) leaves the instance ready but not
+    # online: DDLs neither wait for it nor reach it
+    ("join-after-expiry", 9000002005, {}, "i2 serves t1 as"),
     # meta.loader's partial load (a node unreachable: its old structure carried over, no error): the
     # subscriber counts the outcome as applied and never reloads the table
     ("partial-load", 2, {"partial_loads": True}, "i3 serves t1 as"),
@@ -115,7 +118,8 @@ OPEN_SEEDS = {seed for _, seed, knobs, _ in OPEN if not knobs}
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="open protocol holes found by the simulator (refreshes that cannot read every node)")
+                   reason="open protocol holes found by the simulator (refreshes that cannot read every node, a "
+                          "join completed on an expired session)")
 @pytest.mark.parametrize("name,seed,knobs,found", OPEN, ids=[f"{n}-{s}" for n, s, _, _ in OPEN])
 def test_open_holes_still_found(name: str, seed: int, knobs: dict, found: str) -> None:
     o = run_schedule(seed, dataclasses.replace(FIXED, **knobs))
