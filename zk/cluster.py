@@ -32,7 +32,7 @@ from .ddlcore.acks import AckOutcome
 from .ddlcore.release import release_refusal, release_txn
 from .ddlcore.txn import went_through
 from .history import HistoryLog
-from .loops import SAFETY_POLL_S, ZK_ERRORS, PassLoop, Waker, drop_tasks
+from .loops import SAFETY_POLL_S, ZK_ERRORS, PassLoop, Waker, drop_tasks, retry
 from .membership import Membership
 from .paths import Paths, parse_table_node
 from .peers import PeerLinks, PeerServer
@@ -142,12 +142,13 @@ class Cluster(Membership, AckBook, HistoryLog):
 
     async def _connect_later(self) -> None:
         """Keep trying to reach ZooKeeper with fresh clients; join when it answers."""
-        while not self._stopping and self.refused is None:
-            if await self._fresh_client():
-                await self._rejoin()
-                self._spawn(self._publish_meta_version())
-                return
-            await asyncio.sleep(1.0)
+        async def connect() -> bool:
+            if not await self._fresh_client():
+                return False
+            await self._rejoin()
+            self._spawn(self._publish_meta_version())
+            return True
+        await retry(connect, 1.0, lambda: self._stopping or self.refused is not None, what="connect")
 
     async def _fresh_client(self) -> bool:
         """Replace the kazoo client with a new one (new session); True once it is connected."""

@@ -3,10 +3,7 @@ instance to reload a table after an originator lost its decision."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-
-from .loops import ZK_ERRORS
+from .loops import retry
 from .paths import history_order, history_seq
 from .records import FAILED, HistoryEntry
 
@@ -29,23 +26,20 @@ class HistoryLog:
         """After a DDL whose outcome this instance could not publish: once it is back in the cluster
         (bounded), a ddl_history entry per table that names no record (czxid 0), so every instance,
         whatever it applied before, reloads the table from the backends."""
+        async def append() -> bool:
+            if not (self.ready and self.zk is not None and self.zk.connected):
+                return False
+            for schema, table in keys:
+                await self.append_history(HistoryEntry(
+                    schema, table, self.instance, sql, FAILED, 0,
+                    message="the originator lost its decision: reload from the backends"))
+            self.log.info("asked every instance to reload after a lost decision", tables=[f"{s}.{t}" for s, t in keys])
+            return True
+
         async def run() -> None:
-            deadline = time.monotonic() + LOST_DECISION_RETRY_S
-            while not self._stopping and time.monotonic() < deadline:
-                if self.ready and self.zk is not None and self.zk.connected:
-                    try:
-                        for schema, table in keys:
-                            await self.append_history(HistoryEntry(
-                                schema, table, self.instance, sql, FAILED, 0,
-                                message="the originator lost its decision: reload from the backends"))
-                        self.log.info("asked every instance to reload after a lost decision",
-                                      tables=[f"{s}.{t}" for s, t in keys])
-                        return
-                    except ZK_ERRORS as e:
-                        self.log.debug("could not append the reload entry yet", error=str(e))
-                await asyncio.sleep(1.0)
-            self.log.warning("could not ask the other instances to reload after a lost decision; "
-                             "run `reload @@metadata` on them", tables=[f"{s}.{t}" for s, t in keys])
+            if not await retry(append, 1.0, lambda: self._stopping, LOST_DECISION_RETRY_S, "the reload entry"):
+                self.log.warning("could not ask the other instances to reload after a lost decision; "
+                                 "run `reload @@metadata` on them", tables=[f"{s}.{t}" for s, t in keys])
         self._spawn(run())
 
     async def prune_history(self, created: str) -> None:

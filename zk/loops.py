@@ -4,7 +4,8 @@ and the handling of background tasks a step left behind."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 import structlog
 from kazoo.exceptions import KazooException
@@ -86,4 +87,20 @@ class PassLoop:
 
 
 
-__all__ = ["PassLoop", "SAFETY_POLL_S", "Waker", "ZK_ERRORS", "drop_tasks"]
+async def retry(attempt: Callable[[], Awaitable[bool]], interval: float, stopped: Callable[[], bool],
+                timeout: float | None = None, what: str = "attempt") -> bool:
+    """Run attempt() until it returns True, `interval` seconds apart, until stopped() or `timeout`
+    seconds have passed (None: no bound but stopped()); a ZooKeeper error is one failed attempt.
+    True if an attempt succeeded."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not stopped() and (deadline is None or time.monotonic() < deadline):
+        try:
+            if await attempt():
+                return True
+        except ZK_ERRORS as e:
+            log.debug(f"{what} failed, will retry", error=str(e))
+        await asyncio.sleep(interval)
+    return False
+
+
+__all__ = ["PassLoop", "SAFETY_POLL_S", "Waker", "ZK_ERRORS", "drop_tasks", "retry"]

@@ -18,7 +18,7 @@ from meta.errors import DdlInProgress
 from meta.registry import MetaChange
 
 from .aio import Zk
-from .loops import SAFETY_POLL_S, ZK_ERRORS, Waker
+from .loops import SAFETY_POLL_S, ZK_ERRORS, Waker, retry
 from .reads import read
 from .records import DdlLockInfo, OnlineInfo
 
@@ -42,6 +42,7 @@ class Membership:
     async def _join(self, initial: bool) -> None:
         zk = self.zk
         assert zk is not None
+        session = zk.session_id   # the join counts only if it ends on the session it began with
         jlog = self.log.bind(phase="join")
         for path in (self.paths.online, self.paths.ddl_locks, self.paths.ddl, self.paths.history):
             await zk.ensure_path(path)
@@ -61,8 +62,27 @@ class Membership:
                 # our session may outlive the outage that made this fail, and every DDL in the
                 # cluster is refused while syncMeta.lock is held: keep trying
                 self._spawn(self._release_sync_meta_lock(zk))
+        if self.zk is not zk or not zk.connected or zk.session_id != session:
+            # the session expired while we joined (a pause, an outage): our online node and listeners
+            # went with it, so this instance is not in the cluster; join again on the new session
+            self._lost = True
+            jlog.warning("zookeeper session changed during the join; joining again")
+            self._join_again_later()
+            return
         self.ready = True
         jlog.info("joined the cluster", initial=initial, session=hex(zk.session_id or 0))
+
+    def _join_again_later(self) -> None:
+        """A re-join once the join lock is free and ZooKeeper is connected (bounded only by stop, refusal
+        or success: an instance out of the cluster must keep trying)."""
+        async def attempt() -> bool:
+            if self.zk is not None and self.zk.connected and not self.ready:
+                await self._rejoin()
+            return self.ready
+        pending = getattr(self, "_join_again", None)
+        if pending is None or pending.done():
+            self._join_again = self._spawn(retry(
+                attempt, 1.0, lambda: self._stopping or self.ready or self.refused is not None, what="re-join"))
 
     async def _claim_name(self) -> None:
         """Make sure no other live process is online under our instance name.
