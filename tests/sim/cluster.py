@@ -141,6 +141,7 @@ class SimCluster:
         p = self.paths
         waker = Waker(inst)
         me = p.online_instance(inst.name)
+        began = inst.session
         while True:
             got = await inst.zget(me, waker)
             if got is None or got[1].ephemeralOwner == inst.session:
@@ -204,6 +205,10 @@ class SimCluster:
                 await inst.zwrite(("delete", p.sync_meta_lock, -1), "join")
             except Exception:  # noqa: BLE001
                 pass
+        if inst.session != began or began is None:
+            # membership (h1 1db44e3): a join that ends on another session than it began with does not make the
+            # instance ready; it joins again on the new one
+            raise ZkDown("the session changed during the join")
         inst.ready = True
         self.world.log(f"{inst.tag} joined")
 
@@ -240,8 +245,8 @@ class SimCluster:
             key = (self.schema, table)
             try:
                 online = await inst.online() | {inst.name}
+                got = await inst.zget(self.paths.ddl_record(*key))   # the record first, as release_table reads
                 lock = await inst.zget(self.paths.ddl_lock(*key))
-                got = await inst.zget(self.paths.ddl_record(*key))
                 holders = set()
                 if lock is not None:
                     holders.add(DdlLockInfo.decode(lock[0]).instance)
