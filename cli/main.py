@@ -42,8 +42,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             sys.stderr.write(f"pydble: config error: {e}\n")
             raise SystemExit(2) from None
         pause = pause_hook_from_env()
-        if pause is not None and server.cluster is not None:
-            server.cluster.pause = pause   # tests only: it pauses at a named phase, the path stays production's
+        if pause is not None:
+            server.pause = pause   # tests only: it pauses at a named phase, the path stays production's
+            if server.cluster is not None:
+                server.cluster.pause = pause
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -7,7 +7,7 @@ import os
 import gc
 import itertools
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 import structlog
 
@@ -45,6 +45,7 @@ class ProxyServer:
     """One pydble instance in single-instance mode (the cluster layer plugs in later)."""
 
     def __init__(self, config: Config) -> None:
+        self.pause: Callable[[str], Awaitable[None]] | None = None   # a test hook: may only pause (cli/pause.py)
         self.config = config
         self.tls = tls_context(config.server)  # TLS on the client port, when configured
         self.backends = Backends(config)

@@ -21,7 +21,6 @@ import structlog
 
 from meta.errors import BackendError, BackendUnavailable, NotSupported, ProxyError
 from meta.xa_log import COMMIT, ROLLBACK, LocalXaLog, XaDecision, XaLog, make_gtrid, owner_of
-from zk.originator import test_pause
 
 from .backend import BackendConnection, open_connection
 
@@ -238,9 +237,9 @@ class XaCoordinator:
             self.inflight.add(gtrid)
             try:
                 await self._prepare(gtrid, nodes, held, give_back)
-                await test_pause("xa_after_prepare")
+                await self._paused("xa_after_prepare")
                 await self._decide(gtrid, nodes, held, give_back)
-                await test_pause("xa_after_decision")
+                await self._paused("xa_after_decision")
                 failed = await self._commit_branches(gtrid, nodes, held, give_back)
             finally:
                 self.inflight.discard(gtrid)
@@ -292,6 +291,11 @@ class XaCoordinator:
 
         await asyncio.gather(*(one(n) for n in list(held)))
 
+    async def _paused(self, phase: str) -> None:
+        """A named phase of an XA commit: the test hook, if one is set, may pause here (and only pause)."""
+        if self.server.pause is not None:
+            await self.server.pause(phase)
+
     async def _decide(self, gtrid: str, nodes: list[str], held: dict[str, BackendConnection], give_back) -> None:  # noqa: ANN001
         """Record COMMIT durably; when that fails, roll back if the decision is surely absent."""
         try:
@@ -331,7 +335,7 @@ class XaCoordinator:
                 give_back(node, close=True)
 
         await one(nodes[0])
-        await test_pause("xa_after_first_commit")
+        await self._paused("xa_after_first_commit")
         await asyncio.gather(*(one(n) for n in nodes[1:]))
         return failed
 
