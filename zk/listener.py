@@ -68,6 +68,7 @@ class DdlListener(PassLoop):
     def start(self) -> None:
         """Start (or restart after a re-join) the follow loop."""
         self.core.restart()  # a join has just reloaded everything
+        self.catch_up_backoff = 0.0
         super().start()
 
     async def pass_once(self) -> None:
