@@ -95,6 +95,15 @@ class BackendUnavailable(ProxyError):
     code, sqlstate = ER_UNKNOWN_ERROR, "HY000"
 
 
+class RefreshIncomplete(BackendUnavailable):
+    """A refresh published what it could read, but some nodes did not answer: their part of the
+    tables is the old structure (consistency UNKNOWN), so the refresh is not applied yet."""
+
+    def __init__(self, message: str, nodes: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.nodes = dict(nodes or {})
+
+
 class ReadOnly(ProxyError):
     code, sqlstate = 1290, "HY000"
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable, Iterable, Mapping
 
 import structlog
 
-from meta.errors import BackendUnavailable, ProxyError, TableExists
+from meta.errors import BackendUnavailable, ProxyError, RefreshIncomplete, TableExists
 from meta.history import DdlHistoryEntry
 from meta.later import Later
 from meta.loader import LoadResult, load_tables, node_tables, result_from_texts
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("pydble.ddl")
 
+RELOAD_RETRY_FIRST_S = 1.0    # a DDL's own refresh that missed a node: first retry after this long,
+RELOAD_RETRY_MAX_S = 30.0     # doubling up to this, until every node answers (or pydble stops)
 ER_TABLE_EXISTS = 1050
 ER_NO_SUCH_TABLE = 1146
 Texts = dict[str, dict[str, str | None]]   # shardingNode -> lower table name -> CREATE text (None: absent)
@@ -224,6 +226,8 @@ class DdlRunner:
         self.tasks: set[asyncio.Task] = set()
         self.active: dict[str, NodeWork] = {}   # owner -> the DDL's backend connections while it runs
         self.later = Later()   # each DDL's info line, written a moment after its answer (flushed at stop)
+        self.reloads: dict[tuple[str, str], None] = {}   # tables whose refresh after a DDL here missed a node
+        self._reload_task: asyncio.Task | None = None    # re-reads them (backing off) until complete
 
     async def run(self, session: Session, plan: Plan, sql: str, r: Reply, more: bool) -> None:
         """Run a DDL for a session; it finishes (and unlocks) even if the client leaves meanwhile."""
@@ -355,6 +359,8 @@ class DdlRunner:
 
     async def stop(self) -> None:
         """Shutdown: give up on every DDL in flight, and wait (bounded) until each has ended and released."""
+        if self._reload_task is not None:
+            self._reload_task.cancel()
         for work in list(self.active.values()):
             work.give_up("pydble is shutting down")
         if self.tasks:
@@ -447,6 +453,12 @@ class DdlRunner:
         dlog.debug("ddl nodes answered", seconds=executed[0], failed=executed[1])
         try:
             await self.refresh(keys, texts)
+        except RefreshIncomplete as e:
+            # the DDL's outcome stands; the tables are published with the unreached nodes' old part
+            # (consistency UNKNOWN) and read again in the background until every node answers
+            dlog.warning("refresh after ddl missed nodes; reading them again later", nodes=sorted(e.nodes))
+            self.reload_later(keys)
+        else:
             if trace is not None:
                 trace.mark("refresh")
         finally:
@@ -539,6 +551,38 @@ class DdlRunner:
         (this DDL's or another instance's), else re-read from the backends (persist before publish)."""
         if keys and (texts is None or not self.refresh_now(keys, texts)):
             await self._publish_locally(keys, None)
+        for key in keys:
+            self.reloads.pop(key, None)   # read completely: no retry due
+
+    def reload_later(self, keys: Iterable[tuple[str, str]]) -> None:
+        """Re-read these tables in the background until every node answers: a partial refresh is
+        never the end of a DDL here (nothing else would re-read an UNKNOWN table)."""
+        self.reloads.update(dict.fromkeys(keys))
+        if self._reload_task is None or self._reload_task.done():
+            self._reload_task = asyncio.get_running_loop().create_task(self._reload_until_complete())
+
+    async def _reload_until_complete(self) -> None:
+        """The owner of reload_later's retries: backing off (RELOAD_RETRY_FIRST_S doubling up to
+        RELOAD_RETRY_MAX_S) while a node stays down; stopped by stop()."""
+        delay = RELOAD_RETRY_FIRST_S
+        while self.reloads:
+            await asyncio.sleep(delay)
+            # a table locked by a DDL now is refreshed by that DDL; try it again afterwards
+            keys = [k for k in self.reloads if self.locks.get(*k) is None]
+            if not keys:
+                continue
+            try:
+                await self.refresh(keys, None)
+                log.info("ddl refresh completed after missing nodes", tables=[f"{s}.{t}" for s, t in keys])
+                delay = RELOAD_RETRY_FIRST_S
+            except RefreshIncomplete as e:
+                delay = min(2 * delay, RELOAD_RETRY_MAX_S)
+                log.warning("ddl refresh still misses nodes", tables=[f"{s}.{t}" for s, t in keys],
+                            nodes=sorted(e.nodes), retry_in_s=delay)
+            except ProxyError as e:   # e.g. a schema no longer configured: nothing left to read
+                log.warning("ddl refresh retry gave up", tables=[f"{s}.{t}" for s, t in keys], error=e.message)
+                for key in keys:
+                    self.reloads.pop(key, None)
 
     def refresh_now(self, keys: list[tuple[str, str]], texts: Mapping[str, Mapping[str, str | None]]) -> bool:
         """refresh without waiting (a peer's outcome handled on the spot): False, with nothing done,
@@ -551,13 +595,20 @@ class DdlRunner:
         return True
 
     async def _publish_locally(self, keys: list[tuple[str, str]], result: LoadResult | None) -> None:
-        """Swap the tables' new structure into the registry: `result` (built from texts), or loaded."""
+        """Swap the tables' new structure into the registry: `result` (built from texts), or loaded.
+        A load that missed nodes is published (their old part carried over, UNKNOWN), then raises
+        RefreshIncomplete: the caller must not count the refresh as applied."""
         if not keys:
             return
         log.debug("ddl refresh", tables=[f"{s}.{t}" for s, t in keys], source="load" if result is None else "texts")
         if result is None:
             result = await load_tables(self.server.config, keys, backend=self.server.meta_backend)
         self._publish(result)
+        missed = result.failed_nodes
+        if missed or result.unlisted_defaults:
+            missed = {**result.unlisted_defaults, **missed}
+            raise RefreshIncomplete("metadata refresh incomplete: "
+                                    + "; ".join(f"{n}: {why}" for n, why in sorted(missed.items())), missed)
 
     def _publish(self, result: LoadResult) -> None:
         """The registry swap both refresh paths end in (and its load-time metric)."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import structlog
 from kazoo.exceptions import NoNodeError
 
-from meta.errors import DdlInProgress
+from meta.errors import DdlInProgress, ProxyError
 from meta.later import Later
 
 from .ddlcore.subscriber import GoneAction, SubscriberCore, may_release
@@ -33,6 +33,7 @@ log = structlog.get_logger("pydble.cluster.listener")
 
 LOCAL_LOCK_WAIT_S = 3.0   # how long INIT waits for a local DDL on the same table to give up
 CATCH_UP_EVERY_S = 1.0    # ddl_history is read at most this often, unless a record vanished unseen
+CATCH_UP_BACKOFF_MAX_S = 30.0   # an entry whose refresh keeps missing a node: retried at most this far apart
 SETTLE_S = 0.1            # with the peer channel on, watch events are coalesced this long (safety net only)
 ACK_AFTER_REPLY_S = 0.05  # a step answered on the peer channel is acked in ZooKeeper this much later
 GONE_GRACE_S = 0.5        # a record removed before we saw its outcome: how long the outcome may still be
@@ -49,6 +50,7 @@ class DdlListener(PassLoop):
         self.core = SubscriberCore(cluster.paths, cluster.instance)   # what was handled: the decisions
         self.caught_up_at = 0.0                         # monotonic time of the last ddl_history read
         self.catch_up_due = False                       # read ddl_history at the next pass
+        self.catch_up_backoff = 0.0                     # > 0: a catch-up refresh missed a node; wait this long
         self.zk_records: dict[tuple[str, int], DdlRecord] = {}  # others' records as read from ZooKeeper: what
                                                                 # a peer step is checked against
         self._record_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -66,6 +68,7 @@ class DdlListener(PassLoop):
     def start(self) -> None:
         """Start (or restart after a re-join) the follow loop."""
         self.core.restart()  # a join has just reloaded everything
+        self.catch_up_backoff = 0.0
         super().start()
 
     async def pass_once(self) -> None:
@@ -107,8 +110,9 @@ class DdlListener(PassLoop):
                 c._spawn(self._settle_gone(gone.key[0], gone.key[1]))
         # DDLs that began and ended while we were deaf leave no record, only a history entry; reading
         # the history on every pass would add a ZooKeeper call to each step of every DDL
-        if (core.history_seen is None or self.catch_up_due
-                or time.monotonic() - self.caught_up_at >= CATCH_UP_EVERY_S):
+        since = time.monotonic() - self.caught_up_at
+        if ((core.history_seen is None or self.catch_up_due or since >= CATCH_UP_EVERY_S)
+                and since >= self.catch_up_backoff):
             self.caught_up_at = time.monotonic()
             self.catch_up_due = False
             await self._catch_up()
@@ -210,9 +214,22 @@ class DdlListener(PassLoop):
         core = self.core
         zk = c.zk
         assert zk is not None
+        stuck = False   # an entry could not be applied (a node missed): the mark stays before it
         for name in core.history_todo(await zk.children(c.paths.history)):
-            entry = await self._catch_up_entry(name) if core.needs_apply(name) else None
-            core.on_history_applied(name, entry)
+            try:
+                entry = await self._catch_up_entry(name) if core.needs_apply(name) else None
+            except ProxyError as e:   # RefreshIncomplete: a node did not answer
+                log.warning("catching up on a ddl: refresh incomplete, trying again later", instance=c.instance,
+                            entry=name, error=e.message)
+                stuck = True
+                continue
+            if not stuck:
+                core.on_history_applied(name, entry)
+            elif entry is not None:
+                core.mark_finished(entry.record_czxid)   # applied, but later than an entry still to apply
+        # a node that stays down: back off (doubling) rather than re-reading every second
+        self.catch_up_backoff = min(max(2 * self.catch_up_backoff, 2 * CATCH_UP_EVERY_S),
+                                    CATCH_UP_BACKOFF_MAX_S) if stuck else 0.0
 
     async def _catch_up_entry(self, name: str) -> HistoryEntry | None:
         """Apply one ddl_history entry this instance has not applied (nor ran): refresh its table."""
@@ -227,8 +244,11 @@ class DdlListener(PassLoop):
             return None
         log.info("catching up on a ddl finished while this instance lagged", instance=c.instance,
                  table=f"{entry.schema}.{entry.table}", originator=entry.instance)
-        await c.refresh([(entry.schema, entry.table)])
-        self._release(entry.schema, entry.table, entry.record_czxid, f"instance:{entry.instance}")
+        try:
+            await c.refresh([(entry.schema, entry.table)])
+        finally:
+            # the DDL is over either way: its lock goes; a refresh that missed a node is tried again
+            self._release(entry.schema, entry.table, entry.record_czxid, f"instance:{entry.instance}")
         return entry
 
     async def handle(self, rec: DdlRecord, last: str | None, texts: dict | None = None,

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from meta.errors import RefreshIncomplete
+
 from . import zklog
 from .cluster import REMOVE_ATTEMPTS
 from .ddlcore import reconciler as core
@@ -119,7 +121,10 @@ class Recovery(PassLoop):
         started = time.monotonic()
         if not await self._ddl_ended(rec, rlog):
             return
-        await c.refresh([key])
+        try:
+            await c.refresh([key])
+        except RefreshIncomplete as e:   # the verdict below says UNKNOWN for the nodes missed
+            rlog.warning("refresh while reconciling missed nodes", error=e.message)
         meta = c.registry.record(schema, table)
         verdict = meta.verdict().describe() if meta is not None else "no such table on any node"
         decision = orphan.decision(c.instance, verdict)
