@@ -765,7 +765,7 @@ class Session:
     async def statement(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
         """Run one statement; True if its answer was relayed straight to the client."""
         kw = first_keyword(sql)
-        if kw != "SET" and (kw == "CALL" or ":=" in sql):
+        if kw == "CALL":
             sql_prepare.note_assignments(self, sql, kw)
         if infoschema.mentions(sql) and await infoschema.answer(self, sql, r, more):
             return False  # never sent to a backend as it is, in any statement kind (even SET @x = (SELECT ...))

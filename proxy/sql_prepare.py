@@ -202,12 +202,12 @@ def var_key(token: str) -> str:
 
 
 def note_assignments(session: Session, sql: str, kw: str) -> None:
-    """Variables a statement other than SET may assign (`@a := ...`, a CALL's OUT parameter) on one backend
-    connection: their recorded SET no longer tells their value."""
-    toks = tokenize(sql)
-    for i, t in enumerate(toks):
-        if t[0] == "v" and not t[1].startswith("@@") and (
-                kw == "CALL" or (i + 1 < len(toks) and toks[i + 1][0] == "o" and toks[i + 1][1] == ":=")):
+    """Variables a CALL may assign (its OUT parameters) on one backend connection: their recorded SET no
+    longer tells their value. (`@a := ...` inside a statement is refused before it runs: user_locks.)"""
+    if kw != "CALL":
+        return
+    for t in tokenize(sql):
+        if t[0] == "v" and not t[1].startswith("@@"):
             session.prepared.assigned.add(var_key(t[1]))
 
 
