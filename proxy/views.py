@@ -47,6 +47,7 @@ log = structlog.get_logger("pydble.views")
 MAX_DEPTH = 16            # views over views, expanded at most this deep (a cycle is refused)
 EXPANDED_CACHE = 1024     # statements whose expansion is kept
 ER_BAD_TABLE = 1051
+ER_UNKNOWN_VIEW = 4092   # MariaDB's answer to DROP VIEW of a missing view (MySQL says 1051)
 ER_WRONG_OBJECT = 1347
 ER_WRONG_COLUMN_NAME = 1166
 ER_WRONG_NUMBER_OF_COLUMNS = 1222
@@ -501,8 +502,6 @@ class ViewService:
         targets = [self._target(session, parts) for parts in st.names]
         missing = [f"{s}.{n}" for s, n in targets if self.catalog.get(s, n) is None]
         notes: list[tuple[str, int, str]] = []
-        if missing and not st.if_exists:
-            raise ProxyError(f"Unknown table '{','.join(missing)}'", ER_BAD_TABLE, "42S02")
         for schema, name in dict.fromkeys(targets):
             lock = await self.sync.lock(schema, name, "DROP VIEW") if self.sync is not None else None
             try:
@@ -518,7 +517,10 @@ class ViewService:
                 if lock is not None:
                     await self.sync.unlock(lock)
             log.info("view dropped", view=f"{schema}.{name}")
-        return [("Note", ER_BAD_TABLE, f"Unknown table '{m}'") for m in missing] + notes
+        # as MariaDB: the views that exist are dropped, then the missing ones are named (a note with IF EXISTS)
+        if missing and not st.if_exists:
+            raise ProxyError(f"Unknown VIEW: '{','.join(missing)}'", ER_UNKNOWN_VIEW, "42S02")
+        return [("Note", ER_UNKNOWN_VIEW, f"Unknown VIEW: '{m}'") for m in missing] + notes
 
     async def _publish(self, schema: str, name: str, view: ViewDef | None,
                        must_create: bool) -> list[tuple[str, int, str]]:
