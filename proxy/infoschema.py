@@ -209,7 +209,8 @@ class InfoSchema:
             rows: list[list[bytes | None]] = []
             for schema in schemas:
                 node_rows, view_rows = await self.server.views.infoschema_rows(   # views pydble knows (proxy/views.py)
-                    t, schema, names, {n: per_node[n][i].rows for n in nodes}, self.session.format_flags)
+                    t, schema, names, {n: per_node[n][i].rows for n in nodes}, self.session.format_flags,
+                    self.session.grants)
                 rows += self._rows_of_schema(schema, MAPPED[t], names, node_rows, t) + view_rows
             out[t] = (names, rows)
         return out

@@ -27,7 +27,7 @@ from meta.errors import (BackendError, DbAccessDenied, NoDatabaseSelected, NoSuc
 from meta.config import StartRefused
 from meta.views import BadView, ViewCatalog, ViewDef, ViewFile
 
-from .analysis import ALL, ANY, LOCAL_TYPES, Analysis, Ref, Table
+from .analysis import ALL, ANY, LOCAL_TYPES, SELECT, Analysis, Ref, Table
 from .local import substitute_database
 from .protocol.messages import ColumnDef, ResultSet
 from .protocol.packets import splice
@@ -574,7 +574,8 @@ class ViewService:
         return [v.name for v in self.catalog.of_schema(schema)]
 
     async def infoschema_rows(self, table: str, schema: str, names: list[str],
-                              node_rows: dict[str, list[list[bytes | None]]], flags: int = 0
+                              node_rows: dict[str, list[list[bytes | None]]], flags: int = 0,
+                              grants: Grants | None = None
                               ) -> tuple[dict[str, list[list[bytes | None]]], list[list[bytes | None]]]:
         """information_schema TABLES / VIEWS / COLUMNS of a schema: the nodes' rows without the views pydble
         knows, and the rows of those views (TABLE_TYPE VIEW; the definition as written; their columns as
@@ -595,12 +596,23 @@ class ViewService:
                           "TABLE_TYPE": "VIEW", "TABLE_COMMENT": "VIEW"}
             else:
                 values = {"TABLE_CATALOG": "def", "TABLE_SCHEMA": schema, "TABLE_NAME": v.name,
-                          "VIEW_DEFINITION": v.create.split(" AS ", 1)[1] if " AS " in v.create else v.select,
+                          "VIEW_DEFINITION": self._definition_for(v, grants),
                           "CHECK_OPTION": "NONE", "IS_UPDATABLE": "YES" if v.node else "NO", "DEFINER": v.definer,
                           "SECURITY_TYPE": "INVOKER", "CHARACTER_SET_CLIENT": "utf8mb4",
                           "COLLATION_CONNECTION": "utf8mb4_general_ci", "ALGORITHM": "UNDEFINED"}
             extra.append([values[c].encode() if c in values else None for c in names])
         return kept, extra
+
+    @staticmethod
+    def _definition_for(v: ViewDef, grants: Grants | None) -> str:
+        """VIEW_DEFINITION as MySQL shows it: empty to a user who may not read everything the view reads."""
+        if grants is not None:
+            try:
+                grants.check((("SELECT", SELECT, v.schema, v.name),
+                              *(("SELECT", SELECT, s, t) for s, t in v.tables)))
+            except ProxyError:
+                return ""
+        return v.create.split(" AS ", 1)[1] if " AS " in v.create else v.select
 
     async def _column_rows(self, schema: str, views: list[ViewDef], names: list[str],
                            flags: int) -> list[list[bytes | None]]:

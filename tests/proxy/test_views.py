@@ -111,7 +111,13 @@ def test_pushed_and_kept_views_survive_a_restart(fresh_proxy, backends, backend_
     nodb.close()
     nosel = p.connect(user="nosel", password="pw")
     assert _err(nosel.cursor(), "SELECT * FROM v4")[0] == 1142   # checked on the base table it reads
+    definition = "SELECT VIEW_DEFINITION FROM information_schema.VIEWS WHERE TABLE_NAME = 'v4'"
+    with nosel.cursor() as ncur:   # as MySQL: the definition is hidden from who may not read its tables
+        ncur.execute(definition)
+        assert ncur.fetchall() == (("",),)
     nosel.close()
+    cur.execute(definition)
+    assert "sharding_4_t1" in cur.fetchall()[0][0]
 
     # replaced, altered, and still there after a restart
     cur.execute("CREATE OR REPLACE VIEW v4 AS SELECT id, name FROM sharding_4_t1 WHERE id > 6")
