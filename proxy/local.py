@@ -207,22 +207,36 @@ def parse_savepoint(sql: str) -> tuple[str, str] | None:
     return op, name
 
 
-# -- DATABASE() (and CONNECTION_ID()) inside routed statements ---------------------------------------
-_DB_CALL = re.compile(r"(?:database|schema|connection_id)\s*\(", re.I)
+# -- DATABASE(), CONNECTION_ID() and USER() inside routed statements ---------------------------------
+_DB_CALL = re.compile(r"(?:database|schema|connection_id|user)\s*\(", re.I)
+_USER_CALLS = ("USER", "CURRENT_USER", "SESSION_USER", "SYSTEM_USER")
 _ITEM_END = frozenset({",", ";", "FROM", "LIMIT", "ORDER", "WHERE", "GROUP", "HAVING", "UNION", "INTO", "FOR"})
 
 
-def substitute_database(sql: str, schema: str | None, conn_id: int | None = None) -> str:
-    """Replace DATABASE()/SCHEMA() with the logical schema name: a backend would answer 'db3'; and
-    CONNECTION_ID() with the client's when conn_id is given (a backend would answer its own thread)."""
+def _literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def calls_session_functions(sql: str) -> bool:
+    """Whether a statement may call DATABASE()/SCHEMA()/CONNECTION_ID()/USER()..., which pydble answers."""
     low = sql.lower()
-    if ("database" not in low and "schema" not in low and "connection_id" not in low) or _DB_CALL.search(sql) is None:
+    return ("database" in low or "schema" in low or "connection_id" in low or "user" in low) \
+        and _DB_CALL.search(sql) is not None
+
+
+def substitute_database(sql: str, schema: str | None, conn_id: int | None = None, user: str | None = None) -> str:
+    """Replace DATABASE()/SCHEMA() with the logical schema name: a backend would answer 'db3'; and, when
+    given, CONNECTION_ID() and USER()/CURRENT_USER()/... with the client's (a backend would answer its own
+    thread and its own backend account)."""
+    if not calls_session_functions(sql):
         return sql
     toks = tokenize(sql)
-    lits = {"DATABASE": "NULL" if schema is None else "'" + schema.replace("\\", "\\\\").replace("'", "''") + "'"}
+    lits = {"DATABASE": "NULL" if schema is None else _literal(schema)}
     lits["SCHEMA"] = lits["DATABASE"]
     if conn_id is not None:
         lits["CONNECTION_ID"] = str(int(conn_id))
+    if user is not None:
+        lits.update(dict.fromkeys(_USER_CALLS, _literal(user)))
     out: list[str] = []
     last = 0
     depth = 0

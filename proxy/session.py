@@ -417,12 +417,10 @@ class Session:
             low = sql.lower()
             if "information_schema" in low or "_lock" in low or ":=" in low or "last_insert_id" in low:
                 return False  # answered from the logical schemas by the task (proxy.infoschema)
-            if kw == "SELECT":
-                # local probes (no FROM) and DATABASE() substitution are the task's business
-                if " from " not in low or "database" in low or "schema(" in low:
-                    return False
-            elif kw not in ("INSERT", "UPDATE", "DELETE", "REPLACE"):
-                return False
+            if kw == "SELECT" and " from " not in low:
+                return False  # local probes are the task's business
+            if kw not in ("SELECT", "INSERT", "UPDATE", "DELETE", "REPLACE") or local.calls_session_functions(sql):
+                return False  # DATABASE(), USER(), CONNECTION_ID() ... are substituted by the task
             try:
                 plan = server.router.route(sql, self.schema, self.grants)
                 if len(plan.targets) != 1 or plan.kind == "ddl" or (self.read_only and plan.is_write):
@@ -774,8 +772,9 @@ class Session:
             if rs is not None:
                 r.resultset(rs, self.status(), more)
                 return False
-            sql = local.substitute_database(sql, self.schema)
-        elif kw == "SET":
+        if kw in ("SELECT", "INSERT", "UPDATE", "DELETE", "REPLACE"):   # a backend would answer its own
+            sql = local.substitute_database(sql, self.schema, self.conn_id, f"{self.user}@{self.peer}")
+        if kw == "SET":
             await self.do_set(sql)
             r.ok(self.status(), more=more)
             return False

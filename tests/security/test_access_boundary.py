@@ -155,6 +155,13 @@ def test_backend_schemas_and_host_are_out_of_reach(limited, px):
                         "SHOW TABLE STATUS FROM db3"):
                 code, msg = _err(conn, sql)
                 assert code in (1235, 1044), (sql, code, msg)
+            # the backend's account and thread never show through a statement a backend answers
+            with conn.cursor() as cur:
+                cur.execute("SELECT CONNECTION_ID(), USER(), CURRENT_USER() FROM sharding_2_t1 WHERE id = 1")
+                assert cur.fetchall() == ((conn.thread_id(), f"{who}@127.0.0.1", f"{who}@127.0.0.1"),)
+                assert [d[0] for d in cur.description] == ["CONNECTION_ID()", "USER()", "CURRENT_USER()"]
+                cur.execute("SELECT COUNT(*) FROM sharding_2_t1 WHERE SESSION_USER() LIKE 'root%'")
+                assert cur.fetchall() == ((0,),)
     finally:
         full.close()
 
