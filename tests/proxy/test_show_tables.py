@@ -27,6 +27,9 @@ def both(proxy, backends) -> Iterator[tuple[Any, Any]]:
     """(a pydble session, a plain MariaDB session) on the same tables; sharding_2_t1 exists on neither."""
     for t in ("sharding_4_t1", "test", "sharding_2_t1", "h9_plain"):
         proxy.query(f"DROP TABLE IF EXISTS {t}")
+    # what earlier modules left in schema1 on the shared backends would be listed by pydble only
+    for name, kind in proxy.query("SHOW FULL TABLES", database="schema1"):
+        proxy.query(f"DROP {'VIEW' if kind == 'VIEW' else 'TABLE'} IF EXISTS `{name}`", database="schema1")
     for ddl in DDL:
         proxy.query(ddl)
     ref_server = backends[1]
