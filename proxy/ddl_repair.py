@@ -37,9 +37,10 @@ class RepairRefused(ProxyError):
 
 
 class RepairFirst(ProxyError):
-    """A DDL on a table whose nodes differ (a half-applied DDL): it would make the repair impossible."""
+    """A DDL on a table whose nodes differ (a half-applied DDL): it would make the repair impossible.
+    1105 like the other refusals of a DDL before it runs, not 4006 (the table's lock is busy: retry)."""
 
-    code, sqlstate = 4006, "HY000"
+    code, sqlstate = 1105, "HY000"
 
 
 # DDLs still allowed on a table whose nodes differ: they do not build on its structure (DROP clears the
