@@ -23,6 +23,7 @@ from meta.locks import MetaLocks
 from zk.originator import ClusterDdl
 from zk.records import MARKER_PREFIX
 
+from .ddl_repair import refuse_on_differing
 from .protocol import constants as C
 from .protocol.messages import ErrInfo
 from .protocol.packets import frame
@@ -320,11 +321,15 @@ class DdlRunner:
             await work.reach([t.node for t in plan.targets])
             cluster = self.server.cluster
             if cluster is None:
+                if not trace.repair_of:
+                    await refuse_on_differing(self.server, plan)
                 err = await self._apply(plan, keys, dlog, started, owner, trace)
                 return err, None
             async with ClusterDdl(cluster, keys, sql, plan.ddl or "UNKNOWN", work.marker) as cd:
                 trace.mark("cluster_init")
                 await cd.ensure_held()
+                if not trace.repair_of:   # under the cluster lock: no DDL on the table runs meanwhile
+                    await refuse_on_differing(self.server, plan)
 
                 async def publish(err: ProxyError | None, texts: Texts | None) -> None:
                     cd.details = trace.details(plan, self.server.registry.version)   # for ddl_history

@@ -22,6 +22,7 @@ from meta.loader import load_tables
 
 if TYPE_CHECKING:
     from meta.history import DdlHistoryEntry
+    from .router import Plan
     from .server import ProxyServer
 
 log = structlog.get_logger("pydble.ddl_repair")
@@ -35,6 +36,44 @@ class RepairRefused(ProxyError):
     code, sqlstate = 1105, "HY000"
 
 
+class RepairFirst(ProxyError):
+    """A DDL on a table whose nodes differ (a half-applied DDL): it would make the repair impossible.
+    1105 like the other refusals of a DDL before it runs, not 4006 (the table's lock is busy: retry)."""
+
+    code, sqlstate = 1105, "HY000"
+
+
+# DDLs still allowed on a table whose nodes differ: they do not build on its structure (DROP clears the
+# condition, TRUNCATE keeps each node's structure, CREATE fails or does nothing on an existing table)
+FREE_ON_DIFFERING = frozenset({"DROP_TABLE", "TRUNCATE_TABLE", "CREATE_TABLE"})
+
+
+async def refuse_on_differing(server: ProxyServer, plan: Plan) -> None:
+    """RepairFirst when a table of the DDL has more than one structure across its nodes (what `repair
+    @@ddl` finds work in), read from the backends under the table's locks, so every instance of a
+    cluster decides the same: a later DDL there would leave the half-applied one unrepairable."""
+    if plan.ddl in FREE_ON_DIFFERING or plan.ddl is None:
+        return
+    wanted = [(s, t) for s, t in plan.tables if server.registry.get(s, t) is not None]
+    if not wanted:
+        return
+    fresh = await load_tables(server.config, wanted, backend=server.meta_backend)
+    for (schema, table) in wanted:
+        meta = fresh.tables.get((schema, table))
+        if meta is None or meta.unknown:
+            continue   # the DDL itself reports a node that cannot answer
+        v = meta.verdict()
+        if len(v.variants) < 2:
+            continue
+        entry = last_ddl(server, schema, table)
+        lag = (",".join(entry.failed_nodes) if entry is not None and entry.failed_nodes
+               else ",".join(n for x in v.variants[1:] for n in x.nodes))
+        name = f"{schema}.{table}"
+        raise RepairFirst(f"DDL refused: the shardingNodes of {name} differ ({lag} lag behind a half-applied DDL); "
+                          f"run `repair @@ddl where schema='{schema}' and table='{table}'` on the instance that "
+                          f"ran it (or `pydble ddl repair {name}`) first; DROP TABLE and TRUNCATE are allowed")
+
+
 @dataclass(frozen=True)
 class RepairPlan:
     """What a repair would do: re-run `entry` on `lagging`."""
@@ -44,10 +83,11 @@ class RepairPlan:
 
 
 def last_ddl(server: ProxyServer, schema: str, table: str) -> DdlHistoryEntry | None:
-    """The newest DDL (not a repair) this instance ran on the table, from its history."""
+    """The newest DDL (not a repair, not one refused before it reached the nodes: no `execute` phase)
+    this instance ran on the table, from its history."""
     name = f"{schema}.{table}"
     for e in server.history.entries():
-        if name in e.tables and not e.repair_of:
+        if name in e.tables and not e.repair_of and (e.outcome == "OK" or "execute" in e.phases_ms):
             return e
     return None
 

@@ -3,8 +3,9 @@
 Real MariaDB: a copying ALTER on a sharding table with enough rows that it takes a moment; the backend
 of one of its nodes is killed (SIGKILL) while the ALTER runs there, then restarted. `check full
 @@metadata` names the lagging node, `show @@ddl_history` keeps where the ALTER succeeded and failed,
-`pydble ddl repair` refuses while the lagging node has a third structure, then re-runs the ALTER on
-the lagging node only, every instance of the cluster reloads, and a second repair has nothing to do.
+`pydble ddl repair` refuses while the lagging node has a third structure, a later ALTER of the table
+is refused on every instance until the repair, which re-runs the ALTER on the lagging node only, every
+instance of the cluster reloads, and a second repair has nothing to do.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from harness.proxy import REPO_ROOT
 
 TABLE = "sharding_2_t1"   # dn1 on the first backend, dn2 on the second (DESIGN.md §2)
 ALTER = f"ALTER TABLE {TABLE} ADD COLUMN added INT NOT NULL DEFAULT 7, ALGORITHM=COPY"
+SECOND = f"ALTER TABLE {TABLE} ADD COLUMN later INT"   # refused until the half-applied ALTER is repaired
 ROWS_FAST, ROWS_SLOW = 2_000, 400_000   # dn2's copy must still run when its server is killed
 
 
@@ -122,6 +124,15 @@ def test_a_ddl_half_applied_by_a_dying_backend_is_shown_then_repaired(fresh_back
     assert r.returncode == 3 and "fix by hand" in r.stderr, (r.stdout, r.stderr)
     b2.query(f"ALTER TABLE {TABLE} DROP COLUMN by_hand", database="db1")   # back to the structure from before
 
+    # a later DDL on the table would make the half-applied one unrepairable: refused on every instance
+    shapes = (_show_create(b1), _show_create(b2))
+    for q in (p, p2):
+        with pytest.raises(pymysql.MySQLError) as ei:
+            q.query(SECOND)
+        assert ei.value.args[0] == 1105 and "dn2" in ei.value.args[1], (q.instance, ei.value.args)
+        assert f"repair @@ddl where schema='schema1' and table='{TABLE}'" in ei.value.args[1], ei.value.args
+    assert (_show_create(b1), _show_create(b2)) == shapes   # it ran nowhere
+
     # repair through the CLI: re-run on dn2 only, then every node and memory have the new structure
     r = _cli("ddl", "repair", f"schema1.{TABLE}", "--config", str(p.config_path))
     assert r.returncode == 0, (r.stdout, r.stderr)
@@ -144,4 +155,8 @@ def test_a_ddl_half_applied_by_a_dying_backend_is_shown_then_repaired(fresh_back
     assert again["action"] == "nothing" and "nothing to repair" in again["message"]
     assert _cli("ddl", "repair", f"schema1.{TABLE}", "--config", str(p.config_path)).returncode == 1
     assert any("repair @@ddl" in h["STATEMENT"] for h in _manager(p, "show @@help"))
+
+    # repaired: the DDL that was refused runs
+    p2.query(SECOND)
+    assert "`later`" in _show_create(b1) and "`later`" in _show_create(b2)
 
