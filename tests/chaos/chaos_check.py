@@ -25,6 +25,7 @@ from chaos_workload import ABSENT, DDL_BOUND_S, DML_BOUND_S, PRESENT, classify
 
 OVERLAP_EPS_S = 0.0005
 TRANSIENT = ("rejoining", "syncmeta", "zk-down", "connection", "timeout")
+LOCK_FOLDERS = {"ddl_lock", "view_lock"}   # the persistent parents of the DDL and view locks
 
 _COLUMN = re.compile(r"^\s+`([^`]+)`\s", re.M)
 _KEY = re.compile(r"^\s+(?:UNIQUE\s+|FULLTEXT\s+|SPATIAL\s+)?KEY\s+`([^`]+)`", re.M)
@@ -84,7 +85,8 @@ class Checker:
         while time.monotonic() < deadline:
             try:
                 st = self.env.zk_state()
-                clean = (not st["ddl"] and not st["lock/ddl_lock"] and set(st["lock"]) <= {"ddl_lock"}
+                clean = (not st["ddl"] and not st["lock/ddl_lock"] and not st["lock/view_lock"]
+                         and set(st["lock"]) <= LOCK_FOLDERS
                          and set(st["online"]) == set(INSTANCES))
                 rows = [len(self.env.manager_rows(p, "show @@cluster")) for p in self.env.proxies]
                 ddl = [len(self.env.manager_rows(p, "show @@ddl")) for p in self.env.proxies]
@@ -101,9 +103,9 @@ class Checker:
     def zk_clean(self, when: str) -> None:
         """No ddl record, no ddl lock, no syncMeta/reconcile lock left in ZooKeeper."""
         st = self.env.zk_state()
-        if st["ddl"] or st["lock/ddl_lock"] or set(st["lock"]) - {"ddl_lock"}:
+        if st["ddl"] or st["lock/ddl_lock"] or st["lock/view_lock"] or set(st["lock"]) - LOCK_FOLDERS:
             self.fail(f"ZooKeeper not clean {when}: ddl={st['ddl']} ddl_lock={st['lock/ddl_lock']} "
-                      f"lock={st['lock']}")
+                      f"view_lock={st['lock/view_lock']} lock={st['lock']}")
 
     # -- structure --------------------------------------------------------------------------------
     def structure_vs_clients(self) -> set[str]:

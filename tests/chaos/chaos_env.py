@@ -143,7 +143,7 @@ class ChaosEnv:
         c = self.zk.client(timeout=10, session_timeout=10)
         try:
             out = {}
-            for key in ("ddl", "lock/ddl_lock", "lock", "online"):
+            for key in ("ddl", "lock/ddl_lock", "lock/view_lock", "lock", "online"):
                 path = f"{self.base}/{key}"
                 out[key] = sorted(c.get_children(path)) if c.exists(path) else []
             return out
