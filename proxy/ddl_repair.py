@@ -49,17 +49,14 @@ FREE_ON_DIFFERING = frozenset({"DROP_TABLE", "TRUNCATE_TABLE", "CREATE_TABLE"})
 
 
 async def refuse_on_differing(server: ProxyServer, plan: Plan) -> None:
-    """RepairFirst when a table of the DDL has more than one structure across its nodes (what `repair
-    @@ddl` finds work in), read from the backends under the table's locks, so every instance of a
-    cluster decides the same: a later DDL there would leave the half-applied one unrepairable."""
+    """RepairFirst when a table of the DDL is known to hold more than one structure across its nodes
+    (what `repair @@ddl` finds work in): a later DDL there would leave the half-applied one unrepairable.
+    Known from memory, which every instance refreshed from the backends after that DDL (a difference
+    made behind pydble's back is not known until a reload, and costs no read on every DDL)."""
     if plan.ddl in FREE_ON_DIFFERING or plan.ddl is None:
         return
-    wanted = [(s, t) for s, t in plan.tables if server.registry.get(s, t) is not None]
-    if not wanted:
-        return
-    fresh = await load_tables(server.config, wanted, backend=server.meta_backend)
-    for (schema, table) in wanted:
-        meta = fresh.tables.get((schema, table))
+    for (schema, table) in plan.tables:
+        meta = server.registry.get(schema, table)
         if meta is None or meta.unknown:
             continue   # the DDL itself reports a node that cannot answer
         v = meta.verdict()
