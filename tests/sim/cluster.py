@@ -43,8 +43,8 @@ class Variant:
     # a node unreachable also fails metadata reads (a subscriber's reload, a catch-up); False: only new DDL
     # connections are refused (reads still answer)
     reload_failures: bool = True
-    # a reload that cannot read a node publishes the old structure for it instead of failing (meta.loader's
-    # partial load, UNKNOWN): nothing then retries it (reported; see NOTES / the report)
+    # a reload that cannot read a node publishes the old structure for it (meta.loader's partial load,
+    # UNKNOWN), then says it is incomplete (RefreshIncomplete: not counted as applied, retried)
     partial_loads: bool = False
 
 
@@ -198,6 +198,7 @@ class SimCluster:
                         break
                     await waker.wait(SAFETY_POLL_S)
             inst.sub.restart()
+            inst.catch_up_backoff = 0.0
             inst.spawn(listener_loop(inst), "listener")
             inst.spawn(recovery_loop(inst), "recovery")
         finally:
