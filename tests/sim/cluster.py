@@ -46,6 +46,12 @@ class Variant:
     # a reload that cannot read a node publishes the old structure for it (meta.loader's partial load,
     # UNKNOWN), then says it is incomplete (RefreshIncomplete: not counted as applied, retried)
     partial_loads: bool = False
+    # the drivers' share of the fixes since (False: reverted): a partial load raises RefreshIncomplete (not
+    # counted as applied); the originator re-reads a table its refresh missed a node of (reload_later); a
+    # catch-up/settle reload holds the table's local lock and waits for a DDL in flight on it
+    partial_is_incomplete: bool = True
+    originator_reloads_later: bool = True
+    catch_up_takes_lock: bool = True
 
 
 @dataclass

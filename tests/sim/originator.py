@@ -141,7 +141,8 @@ async def _locked(inst: Instance, table: str, column: str, ddl_no: int) -> Answe
                 # a node unreachable now (a partial load is published): read again in the background
                 # until every node answers (DdlRunner.reload_later); the peers load for themselves
                 structure = None
-                inst.reload_later([table])
+                if c.variant.originator_reloads_later:
+                    inst.reload_later([table])
         texts = {table: structure} if structure is not None else None
         # -- INIT acks, then the outcome ------------------------------------------------------------------
         v = await init_acks.finished

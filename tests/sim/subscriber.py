@@ -283,6 +283,9 @@ class TableBusy(Exception):
 async def reload_unless_busy(inst: Instance, table: str, czxid: int, owner: str | None = None) -> None:
     """listener._refresh_unless_busy: reload under the table's local lock (that record's, or one taken
     for the reload), so no DDL starts on it while we read; TableBusy while another DDL holds it."""
+    if not inst.c.variant.catch_up_takes_lock:
+        await inst.reload([table])
+        return
     held = inst.locks.get(table)
     if held is not None:
         if not may_release(held.owner, held.record, czxid, owner):
