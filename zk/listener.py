@@ -69,9 +69,10 @@ class DdlListener(PassLoop):
         if lock is None:
             lock = self._record_locks[path] = asyncio.Lock()
         return lock
-    def start(self) -> None:
-        """Start (or restart after a re-join) the follow loop."""
-        self.core.restart()  # a join has just reloaded everything
+    def start(self, history: list[str] | None = None) -> None:
+        """Start (or restart after a re-join) the follow loop; `history`: ddl_history's children read
+        just before the join loaded metadata (later entries are applied)."""
+        self.core.restart(history)  # a join has just reloaded everything
         self.catch_up_backoff = 0.0
         super().start()
 

@@ -190,6 +190,7 @@ class SimCluster:
             self.world.log(f"{inst.tag} holds syncMeta.lock; draining")
             await drain_in_flight(inst)
             self.world.log(f"{inst.tag} drained; loading")
+            history = await inst.zchildren(self.paths.history)   # membership._join: the position before the load
             await inst.load_all()
             self.world.log(f"{inst.tag} loaded {inst.memory}")
             while True:
@@ -203,7 +204,7 @@ class SimCluster:
                     if got is not None and got[1].ephemeralOwner == inst.session:
                         break
                     await waker.wait(SAFETY_POLL_S)
-            inst.sub.restart()
+            inst.sub.restart(history)
             inst.catch_up_backoff = 0.0
             inst.spawn(listener_loop(inst), "listener")
             inst.spawn(recovery_loop(inst), "recovery")
