@@ -85,7 +85,7 @@ REVERTED = [
     # 7. no background re-read after the originator's own refresh missed a node (DdlRunner.reload_later)
     ("no-reload-later", 1884, "i1 serves t1 as"),
     # 8. a catch-up reload without the table's local lock, during this instance's own next DDL on the table
-    ("catch-up-without-lock", 8000041602, "i2 serves t1 as"),
+    ("catch-up-without-lock", 8000023281, "i1 serves t1 as"),
 ]
 SEARCH = 3000
 
@@ -117,6 +117,10 @@ CLOSED = [
     # but not the other, published after that DDL's refresh: the catch-up now reloads under the table's local
     # lock, and puts the entry off while a DDL holds it (zk/listener.py _refresh_unless_busy)
     ("catch-up-during-ddl", 8000041602, {}),
+    ("catch-up-during-ddl", 8000023281, {}),   # the same hole, found again after the join fix reshuffled
+    # a DDL still in flight after a joining instance's drain gave up waiting, ending after its load: its
+    # ddl_history entry was skipped as the first catch-up's position (now taken before the load)
+    ("history-after-join", 13000014570, {}),
     # meta.loader's partial load (a node unreachable: its old structure carried over): the subscriber counted
     # the outcome as applied and never reloaded the table; now RefreshIncomplete -> ack ok=False -> retried
     ("partial-load", 2, {"partial_loads": True}),
