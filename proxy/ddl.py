@@ -576,6 +576,9 @@ class DdlRunner:
             keys = [k for k in self.reloads if self.locks.get(*k) is None]
             if not keys:
                 continue
+            # held meanwhile: a DDL starting on the table while we read would be overwritten by this read
+            for k in keys:
+                self.locks.acquire(*k, "reload after a ddl missed nodes", "reload:later").phase = "REFRESHING"
             try:
                 await self.refresh(keys, None)
                 log.info("ddl refresh completed after missing nodes", tables=[f"{s}.{t}" for s, t in keys])
@@ -588,6 +591,9 @@ class DdlRunner:
                 log.warning("ddl refresh retry gave up", tables=[f"{s}.{t}" for s, t in keys], error=e.message)
                 for key in keys:
                     self.reloads.pop(key, None)
+            finally:
+                for k in keys:
+                    self.locks.release(*k, "reload:later")
 
     def refresh_now(self, keys: list[tuple[str, str]], texts: Mapping[str, Mapping[str, str | None]]) -> bool:
         """refresh without waiting (a peer's outcome handled on the spot): False, with nothing done,

@@ -40,6 +40,10 @@ GONE_GRACE_S = 0.5        # a record removed before we saw its outcome: how long
                           # on its way over the peer channel before we read the backends ourselves
 
 
+class TableBusy(Exception):
+    """A catch-up reload put off: a DDL on the table is in flight on this instance."""
+
+
 class DdlListener(PassLoop):
     """Follows other instances' DDL records and keeps this instance in step."""
 
@@ -65,9 +69,10 @@ class DdlListener(PassLoop):
         if lock is None:
             lock = self._record_locks[path] = asyncio.Lock()
         return lock
-    def start(self) -> None:
-        """Start (or restart after a re-join) the follow loop."""
-        self.core.restart()  # a join has just reloaded everything
+    def start(self, history: list[str] | None = None) -> None:
+        """Start (or restart after a re-join) the follow loop; `history`: ddl_history's children read
+        just before the join loaded metadata (later entries are applied)."""
+        self.core.restart(history)  # a join has just reloaded everything
         self.catch_up_backoff = 0.0
         super().start()
 
@@ -215,13 +220,17 @@ class DdlListener(PassLoop):
         zk = c.zk
         assert zk is not None
         stuck = False   # an entry could not be applied (a node missed): the mark stays before it
+        missed = False  # ... because a node did not answer (not because a DDL on the table is in flight)
         for name in core.history_todo(await zk.children(c.paths.history)):
             try:
                 entry = await self._catch_up_entry(name) if core.needs_apply(name) else None
+            except TableBusy:
+                stuck = True   # that DDL's own outcome refreshes the table; the entry is read again next pass
+                continue
             except ProxyError as e:   # RefreshIncomplete: a node did not answer
                 log.warning("catching up on a ddl: refresh incomplete, trying again later", instance=c.instance,
                             entry=name, error=e.message)
-                stuck = True
+                stuck = missed = True
                 continue
             if not stuck:
                 core.on_history_applied(name, entry)
@@ -229,7 +238,7 @@ class DdlListener(PassLoop):
                 core.mark_finished(entry.record_czxid)   # applied, but later than an entry still to apply
         # a node that stays down: back off (doubling) rather than re-reading every second
         self.catch_up_backoff = min(max(2 * self.catch_up_backoff, 2 * CATCH_UP_EVERY_S),
-                                    CATCH_UP_BACKOFF_MAX_S) if stuck else 0.0
+                                    CATCH_UP_BACKOFF_MAX_S) if missed else 0.0
 
     async def _catch_up_entry(self, name: str) -> HistoryEntry | None:
         """Apply one ddl_history entry this instance has not applied (nor ran): refresh its table."""
@@ -245,11 +254,31 @@ class DdlListener(PassLoop):
         log.info("catching up on a ddl finished while this instance lagged", instance=c.instance,
                  table=f"{entry.schema}.{entry.table}", originator=entry.instance)
         try:
-            await c.refresh([(entry.schema, entry.table)])
+            await self._refresh_unless_busy(entry.schema, entry.table, entry.record_czxid,
+                                            f"instance:{entry.instance}")
         finally:
             # the DDL is over either way: its lock goes; a refresh that missed a node is tried again
             self._release(entry.schema, entry.table, entry.record_czxid, f"instance:{entry.instance}")
         return entry
+
+    async def _refresh_unless_busy(self, schema: str, table: str, czxid: int, owner: str | None = None) -> None:
+        """Reload a table for a DDL that is over (record czxid), holding the table's local lock so that no
+        DDL starts on it meanwhile: a read taken half-way through a DDL here and published after that
+        DDL's own refresh would keep the half-applied structure. TableBusy (nothing read) while another
+        DDL on the table is in flight here: its own outcome refreshes the table."""
+        c = self.cluster
+        held = c.locks.get(schema, table)
+        if held is not None:
+            if not may_release(held.owner, held.record, czxid, owner):
+                raise TableBusy(f"{schema}.{table}")
+            await c.refresh([(schema, table)])   # under that very record's lock
+            return
+        mine = f"reload:{czxid}"
+        c.locks.acquire(schema, table, "reload after a ddl finished elsewhere", mine).phase = "REFRESHING"
+        try:
+            await c.refresh([(schema, table)])
+        finally:
+            c.locks.release(schema, table, mine)
 
     async def handle(self, rec: DdlRecord, last: str | None, texts: dict | None = None,
                      czxid: int = 0) -> tuple[bool, str]:
@@ -336,8 +365,10 @@ class DdlListener(PassLoop):
             log.info("ddl record gone before its outcome was applied here: refreshing",
                      instance=self.cluster.instance, table=f"{parts[0]}.{parts[1]}")
             try:
-                await self.cluster.refresh([parts])
+                await self._refresh_unless_busy(parts[0], parts[1], czxid)
                 self.core.mark_finished(czxid)
+            except TableBusy:
+                pass   # a DDL on the table runs here now: ddl_history's entry applies this one after it
             except Exception as e:  # noqa: BLE001 - ddl_history's entry applies it again
                 log.warning("refresh of a finished ddl failed; catching up from ddl_history",
                             instance=self.cluster.instance, table=f"{parts[0]}.{parts[1]}", error=str(e))

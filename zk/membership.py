@@ -51,9 +51,12 @@ class Membership:
         await self._take_sync_meta_lock()
         try:
             await self.recovery.drain_in_flight(jlog)
+            # ddl_history's position before the load: a DDL still in flight after the drain's bound may end
+            # after the load read its table; its entry, written later, is then applied by the listener
+            history = await zk.children(self.paths.history)
             await self.load_all()
             await self._register_online()
-            self.listener.start()
+            self.listener.start(history)
             self.recovery.start()
         finally:
             try:

@@ -25,6 +25,10 @@ class Unreachable(BackendError):
         super().__init__(2003, f"cannot reach {node}")
 
 
+class RefreshIncomplete(BackendError):
+    """meta.errors.RefreshIncomplete: a reload published with a node's old part carried over."""
+
+
 @dataclass
 class Query:
     conn: int

@@ -43,9 +43,15 @@ class Variant:
     # a node unreachable also fails metadata reads (a subscriber's reload, a catch-up); False: only new DDL
     # connections are refused (reads still answer)
     reload_failures: bool = True
-    # a reload that cannot read a node publishes the old structure for it instead of failing (meta.loader's
-    # partial load, UNKNOWN): nothing then retries it (reported; see NOTES / the report)
+    # a reload that cannot read a node publishes the old structure for it (meta.loader's partial load,
+    # UNKNOWN), then says it is incomplete (RefreshIncomplete: not counted as applied, retried)
     partial_loads: bool = False
+    # the drivers' share of the fixes since (False: reverted): a partial load raises RefreshIncomplete (not
+    # counted as applied); the originator re-reads a table its refresh missed a node of (reload_later); a
+    # catch-up/settle reload holds the table's local lock and waits for a DDL in flight on it
+    partial_is_incomplete: bool = True
+    originator_reloads_later: bool = True
+    catch_up_takes_lock: bool = True
 
 
 @dataclass
@@ -184,6 +190,7 @@ class SimCluster:
             self.world.log(f"{inst.tag} holds syncMeta.lock; draining")
             await drain_in_flight(inst)
             self.world.log(f"{inst.tag} drained; loading")
+            history = await inst.zchildren(self.paths.history)   # membership._join: the position before the load
             await inst.load_all()
             self.world.log(f"{inst.tag} loaded {inst.memory}")
             while True:
@@ -197,7 +204,8 @@ class SimCluster:
                     if got is not None and got[1].ephemeralOwner == inst.session:
                         break
                     await waker.wait(SAFETY_POLL_S)
-            inst.sub.restart()
+            inst.sub.restart(history)
+            inst.catch_up_backoff = 0.0
             inst.spawn(listener_loop(inst), "listener")
             inst.spawn(recovery_loop(inst), "recovery")
         finally:

@@ -16,12 +16,15 @@ from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, Sessi
 from zk.ddlcore import Check, Create, Delete, SetData, Txn
 from zk.records import OnlineInfo
 
+from .backend import BackendError, RefreshIncomplete
 from .tasks import Cancelled, SimFuture, Task, first, gather
 
 if TYPE_CHECKING:
     from .cluster import SimCluster
 
 SAFETY_POLL_S = 2.0
+RELOAD_RETRY_FIRST_S = 1.0   # proxy/ddl.py's
+RELOAD_RETRY_MAX_S = 30.0
 
 
 class ZkDown(Exception):
@@ -149,6 +152,9 @@ class Instance:
         self.zk_records: dict = {}          # others' records as read from ZooKeeper (listener.zk_records)
         self.record_locks: dict = {}        # record path -> the step being handled (listener.record_lock)
         self.catch_up_due = False
+        self.catch_up_backoff = 0.0
+        self.reloads: dict[str, None] = {}  # DdlRunner.reloads: tables whose refresh after our DDL missed a node
+        self.reload_task: Task | None = None
         self.sub = self.c.variant.subscriber_core(self.c.paths, self.name)
         self.world.log(f"{self.tag} starts")
         self.new_session()
@@ -281,7 +287,7 @@ class Instance:
     async def read_table(self, table: str) -> dict[str, tuple | None]:
         """SHOW CREATE TABLE on every node. A node that cannot be read raises its error, or, with the
         variant's `partial_loads` (what meta.loader does), keeps the structure memory had for it (registry
-        _carry: published as UNKNOWN, no error)."""
+        _carry: published as UNKNOWN), then RefreshIncomplete once published (proxy/ddl.py)."""
         futs = []
         for node, be in sorted(self.c.backends.items()):
             f = SimFuture()
@@ -289,22 +295,55 @@ class Instance:
             futs.append((node, f))
         values = await gather([f for _, f in futs])
         out = {}
+        missed = []
         before = self.memory.get(table, {})
         for (node, _), v in zip(futs, values):
             if isinstance(v, BaseException):
                 if not self.c.variant.partial_loads or node not in before:
                     raise v
                 v = before[node]
+                missed.append(f"{node}: {v}")
             out[node] = v
+        if missed and self.c.variant.partial_is_incomplete:
+            self.publish(table, out)
+            raise RefreshIncomplete(2003, "metadata refresh incomplete: " + "; ".join(missed))
         return out
 
     async def reload(self, tables: list[str], texts: dict | None = None) -> None:
-        """Refresh from the texts the originator read back, or from the backends."""
+        """Refresh from the texts the originator read back, or from the backends (DdlRunner.refresh: a
+        table read completely needs no retry of reload_later)."""
         for t in tables:
             if texts is not None and t in texts:
                 self.publish(t, dict(texts[t]))
             else:
                 self.publish(t, await self.read_table(t))
+            self.reloads.pop(t, None)
+
+    def reload_later(self, tables: list[str]) -> None:
+        """DdlRunner.reload_later: re-read these tables in the background until every node answers."""
+        self.reloads.update(dict.fromkeys(tables))
+        if self.reload_task is None or self.reload_task.finished.done:
+            self.reload_task = self.spawn(self._reload_until_complete(), "reload-later")
+
+    async def _reload_until_complete(self) -> None:
+        """DdlRunner._reload_until_complete: backing off while a node stays down, each read under the
+        tables' local locks (skipping a table a DDL holds: that DDL refreshes it)."""
+        delay = RELOAD_RETRY_FIRST_S
+        while self.reloads:
+            await self.sleep(delay)
+            tables = [t for t in self.reloads if t not in self.locks]
+            if not tables:
+                continue
+            for t in tables:
+                self.lock_local(t, "reload:later")
+            try:
+                await self.reload(tables)
+                delay = RELOAD_RETRY_FIRST_S
+            except BackendError:
+                delay = min(2 * delay, RELOAD_RETRY_MAX_S)
+            finally:
+                for t in tables:
+                    self.unlock_local(t, "reload:later")
 
     def publish(self, table: str, structure: dict[str, tuple | None]) -> None:
         self.memory[table] = structure

@@ -127,16 +127,23 @@ async def _locked(inst: Instance, table: str, column: str, ddl_no: int) -> Answe
         message = "; ".join(f"{n}: {v}" for n, v in failed)
         # -- refresh our own memory: from what each node's connection read back right after the DDL when
         #    every node answered cleanly (proxy/ddl.py), else loaded from the backends ---------------------
+        structure = None
         if success:
             structure = {node: sent_to[node].after for node in sorted(sent_to)}
+            inst.publish(table, structure)
+            inst.reloads.pop(table, None)
         else:
             try:
                 structure = await inst.read_table(table)
+                inst.publish(table, structure)
+                inst.reloads.pop(table, None)
             except BackendError:
-                structure = None   # a node unreachable now: memory keeps the old structure (see the report)
+                # a node unreachable now (a partial load is published): read again in the background
+                # until every node answers (DdlRunner.reload_later); the peers load for themselves
+                structure = None
+                if c.variant.originator_reloads_later:
+                    inst.reload_later([table])
         texts = {table: structure} if structure is not None else None
-        if structure is not None:
-            inst.publish(table, structure)
         # -- INIT acks, then the outcome ------------------------------------------------------------------
         v = await init_acks.finished
         if v[0] != "ok" or isinstance(v[1], BaseException):

@@ -3,6 +3,7 @@
     python -m tests.sim.run --schedules 1000000 --seed 7            # the production protocol
     python -m tests.sim.run --schedules 5000 --variant kill-live-holder   # a fix reverted: finds it?
     python -m tests.sim.run --replay 1234 [--variant NAME]           # one schedule, with its trace
+    python -m tests.sim.run --schedules 20000 --partial-loads        # reloads that miss a node are partial
 
 Schedule i runs seed `seed * 10**9 + i`, so a reported seed replays alone with --replay. Prints
 schedules/s; exits 1 on the first violation (or after --keep-going, with every failing seed).
@@ -11,6 +12,7 @@ schedules/s; exits 1 on the first violation (or after --keep-going, with every f
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -31,9 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variant", default="fixed", choices=["fixed", *BUGS])
     ap.add_argument("--replay", type=int, help="run this one seed and print its trace")
     ap.add_argument("--keep-going", action="store_true", help="count every violation instead of stopping")
+    ap.add_argument("--partial-loads", action="store_true",
+                    help="a reload that misses a node publishes a partial result and says so (meta.loader's way)")
     ap.add_argument("--every", type=float, default=10.0, help="progress line every N seconds")
     args = ap.parse_args(argv)
     variant = FIXED if args.variant == "fixed" else BUGS[args.variant]
+    if args.partial_loads:
+        variant = dataclasses.replace(variant, partial_loads=True)
     if args.replay is not None:
         o = run_schedule(args.replay, variant, trace=True)
         print("\n".join(o.trace or []))

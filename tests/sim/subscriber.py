@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 LOCAL_LOCK_WAIT_S = 3.0
 CATCH_UP_EVERY_S = 1.0
+CATCH_UP_BACKOFF_MAX_S = 30.0
 ACK_AFTER_REPLY_S = 0.05
 GONE_GRACE_S = 0.5
 ERRORS = (ZkDown, BackendError, NoNodeError)
@@ -86,7 +87,9 @@ async def listener_pass(inst: Instance, waker: Waker, caught_up_at: float) -> bo
             release(inst, gone.table, gone.key[1])
         else:
             inst.spawn(settle_gone(inst, gone.key, gone.table), "settle")
-    if sub.history_seen is None or inst.catch_up_due or inst.world.now - caught_up_at >= CATCH_UP_EVERY_S:
+    since = inst.world.now - caught_up_at
+    if (sub.history_seen is None or inst.catch_up_due or since >= CATCH_UP_EVERY_S) \
+            and since >= inst.catch_up_backoff:
         inst.catch_up_due = False
         await catch_up(inst)
         return True
@@ -226,9 +229,9 @@ async def settle_gone(inst: Instance, key: tuple[str, int], table: str) -> None:
         if not inst.sub.settle(key[1]):
             return
         try:
-            await inst.reload([table])
+            await reload_unless_busy(inst, table, key[1])
             inst.sub.mark_finished(key[1])
-        except BackendError:
+        except (BackendError, TableBusy):
             pass   # ddl_history's entry applies it again
     inst.catch_up_due = True
     waker = getattr(inst, "listener_wake", None)
@@ -237,10 +240,13 @@ async def settle_gone(inst: Instance, key: tuple[str, int], table: str) -> None:
 
 
 async def catch_up(inst: Instance) -> None:
-    """Refresh tables whose DDL finished while we were deaf: ddl_history tells (listener._catch_up)."""
+    """Refresh tables whose DDL finished while we were deaf: ddl_history tells (listener._catch_up). An
+    entry whose reload missed a node, or whose table a DDL here holds now, stays unseen: tried again later
+    (backing off only while nodes are missed)."""
     c = inst.c
     sub = inst.sub
     names = await inst.zchildren(c.paths.history)
+    stuck = missed = False
     for name in sub.history_todo(names):
         entry = None
         if sub.needs_apply(name):
@@ -251,9 +257,47 @@ async def catch_up(inst: Instance) -> None:
                 except BadRecord:
                     entry = None
             if entry is not None and sub.entry_applies(entry):
-                await inst.reload([entry.table])    # a failure leaves the entry unseen: retried next pass
-                release(inst, entry.table, entry.record_czxid, f"instance:{entry.instance}")
-        sub.on_history_applied(name, entry)
+                owner = f"instance:{entry.instance}"
+                try:
+                    await reload_unless_busy(inst, entry.table, entry.record_czxid, owner)
+                except TableBusy:
+                    stuck = True
+                    continue
+                except BackendError:
+                    stuck = missed = True
+                    continue
+                finally:
+                    release(inst, entry.table, entry.record_czxid, owner)
+        if not stuck:
+            sub.on_history_applied(name, entry)
+        elif entry is not None:
+            sub.mark_finished(entry.record_czxid)
+    inst.catch_up_backoff = min(max(2 * inst.catch_up_backoff, 2 * CATCH_UP_EVERY_S),
+                                CATCH_UP_BACKOFF_MAX_S) if missed else 0.0
+
+
+class TableBusy(Exception):
+    """listener.TableBusy: a catch-up reload put off while a DDL on the table is in flight here."""
+
+
+async def reload_unless_busy(inst: Instance, table: str, czxid: int, owner: str | None = None) -> None:
+    """listener._refresh_unless_busy: reload under the table's local lock (that record's, or one taken
+    for the reload), so no DDL starts on it while we read; TableBusy while another DDL holds it."""
+    if not inst.c.variant.catch_up_takes_lock:
+        await inst.reload([table])
+        return
+    held = inst.locks.get(table)
+    if held is not None:
+        if not may_release(held.owner, held.record, czxid, owner):
+            raise TableBusy(table)
+        await inst.reload([table])
+        return
+    mine = f"reload:{czxid}"
+    inst.lock_local(table, mine)
+    try:
+        await inst.reload([table])
+    finally:
+        inst.unlock_local(table, mine)
 
 
 __all__ = ["listener_loop", "on_peer_step", "handle", "ack", "release", "catch_up", "FAILED", "SUCCESS"]

@@ -78,6 +78,9 @@ BUGS: dict[str, Variant] = {
     "history-seen-before-applied": Variant("history-seen-before-applied", subscriber_core=SeenBeforeAppliedCore),
     "kill-live-holder": Variant("kill-live-holder", kill_refuses_live_holder=False),
     "reconcile-while-running": Variant("reconcile-while-running", running_step=always_ended),
+    "partial-load-counted": Variant("partial-load-counted", partial_loads=True, partial_is_incomplete=False),
+    "no-reload-later": Variant("no-reload-later", originator_reloads_later=False),
+    "catch-up-without-lock": Variant("catch-up-without-lock", catch_up_takes_lock=False),
 }
 
 __all__ = ["BUGS", "FIXED", "LockVersionOnlyCore", "AckWithoutIdentityCore", "SeenBeforeAppliedCore",

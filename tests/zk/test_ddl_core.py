@@ -411,6 +411,20 @@ def test_history_is_marked_seen_only_once_applied():
     assert sub.history_todo(names) == [] and 0 not in sub.finished   # czxid 0 is never "applied"
 
 
+def test_history_written_after_the_join_read_it_still_applies():
+    """A join reads ddl_history just before it loads metadata: an entry written after that (a DDL still in
+    flight when the join's drain gave up waiting, ended after the load read its table; simulator seed
+    13000014570 before the fix) is applied, not skipped as the position of the first catch-up read."""
+    sub = SubscriberCore(PATHS, "i2")
+    sub.restart(["h-5-0000000001"])
+    names = ["h-5-0000000001", "h-14-0000000002"]
+    assert sub.history_todo(names) == ["h-14-0000000002"] and sub.needs_apply("h-14-0000000002")
+    sub.restart([])   # an empty history before the load: every entry after it applies
+    assert sub.history_todo(names) == names
+    sub.restart()     # no names: the first read only takes the position
+    assert sub.history_todo(names) == []
+
+
 def test_a_peer_step_is_checked_against_the_live_record():
     sub = SubscriberCore(PATHS, "i2")
     rec = DdlRecord("i1", "s1", "t1", "ALTER", "x", INIT, 5.0, marker=f"{MARKER_PREFIX}a1")

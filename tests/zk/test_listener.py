@@ -13,6 +13,7 @@ from clusterkit import instance_and_other
 from harness import cluster_section, free_port, proxy_config
 
 from meta.config import parse_config
+from meta.errors import DdlInProgress
 from meta.locks import MetaLocks
 from meta.registry import Registry
 from zk.aio import Zk
@@ -165,6 +166,43 @@ def test_a_history_entry_is_seen_only_once_applied(zookeeper: Any, zk_root: str,
             c.refresh = recorded
             await c.listener._catch_up()
             assert refreshed == [[("schema1", "sharding_4_t1")]]
+            await c.listener._catch_up()                  # applied: not again
+            assert refreshed == [[("schema1", "sharding_4_t1")]]
+
+    asyncio.run(go())
+
+
+def test_a_catch_up_reload_waits_for_a_ddl_in_flight_here_and_holds_the_table_meanwhile(
+        zookeeper: Any, zk_root: str, backends: list[Any]) -> None:
+    """A ddl_history catch-up reload of a table on which this instance's own DDL is in flight is put off (a
+    read half-way through that DDL, published after its refresh, would keep the half-applied structure for
+    good; simulator seed 8000041602); once the DDL is over the entry is applied, and while that reload
+    reads the backends the table is locked here, so no DDL starts on it meanwhile."""
+    async def go() -> None:
+        refreshed: list[list[tuple[str, str]]] = []
+        async with instance_and_other(zookeeper, zk_root + "-busy", backends, refreshed) as (c, _):
+            recorded = c.refresh
+            await c.listener._catch_up()                  # the first read only notes where history is
+            await c.append_history(HistoryEntry("schema1", "sharding_4_t1", "dble-1", "ALTER ...", SUCCESS, 78))
+            c.locks.acquire("schema1", "sharding_4_t1", "ALTER TABLE sharding_4_t1 ADD COLUMN y INT", "session:9")
+            await c.listener._catch_up()
+            assert refreshed == []                        # put off: the DDL here refreshes the table itself
+            assert c.listener.catch_up_backoff == 0.0     # no node missed: no backing off
+            assert c.locks.release("schema1", "sharding_4_t1", "session:9")
+            held_during: list[Any] = []
+
+            async def watching(keys: list[tuple[str, str]], texts: Any = None) -> None:
+                lk = c.locks.get("schema1", "sharding_4_t1")
+                held_during.append(lk.owner if lk is not None else None)
+                with pytest.raises(DdlInProgress):
+                    c.locks.acquire("schema1", "sharding_4_t1", "ALTER ...", "session:10")
+                await recorded(keys, texts)
+
+            c.refresh = watching
+            await c.listener._catch_up()
+            assert refreshed == [[("schema1", "sharding_4_t1")]]
+            assert held_during and held_during[0] is not None and held_during[0].startswith("reload:")
+            assert c.locks.get("schema1", "sharding_4_t1") is None   # released after the reload
             await c.listener._catch_up()                  # applied: not again
             assert refreshed == [[("schema1", "sharding_4_t1")]]
 

@@ -144,9 +144,13 @@ class SubscriberCore:
             del self.finished[next(iter(self.finished))]
 
     # -- ddl_history --------------------------------------------------------------------------------------
-    def restart(self) -> None:
-        """A join has just reloaded everything: history before now needs no applying."""
-        self.history_seen = None
+    def restart(self, names: Sequence[str] | None = None) -> None:
+        """A join has just reloaded everything: history before it needs no applying. `names`: the
+        ddl_history children read just before that load began; entries after them (a DDL still in flight
+        at the join may end after the load read its table) still apply. None: the position is taken at
+        the first read."""
+        ordered = history_order(list(names)) if names is not None else None
+        self.history_seen = None if ordered is None else (history_seq(ordered[-1]) if ordered else -1)
 
     def history_todo(self, names: Sequence[str]) -> list[str]:
         """The ddl_history entries to look at, oldest first. At the first read after a (re)join only the
