@@ -52,11 +52,15 @@ async def refuse_on_differing(server: ProxyServer, plan: Plan) -> None:
     """RepairFirst when a table of the DDL is known to hold more than one structure across its nodes
     (what `repair @@ddl` finds work in): a later DDL there would leave the half-applied one unrepairable.
     Known from memory, which every instance refreshed from the backends after that DDL (a difference
-    made behind pydble's back is not known until a reload, and costs no read on every DDL)."""
+    made behind pydble's back is not known until a reload, and costs no read on every DDL); where memory
+    could not read a node (a partial reload still being retried), the nodes are read now."""
     if plan.ddl in FREE_ON_DIFFERING or plan.ddl is None:
         return
     for (schema, table) in plan.tables:
         meta = server.registry.get(schema, table)
+        if meta is not None and meta.unknown:
+            fresh = await load_tables(server.config, [(schema, table)], backend=server.meta_backend)
+            meta = fresh.tables.get((schema, table))
         if meta is None or meta.unknown:
             continue   # the DDL itself reports a node that cannot answer
         v = meta.verdict()
