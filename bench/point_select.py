@@ -144,8 +144,9 @@ class Bench:
         port = free_port()
         for w in range(self.args.workers):
             cfg = self._config(port, free_port(), f"bench-{w}")
-            env = {"PYDBLE_REUSE_PORT": "1"} if self.args.workers > 1 else None
-            p = ProxyProcess(cfg, name=f"bench-proxy-{w}", env=env)
+            if self.args.workers > 1:   # the workers share the client port
+                cfg["server"]["reuse_port"] = True
+            p = ProxyProcess(cfg, name=f"bench-proxy-{w}")
             p.start()
             self.proxies.append(p)
         self.proxy_port = port

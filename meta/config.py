@@ -47,6 +47,7 @@ class ServerConfig:
     max_allowed_packet: int = 16 << 20  # larger client packets are refused (1153) before they are buffered
     packet_timeout_s: float = 30.0      # a started packet that stops arriving for this long closes the client
     sequence_block: int = 1000          # global sequence values reserved at a time (ZooKeeper or the local file)
+    reuse_port: bool = False            # SO_REUSEPORT: several processes share the client port (the kernel spreads)
 
 
 @dataclass(frozen=True)
@@ -278,7 +279,8 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
     _typed(s, p, dict, "a table")
     _take(s, p, {"instance", "bind", "port", "manager_port", "version", "max_connections",
                  "backend_timeout_s", "ddl_timeout_s", "data_dir", "metrics_port", "merge_memory_mb", "client_buffer_kb",
-                 "ssl_cert", "ssl_key", "max_allowed_packet", "packet_timeout_s", "sequence_block"})
+                 "ssl_cert", "ssl_key", "max_allowed_packet", "packet_timeout_s", "sequence_block",
+                 "reuse_port"})
     d = ServerConfig()
     cfg = ServerConfig(
         instance=_get(s, p, "instance", str, "a string", d.instance),
@@ -299,6 +301,7 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
         max_allowed_packet=_get(s, p, "max_allowed_packet", int, "an integer (bytes)", d.max_allowed_packet),
         packet_timeout_s=float(_get(s, p, "packet_timeout_s", (int, float), "a number", d.packet_timeout_s)),
         sequence_block=_get(s, p, "sequence_block", int, "an integer", d.sequence_block),
+        reuse_port=_get(s, p, "reuse_port", bool, "true or false", d.reuse_port),
     )
     if not 1 <= cfg.sequence_block <= 1_000_000:
         raise ConfigError("server.sequence_block", "must be between 1 and 1000000 values")

@@ -3,7 +3,7 @@
 A block of values is reserved by writing its end to the file (a new file fsynced, renamed over the
 old one, the folder fsynced) before any value of it is used, so a restart, even after a crash, never
 hands out a value twice: it goes on after the last block reserved (the unused rest of that block is
-skipped). An flock on the folder serialises processes sharing it (PYDBLE_REUSE_PORT), and the kernel
+skipped). An flock on the folder serialises processes sharing it (`[server] reuse_port`), and the kernel
 releases it when its holder dies.
 """
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import gc
 import itertools
 import time
@@ -93,10 +92,8 @@ class ProxyServer:
         gc.freeze()
         loop = asyncio.get_running_loop()
         srv = self.config.server
-        # PYDBLE_REUSE_PORT=1: several processes share the client port (the kernel spreads connections)
-        reuse_port = os.environ.get("PYDBLE_REUSE_PORT") == "1"
         self._servers.append(await loop.create_server(lambda: ClientProtocol(self), srv.bind, srv.port,
-                                                      backlog=1024, reuse_address=True, reuse_port=reuse_port))
+                                                      backlog=1024, reuse_address=True, reuse_port=srv.reuse_port))
         self._servers.append(await loop.create_server(lambda: ClientProtocol(self, ManagerSession), srv.bind,
                                                       srv.manager_port, backlog=128, reuse_address=True))
         self.deadlocks.start()
