@@ -21,7 +21,7 @@ from .protocol.constants import (CHARSET_BINARY, ENUM_FLAG, NOT_NULL_FLAG, SET_F
                                  T_MEDIUM_BLOB, T_SET)
 from .protocol.messages import ColumnDef, ResultSet
 from .protocol.response import Budget, BudgetExceeded
-from .sqltok import Token, tokenize
+from .sqltok import Token, tokenize, top_level
 
 if TYPE_CHECKING:  # pragma: no cover
     from .executor import Executor
@@ -80,18 +80,14 @@ class JoinPlan:
 
 def _split(toks: list[Token], a: int, b: int, sep: Callable[[Token], bool]) -> list[tuple[int, int]]:
     """Token ranges in [a, b) between separators at parenthesis depth 0 (the AND of a BETWEEN is none)."""
-    out, depth, start, between = [], 0, a, 0
-    for i in range(a, b):
+    out, start, between = [], a, 0
+    for i in top_level(toks, a, b):
         t = toks[i]
-        if t[0] == "o" and t[1] == "(":
-            depth += 1
-        elif t[0] == "o" and t[1] == ")":
-            depth -= 1
-        elif depth == 0 and t[0] == "w" and t[1].upper() == "BETWEEN":
+        if t[0] == "w" and t[1].upper() == "BETWEEN":
             between += 1
-        elif depth == 0 and between and t[0] == "w" and t[1].upper() == "AND":
+        elif between and t[0] == "w" and t[1].upper() == "AND":
             between -= 1
-        elif depth == 0 and sep(t):
+        elif sep(t):
             out.append((start, i))
             start = i + 1
     out.append((start, b))
@@ -100,16 +96,7 @@ def _split(toks: list[Token], a: int, b: int, sep: Callable[[Token], bool]) -> l
 
 def _find(toks: list[Token], a: int, b: int, words: frozenset[str]) -> int:
     """The first depth-0 word of `words` in [a, b), or b."""
-    depth = 0
-    for i in range(a, b):
-        t = toks[i]
-        if t[0] == "o" and t[1] == "(":
-            depth += 1
-        elif t[0] == "o" and t[1] == ")":
-            depth -= 1
-        elif depth == 0 and t[0] == "w" and t[1].upper() in words:
-            return i
-    return b
+    return next((i for i in top_level(toks, a, b) if toks[i][0] == "w" and toks[i][1].upper() in words), b)
 
 
 def _ident(t: Token) -> str | None:

@@ -19,7 +19,7 @@ from meta.errors import BackendError, NotSupported, ParseError, ProxyError
 from .prepared import Statement
 from .protocol import constants as C
 from .protocol.messages import ColumnDef
-from .sqltok import Token, first_keyword, hex_value, tokenize, unquote_ident, unquote_string
+from .sqltok import Token, first_keyword, hex_value, tokenize, top_level, unquote_ident, unquote_string
 
 if TYPE_CHECKING:
     from .reply import Reply
@@ -214,23 +214,13 @@ def note_assignments(session: Session, sql: str, kw: str) -> None:
 def _split_items(sql: str, toks: list[Token]) -> list[tuple[str, list[Token]]]:
     """Top-level comma-separated items: (text, tokens)."""
     items: list[tuple[str, list[Token]]] = []
-    depth = 0
-    cur: list[Token] = []
-    for t in toks:
-        if t[0] == "o" and t[1] == "(":
-            depth += 1
-        elif t[0] == "o" and t[1] == ")":
-            depth -= 1
-        elif t[0] == "o" and t[1] == "," and depth == 0:
-            if not cur:
-                raise _syntax(sql, t[2])
-            items.append((sql[cur[0][2]:cur[-1][3]], cur))
-            cur = []
-            continue
-        cur.append(t)
-    if not cur:
-        raise _syntax(sql, len(sql))
-    items.append((sql[cur[0][2]:cur[-1][3]], cur))
+    start = 0
+    for i in [i for i in top_level(toks) if toks[i][0] == "o" and toks[i][1] == ","] + [len(toks)]:
+        cur = toks[start:i]
+        if not cur:
+            raise _syntax(sql, toks[i][2] if i < len(toks) else len(sql))
+        items.append((sql[cur[0][2]:cur[-1][3]], cur))
+        start = i + 1
     return items
 
 

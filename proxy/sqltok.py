@@ -21,6 +21,7 @@ and nothing otherwise; `/*! text */` without a number always yields them (see se
 from __future__ import annotations
 
 import re
+from typing import Iterator
 
 
 Token = tuple[str, str, int, int]
@@ -118,6 +119,19 @@ def tokenize(sql: str, pos: int = 0, endpos: int | None = None) -> list[Token]:
                 continue
         append((k, sql[s:e], s, e))
     return out
+
+
+def top_level(toks: list[Token], a: int = 0, b: int | None = None) -> Iterator[int]:
+    """Indices in [a, b) of the tokens outside every parenthesis (the parentheses themselves excluded)."""
+    depth = 0
+    for i in range(a, len(toks) if b is None else b):
+        kind, text = toks[i][0], toks[i][1]
+        if kind == "o" and text == "(":
+            depth += 1
+        elif kind == "o" and text == ")":
+            depth -= 1
+        elif depth == 0:
+            yield i
 
 
 def first_keyword(sql: str) -> str:
