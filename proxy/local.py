@@ -217,9 +217,10 @@ def _literal(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-def calls_session_functions(sql: str) -> bool:
-    """Whether a statement may call DATABASE()/SCHEMA()/CONNECTION_ID()/USER()..., which pydble answers."""
-    low = sql.lower()
+def calls_session_functions(sql: str, low: str | None = None) -> bool:
+    """Whether a statement may call DATABASE()/SCHEMA()/CONNECTION_ID()/USER()..., which pydble answers;
+    low: sql.lower() when the caller has it already (the fast path)."""
+    low = sql.lower() if low is None else low
     return ("database" in low or "schema" in low or "connection_id" in low or "user" in low) \
         and _DB_CALL.search(sql) is not None
 

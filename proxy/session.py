@@ -419,7 +419,7 @@ class Session:
                 return False  # answered from the logical schemas by the task (proxy.infoschema)
             if kw == "SELECT" and " from " not in low:
                 return False  # local probes are the task's business
-            if kw not in ("SELECT", "INSERT", "UPDATE", "DELETE", "REPLACE") or local.calls_session_functions(sql):
+            if kw not in ("SELECT", "INSERT", "UPDATE", "DELETE", "REPLACE") or local.calls_session_functions(sql, low):
                 return False  # DATABASE(), USER(), CONNECTION_ID() ... are substituted by the task
             try:
                 plan = server.router.route(sql, self.schema, self.grants)
