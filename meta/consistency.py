@@ -10,10 +10,16 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Protocol, Sequence
 
-if TYPE_CHECKING:
-    from meta.model import TableMeta
+
+class Fetched(Protocol):
+    """What consistency reads of a table's metadata (meta.model.TableMeta has it): no import back."""
+
+    nodes: tuple[str, ...]
+    node_sql: Mapping[str, str | None]
+    structure: str | None
+    unknown: Mapping[str, str]
 
 _AUTO_INCREMENT = re.compile(r" AUTO_INCREMENT=\d+")
 _DEFAULT_CHARSET = re.compile(r"\bDEFAULT CHARSET=")
@@ -119,7 +125,7 @@ def differing_nodes(v: Verdict) -> str:
     return ",".join(parts)
 
 
-def consistent_in_memory(memory: TableMeta | None, fresh: TableMeta) -> bool | None:
+def consistent_in_memory(memory: Fetched | None, fresh: Fetched) -> bool | None:
     """Does memory match a fresh fetch on every node? None when some node could not answer."""
     if memory is None or memory.structure is None:
         return False

@@ -31,7 +31,7 @@ from proxy.conditions import has_sharding, query_refs, ref_partitions, table_nam
 from proxy.sqltok import Token, first_keyword, hex_value, tokenize, unquote_string
 
 if TYPE_CHECKING:  # pragma: no cover
-    from proxy.merge import MergePlan
+    from proxy.mergeplan import MergePlan
 
 
 @dataclass(frozen=True)
@@ -426,7 +426,7 @@ class Router:
             targets = self._decide(an, toks, schema)
         phys = self._render(sql, toks, an.deletions)
         if len(targets) > 1 and not an.is_write:
-            from proxy.merge import plan_scatter_select
+            from proxy.scatter import plan_scatter_select
             send, merge = plan_scatter_select(phys)
             return Plan(an.kind, tuple(Target(n, send) for n in targets), False, an.tables, merge)
         return Plan(an.kind, tuple(Target(n, phys) for n in targets), an.is_write, an.tables)

@@ -20,7 +20,7 @@ from sqlglot.errors import SqlglotError
 
 from meta.errors import NotSupported, ProxyError
 
-from .merge import (
+from .mergeplan import (
     ANY, AVG, BIT_AND, BIT_OR, BIT_XOR, COUNT, GROUP_CONCAT, MAX, MIN, STD_POP, STD_SAMP, SUM, VAR_POP,
     VAR_SAMP, VARIANCES, ARITH, Aggregate, HavingTerm, MergePlan, SortKey,
 )

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from meta.errors import NotSupported
 
+from .numfmt import format_double
 from .protocol.constants import DECIMAL_TYPES, INTEGER_TYPES
 
 _SQRT = Context(prec=60)
@@ -78,7 +79,6 @@ def format_fixed(x: float, decimals: int) -> bytes:
         if text.startswith("-") and float(text) == 0:
             text = text[1:]
         return text.encode("ascii")
-    from .merge import format_double
     if math.isnan(x):
         return b"nan"
     return format_double(x)

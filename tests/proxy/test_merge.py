@@ -13,10 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from meta.errors import NotSupported
-from proxy.merge import (
-    AVG, COUNT, MAX, MIN, SUM, Aggregate, HavingTerm, MergePlan, SortKey, avg_decimal, decoded,
-    format_double, merge_results, merge_streams, merged_columns,
-)
+from proxy.merge import avg_decimal, decoded, merge_results, merge_streams, merged_columns
+from proxy.mergeplan import AVG, COUNT, MAX, MIN, SUM, Aggregate, HavingTerm, MergePlan, SortKey
+from proxy.numfmt import format_double
 from proxy.protocol.constants import (
     CHARSET_BINARY, ENUM_FLAG, T_DATETIME, T_DOUBLE, T_LONGLONG, T_NEWDECIMAL, T_STRING,
     T_TIME, T_VAR_STRING,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import timeit
-import types
 from typing import Any
 
 import pytest
@@ -68,7 +67,7 @@ import proxy.merge as real_merge  # the real scatter planner, kept before the st
 
 
 class StubMerge:
-    """Stands in for proxy.merge's MergePlan: the router only passes it through."""
+    """Stands in for proxy.mergeplan's MergePlan: the router only passes it through."""
 
     def __init__(self, sql: str) -> None:
         self.sql = sql
@@ -80,10 +79,9 @@ def _stub_plan_scatter_select(sql: str) -> tuple[str, StubMerge]:
 
 @pytest.fixture(autouse=True)
 def merge_stub(monkeypatch: pytest.MonkeyPatch) -> None:
-    """proxy.merge is another engineer's module: route() is tested against a stub of its one function."""
-    mod = types.ModuleType("proxy.merge")
-    mod.plan_scatter_select = _stub_plan_scatter_select  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "proxy.merge", mod)
+    """proxy.scatter is another engineer's module: route() is tested against a stub of its one function."""
+    import proxy.scatter
+    monkeypatch.setattr(proxy.scatter, "plan_scatter_select", _stub_plan_scatter_select)
 
 
 @pytest.fixture(scope="module")
@@ -584,7 +582,7 @@ def test_scatter_reads_are_accepted_by_the_real_merge(router: Router, monkeypatc
 def test_merge_not_supported_propagates(router: Router, monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(sql: str) -> Any:
         raise NotSupported("cannot merge that")
-    monkeypatch.setattr(sys.modules["proxy.merge"], "plan_scatter_select", refuse)
+    monkeypatch.setattr(sys.modules["proxy.scatter"], "plan_scatter_select", refuse)
     with pytest.raises(NotSupported, match="cannot merge that"):
         router.route("SELECT * FROM sharding_4_t1", "schema1")
 

@@ -6,7 +6,7 @@ import pytest
 
 from meta.errors import NotSupported, ProxyError
 from proxy import scatter
-from proxy.merge import AVG, COUNT, SUM, Aggregate, HavingTerm, MergePlan, SortKey
+from proxy.mergeplan import AVG, COUNT, SUM, Aggregate, HavingTerm, MergePlan, SortKey
 from proxy.scatter import plan_scatter_select
 
 
