@@ -18,7 +18,7 @@ from proxy.parser import Parser
 from proxy.sqltok import Token, unquote_ident
 
 if TYPE_CHECKING:  # pragma: no cover
-    from proxy.router import Plan
+    from proxy.plan import Plan
 
 
 class HiddenSchema(DbAccessDenied):

@@ -33,9 +33,9 @@ if TYPE_CHECKING:
     from .pool import Backends
     from .protocol.response import ResponseScanner
     from .reply import Reply
-    from .router import Plan
-    from .server import ProxyServer
-    from .session import Session
+    from .plan import Plan
+    from .runtime import Runtime
+    from .runtime import SessionPort
 
 log = structlog.get_logger("pydble.ddl")
 
@@ -221,7 +221,7 @@ class NodeWork:
 class DdlRunner:
     """Serializes DDL per table on this instance and keeps metadata in step with the backends."""
 
-    def __init__(self, server: ProxyServer) -> None:
+    def __init__(self, server: Runtime) -> None:
         self.server = server
         self.locks = MetaLocks(server.config.server.instance)
         self.tasks: set[asyncio.Task] = set()
@@ -230,7 +230,7 @@ class DdlRunner:
         self.reloads: dict[tuple[str, str], None] = {}   # tables whose refresh after a DDL here missed a node
         self._reload_task: asyncio.Task | None = None    # re-reads them (backing off) until complete
 
-    async def run(self, session: Session, plan: Plan, sql: str, r: Reply, more: bool) -> None:
+    async def run(self, session: SessionPort, plan: Plan, sql: str, r: Reply, more: bool) -> None:
         """Run a DDL for a session; it finishes (and unlocks) even if the client leaves meanwhile."""
         owner = f"session:{session.conn_id}"
         self._take_locks(plan, sql, owner)
@@ -696,7 +696,7 @@ def _create_text(rows: list[list[bytes | None]]) -> str | None:
     return text if text.startswith("CREATE TABLE ") else None
 
 
-def require_meta(server: ProxyServer, plan: Plan) -> None:
+def require_meta(server: Runtime, plan: Plan) -> None:
     """DML on a configured table memory cannot route gets 1146 or DBLE's 3009 instead of a guess."""
     reg = server.registry
     for schema, table in plan.tables:

@@ -22,8 +22,8 @@ from meta.loader import load_tables
 
 if TYPE_CHECKING:
     from meta.history import DdlHistoryEntry
-    from .router import Plan
-    from .server import ProxyServer
+    from .plan import Plan
+    from .runtime import Runtime
 
 log = structlog.get_logger("pydble.ddl_repair")
 
@@ -48,7 +48,7 @@ class RepairFirst(ProxyError):
 FREE_ON_DIFFERING = frozenset({"DROP_TABLE", "TRUNCATE_TABLE", "CREATE_TABLE"})
 
 
-async def refuse_on_differing(server: ProxyServer, plan: Plan) -> None:
+async def refuse_on_differing(server: Runtime, plan: Plan) -> None:
     """RepairFirst when a table of the DDL is known to hold more than one structure across its nodes
     (what `repair @@ddl` finds work in): a later DDL there would leave the half-applied one unrepairable.
     Known from memory, which every instance refreshed from the backends after that DDL (a difference
@@ -83,7 +83,7 @@ class RepairPlan:
     lagging: tuple[str, ...]
 
 
-def last_ddl(server: ProxyServer, schema: str, table: str) -> DdlHistoryEntry | None:
+def last_ddl(server: Runtime, schema: str, table: str) -> DdlHistoryEntry | None:
     """The newest DDL (not a repair, not one refused before it reached the nodes: no `execute` phase)
     this instance ran on the table, from its history."""
     name = f"{schema}.{table}"
@@ -93,7 +93,7 @@ def last_ddl(server: ProxyServer, schema: str, table: str) -> DdlHistoryEntry | 
     return None
 
 
-async def plan_repair(server: ProxyServer, schema: str, table: str) -> RepairPlan | str:
+async def plan_repair(server: Runtime, schema: str, table: str) -> RepairPlan | str:
     """The lagging nodes of the table's last DDL, or the "nothing to repair" sentence; RepairRefused
     when the nodes are not exactly "before" (the failed ones) and "after" (the others)."""
     name = f"{schema}.{table}"
@@ -139,7 +139,7 @@ async def plan_repair(server: ProxyServer, schema: str, table: str) -> RepairPla
     return RepairPlan(entry, tuple(lagging))
 
 
-async def repair(server: ProxyServer, schema: str, table: str, user: str) -> str:
+async def repair(server: Runtime, schema: str, table: str, user: str) -> str:
     """Re-run the table's half-applied DDL on its lagging nodes; the OK's message says what was done."""
     table = table.lower()
     if schema not in server.config.schemas:

@@ -23,7 +23,7 @@ from meta.errors import ProxyError
 from .backend import BackendConnection
 
 if TYPE_CHECKING:
-    from .server import ProxyServer
+    from .runtime import Runtime
 
 log = structlog.get_logger("pydble.deadlock")
 
@@ -85,7 +85,7 @@ def _innodb_sees(cycle: list[int], via: dict[tuple[int, int], set[tuple[BackendC
 class DeadlockDetector:
     """Looks for wait cycles across backends while some transaction's statement waits; one per proxy."""
 
-    def __init__(self, server: ProxyServer) -> None:
+    def __init__(self, server: Runtime) -> None:
         self.server = server
         self._task: asyncio.Task | None = None
         self._unsupported: set[str] = set()   # dbGroups whose lock waits cannot be read (privilege)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import struct
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -17,7 +16,7 @@ from .backend import BackendConnection, Sink
 from .ddl import require_meta
 from .protocol import constants as C
 from .protocol.messages import ColumnDef, ErrInfo, OkInfo, ResultSet
-from .protocol.packets import frame
+from .protocol.packets import com_query as _com_query, frame
 from .protocol.response import Budget, ResponseScanner
 from .reply import Reply
 from .scatter_relay import relay_concat, streamable
@@ -26,8 +25,8 @@ from .user_locks import UserLocks, calls as user_lock_calls, refuse_assignment, 
 from .xa import XaBranches, refuse_implicit_commit
 
 if TYPE_CHECKING:
-    from .router import Plan
-    from .session import Session
+    from .plan import Plan
+    from .runtime import SessionPort
 
 # Merges over more rows than this (ORDER BY, GROUP BY, DISTINCT…) run in a worker thread: the GIL hands
 # the event loop a turn every few milliseconds, so one big merge cannot stall every other client.
@@ -43,14 +42,6 @@ WARNING_COLUMNS = (ColumnDef("Level", C.T_VAR_STRING, 45, 28), ColumnDef("Code",
 
 
 _SHOW_LIMIT = re.compile(r"\bLIMIT\s+(\d+)(?:\s*,\s*(\d+))?\s*;?\s*$", re.I)
-
-
-def _com_query(sql: str) -> bytes:
-    """A framed COM_QUERY: for a big statement one copy of its bytes, not three (encode, prefix, frame)."""
-    body = sql.encode("utf-8", "surrogateescape")
-    if len(body) + 1 < C.MAX_PACKET:
-        return b"".join((struct.pack("<I", len(body) + 1), b"\x03", body))
-    return frame(0, b"\x03" + body)
 
 
 def _on_node(node: str, e: BackendUnavailable) -> BackendUnavailable:
@@ -118,7 +109,7 @@ def _first_failed_row(failed: list[tuple[int, ErrInfo]], groups: tuple[Sequence[
 class Executor:
     """Owns the backend connections a session holds and runs its statements on them."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: SessionPort) -> None:
         self.session = session
         self.server = session.server
         self.pinned: dict[str, BackendConnection] = {}

@@ -31,17 +31,16 @@ import structlog
 from meta.errors import NotSupported, ProxyError
 
 from .analysis import SYSTEM_SCHEMAS
-from .executor import _com_query
 from .local import PROCESSLIST_TABLE_COLUMNS, processlist_table_rows, substitute_database
 from .protocol.messages import ColumnDef, ResultSet
-from .protocol.packets import splice
+from .protocol.packets import com_query, splice
 from .reply import Reply
 from .router import _HINT_PREFIX_RE
 from .sqltok import first_keyword, tokenize
 
 if TYPE_CHECKING:
     from .protocol.response import ResponseScanner
-    from .session import Session
+    from .runtime import SessionPort
 
 log = structlog.get_logger("pydble.infoschema")
 
@@ -148,7 +147,7 @@ def _quote(name: str) -> str:
 class InfoSchema:
     """Answers one client query on information_schema for a session."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: SessionPort) -> None:
         self.session = session
         self.server = session.server
         self.config = session.server.config
@@ -335,7 +334,7 @@ class InfoSchema:
         clean = not copies
         try:
             for chunk in chunks[:-1]:
-                sc = await conn.run(_com_query(";".join(chunk)), timeout, collect=True)
+                sc = await conn.run(com_query(";".join(chunk)), timeout, collect=True)
                 _setup_error(sc, len(chunk))
             # In one round trip: the column definitions of the tables copied, as this session sees them
             # (a copy's TEXT columns are LONGTEXT, information_schema's declare a smaller length), the
@@ -343,7 +342,7 @@ class InfoSchema:
             tables = sorted(set(copies.values()))
             probes = [f"SELECT * FROM information_schema.{t} WHERE 0" for t in tables]
             last = chunks[-1] if chunks else []
-            sc = await conn.run(_com_query(";".join(probes + last + [text] + ([drop] if drop else []))), timeout,
+            sc = await conn.run(com_query(";".join(probes + last + [text] + ([drop] if drop else []))), timeout,
                                 collect=True)
             n = len(probes) + len(last)
             _setup_error(sc, n)
@@ -427,7 +426,7 @@ def _as_infoschema(c: ColumnDef, table: str, real: dict[tuple[str, str], ColumnD
                    length=r.length, flags=r.flags, decimals=r.decimals, raw=None)
 
 
-async def answer(session: Session, sql: str, r: Reply, more: bool) -> bool:
+async def answer(session: SessionPort, sql: str, r: Reply, more: bool) -> bool:
     """Answer (or refuse) a statement that names information_schema; False if it names none of its tables."""
     return await InfoSchema(session).answer(sql, r, more)
 

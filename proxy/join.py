@@ -24,7 +24,7 @@ from .protocol.response import Budget, BudgetExceeded
 from .sqltok import Token, tokenize, top_level
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .executor import Executor
+    from .runtime import ExecContext
     from .reply import Reply
 
 BATCH = 500   # join-key values per inner-side lookup
@@ -368,7 +368,7 @@ def _conj(conds: list[str]) -> str:
     return "(" + " AND ".join(f"({w})" for w in conds) + ")"
 
 
-async def _null_row(executor: Executor, side: Side, width: int, hidden: int, budget: Budget
+async def _null_row(executor: ExecContext, side: Side, width: int, hidden: int, budget: Budget
                     ) -> list[bytes | None]:
     """A LEFT JOIN's NULL-extended inner row: its items, ORDER BY values and WHERE verdict as MariaDB
     computes them over NULL columns (COALESCE(b.x, 1) is 1 there, b.x IS NULL is true), asked of a node
@@ -400,7 +400,7 @@ async def _null_row(executor: Executor, side: Side, width: int, hidden: int, bud
     return row
 
 
-def _names_charset(executor: Executor) -> str:
+def _names_charset(executor: ExecContext) -> str:
     names = executor.session.vars.get("names") or ""
     words = names.split()
     return words[2] if len(words) > 2 and words[1].upper() == "NAMES" else "utf8mb4"
@@ -441,7 +441,7 @@ def _pair_kind(ca: ColumnDef, cb: ColumnDef, pa: bytes | None, pb: bytes | None,
     raise _refuse(f"the join key {what} compares values of different types, which MariaDB converts")
 
 
-async def _read(executor: Executor, sql: str, budget: Budget) -> ResultSet:
+async def _read(executor: ExecContext, sql: str, budget: Budget) -> ResultSet:
     """One side's rows, routed like any single-table SELECT (pruned by its WHERE)."""
     from .ddl import require_meta
     plan = executor.server.router.route(sql, executor.session.schema, executor.session.grants)
@@ -465,7 +465,7 @@ def _over_budget(budget: Budget) -> ProxyError:
                       1038, "HY001")
 
 
-async def run_join(executor: Executor, plan: JoinPlan, r: Reply, more: bool) -> None:
+async def run_join(executor: ExecContext, plan: JoinPlan, r: Reply, more: bool) -> None:
     """Run a join plan and send its one result set."""
     budget = Budget(executor.server.config.server.merge_memory_mb << 20)
     try:
@@ -475,7 +475,7 @@ async def run_join(executor: Executor, plan: JoinPlan, r: Reply, more: bool) -> 
     r.resultset(rs, executor.session.status(), more, min(len(executor.session.warnings), 0xFFFF))
 
 
-async def _run(executor: Executor, plan: JoinPlan, budget: Budget) -> ResultSet:
+async def _run(executor: ExecContext, plan: JoinPlan, budget: Budget) -> ResultSet:
     outer, inner = plan.sides
     osql, ohid = _side_sql(outer, None)
     ors = await _read(executor, osql, budget)

@@ -27,7 +27,7 @@ from .session import Session
 from .sqltok import first_keyword
 
 if TYPE_CHECKING:
-    from .server import ProxyServer
+    from .runtime import Runtime
 
 log = structlog.get_logger("pydble.manager")
 
@@ -89,7 +89,7 @@ class ManagerSession(Session):
 class Manager:
     """What manager commands do, independent of the session that asked."""
 
-    def __init__(self, server: ProxyServer) -> None:
+    def __init__(self, server: Runtime) -> None:
         self.server = server
 
     async def run(self, cmd: object, user: str = "") -> ResultSet | str:

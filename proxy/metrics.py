@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily
 
 if TYPE_CHECKING:
-    from .server import ProxyServer
+    from .runtime import Runtime
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 DDL_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -19,7 +19,7 @@ ZK_STATES = ("CONNECTED", "SUSPENDED", "LOST", "NOT_CONNECTED")
 class Metrics:
     """Counters and histograms updated on the paths that matter; gauges read at scrape time."""
 
-    def __init__(self, server: ProxyServer) -> None:
+    def __init__(self, server: Runtime) -> None:
         self.server = server
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -61,7 +61,7 @@ class Metrics:
 class _StateCollector:
     """Gauges computed when Prometheus scrapes: pools, sessions, metadata, ZooKeeper session."""
 
-    def __init__(self, server: ProxyServer) -> None:
+    def __init__(self, server: Runtime) -> None:
         self.server = server
 
     def describe(self) -> list:

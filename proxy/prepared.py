@@ -34,9 +34,8 @@ from .sqltok import Token, first_keyword, tokenize
 from .user_locks import calls as user_lock_calls, refuse_assignment, sets_insert_id
 
 if TYPE_CHECKING:
-    from .router import Plan
-    from .server import ProxyServer
-    from .session import ClientProtocol, Session
+    from .plan import Plan
+    from .runtime import ClientPort, Runtime, SessionPort
 
 log = structlog.get_logger("pydble.prepared")
 
@@ -124,10 +123,10 @@ class ShapeCache:
         return len(self._d)
 
 
-_caches: weakref.WeakKeyDictionary[ProxyServer, ShapeCache] = weakref.WeakKeyDictionary()
+_caches: weakref.WeakKeyDictionary[Runtime, ShapeCache] = weakref.WeakKeyDictionary()
 
 
-def cache_of(server: ProxyServer) -> ShapeCache:
+def cache_of(server: Runtime) -> ShapeCache:
     """The shape cache of a proxy instance."""
     c = _caches.get(server)
     if c is None:
@@ -162,7 +161,7 @@ class _Collector:
 class _BinarySink:
     """The relay sink of an EXECUTE: text packets in from the backend, binary packets out to the client."""
 
-    def __init__(self, client: ClientProtocol, deprecate_eof: bool) -> None:
+    def __init__(self, client: ClientPort, deprecate_eof: bool) -> None:
         self.client = client
         self.conv = BinaryResultConverter(deprecate_eof)
         self.failed = False
@@ -185,7 +184,7 @@ class _BinarySink:
 class PreparedStatements:
     """The prepared statements of one session and the COM_STMT_* commands on them."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: SessionPort) -> None:
         self.session = session
         self.stmts: dict[int, Statement] = {}
         self.named: dict[str, Statement] = {}   # SQL-level PREPARE name FROM ... (proxy/sql_prepare.py)

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import re
 from array import array
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 from meta.config import Config
 from meta.errors import NotSupported, ParseError, ProxyError, UnknownDatabase
@@ -28,32 +28,9 @@ from proxy.analysis import (LOCAL_TYPES, SELECT, SESSION_WORDS, UNSUPPORTED, Ana
                             literal_value, not_supported, same_literal, shard_update_error)
 from proxy.analyzer import Analyzer, Grants, HiddenSchema, Refused, UnknownSchema, UnknownTable
 from proxy.conditions import has_sharding, query_refs, ref_partitions, table_names
+from proxy.plan import Plan, Target
 from proxy.sqltok import Token, first_keyword, hex_value, tokenize, unquote_string
 
-if TYPE_CHECKING:  # pragma: no cover
-    from proxy.mergeplan import MergePlan
-
-
-@dataclass(frozen=True)
-class Target:
-    node: str      # shardingNode name
-    sql: str       # the exact SQL to send to that node (physical: schema qualifiers stripped)
-
-
-@dataclass(frozen=True)
-class Plan:
-    kind: str                      # 'select' | 'insert' | 'replace' | 'update' | 'delete' | 'ddl' | 'other'
-    targets: tuple[Target, ...]
-    is_write: bool
-    tables: tuple[tuple[str, str], ...]   # (schema, table) referenced, table lower-cased
-    merge: "MergePlan | None" = None      # set for a read on 2+ targets
-    ddl: str | None = None         # CREATE_TABLE, DROP_TABLE, ALTER_TABLE, TRUNCATE_TABLE, CREATE_INDEX, ...
-    if_exists: bool = False        # DROP TABLE IF EXISTS / CREATE TABLE IF NOT EXISTS
-    hint: bool = False             # came from a shardingNode hint
-    row_order: tuple[tuple[int, ...], ...] | None = None  # INSERT ... RETURNING: each target's VALUES rows
-    returning_copies: bool = False  # ... RETURNING on a global table: every node must return the same rows
-    setop: Any = None              # a UNION/INTERSECT/EXCEPT combined in the proxy (proxy.setops.SetPlan)
-    row_groups: tuple[Sequence[int], ...] | None = None  # INSERT on several nodes: each target's rows (0-based)
 
 
 _HINT_RE = re.compile(r"/\*!\s*(pydble|dble)\s*:\s*([A-Za-z_]+)\s*=\s*([^*\s]+)\s*\*/\Z", re.I)

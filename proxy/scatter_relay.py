@@ -18,11 +18,11 @@ from meta.errors import BackendUnavailable, ProxyError
 
 from .backend import BackendConnection, Sink
 from .protocol.messages import eof_packet, err_packet, ok_packet, parse_ok
-from .protocol.packets import frame, read_lenenc_int
+from .protocol.packets import com_query, frame, read_lenenc_int
 
 if TYPE_CHECKING:
-    from .executor import Executor
-    from .router import Plan
+    from .runtime import ExecContext
+    from .plan import Plan
 
 _FIRST, _DEFS, _DEFS_EOF, _ROWS, _DONE = range(5)
 
@@ -203,9 +203,8 @@ def streamable(plan: Plan) -> bool:
     return plan.kind == "select" and m is not None and m.concat_only and len(plan.targets) > 1
 
 
-async def relay_concat(ex: Executor, plan: Plan) -> bool:
+async def relay_concat(ex: ExecContext, plan: Plan) -> bool:
     """Run a concat-only scattered SELECT on its nodes and stream the union to the client; True."""
-    from .executor import _com_query
 
     s = ex.session
     targets = [(t.node, t.sql) for t in plan.targets]
@@ -227,7 +226,7 @@ async def relay_concat(ex: Executor, plan: Plan) -> bool:
             c.pause_reading()
     timeout = ex.server.backends.timeout_s
     try:
-        results = await asyncio.gather(*(c.run(_com_query(sql), timeout, sink=nd)
+        results = await asyncio.gather(*(c.run(com_query(sql), timeout, sink=nd)
                                          for c, nd, (_, sql) in zip(conns, nodes, targets)),
                                        return_exceptions=True)
         await ex.keep_warnings(list(zip(conns, results)))

@@ -26,8 +26,7 @@ from .parser import Parser
 from .sqltok import Token, tokenize
 
 if TYPE_CHECKING:
-    from .server import ProxyServer
-    from .session import Session
+    from .runtime import Runtime, SessionPort
 
 _HEAD = 4096   # the table name sits in the first tokens: found without tokenizing a 1 MB INSERT
 
@@ -57,7 +56,7 @@ class Filled:
 class Sequences:
     """The global sequences of one instance: which tables have one, the blocks held, the store."""
 
-    def __init__(self, server: ProxyServer) -> None:
+    def __init__(self, server: Runtime) -> None:
         self.server = server
         cfg = server.config
         self.columns: dict[tuple[str, str], str] = {
@@ -139,7 +138,7 @@ class Sequences:
         return max(1, max(highest) + 1)
 
     # -- statements -----------------------------------------------------------------------------
-    def nothing_to_fill(self, session: Session, sql: str) -> bool:
+    def nothing_to_fill(self, session: SessionPort, sql: str) -> bool:
         """True when an INSERT into a sequence table gives every row its value and moves no sequence: it
         can run as it is, on the fast path (an id re-inserted below the block held, as sysbench does)."""
         toks = tokenize(sql)
@@ -159,7 +158,7 @@ class Sequences:
         b = self._blocks.get(table)
         return plan.explicit is None or (b is not None and plan.explicit < b.next)
 
-    async def fill(self, session: Session, sql: str) -> Filled | None:
+    async def fill(self, session: SessionPort, sql: str) -> Filled | None:
         """The INSERT/REPLACE with its increment column filled, or None when it has nothing to fill."""
         whole = len(sql) <= _HEAD
         head = tokenize(sql if whole else sql[:_HEAD])

@@ -33,7 +33,7 @@ from .views import ViewService
 
 if TYPE_CHECKING:
     from .reply import Reply
-    from .router import Plan
+    from .plan import Plan
 
 log = structlog.get_logger("pydble.server")
 

@@ -36,7 +36,7 @@ from .user_locks import calls as user_lock_calls
 from .xa import refuse_implicit_commit, xa_switch
 
 if TYPE_CHECKING:
-    from .server import ProxyServer
+    from .runtime import Runtime
 
 log = structlog.get_logger("pydble.session")
 
@@ -69,7 +69,7 @@ def _feed(protocol: asyncio.BaseProtocol, data: bytes) -> None:
 class ClientProtocol(asyncio.Protocol):
     """Thin asyncio adapter: bytes in to the session's framer, bytes out to the socket, with backpressure."""
 
-    def __init__(self, server: ProxyServer, session_cls: type[Session] | None = None) -> None:
+    def __init__(self, server: Runtime, session_cls: type[Session] | None = None) -> None:
         self.server = server
         self.session_cls = session_cls or Session
         self.transport: asyncio.Transport | None = None
@@ -289,7 +289,7 @@ class ClientProtocol(asyncio.Protocol):
 class Session:
     """The state of one client session and the dispatch of its commands."""
 
-    def __init__(self, server: ProxyServer, client: ClientProtocol) -> None:
+    def __init__(self, server: Runtime, client: ClientProtocol) -> None:
         self.server = server
         self.client = client
         self.conn_id = server.next_conn_id()

@@ -21,10 +21,10 @@ from proxy.sqltok import Token, tokenize, unquote_ident
 
 if TYPE_CHECKING:  # pragma: no cover
     from proxy.analyzer import Grants
-    from proxy.executor import Executor
+    from proxy.runtime import ExecContext, Planner
     from proxy.protocol.messages import ColumnDef, ErrInfo, ResultSet
     from proxy.reply import Reply
-    from proxy.router import Plan, Router
+    from proxy.plan import Plan
 
 Row = list[Union[bytes, None]]
 _OPS = frozenset({"UNION", "EXCEPT", "INTERSECT"})
@@ -235,10 +235,10 @@ class _Reader:
                           f"MariaDB server version for the right syntax to use near '{near}'", 1064, "42000")
 
 
-def plan_set_operation(router: "Router", sql: str, toks: list[Token], schema: str | None,
+def plan_set_operation(router: "Planner", sql: str, toks: list[Token], schema: str | None,
                        grants: "Grants | None", tables: tuple[tuple[str, str], ...]) -> "Plan":
     """Plan a set operation whose branches do not all route to one node (or refuse with 1235)."""
-    from proxy.router import Plan
+    from proxy.plan import Plan
 
     def leaf(text: str) -> Leaf:
         plan = router.route(text, schema, grants)
@@ -310,7 +310,7 @@ class _Result:
     collations: list[tuple[bytes | None, int]]
 
 
-async def run_set_operation(ex: "Executor", plan: "Plan", r: "Reply", more: bool) -> None:
+async def run_set_operation(ex: "ExecContext", plan: "Plan", r: "Reply", more: bool) -> None:
     """Run every branch, combine them as MariaDB does and send the one result set."""
     from proxy.merge import merge_results
     from proxy.protocol.messages import ResultSet
@@ -376,7 +376,7 @@ def _is_text(col: "ColumnDef") -> bool:
     return column_kind(col) in (K_CI, K_BIN)
 
 
-async def _probe(ex: "Executor", lf: Leaf, rs: "ResultSet") -> list[tuple[bytes | None, int]]:
+async def _probe(ex: "ExecContext", lf: Leaf, rs: "ResultSet") -> list[tuple[bytes | None, int]]:
     """The collation and coercibility of each text column of a branch, asked of one of its nodes
     (through a CTE left-joined to one row, so a branch without rows still answers)."""
     n = len(rs.columns)

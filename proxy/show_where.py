@@ -20,7 +20,7 @@ from .sqltok import tokenize
 from .user_locks import calls as user_lock_calls
 
 if TYPE_CHECKING:
-    from .session import Session
+    from .runtime import SessionPort
 
 _ROW = "`#pydble_row`"
 _NUMBER = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
@@ -70,7 +70,7 @@ def filter_sql(rs: ResultSet, where: str) -> str:
     return f"SELECT {_ROW} FROM ({derived}) AS `#pydble_show` WHERE {where}"
 
 
-async def where_filter(session: Session, rs: ResultSet, where: str) -> ResultSet:
+async def where_filter(session: SessionPort, rs: ResultSet, where: str) -> ResultSet:
     """The rows of a SHOW that its WHERE keeps, judged by a backend (in the session's sql_mode)."""
     ex = session.executor
     node = next(iter(ex.pinned), None) or next(iter(ex.locked), None) or session.server.any_node(session.schema)
@@ -87,7 +87,7 @@ def parse_show_open_tables(sql: str) -> tuple[str | None, str | None, str | None
     return (m.group("db"), m.group("like"), m.group("where")) if m else None
 
 
-async def open_tables(session: Session, schemas: list[str], like: str | None) -> ResultSet:
+async def open_tables(session: SessionPort, schemas: list[str], like: str | None) -> ResultSet:
     """SHOW OPEN TABLES: each logical table open on any of its nodes, once, In_use summed over them."""
     server = session.server
     homes: dict[tuple[str, str], tuple[str, ...]] = {}

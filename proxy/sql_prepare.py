@@ -23,7 +23,7 @@ from .sqltok import Token, first_keyword, hex_value, tokenize, top_level, unquot
 
 if TYPE_CHECKING:
     from .reply import Reply
-    from .session import Session
+    from .runtime import SessionPort
 
 WORDS = frozenset({"PREPARE", "EXECUTE", "DEALLOCATE"})
 _NESTED = frozenset({"PREPARE", "EXECUTE", "DEALLOCATE"})
@@ -126,7 +126,7 @@ def _typed(col: ColumnDef, raw: bytes | None) -> object:
 class _Values:
     """Evaluates EXECUTE's USING items and PREPARE's FROM item exactly, or refuses."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: SessionPort) -> None:
         self.session = session
         self.backslashes = "NO_BACKSLASH_ESCAPES" not in session.vars.get("sql_mode", "").upper()
 
@@ -201,7 +201,7 @@ def var_key(token: str) -> str:
     return "@" + name.lower()
 
 
-def note_assignments(session: Session, sql: str, kw: str) -> None:
+def note_assignments(session: SessionPort, sql: str, kw: str) -> None:
     """Variables a CALL may assign (its OUT parameters) on one backend connection: their recorded SET no
     longer tells their value. (`@a := ...` inside a statement is refused before it runs: user_locks.)"""
     if kw != "CALL":
@@ -224,7 +224,7 @@ def _split_items(sql: str, toks: list[Token]) -> list[tuple[str, list[Token]]]:
     return items
 
 
-async def run(session: Session, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
+async def run(session: SessionPort, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
     """Answer one PREPARE / EXECUTE / DEALLOCATE PREPARE / DROP PREPARE; True if relayed."""
     toks = tokenize(sql)
     while toks and toks[-1][0] == "o" and toks[-1][1] == ";":
@@ -264,7 +264,7 @@ async def run(session: Session, sql: str, r: Reply, more: bool, may_relay: bool)
     return await session.statement(text, r, more=more, may_relay=may_relay)
 
 
-async def _statement_text(session: Session, sql: str, toks: list[Token]) -> str:
+async def _statement_text(session: SessionPort, sql: str, toks: list[Token]) -> str:
     """PREPARE's FROM item: a string literal (adjacent ones concatenated, as MariaDB reads them), a user
     variable or a constant expression, whose value must be a string."""
     backslashes = "NO_BACKSLASH_ESCAPES" not in session.vars.get("sql_mode", "").upper()
@@ -282,7 +282,7 @@ async def _statement_text(session: Session, sql: str, toks: list[Token]) -> str:
     return value
 
 
-async def prepare(session: Session, key: str, text: str) -> None:
+async def prepare(session: SessionPort, key: str, text: str) -> None:
     """Register `text` under `key`, as MariaDB does: an existing statement of that name is dropped first,
     so a failed PREPARE leaves none."""
     pre = session.prepared

@@ -20,9 +20,9 @@ from .sqltok import first_keyword, tokenize
 
 if TYPE_CHECKING:
     from .backend import BackendConnection
-    from .executor import Executor
+    from .runtime import ExecContext
     from .reply import Reply
-    from .router import Plan
+    from .plan import Plan
 
 _MAYBE = re.compile(r"_lock", re.I)
 FUNCTIONS = frozenset(("GET_LOCK", "RELEASE_LOCK", "RELEASE_ALL_LOCKS", "IS_FREE_LOCK", "IS_USED_LOCK"))
@@ -49,7 +49,7 @@ def _longest_wait(sql: str) -> float:
     return longest
 
 
-def lock_node(executor: Executor) -> str:
+def lock_node(executor: ExecContext) -> str:
     """The shardingNode every session runs its lock functions on: its server holds the lock namespace."""
     return min(executor.server.config.sharding_nodes)
 
@@ -96,7 +96,7 @@ def _is_used_columns(sql: str) -> list[int] | None:
 class UserLocks:
     """The connection holding one session's user locks, and the running of its lock functions."""
 
-    def __init__(self, executor: Executor) -> None:
+    def __init__(self, executor: ExecContext) -> None:
         self.executor = executor
         self.node = ""
         self.conn: BackendConnection | None = None

@@ -38,9 +38,7 @@ from .xa import refuse_implicit_commit
 if TYPE_CHECKING:
     from .analyzer import Grants
     from .reply import Reply
-    from .router import Router
-    from .server import ProxyServer
-    from .session import Session
+    from .runtime import Planner, Runtime, SessionPort
 
 log = structlog.get_logger("pydble.views")
 
@@ -73,7 +71,7 @@ def _refs(an: Analysis) -> list[Ref]:
 class ViewService:
     """The instance's views: the catalog queries consult, and the statements that change it."""
 
-    def __init__(self, server: ProxyServer) -> None:
+    def __init__(self, server: Runtime) -> None:
         self.server = server
         self.catalog = ViewCatalog()
         self.file = ViewFile(server.config.server.data_dir or None)
@@ -154,7 +152,7 @@ class ViewService:
         return Table(schema, v.name, "view", ())
 
     # -- expansion --------------------------------------------------------------------------------
-    def expand(self, router: Router, sql: str, schema: str | None, grants: Grants | None) -> str:
+    def expand(self, router: Planner, sql: str, schema: str | None, grants: Grants | None) -> str:
         """The statement with every view pydble keeps replaced by its derived table; the grants on the
         views and their base tables checked; writes and DDL on views refused."""
         pattern = self._pattern
@@ -182,7 +180,7 @@ class ViewService:
             grants.check(access)
         return out
 
-    def _expand(self, router: Router, sql: str, schema: str | None
+    def _expand(self, router: Planner, sql: str, schema: str | None
                 ) -> tuple[str, tuple[tuple[str, int, str, str], ...]]:
         out = sql
         access: list[tuple[str, int, str, str]] = []
@@ -266,7 +264,7 @@ class ViewService:
         return out
 
     # -- statements -------------------------------------------------------------------------------
-    async def run(self, session: Session, st: ViewStmt, r: Reply, more: bool) -> bool:
+    async def run(self, session: SessionPort, st: ViewStmt, r: Reply, more: bool) -> bool:
         """Answer a view statement; False for SHOW CREATE TABLE of something that is not a view."""
         if st.op == "SHOW":
             parts = st.names[0]
@@ -321,7 +319,7 @@ class ViewService:
         r.ok(session.status(), warnings=len(notes), more=more)
         return True
 
-    async def _describe(self, session: Session, st: ViewStmt, r: Reply, more: bool) -> bool:
+    async def _describe(self, session: SessionPort, st: ViewStmt, r: Reply, more: bool) -> bool:
         """DESC / SHOW [FULL] COLUMNS of a view pydble keeps: MariaDB describes the view's statement as one
         node runs it (every node's tables have the same structure), from a view made for the moment on a
         connection of its own; False for anything else (the router routes it)."""
@@ -354,7 +352,7 @@ class ViewService:
         r.resultset(sc.results[1], session.status(), more)
         return True
 
-    def _target(self, session: Session, parts: list[str], granted: bool = True) -> tuple[str, str]:
+    def _target(self, session: SessionPort, parts: list[str], granted: bool = True) -> tuple[str, str]:
         """The (schema, name) a view statement is about, checked against the user's schemas."""
         cfg = self.server.config
         if len(parts) == 2:
@@ -374,7 +372,7 @@ class ViewService:
         return (self.server.config.table(schema, name) is not None
                 or name in {t.lower() for t in self.server.registry.tables_of(schema)})
 
-    async def _create(self, session: Session, st: ViewStmt) -> list[tuple[str, int, str]]:
+    async def _create(self, session: SessionPort, st: ViewStmt) -> list[tuple[str, int, str]]:
         schema, name = self._target(session, st.names[0])
         old = self.catalog.get(schema, name)
         if st.op == "ALTER" and old is None:
@@ -412,7 +410,7 @@ class ViewService:
         log.info("view defined", view=f"{schema}.{name}", node=view.node or "kept by pydble")
         return notes
 
-    async def _define(self, session: Session, st: ViewStmt, schema: str, name: str) -> ViewDef:
+    async def _define(self, session: SessionPort, st: ViewStmt, schema: str, name: str) -> ViewDef:
         """Where the view lives and what it reads; a kept view is tried once (LIMIT 0) for its columns."""
         router = self.server.router
         toks = tokenize(st.select)
@@ -493,12 +491,12 @@ class ViewService:
         cols = " (" + ",".join(_q(c) for c in st.columns) + ")" if st.columns else ""
         return f"{head} VIEW {_q(view.name)}{cols} AS {select}" + (f" {st.check_option}" if st.check_option else "")
 
-    async def _on_node(self, session: Session, node: str, sql: str) -> None:
+    async def _on_node(self, session: SessionPort, node: str, sql: str) -> None:
         (sc,) = await session.executor._run_on([(node, sql)])
         if sc.error is not None:
             raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
 
-    async def _drop(self, session: Session, st: ViewStmt) -> list[tuple[str, int, str]]:
+    async def _drop(self, session: SessionPort, st: ViewStmt) -> list[tuple[str, int, str]]:
         targets = [self._target(session, parts) for parts in st.names]
         missing = [f"{s}.{n}" for s, n in targets if self.catalog.get(s, n) is None]
         notes: list[tuple[str, int, str]] = []

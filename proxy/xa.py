@@ -25,7 +25,7 @@ from meta.xa_log import COMMIT, ROLLBACK, LocalXaLog, XaDecision, XaLog, make_gt
 from .backend import BackendConnection, open_connection
 
 if TYPE_CHECKING:
-    from .server import ProxyServer
+    from .runtime import Runtime
 
 log = structlog.get_logger("pydble.xa")
 
@@ -131,7 +131,7 @@ class InDoubt:
 class XaCoordinator:
     """The instance's XA side: gtrids, the decision log, commits, and recovery of what crashes left."""
 
-    def __init__(self, server: ProxyServer) -> None:
+    def __init__(self, server: Runtime) -> None:
         self.server = server
         self.instance = server.config.server.instance
         self.boot = f"{int(time.time()):x}{secrets.token_hex(3)}"   # a new one at every start

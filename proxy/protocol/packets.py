@@ -100,6 +100,14 @@ def frame(seq: int, payload: bytes) -> bytes:
     return b"".join(parts)
 
 
+def com_query(sql: str) -> bytes:
+    """A framed COM_QUERY: for a big statement one copy of its bytes, not three (encode, prefix, frame)."""
+    body = sql.encode("utf-8", "surrogateescape")
+    if len(body) + 1 < MAX_PACKET:
+        return b"".join((struct.pack("<I", len(body) + 1), b"\x03", body))
+    return frame(0, b"\x03" + body)
+
+
 def packets_seq_after(seq: int, payload_len: int) -> int:
     """The sequence id that follows a payload framed starting at seq."""
     return (seq + payload_len // MAX_PACKET + 1) & 0xFF
