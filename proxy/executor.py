@@ -1,36 +1,31 @@
-"""Running a session's statements on backends: relay one node, scatter-gather several, pin transactions."""
+"""The context plans run in: a session's backend connections (relay one node, gather several, pin
+transactions, LOCK TABLES, savepoints); proxy/planner.py builds the plan, proxy/primitives.py runs it."""
 
 from __future__ import annotations
 
 import asyncio
 import re
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable
 
 import structlog
 
-from meta.errors import BackendError, BackendUnavailable, NoSuchTable, NotSupported, ProxyError, ReadOnly
+from meta.errors import BackendUnavailable, NoSuchTable, NotSupported, ProxyError
 
-from .analyzer import Refused
 from .backend import BackendConnection, Sink
-from .ddl import require_meta
+from .planner import build, explained
+from .primitives import explain_result
 from .protocol import constants as C
-from .protocol.messages import ColumnDef, ErrInfo, OkInfo, ResultSet
+from .protocol.messages import ColumnDef, OkInfo, ResultSet
 from .protocol.packets import com_query as _com_query, frame
 from .protocol.response import Budget, ResponseScanner
 from .reply import Reply
-from .scatter_relay import relay_concat, streamable
-from .sqltok import first_keyword as first_word
-from .user_locks import UserLocks, calls as user_lock_calls, refuse_assignment, sets_insert_id as _sets_insert_id
-from .xa import XaBranches, refuse_implicit_commit
+from .user_locks import UserLocks, sets_insert_id as _sets_insert_id
+from .xa import XaBranches
 
 if TYPE_CHECKING:
     from .plan import Plan
     from .runtime import SessionPort
-
-# Merges over more rows than this (ORDER BY, GROUP BY, DISTINCT…) run in a worker thread: the GIL hands
-# the event loop a turn every few milliseconds, so one big merge cannot stall every other client.
-MERGE_INLINE_ROWS = 5_000
 
 log = structlog.get_logger("pydble.executor")
 
@@ -58,52 +53,6 @@ def _statement_only(scanners: list[ResponseScanner]) -> list[ResponseScanner]:
         if len(sc.results) > 1 and not sc.results[0].columns:
             del sc.results[0]
     return scanners
-
-
-def _returned_in_order(order: tuple[tuple[int, ...], ...], scanners: list[ResponseScanner]) -> ResultSet:
-    """INSERT ... RETURNING over several nodes: each node's rows put back at their VALUES positions,
-    so the client reads them in the order it sent the rows, as from one MariaDB."""
-    sets = [sc.results[0] if sc.results and sc.results[0].columns else None for sc in scanners]
-    rows: list[list[bytes | None] | None] = [None] * sum(len(idx) for idx in order)
-    for idx, rs in zip(order, sets):
-        if rs is None or len(rs.rows) != len(idx):
-            raise ProxyError("INSERT ... RETURNING: a shardingNode did not return one row per inserted row",
-                             1105, "HY000")
-        for i, row in zip(idx, rs.rows):
-            rows[i] = row
-    return ResultSet(sets[0].columns, rows)  # type: ignore[union-attr,arg-type]
-
-
-def _returned_by_copies(plan: Plan, scanners: list[ResponseScanner]) -> ResultSet:
-    """... RETURNING on a global table: the copies' rows, when every node returned the same ones."""
-    sets = [sc.results[0] if sc.results and sc.results[0].columns else None for sc in scanners]
-    first = sets[0]
-    if first is None or any(rs is None or rs.rows != first.rows for rs in sets[1:]):
-        nodes = ", ".join(t.node for t in plan.targets)
-        raise ProxyError(f"{plan.kind.upper()} ... RETURNING: the copies of global table "
-                         f"{'.'.join(plan.tables[0])} on {nodes} returned different rows (a server default such "
-                         f"as NOW() differs per node); the statement ran on every node", 1105, "HY000")
-    return first
-
-
-_AT_ROW = re.compile(r" at row ([0-9]+)$")
-
-
-def _first_failed_row(failed: list[tuple[int, ErrInfo]], groups: tuple[Sequence[int], ...]) -> ErrInfo:
-    """An INSERT split over nodes failed: the error of the row first in the statement, its row counted
-    over the whole statement, as one MariaDB names it ('... at row N'). When a node's error names no row
-    (a duplicate key), which row came first is unknown: the first node's error, its row mapped."""
-    mapped: list[tuple[int, ErrInfo]] = []
-    for i, e in failed:
-        m = _AT_ROW.search(e.message)
-        if m is None or not 0 < int(m.group(1)) <= len(groups[i]):
-            mapped.append((-1, e))
-            continue
-        row = groups[i][int(m.group(1)) - 1] + 1
-        mapped.append((row, ErrInfo(e.code, e.sqlstate, e.message[:m.start()] + f" at row {row}")))
-    if any(row < 0 for row, _ in mapped):
-        return mapped[0][1]
-    return min(mapped, key=lambda x: x[0])[1]
 
 
 class Executor:
@@ -410,68 +359,14 @@ class Executor:
 
     # -- statements -----------------------------------------------------------------------------
     async def execute(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
-        """Route and run one statement; True if the answer was relayed to the client as is."""
-        seqs = self.server.sequences
-        if seqs.columns and first_word(sql) in ("INSERT", "REPLACE"):
-            filled = await seqs.fill(self.session, sql)
-            if filled is not None:  # the answer is re-encoded: its OK carries the first value filled in
-                self.insert_id = filled.first
-                try:
-                    return await self._execute(filled.sql, r, more, False)
-                finally:
-                    self.insert_id = 0
-        return await self._execute(sql, r, more, may_relay)
-
-    async def _execute(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
-        refuse_assignment(sql)
-        try:
-            plan = self.server.router.route(sql, self.session.schema, self.session.grants)
-        except NotSupported as e:
-            grants = self.session.grants
-            if not isinstance(e, Refused) and not (grants is not None and grants.restricted):
-                await self._syntax_verdict(sql)  # (a statement not fully read is never sent for a restricted user)
-            if not isinstance(e, Refused) and "JOIN" in e.message:
-                from .join import plan_join, run_join   # two tables on different nodes: joined here
-                join = plan_join(sql, self._columns_of)
-                if join is not None:
-                    self.session.warnings = []
-                    self.session.route = "join"
-                    await run_join(self, join, r, more)
-                    return False
-            raise
-        if plan.tables:  # as in MariaDB, a statement on tables starts a fresh SHOW WARNINGS; SET, SELECT 1... keep it
-            self.session.warnings = []
-        if self.session.read_only and (plan.is_write or plan.kind == "ddl"):
-            raise ReadOnly(f"User '{self.session.user}' is read only")
-        if self.locked_tables:
-            self.check_locked(plan)
-        if user_lock_calls(sql):
-            await self.user_locks.run(plan, sql, _com_query(sql), r, more)
+        """Plan one statement and run the plan; True if the answer was relayed to the client as is.
+        EXPLAIN <statement> answers the plan instead (DBLE's EXPLAIN)."""
+        inner = explained(sql)
+        if inner is not None:
+            self.server.router.route(sql, self.session.schema, self.session.grants)  # grants, as running it
+            r.resultset(explain_result(await build(self, inner, explain=True)), self.session.status(), more)
             return False
-        if plan.kind == "select" and "last_insert_id" in sql.lower() and _sets_insert_id(sql) is not None:
-            await self._select_insert_id(plan, sql, r, more)
-            return False
-        if plan.kind in ("select", "insert", "replace", "update", "delete") and not plan.hint:
-            require_meta(self.server, plan)
-        if plan.kind == "ddl":
-            refuse_implicit_commit(self.xa, "a DDL statement")
-            self.session.route = "ddl"
-            await self.commit_all()
-            self.session.explicit_txn = False
-            await self.server.run_ddl(self.session, plan, sql, r, more)
-            return False
-        self.session.route = "single" if len(plan.targets) == 1 else "multi"
-        if plan.setop is not None:
-            from .setops import run_set_operation
-            await run_set_operation(self, plan, r, more)
-            return False
-        if len(plan.targets) == 1:
-            return await self.run_single(plan.targets[0].node, _com_query(plan.targets[0].sql), r, more,
-                                         may_relay)
-        if may_relay and streamable(plan):
-            return await relay_concat(self, plan)  # rows of every node streamed, never decoded
-        await self.run_multi(plan, r, more)
-        return False
+        return await (await build(self, sql)).run(self, r, more, may_relay)
 
     def _columns_of(self, table: str) -> frozenset[str] | None:
         """A table's column names (lower-case) from metadata, the table as written in FROM (`s . t` or `t`)."""
@@ -493,27 +388,6 @@ class Executor:
             value = sc.results[0].rows[0][0]
             self.session.last_insert_id = int(bytes(value)) if value is not None else 0
         self.add_results(sc, r, more)
-
-    async def _syntax_verdict(self, sql: str) -> None:
-        """A SELECT the proxy cannot plan may simply be wrong: let a backend's EXPLAIN say so (1064).
-
-        EXPLAIN parses the whole statement without running it; only its syntax error is passed on,
-        anything else leaves the proxy's own 1235 to explain what cannot be routed."""
-        if first_word(sql) not in ("SELECT", "WITH", "("):
-            return
-        node = self.server.any_node(self.session.schema)
-        try:
-            conn = await self._get(node)
-        except ProxyError:
-            return
-        try:
-            sc = await conn.run(_com_query("EXPLAIN " + sql), self.server.backends.timeout_s, collect=True)
-        except ProxyError:
-            return
-        finally:
-            self._done_with(node, conn)
-        if sc.error is not None and sc.error.code == 1064:
-            raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
 
     async def run_single(self, node: str, packet: bytes, r: Reply, more: bool, may_relay: bool,
                          kind: str = "query", conn: BackendConnection | None = None,
@@ -688,58 +562,6 @@ class Executor:
         conns = [self.locked[n] for n, _ in targets if n in self.locked]
         await asyncio.gather(*(c.query(f"{end};SET autocommit=1", self.server.backends.timeout_s) for c in conns))
         return scanners
-
-    async def run_multi(self, plan: Plan, r: Reply, more: bool) -> None:
-        """Scatter a statement to several nodes; merge reads, sum writes (all of them or none)."""
-        targets = [(t.node, t.sql) for t in plan.targets]
-        if plan.kind in ("insert", "replace", "update", "delete"):
-            scanners = await self._write_all_or_nothing(targets, copies=self._global_only(plan))
-        else:
-            scanners = await self._run_on(targets, copies=self._global_only(plan))
-        failed = [(i, sc.error) for i, sc in enumerate(scanners) if sc.error is not None]
-        if failed:
-            r.err_info(_first_failed_row(failed, plan.row_groups) if plan.row_groups else failed[0][1])
-            return
-        status = self.session.status()
-        if plan.row_order is not None:
-            r.resultset(_returned_in_order(plan.row_order, scanners), status, more)
-            return
-        if plan.returning_copies:
-            r.resultset(_returned_by_copies(plan, scanners), status, more)
-            return
-        if plan.merge is not None:
-            from .merge import merge_results
-            sets = [sc.results[0] for sc in scanners if sc.results and sc.results[0].columns]
-            if len(sets) != len(scanners):
-                raise NotSupported("a scattered statement returned results of different shapes")
-            merge = plan.merge
-            warnings = min(len(self.session.warnings), 0xFFFF)  # every node's, as SHOW WARNINGS lists them
-
-            def merge_and_encode() -> None:
-                r.resultset(merge_results(merge, sets), status, more, warnings)
-
-            if sum(len(s.rows) for s in sets) > MERGE_INLINE_ROWS:
-                # a big sort or grouping off the event loop: other sessions keep being served meanwhile
-                await asyncio.to_thread(merge_and_encode)
-            else:
-                merge_and_encode()
-            return
-        oks = [sc.ok for sc in scanners if sc.ok is not None]
-        if oks and plan.is_write and self._global_only(plan):
-            oks = oks[:1]  # every node holds the same copy: the client wrote one logical table
-        affected = sum(ok.affected_rows for ok in oks)
-        warnings = sum(ok.warnings for ok in oks)
-        last_id = max((sc.ok.last_insert_id for sc in scanners if sc.ok is not None), default=0)
-        if self.insert_id and affected:
-            last_id = self.insert_id
-        if last_id:
-            self.session.last_insert_id = last_id
-        if plan.kind == "select" or any(sc.results and sc.results[0].columns for sc in scanners):
-            # a read that needs no merge plan (e.g. a global table broadcast): first node answers
-            first = scanners[0].results[0]
-            r.resultset(first, status, more, scanners[0].warnings)
-            return
-        r.ok(status, affected, last_id, warnings, more=more)
 
     def _global_only(self, plan: Plan) -> bool:
         """True when every table a write touches is a global table (one copy per node)."""

@@ -1,0 +1,122 @@
+"""Statement -> plan: the router's Plan for a session's statement becomes a tree of primitives.
+
+What a statement needs that the router cannot know (the session's grants, read-only user, LOCK TABLES,
+metadata still loading, a global sequence, GET_LOCK) is checked here, before anything runs; the executor
+then runs the tree it is given (proxy/primitives.py).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from meta.errors import BackendError, NotSupported, ProxyError, ReadOnly
+
+from .analyzer import Refused
+from .ddl import require_meta
+from .primitives import (Concatenate, Ddl, Join, MultiWrite, Primitive, Route, Scatter, SelectInsertId,
+                         SequenceInsert, UserLockCall)
+from .protocol.packets import com_query
+from .sqltok import first_keyword
+from .user_locks import calls as user_lock_calls, refuse_assignment, sets_insert_id
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .plan import Plan
+    from .runtime import ExecContext
+
+WRITES = ("insert", "replace", "update", "delete")
+# EXPLAIN <statement> answers pydble's plan (DBLE's EXPLAIN); EXPLAIN FORMAT=..., EXTENDED, PARTITIONS,
+# ANALYZE and EXPLAIN <table> go on to MariaDB as before.
+_EXPLAIN = re.compile(r"\s*EXPLAIN\s+(?=(?:SELECT|WITH|INSERT|REPLACE|UPDATE|DELETE|TABLE)\b|\()", re.I)
+
+
+def explained(sql: str) -> str | None:
+    """The statement an `EXPLAIN <statement>` asks pydble's plan of, else None."""
+    m = _EXPLAIN.match(sql)
+    return sql[m.end():] if m is not None else None
+
+
+async def build(ctx: ExecContext, sql: str, *, explain: bool = False) -> Primitive:
+    """The plan of one statement in this session. explain: only to show it (nothing is drawn from a
+    sequence, the session's warnings stay)."""
+    seqs = ctx.server.sequences
+    if seqs.columns and first_keyword(sql) in ("INSERT", "REPLACE") and not (
+            explain and seqs.nothing_to_fill(ctx.session, sql)):
+        async def plan_filled(text: str) -> Primitive:
+            return await _build(ctx, text, explain)
+        return SequenceInsert(sql, plan_filled)
+    return await _build(ctx, sql, explain)
+
+
+async def _build(ctx: ExecContext, sql: str, explain: bool) -> Primitive:
+    s = ctx.session
+    refuse_assignment(sql)
+    try:
+        plan = ctx.server.router.route(sql, s.schema, s.grants)
+    except NotSupported as e:
+        grants = s.grants
+        if not isinstance(e, Refused) and not (grants is not None and grants.restricted):
+            await _syntax_verdict(ctx, sql)  # (a statement not fully read is never sent for a restricted user)
+        if not isinstance(e, Refused) and "JOIN" in e.message:
+            from .join import plan_join   # two tables on different nodes: joined here
+            join = plan_join(sql, ctx._columns_of)
+            if join is not None:
+                return _join(ctx, join, explain)
+        raise
+    if plan.tables and not explain:  # as in MariaDB, a statement on tables starts a fresh SHOW WARNINGS
+        s.warnings = []
+    if s.read_only and (plan.is_write or plan.kind == "ddl") and not explain:
+        raise ReadOnly(f"User '{s.user}' is read only")
+    if ctx.locked_tables and not explain:
+        ctx.check_locked(plan)
+    if user_lock_calls(sql):
+        return UserLockCall(plan, sql)
+    if plan.kind == "select" and "last_insert_id" in sql.lower() and sets_insert_id(sql) is not None:
+        return SelectInsertId(plan, sql)
+    if plan.kind in ("select", *WRITES) and not plan.hint:
+        require_meta(ctx.server, plan)
+    if plan.kind == "ddl":
+        return Ddl(plan, sql)
+    if not explain:
+        s.route = "single" if len(plan.targets) == 1 else "multi"
+    if plan.setop is not None:
+        return Concatenate(plan)
+    if len(plan.targets) == 1:
+        return Route(plan.targets[0].node, plan.targets[0].sql)
+    if plan.kind in WRITES:
+        return MultiWrite(plan, ctx._global_only(plan))
+    return Scatter(plan, ctx._global_only(plan))
+
+
+def _join(ctx: ExecContext, join: object, explain: bool) -> Join:
+    """A proxy join; for EXPLAIN, its two sides routed as they will be read."""
+    if not explain:
+        return Join(join)  # type: ignore[arg-type]
+    from .join import _side_sql
+    sides = []
+    for side in join.sides:  # type: ignore[attr-defined]
+        plan: Plan = ctx.server.router.route(_side_sql(side, None)[0], ctx.session.schema, ctx.session.grants)
+        sides.append(plan)
+    return Join(join, sides[0], sides[1])  # type: ignore[arg-type]
+
+
+async def _syntax_verdict(ctx: ExecContext, sql: str) -> None:
+    """A SELECT the proxy cannot plan may simply be wrong: let a backend's EXPLAIN say so (1064).
+
+    EXPLAIN parses the whole statement without running it; only its syntax error is passed on,
+    anything else leaves the proxy's own 1235 to explain what cannot be routed."""
+    if first_keyword(sql) not in ("SELECT", "WITH", "("):
+        return
+    node = ctx.server.any_node(ctx.session.schema)
+    try:
+        conn = await ctx._get(node)
+    except ProxyError:
+        return
+    try:
+        sc = await conn.run(com_query("EXPLAIN " + sql), ctx.server.backends.timeout_s, collect=True)
+    except ProxyError:
+        return
+    finally:
+        ctx._done_with(node, conn)
+    if sc.error is not None and sc.error.code == 1064:
+        raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
