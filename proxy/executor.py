@@ -360,10 +360,10 @@ class Executor:
     # -- statements -----------------------------------------------------------------------------
     async def execute(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
         """Plan one statement and run the plan; True if the answer was relayed to the client as is.
-        EXPLAIN <statement> answers the plan instead (DBLE's EXPLAIN)."""
+        EXPLAIN <statement> answers the plan instead (DBLE's EXPLAIN; planning checks the grants as running
+        the statement would)."""
         inner = explained(sql)
         if inner is not None:
-            self.server.router.route(sql, self.session.schema, self.session.grants)  # grants, as running it
             r.resultset(explain_result(await build(self, inner, explain=True)), self.session.status(), more)
             return False
         return await (await build(self, sql)).run(self, r, more, may_relay)
