@@ -4,26 +4,27 @@ from __future__ import annotations
 
 import json
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from meta.consistency import consistent_in_memory, differing_nodes
-from meta.errors import AccessDenied, DdlInProgress, ProxyError
+from meta.errors import AccessDenied, DdlInProgress, ProxyError, UnknownCommand
 from meta.loader import LoadResult, load_tables
 from meta.model import TableMeta
 from meta.registry import format_check_time
 
 from . import local
+from .connection import login, run_statements
 from .ddl_repair import NOTHING, repair
 from .manager_parse import (HELP, CheckFullMetadata, CheckMetadata, KillDdlLock, ReloadMetadata, RepairDdl,
                             ShowBackend, ShowCluster, ShowDdl, ShowDdlHistory, ShowHelp, ShowXa, TableFilter,
                             parse_manager)
 from .protocol import constants as C
 from .protocol.handshake import parse_stored_password, verify_native_password
-from .protocol.messages import ColumnDef, ResultSet
+from .protocol.messages import ColumnDef, ResultSet, eof_packet
+from .protocol.packets import PacketTooBig, ProtocolError, frame
 from .reply import Reply
-from .session import Session
 from .sqltok import first_keyword
 
 if TYPE_CHECKING:
@@ -45,8 +46,57 @@ CHECK_FULL_COLUMNS = ["schema", "table", "reload_time", "table_structure", "cons
 ROWS_PER_STEP = 1000  # rows built between yields, so a check of 40,000 tables does not stall queries
 
 
-class ManagerSession(Session):
-    """A session on the manager port: manager users only, manager commands only."""
+class ManagerSession:
+    """A session on the manager port: manager users only, manager commands only. It composes the login
+    and the COM_QUERY loop both ports share (proxy/connection.py); it is no client session."""
+
+    ready = False   # the client port's fast path never serves it
+
+    def __init__(self, server: Runtime, client: Any) -> None:
+        self.server = server
+        self.client = client
+        self.conn_id = server.next_conn_id()
+        self.user = ""
+        self.peer = "?"
+        self.capabilities = 0
+        self.deprecate_eof = False
+        self.log = log.bind(manager_session=self.conn_id)
+        self.task: asyncio.Task | None = asyncio.get_running_loop().create_task(self.run())
+
+    def on_client_lost(self) -> None:
+        if self.task is not None and not self.task.done() and self.task is not asyncio.current_task():
+            self.task.cancel()
+
+    def status(self) -> int:
+        return C.STATUS_AUTOCOMMIT
+
+    async def run(self) -> None:
+        """Login, then manager commands until COM_QUIT or the client leaves."""
+        try:
+            peer = self.client.transport.get_extra_info("peername") if self.client.transport else None
+            self.peer = peer[0] if peer else "?"
+            got = await login(self.client, self.conn_id, self.server.version, self.server.tls,
+                              self.server.login_timeout_s, self.authenticate, self.log)
+            if got is None:
+                return
+            self.capabilities = got.capabilities
+            self.deprecate_eof = bool(self.capabilities & C.DEPRECATE_EOF)
+            r = Reply(self.deprecate_eof)
+            r.seq = got.seq
+            r.ok(self.status())
+            self.client.write(r.bytes())
+            while (pkt := await self.client.next_packet()) is not None:
+                if not pkt[1] or not await self.dispatch(pkt[1]):
+                    break
+        except asyncio.CancelledError:
+            pass
+        except (ProtocolError, PacketTooBig) as e:
+            self.log.info("protocol error, closing", error=str(e))
+        except Exception:
+            self.log.exception("manager session crashed")
+        finally:
+            self.client.close()
+            self.server.untrack(self)
 
     def authenticate(self, user: str, auth: bytes, salt: bytes, database: str | None) -> None:
         """Only [[manager_users]] may log in here; client users are refused with 1045."""
@@ -56,6 +106,29 @@ class ManagerSession(Session):
                                f"(using password: {'YES' if auth else 'NO'})")
         self.user = user
 
+    async def dispatch(self, payload: bytes) -> bool:
+        """A command: queries, ping and quit mean what they mean; USE and a reset are acknowledged."""
+        cmd = payload[0]
+        r = Reply(self.deprecate_eof)
+        if cmd == C.COM_QUIT:
+            return False
+        if cmd == C.COM_QUERY:
+            sql = payload[1:].decode("utf-8", "surrogateescape")
+            await run_statements(self.client, sql, r, bool(self.capabilities & C.MULTI_STATEMENTS), self.statement)
+            return True
+        if cmd in (C.COM_PING, C.COM_INIT_DB, C.COM_RESET_CONNECTION):
+            r.ok(self.status())
+        elif cmd == C.COM_SET_OPTION and len(payload) >= 3 and payload[1] in (0, 1) and payload[2] == 0:
+            if payload[1] == 0:
+                self.capabilities |= C.MULTI_STATEMENTS
+            else:
+                self.capabilities &= ~C.MULTI_STATEMENTS
+            r.raw(frame(1, eof_packet(0, self.status())))
+        else:
+            r.proxy_error(UnknownCommand(f"Unknown command {cmd:#04x}"))
+        self.client.write(r.bytes())
+        return True
+
     async def statement(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
         """Driver chatter (SET, COMMIT, version probe) is acknowledged; the rest must be a manager command."""
         kw = first_keyword(sql)
@@ -63,7 +136,10 @@ class ManagerSession(Session):
             r.ok(self.status(), more=more)
             return False
         if kw == "SELECT":
-            rs = local.local_select(sql, self.local_values())
+            rs = local.local_select(sql, {"database": None, "connection_id": self.conn_id, "last_insert_id": 0,
+                                          "user": f"{self.user}@{self.peer}",
+                                          "version_comment": "pydble sharding proxy", "warning_count": 0,
+                                          "error_count": 0})
             if rs is None:
                 raise ProxyError("Unsupported statement, see: show @@help", 1064, "42000")
             r.resultset(rs, self.status(), more)
@@ -75,15 +151,6 @@ class ManagerSession(Session):
         else:
             r.ok(self.status(), info=out.encode(), more=more)
         return False
-
-    async def dispatch(self, payload: bytes) -> bool:
-        """COM_INIT_DB and COM_FIELD_LIST mean nothing here; everything else as a client session."""
-        if payload[:1] in (bytes((C.COM_INIT_DB,)),):
-            r = Reply(self.deprecate_eof)
-            r.ok(self.status())
-            self.client.write(r.bytes())
-            return True
-        return await super().dispatch(payload)
 
 
 class Manager:

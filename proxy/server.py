@@ -61,7 +61,8 @@ class ProxyServer:
         self.xa = XaCoordinator(self)
         self.views = ViewService(self)
         self.sequences = Sequences(self)   # after the cluster: ZooKeeper holds them there
-        self.sessions: set[Session] = set()
+        self.sessions: set[Session] = set()   # the client port's
+        self.manager_sessions: set[ManagerSession] = set()
         self.deadlocks = DeadlockDetector(self)
         self.user_counts: dict[str, int] = {}
         self.version = config.server.version or DEFAULT_VERSION
@@ -127,7 +128,7 @@ class ProxyServer:
         for srv in self._servers:
             srv.close()
         self.deadlocks.stop()
-        for s in list(self.sessions):
+        for s in [*self.sessions, *self.manager_sessions]:
             s.client.close()
         await self.ddl.stop()
         await self.xa.stop()
@@ -143,15 +144,20 @@ class ProxyServer:
         """Connection ids as clients see them (CONNECTION_ID())."""
         return next(self._ids)
 
-    def track(self, session: Session) -> None:
-        self.sessions.add(session)
+    def track(self, session: Session | ManagerSession) -> None:
+        if isinstance(session, ManagerSession):
+            self.manager_sessions.add(session)
+        else:
+            self.sessions.add(session)
 
     def client_sessions(self) -> int:
         """Open client-port sessions (the manager port does not count against max_connections)."""
-        return sum(1 for s in self.sessions if type(s) is Session)
+        return len(self.sessions)
 
-    def untrack(self, session: Session) -> None:
-        if session in self.sessions:
+    def untrack(self, session: Session | ManagerSession) -> None:
+        if isinstance(session, ManagerSession):
+            self.manager_sessions.discard(session)
+        elif session in self.sessions:
             self.sessions.discard(session)
             if session.user:
                 self.count_user(session.user, -1)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import ssl
 import struct
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 import structlog
 
@@ -17,6 +16,7 @@ from meta.errors import (AccessDenied, BackendError, BackendUnavailable, DbAcces
 
 from . import infoschema, local, show_where, sql_prepare, views
 from .backend import BackendConnection
+from .connection import login, native_auth, run_statements
 from .ddl import require_meta
 from .analysis import ANY
 from .analyzer import Grants
@@ -25,13 +25,12 @@ from .log import REQUEST_ID
 from .prepared import COMMANDS as STMT_COMMANDS, PreparedStatements
 from .protocol import constants as C
 from .protocol.collations import COLLATIONS, charset_of
-from .protocol.handshake import (build_auth_switch, build_greeting, is_ssl_request, parse_change_user,
-                                 parse_handshake_response, parse_stored_password, verify_native_password)
+from .protocol.handshake import parse_change_user, parse_stored_password, verify_native_password
 from .protocol.messages import ResultSet, eof_packet, err_packet
 from .protocol.packets import PacketFramer, PacketTooBig, ProtocolError, frame
 from .protocol.response import ResponseScanner
 from .reply import Reply
-from .sqltok import first_keyword, split_statements, tokenize
+from .sqltok import first_keyword, tokenize
 from .user_locks import calls as user_lock_calls
 from .xa import refuse_implicit_commit, xa_switch
 
@@ -40,16 +39,10 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("pydble.session")
 
-_SALT_CHARS = bytes(range(33, 127)).replace(b"$", b"")
 LOGIN_PACKET_MAX = 8192  # a handshake response with every connection attribute a driver sends fits
 
 
 _SHOW_COUNT = re.compile(r"^\s*SHOW\s+COUNT\s*\(\s*\*\s*\)\s+(WARNINGS|ERRORS)\s*;?\s*$", re.I)
-
-
-def make_salt() -> bytes:
-    """20 printable random bytes (no NUL, no '$'), as MySQL servers send."""
-    return bytes(_SALT_CHARS[b % len(_SALT_CHARS)] for b in os.urandom(20))
 
 
 def _feed(protocol: asyncio.BaseProtocol, data: bytes) -> None:
@@ -69,12 +62,12 @@ def _feed(protocol: asyncio.BaseProtocol, data: bytes) -> None:
 class ClientProtocol(asyncio.Protocol):
     """Thin asyncio adapter: bytes in to the session's framer, bytes out to the socket, with backpressure."""
 
-    def __init__(self, server: Runtime, session_cls: type[Session] | None = None) -> None:
+    def __init__(self, server: Runtime, session_cls: Callable[[Runtime, ClientProtocol], Any] | None = None) -> None:
         self.server = server
         self.session_cls = session_cls or Session
         self.transport: asyncio.Transport | None = None
         self.framer = PacketFramer(max_payload=LOGIN_PACKET_MAX)  # raised to max_allowed_packet after login
-        self.session: Session | None = None
+        self.session: Any = None   # a Session, or the manager port's session
         self._wakeup: asyncio.Future | None = None
         self.busy = False        # a command served by the fast path is in flight
         self.pending: tuple[int, bytes] | None = None  # a packet the fast path took and handed back
@@ -204,12 +197,12 @@ class ClientProtocol(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.write_paused = True
-        if self.session is not None:
+        if isinstance(self.session, Session):
             self.session.executor.pause_backends()
 
     def resume_writing(self) -> None:
         self.write_paused = False
-        if self.session is not None:
+        if isinstance(self.session, Session):
             self.session.executor.resume_backends()
         for f in self._drain_waiters:
             if not f.done():
@@ -339,7 +332,7 @@ class Session:
             answer_seq = 0
             if not await self.handshake():
                 return
-            self.ready = type(self) is Session  # subclasses (the manager port) dispatch their own way
+            self.ready = True   # the fast path may serve its commands from now on
             while True:
                 pkt = await self.client.next_packet()
                 if pkt is None:
@@ -511,63 +504,26 @@ class Session:
     # -- login ----------------------------------------------------------------------------------
     async def handshake(self) -> bool:
         """Greet, authenticate with mysql_native_password, pick the schema; False if refused."""
-        salt = make_salt()
-        status = C.STATUS_AUTOCOMMIT
-        tls = self.server.tls
-        caps = C.SERVER_CAPABILITIES | (C.SSL if tls is not None else 0)
-        self.client.write(frame(0, build_greeting(self.conn_id, self.server.version, salt, caps, status=status)))
-        pkt = await self.client.next_packet(timeout=self.server.login_timeout_s)
-        if pkt is not None and tls is not None and is_ssl_request(pkt[1]):
-            if not await self.client.start_tls(tls, self.server.login_timeout_s):
-                return False
-            pkt = await self.client.next_packet(timeout=self.server.login_timeout_s)
-        if pkt is None:
+        got = await login(self.client, self.conn_id, self.server.version, self.server.tls,
+                          self.server.login_timeout_s, self.authenticate, self.log)
+        if got is None:
             return False
-        seq, payload = pkt
-        try:
-            resp = parse_handshake_response(payload)
-        except ProtocolError as e:
-            self.client.write(frame(seq + 1, b"\xff" + struct.pack("<H", 1043) + b"#08S01"
-                                    + f"Bad handshake: {e}".encode()))
-            return False
-        self.salt = salt
-        switched = await self._native_auth(resp.auth_plugin, resp.auth_response, seq + 1, resp.capabilities)
-        if switched is None:
-            return False
-        seq, auth = switched
-        self.capabilities = resp.capabilities & C.SERVER_CAPABILITIES
+        self.salt = got.salt
+        self.capabilities = got.capabilities
         self.deprecate_eof = bool(self.capabilities & C.DEPRECATE_EOF)
         self.format_flags = self.capabilities & C.FORMAT_FLAGS
-        try:
-            self.authenticate(resp.user, auth, salt, resp.database)
-        except ProxyError as e:
-            r = Reply(self.deprecate_eof)
-            r.seq = seq
-            r.proxy_error(e)
-            self.client.write(r.bytes())
-            self.log.info("login refused", user=resp.user, code=e.code)
-            return False
-        self.client_charset(resp.charset)
+        self.client_charset(got.charset)
         self.log = self.log.bind(user=self.user)
         self.client.framer.max_payload = self.server.max_packet
         self.command = "Sleep"
         r = Reply(self.deprecate_eof)
-        r.seq = seq
+        r.seq = got.seq
         r.ok(self.status())
         self.client.write(r.bytes())
         return True
 
     async def _native_auth(self, plugin: str | None, auth: bytes, seq: int, caps: int) -> tuple[int, bytes] | None:
-        """The client's mysql_native_password answer to this session's salt: as sent, or after an auth
-        switch when it answered with another plugin; (next sequence id, answer), None if it left."""
-        if plugin and plugin != C.NATIVE_PASSWORD and caps & C.PLUGIN_AUTH:
-            self.client.write(frame(seq, build_auth_switch(C.NATIVE_PASSWORD, self.salt)))
-            pkt = await self.client.next_packet(timeout=self.server.login_timeout_s)
-            if pkt is None:
-                return None
-            seq, auth = pkt
-            seq += 1
-        return seq, auth
+        return await native_auth(self.client, self.salt, plugin, auth, seq, caps, self.server.login_timeout_s)
 
     async def change_user(self, payload: bytes) -> bool:
         """COM_CHANGE_USER: log in again as another user (checked against the handshake's salt), then start
@@ -735,30 +691,7 @@ class Session:
             self.command, self.info, self.since = "Sleep", None, time.perf_counter()
 
     async def _query(self, sql: str, r: Reply) -> None:
-        stmts = [sql]
-        if self.capabilities & C.MULTI_STATEMENTS and ";" in sql:
-            stmts = split_statements(sql) or [sql]
-        if len(stmts) == 1:
-            try:
-                relayed = await self.statement(stmts[0], r, more=False, may_relay=True)
-            except ProxyError as e:
-                r.proxy_error(e)
-                relayed = False
-            if not relayed:
-                self.client.write(r.bytes())
-            return
-        for i, stmt in enumerate(stmts):
-            more = i < len(stmts) - 1
-            before = len(r.out)
-            try:
-                await self.statement(stmt, r, more=more, may_relay=False)
-            except ProxyError as e:
-                del r.out[before:]
-                r.proxy_error(e)
-                break
-            if r.out and r.out[-1][4:5] == b"\xff":
-                break
-        self.client.write(r.bytes())
+        await run_statements(self.client, sql, r, bool(self.capabilities & C.MULTI_STATEMENTS), self.statement)
 
     async def statement(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
         """Run one statement; True if its answer was relayed straight to the client."""
