@@ -37,11 +37,11 @@ from .membership import Membership
 from .paths import Paths, parse_table_node
 from .peers import PeerLinks, PeerServer
 from .reads import read
+from .port import REMOVE_ATTEMPTS
 from .records import FAILED, MARKER_PREFIX, DdlLockInfo, DdlRecord, HistoryEntry, OnlineInfo
 
 log = structlog.get_logger("pydble.cluster")
 
-REMOVE_ATTEMPTS = 5   # removal transactions tried while acks come and go meanwhile
 PauseHook = Callable[[str], Awaitable[None]]
 
 

@@ -27,7 +27,7 @@ from .reads import read
 from .records import FAILED, INIT, SUCCESS, DdlRecord, HistoryEntry
 
 if TYPE_CHECKING:
-    from .cluster import Cluster
+    from .port import ClusterPort
 
 log = structlog.get_logger("pydble.cluster.listener")
 
@@ -49,7 +49,7 @@ class DdlListener(PassLoop):
 
     name = "ddl listener"
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: ClusterPort) -> None:
         super().__init__(cluster)
         self.core = SubscriberCore(cluster.paths, cluster.instance)   # what was handled: the decisions
         self.caught_up_at = 0.0                         # monotonic time of the last ddl_history read

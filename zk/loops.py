@@ -13,7 +13,7 @@ from kazoo.exceptions import KazooException
 from .aio import ZkTimeout
 
 if TYPE_CHECKING:
-    from .cluster import Cluster
+    from .port import ClusterPort
 
 log = structlog.get_logger("pydble.cluster")
 
@@ -57,7 +57,7 @@ class PassLoop:
     name = "loop"
     settle_s = 0.0   # after a watch fires, wait this long so a burst of events costs one pass
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: ClusterPort) -> None:
         self.cluster = cluster
         self.wake = Waker()
         self._task: asyncio.Task | None = None

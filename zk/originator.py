@@ -33,7 +33,7 @@ from meta.errors import DdlInProgress, ProxyError
 from meta.locks import another_instance_ddl
 
 from . import zklog
-from .cluster import REMOVE_ATTEMPTS
+from .port import REMOVE_ATTEMPTS
 from .ddlcore.acks import AckOutcome
 from .ddlcore.originator import Cleanup, EndMode, Fence, InitResult, OriginatorCore, Phase, Removal
 from .ddlcore.txn import Txn, failures, went_through

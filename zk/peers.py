@@ -30,7 +30,7 @@ from .reads import read
 from .records import BadRecord, DdlRecord, OnlineInfo
 
 if TYPE_CHECKING:
-    from .cluster import Cluster
+    from .port import ClusterPort
 
 log = structlog.get_logger("pydble.cluster.peers")
 
@@ -271,7 +271,7 @@ class _Link(asyncio.Protocol):
 class PeerLinks:
     """This instance's links to the others, opened on demand (or ahead of time) and kept."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: ClusterPort) -> None:
         self.cluster = cluster
         self.links: dict[str, _Link] = {}
         self._opening: dict[str, asyncio.Task] = {}

@@ -17,7 +17,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from meta.errors import RefreshIncomplete
 
 from . import zklog
-from .cluster import REMOVE_ATTEMPTS
+from .port import REMOVE_ATTEMPTS
 from .ddlcore import reconciler as core
 from .ddlcore.reconciler import RUNNING_POLL_S, RUNNING_WAIT_S, Orphan, Running, Verdict
 from .ddlcore.txn import went_through
@@ -27,7 +27,7 @@ from .reads import read
 from .records import FAILED, MARKER_PREFIX, DdlLockInfo, DdlRecord, HistoryEntry
 
 if TYPE_CHECKING:
-    from .cluster import Cluster
+    from .port import ClusterPort
 
 log = structlog.get_logger("pydble.cluster.recovery")
 
@@ -37,7 +37,7 @@ class Recovery(PassLoop):
 
     name = "recovery"
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: ClusterPort) -> None:
         super().__init__(cluster)
         self.known_online: set[str] | None = None
 
