@@ -14,7 +14,8 @@ batches, so the client's own cost is small and the same on both sides):
 
 For each it prints the median seconds direct and through pydble, the ratio direct/pydble (target
 >= 0.5: pydble at least half as fast as one MariaDB), and the proxy's peak RSS during the query
-(VmHWM after resetting it through /proc/PID/clear_refs) above its RSS before.
+(VmHWM after resetting it through /proc/PID/clear_refs) above its RSS before, and the CPU seconds
+the proxy itself spent on it (user + system from /proc/PID/stat).
 
     .venv/bin/python bench/merge_scale.py [--rows 1000000] [--rounds 3] [--mysql-port 3306]
 
@@ -24,6 +25,7 @@ Without --mysql-port a private MariaDB server (harness, 512 MB buffer pool) is s
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -77,6 +79,12 @@ def _status_kb(pid: int, field: str) -> int:
     return 0
 
 
+def _cpu_s(pid: int) -> float:
+    """utime + stime of a process in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _reset_peak(pid: int) -> None:
     """VmHWM back to the current RSS (Linux >= 4.0), so the next peak is this query's."""
     try:
@@ -114,6 +122,8 @@ class Bench:
         customers = max(n // 10, 1)
         conn = self._admin()
         with conn.cursor() as cur:
+            if self.args.keep and self._loaded(cur):
+                return
             for db in (DIRECT_DB, *SHARDS):
                 cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
                 cur.execute(f"CREATE DATABASE `{db}`")
@@ -132,6 +142,15 @@ class Bench:
             for db in (DIRECT_DB, *SHARDS):
                 cur.execute(f"ANALYZE TABLE `{db}`.mg_t, `{db}`.mg_c")
         conn.close()
+
+    def _loaded(self, cur: Any) -> bool:
+        """--keep on a server that still holds the rows of an earlier run: load nothing."""
+        try:
+            cur.execute(f"SELECT COUNT(*) FROM `{SHARDS[-1]}`.mg_c")
+            cur.execute(f"SELECT COUNT(*) FROM `{DIRECT_DB}`.mg_t")
+        except pymysql.MySQLError:
+            return False
+        return cur.fetchone()[0] == self.args.rows
 
     def _start_proxy(self) -> None:
         nodes = [f"dn{i + 1}" for i in range(len(SHARDS))]
@@ -191,6 +210,7 @@ class Bench:
         pid = self.proxy.pid if self.proxy is not None else None
         times: dict[str, list[float]] = {"direct": [], "pydble": []}
         peaks: list[int] = []
+        cpu: list[float] = []
         counts: dict[str, int] = {}
         heads: dict[str, Any] = {}
         for rnd in range(self.args.rounds):
@@ -199,16 +219,19 @@ class Bench:
                 if target == "pydble" and pid:
                     _reset_peak(pid)
                     before = _status_kb(pid, "VmRSS")
+                    cpu0 = _cpu_s(pid)
                 secs, n, head = self.time_query(conns[target], sql)
                 if target == "pydble" and pid:
                     peaks.append(_status_kb(pid, "VmHWM") - before)
+                    cpu.append(_cpu_s(pid) - cpu0)
                 times[target].append(secs)
                 counts[target] = n
                 heads[target] = head
         d, p = statistics.median(times["direct"]), statistics.median(times["pydble"])
         same = counts["direct"] == counts["pydble"] and (label.startswith("c") or heads["direct"] == heads["pydble"])
         return {"label": label, "direct": d, "pydble": p, "ratio": d / p if p else 0.0, "rows": counts["pydble"],
-                "peak_mb": max(peaks) / 1024 if peaks else 0.0, "same": same,
+                "peak_mb": max(peaks) / 1024 if peaks else 0.0,
+                "cpu": statistics.median(cpu) if cpu else 0.0, "same": same,
                 "rss_mb": _status_kb(pid, "VmRSS") / 1024 if pid else 0.0}
 
 
@@ -219,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--mysql-port", type=int, help="use this MariaDB on 127.0.0.1 instead of a private one")
     ap.add_argument("--mysql-password", default="")
     ap.add_argument("--merge-memory-mb", type=int, default=256, help="the proxy's [server] merge_memory_mb")
-    ap.add_argument("--keep", action="store_true", help="keep the benchmark databases on --mysql-port")
+    ap.add_argument("--keep", action="store_true", help="keep the benchmark databases on --mysql-port (and reuse them next time)")
     ap.add_argument("--only", help="run only the queries whose label starts with one of these letters (e.g. ab)")
     args = ap.parse_args(argv)
     b = Bench(args)
@@ -232,14 +255,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 b.time_query(c, sql)
         results = []
         print(f"\n{'query':<34} {'rows':>9} {'direct s':>9} {'pydble s':>9} {'ratio':>6} "
-              f"{'peak RSS +MB':>12} {'RSS MB':>7}  same")
+              f"{'proxy cpu s':>11} {'peak RSS +MB':>12} {'RSS MB':>7}  same")
         for label, sql in queries(args.rows):
             if args.only and label[0] not in args.only:
                 continue
             r = b.measure(label, sql, conns)
             results.append(r)
             print(f"{r['label']:<34} {r['rows']:>9,} {r['direct']:>9.3f} {r['pydble']:>9.3f} {r['ratio']:>6.2f} "
-                  f"{r['peak_mb']:>12.1f} {r['rss_mb']:>7.0f}  {'yes' if r['same'] else 'NO'}", flush=True)
+                  f"{r['cpu']:>11.2f} {r['peak_mb']:>12.1f} {r['rss_mb']:>7.0f}  {'yes' if r['same'] else 'NO'}", flush=True)
         print(f"\nratio = direct seconds / pydble seconds (target >= {TARGET}); median of {args.rounds} rounds; "
               f"load average now {loadavg()}")
         return 0 if all(r["same"] for r in results) else 1
