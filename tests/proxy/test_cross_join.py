@@ -21,6 +21,8 @@ TABLES = {
     "cj_u": {"type": "single", "nodes": ["dn2"]},
     "cj_v": {"type": "single", "nodes": ["dn4"]},
     "cj_w": {"type": "single", "nodes": ["dn4"]},
+    "cj_n": {"type": "single", "nodes": ["dn3"]},
+    "cj_m": {"type": "sharding", "nodes": ["dn1", "dn2", "dn3", "dn4"], "function": "hash-four", "column": "id"},
 }
 DDL = ("CREATE TABLE {t} (id INT NOT NULL PRIMARY KEY, k INT NULL, "
        "s VARCHAR(8) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NULL, "
@@ -143,8 +145,34 @@ def test_a_join_past_the_memory_budget_is_refused_clearly(both: tuple[Any, Any, 
         with pytest.raises(pymysql.err.OperationalError) as e:
             cur.execute("SELECT x.id, y.id, REPEAT('z', 20) AS z FROM cj_big x JOIN cj_v y ON x.k = y.k")
         assert e.value.args[0] == 1038 and "merge_memory_mb" in e.value.args[1], e.value.args
+        # the same 22,500 joined rows with ORDER BY ... LIMIT: only the first 13 in order are held
+        cur.execute("SELECT x.id, y.id, REPEAT('z', 20) AS z FROM cj_big x JOIN cj_v y ON x.k = y.k "
+                    "ORDER BY y.id DESC, x.id LIMIT 3, 10")
+        assert cur.fetchall() == tuple((i, 149, "z" * 20) for i in range(3, 13))
         cur.execute("SELECT 1")
         assert cur.fetchall() == ((1,),)
+
+
+def test_a_join_with_more_keys_than_one_lookup_batch(both: tuple[Any, Any, Any]) -> None:
+    """1,300 outer keys: the inner side is read in three `IN` batches, each added to the routed SQL."""
+    px, ref, _ = both
+    for conn in (px, ref):
+        with conn.cursor() as cur:
+            for t in ("cj_m", "cj_n"):   # cj_m sharded over 4 nodes, cj_n single on dn3
+                cur.execute(f"DROP TABLE IF EXISTS {t}")
+                cur.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, k INT, s VARCHAR(8))")
+                cur.execute(f"INSERT INTO {t} VALUES " + ", ".join(
+                    f"({i}, {(i * 7) % 1300}, 's{i % 11}')" for i in range(1300)))
+        conn.commit()
+    for sql, ordered in [
+            ("SELECT w.id, m.id, m.s FROM cj_n w JOIN cj_m m ON w.k = m.id WHERE m.id % 3 = 0", False),
+            ("SELECT w.id, m.id FROM cj_n w JOIN cj_m m ON w.k = m.id", False),
+            ("SELECT w.id, m.s FROM cj_n w LEFT JOIN cj_m m ON w.k = m.id AND m.s <> 's3' "
+             "ORDER BY m.s DESC, w.id LIMIT 7, 25", True)]:
+        got, got_meta = answer(px, sql)
+        want, want_meta = answer(ref, sql)
+        assert got_meta == want_meta
+        assert (got if ordered else sorted(got)) == (want if ordered else sorted(want)) and want, sql
 
 
 def test_a_join_in_a_transaction_reads_the_sessions_own_rows(both: tuple[Any, Any, Any]) -> None:
