@@ -29,7 +29,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .executor import Executor
     from .reply import Reply
 
-BATCH = 500   # join-key values per inner-side lookup
+BATCH = 2000   # join-key values per inner-side lookup
+ROUTED_KEYS = 64   # up to this many keys the lookup is routed (pruned to the nodes holding them)
 TOP_ROWS = 10_000   # ORDER BY ... LIMIT up to this many rows keeps only those while joining
 
 _AGGREGATES = frozenset({"COUNT", "SUM", "AVG", "MIN", "MAX", "GROUP_CONCAT", "STD", "STDDEV", "STDDEV_POP",
@@ -452,15 +453,15 @@ async def _read(executor: Executor, sql: str, budget: Budget) -> ResultSet:
     return await _read_routed(executor, [(t.node, t.sql) for t in plan.targets], plan.merge, budget)
 
 
-async def _read_inner(executor: Executor, inner: Side, lists: list[str], budget: Budget
+async def _read_inner(executor: Executor, inner: Side, lists: list[str], keys: int, budget: Budget
                       ) -> tuple[ResultSet, list[list[bytes | None]], int]:
-    """The inner side's rows matching the outer keys, one `key IN (list)` read per batch. Several batches
-    are routed once (the side's own WHERE) and each batch's IN appended to every node's SQL, as Vitess binds
-    a routed plan's variables: routing a 500-value IN list costs about 20 ms of the proxy's CPU."""
+    """The inner side's rows matching the outer keys, one `key IN (list)` read per batch. Past a few keys the
+    side is routed once (its own WHERE) and each batch's IN appended to every node's SQL, as Vitess binds a
+    routed plan's variables: routing a 500-value IN list costs about 20 ms of the proxy's CPU."""
     from .ddl import require_meta
     isql, ihid = _side_sql(inner, None)
     plan = None
-    if len(lists) > 1:
+    if keys > ROUTED_KEYS:
         plan = executor.server.router.route(isql, executor.session.schema, executor.session.grants)
         m = plan.merge
         if (plan.kind != "select" or plan.setop is not None or not plan.targets
@@ -536,7 +537,7 @@ async def _run(executor: Executor, plan: JoinPlan, budget: Budget) -> ResultSet:
     batches = [values[i:i + BATCH] for i in range(0, len(values), BATCH)] or [[]]
     lists = [", ".join(_literal(v, ors.columns[okeys[0]], first_kind, charset) for v in batch) or "NULL"
              for batch in batches]
-    irs, irows, ihid = await _read_inner(executor, inner, lists, budget)
+    irs, irows, ihid = await _read_inner(executor, inner, lists, len(values), budget)
     iw = len(irs.columns)
     ikeys = list(range(iw - ihid, iw - ihid + nk))
     iprobe = [iw - ihid + nk + len(inner.order) + j for j in range(nk)]

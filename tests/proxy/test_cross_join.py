@@ -154,7 +154,7 @@ def test_a_join_past_the_memory_budget_is_refused_clearly(both: tuple[Any, Any, 
 
 
 def test_a_join_with_more_keys_than_one_lookup_batch(both: tuple[Any, Any, Any]) -> None:
-    """1,300 outer keys: the inner side is read in three `IN` batches, each added to the routed SQL."""
+    """2,100 outer keys: the inner side is read in two `IN` batches, each added to the routed SQL."""
     px, ref, _ = both
     for conn in (px, ref):
         with conn.cursor() as cur:
@@ -162,7 +162,7 @@ def test_a_join_with_more_keys_than_one_lookup_batch(both: tuple[Any, Any, Any])
                 cur.execute(f"DROP TABLE IF EXISTS {t}")
                 cur.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, k INT, s VARCHAR(8))")
                 cur.execute(f"INSERT INTO {t} VALUES " + ", ".join(
-                    f"({i}, {(i * 7) % 1300}, 's{i % 11}')" for i in range(1300)))
+                    f"({i}, {(i * 7) % 2100}, 's{i % 11}')" for i in range(2100)))
         conn.commit()
     for sql, ordered in [
             ("SELECT w.id, m.id, m.s FROM cj_n w JOIN cj_m m ON w.k = m.id WHERE m.id % 3 = 0", False),
