@@ -25,7 +25,6 @@ Without --mysql-port a private MariaDB server (harness, 512 MB buffer pool) is s
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-for p in (REPO_ROOT, REPO_ROOT / "tests"):
+for p in (REPO_ROOT, REPO_ROOT / "tests", REPO_ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
@@ -41,6 +40,7 @@ import pymysql  # noqa: E402
 from MySQLdb import _mysql  # noqa: E402
 
 from harness import MariaDBServer, ProxyProcess, free_port  # noqa: E402
+from point_select import cpu_seconds, loadavg  # noqa: E402  (one /proc reader for the benches)
 
 SHARDS = ("mg_dn1", "mg_dn2", "mg_dn3", "mg_dn4")
 DIRECT_DB = "mg_direct"
@@ -68,21 +68,11 @@ def queries(rows: int) -> list[tuple[str, str]]:
     ]
 
 
-def loadavg() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
 def _status_kb(pid: int, field: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
     return 0
-
-
-def _cpu_s(pid: int) -> float:
-    """utime + stime of a process in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _reset_peak(pid: int) -> None:
@@ -219,11 +209,11 @@ class Bench:
                 if target == "pydble" and pid:
                     _reset_peak(pid)
                     before = _status_kb(pid, "VmRSS")
-                    cpu0 = _cpu_s(pid)
+                    cpu0 = cpu_seconds(pid)
                 secs, n, head = self.time_query(conns[target], sql)
                 if target == "pydble" and pid:
                     peaks.append(_status_kb(pid, "VmHWM") - before)
-                    cpu.append(_cpu_s(pid) - cpu0)
+                    cpu.append(cpu_seconds(pid) - cpu0)
                 times[target].append(secs)
                 counts[target] = n
                 heads[target] = head
