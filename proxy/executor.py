@@ -441,12 +441,25 @@ class Executor:
                 await self._syntax_verdict(sql)  # (a statement not fully read is never sent for a restricted user)
             if not isinstance(e, Refused) and "JOIN" in e.message:
                 from .join import plan_join, run_join   # two tables on different nodes: joined here
-                join = plan_join(sql, self._columns_of)
+                try:
+                    join = plan_join(sql, self._columns_of)
+                except NotSupported:
+                    join = None
                 if join is not None:
                     self.session.warnings = []
                     self.session.route = "join"
-                    await run_join(self, join, r, more)
-                    return False
+                    try:
+                        await run_join(self, join, r, more)
+                        return False
+                    except NotSupported:   # refused before anything was sent: answered over copies below
+                        pass
+            if not isinstance(e, Refused) and first_word(sql) in ("SELECT", "WITH"):
+                from .materialize import Materialize   # any other read: one MariaDB over copies of its rows
+                m = Materialize(self, sql)
+                self.session.warnings = []
+                self.session.route = "materialize"
+                await m.run(r, more)
+                return False
             raise
         if plan.tables:  # as in MariaDB, a statement on tables starts a fresh SHOW WARNINGS; SET, SELECT 1... keep it
             self.session.warnings = []

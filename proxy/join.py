@@ -107,15 +107,16 @@ def _ident(t: Token) -> str | None:
     return None
 
 
-Columns = tuple["frozenset[str] | None", "frozenset[str] | None"]
+Columns = tuple["frozenset[str] | None", ...]
 
 
-def _aliases(toks: list[Token], a: int, b: int, names: tuple[str, str], cols: Columns = (None, None),
+def _aliases(toks: list[Token], a: int, b: int, names: tuple[str, ...], cols: Columns = (None, None),
              outputs: dict[str, int | None] | None = None) -> set[int] | None:
-    """Which sides an expression reads (qualified columns, or an unqualified one exactly one table has);
-    None when it cannot be judged. `outputs`: select-item names an ORDER BY word would mean instead."""
+    """Which tables (of those named) an expression reads (qualified columns, or an unqualified one exactly
+    one table has); None when it cannot be judged. `outputs`: select-item names an ORDER BY word would
+    mean instead."""
     used: set[int] = set()
-    low = (names[0].lower(), names[1].lower())
+    low = tuple(n.lower() for n in names)
     i = a
     while i < b:
         t = toks[i]
@@ -142,7 +143,7 @@ def _aliases(toks: list[Token], a: int, b: int, names: tuple[str, str], cols: Co
             if not followed and up not in _EXPR_WORDS and not unit:
                 # an unqualified column: the one table whose metadata has it (never a select-item name)
                 low_name = t[1].lower()
-                owners = [k for k in (0, 1) if cols[k] is not None and low_name in cols[k]]  # type: ignore[operator]
+                owners = [k for k in range(len(names)) if cols[k] is not None and low_name in cols[k]]  # type: ignore[operator]
                 if len(owners) != 1 or any(c is None for c in cols) or (prev is not None and prev[1] == "."):
                     return None
                 if outputs and low_name in outputs and outputs[low_name] != owners[0]:
