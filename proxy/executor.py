@@ -492,7 +492,16 @@ class Executor:
                                          may_relay)
         if may_relay and streamable(plan):
             return await relay_concat(self, plan)  # rows of every node streamed, never decoded
-        await self.run_multi(plan, r, more)
+        try:
+            await self.run_multi(plan, r, more)
+        except NotSupported:
+            if plan.kind != "select" or plan.merge is None:
+                raise
+            from .materialize import Materialize   # the merge cannot be exact: one MariaDB over copies
+            m = Materialize(self, sql)
+            self.session.warnings = []
+            self.session.route = "materialize"
+            await m.run(r, more)
         return False
 
     def _columns_of(self, table: str) -> frozenset[str] | None:
