@@ -76,7 +76,7 @@ SAME = [
     ("WITH c AS (SELECT k, COUNT(*) AS n FROM mt_b GROUP BY k) SELECT a.id, c.n FROM mt_a a JOIN c ON c.k = a.k "
      "ORDER BY a.id", True),
     # every value type round-trips exactly, metadata as MariaDB sends it
-    (f"SELECT a.*, s.id FROM mt_a a JOIN mt_s s ON a.k < s.k ORDER BY a.id, s.id", True),
+    ("SELECT a.*, s.id FROM mt_a a JOIN mt_s s ON a.k < s.k ORDER BY a.id, s.id", True),
     ("SELECT a.ts, a.f, a.db, a.bt, a.e, a.bl, a.j, a.tm, a.g, b.id FROM mt_a a JOIN mt_b b ON a.e = b.e "
      "ORDER BY a.id, b.id", True),
     ("SELECT a.id, b.id FROM mt_a a JOIN mt_b b ON a.s = b.s WHERE a.s = 'a'", False),   # general_ci
@@ -220,7 +220,7 @@ def test_past_the_memory_budget_is_refused_clearly(both: tuple[Any, Any, Any]) -
     with px.cursor() as cur:
         cur.execute("DELETE FROM mt_big")
         for start in range(0, 3000, 500):
-            cur.execute(f"INSERT INTO mt_big (id, k, s, bl) VALUES "
+            cur.execute("INSERT INTO mt_big (id, k, s, bl) VALUES "
                         + ", ".join(f"({i}, {i % 7}, 'x', REPEAT('z', 600))" for i in range(start, start + 500)))
         cur.execute("SELECT id, ROW_NUMBER() OVER (ORDER BY k, id) FROM mt_big WHERE id < 20")  # pushed down
         assert len(cur.fetchall()) == 20
