@@ -454,11 +454,7 @@ class Executor:
                     except NotSupported:   # refused before anything was sent: answered over copies below
                         pass
             if not isinstance(e, Refused) and first_word(sql) in ("SELECT", "WITH"):
-                from .materialize import Materialize   # any other read: one MariaDB over copies of its rows
-                m = Materialize(self, sql)
-                self.session.warnings = []
-                self.session.route = "materialize"
-                await m.run(r, more)
+                await self._over_copies(sql, r, more)
                 return False
             raise
         if plan.tables:  # as in MariaDB, a statement on tables starts a fresh SHOW WARNINGS; SET, SELECT 1... keep it
@@ -485,7 +481,10 @@ class Executor:
         self.session.route = "single" if len(plan.targets) == 1 else "multi"
         if plan.setop is not None:
             from .setops import run_set_operation
-            await run_set_operation(self, plan, r, more)
+            try:
+                await run_set_operation(self, plan, r, more)
+            except NotSupported:   # refused before anything was sent
+                await self._over_copies(sql, r, more)
             return False
         if len(plan.targets) == 1:
             return await self.run_single(plan.targets[0].node, _com_query(plan.targets[0].sql), r, more,
@@ -497,12 +496,16 @@ class Executor:
         except NotSupported:
             if plan.kind != "select" or plan.merge is None:
                 raise
-            from .materialize import Materialize   # the merge cannot be exact: one MariaDB over copies
-            m = Materialize(self, sql)
-            self.session.warnings = []
-            self.session.route = "materialize"
-            await m.run(r, more)
+            await self._over_copies(sql, r, more)   # the merge cannot be exact (refused before sending)
         return False
+
+    async def _over_copies(self, sql: str, r: Reply, more: bool) -> None:
+        """A read no per-node plan answers exactly: one MariaDB answers it over copies of its rows."""
+        from .materialize import Materialize
+        m = Materialize(self, sql)
+        self.session.warnings = []
+        self.session.route = "materialize"
+        await m.run(r, more)
 
     def _columns_of(self, table: str) -> frozenset[str] | None:
         """A table's column names (lower-case) from metadata, the table as written in FROM (`s . t` or `t`)."""

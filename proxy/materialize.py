@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from meta.errors import NotSupported, ProxyError
 
 from .analysis import Ref
 from .join import _aliases, _is_and, _read, _split
+from .protocol import constants as C
 from .protocol.packets import frame
 from .protocol.response import Budget, BudgetExceeded
 from .sqltok import Token, tokenize
@@ -86,15 +87,32 @@ def chunks(stmts: list[str], size: int = STATEMENTS_CHUNK) -> list[list[str]]:
     return out
 
 
+def inserts(head: str, values: Iterable[str], budget: Budget | None = None) -> list[str]:
+    """INSERT statements of about INSERT_CHUNK bytes each: `head` (INSERT INTO t (...) VALUES) and row
+    literals; with a budget, their text is charged to it."""
+    out: list[str] = []
+    batch: list[str] = []
+    size = 0
+    for v in values:
+        batch.append(v)
+        size += len(v)
+        if size > INSERT_CHUNK:
+            if budget is not None:
+                budget.take(size)
+            out.append(head + ",".join(batch))
+            batch, size = [], 0
+    if batch:
+        if budget is not None:
+            budget.take(size)
+        out.append(head + ",".join(batch))
+    return out
+
+
 def setup_error(sc: ResponseScanner, n: int, what: str) -> None:
     """Raise when one of the first n statements of a response (pydble's own set-up) failed."""
     if sc.error is not None and len(sc.results) < n:
         raise ProxyError(f"{what} could not be prepared on a backend: {sc.error.message}", sc.error.code,
                          sc.error.sqlstate)
-
-
-def _com_query(sql: str) -> bytes:
-    return frame(0, b"\x03" + sql.encode("utf-8", "surrogateescape"))
 
 
 @dataclass
@@ -174,6 +192,10 @@ def _select_item(c: Column) -> str:
     if c.kind == "bytes":
         return f"CAST({q} AS BINARY)"   # no conversion to the session's character set: the column's bytes
     return q
+
+
+def _query(sql: str) -> bytes:
+    return frame(0, bytes((C.COM_QUERY,)) + sql.encode("utf-8", "surrogateescape"))
 
 
 class Materialize:
@@ -325,24 +347,12 @@ class Materialize:
                 raise self._over_budget(budget) from None
             raise
 
-    def _inserts(self, copy: Copy, rows: list[list[bytes | None]], budget: Budget) -> list[str]:
+    @staticmethod
+    def _inserts(copy: Copy, rows: list[list[bytes | None]], budget: Budget) -> list[str]:
         head = f"INSERT INTO {copy.full} ({', '.join(quote(c.name) for c in copy.columns)}) VALUES "
         kinds = [c.kind for c in copy.columns]
-        out: list[str] = []
-        batch: list[str] = []
-        size = 0
-        for row in rows:
-            v = "(" + ",".join(_value(x, k) for x, k in zip(row, kinds)) + ")"
-            batch.append(v)
-            size += len(v)
-            if size > INSERT_CHUNK:
-                budget.take(size)
-                out.append(head + ",".join(batch))
-                batch, size = [], 0
-        if batch:
-            budget.take(size)
-            out.append(head + ",".join(batch))
-        return out
+        return inserts(head, ("(" + ",".join(_value(x, k) for x, k in zip(row, kinds)) + ")" for row in rows),
+                       budget)
 
     async def _run(self, budget: Budget, r: Reply, more: bool) -> None:
         ex = self.ex
@@ -369,10 +379,10 @@ class Materialize:
             setup.append("SET SESSION time_zone = @pydble_tz, SESSION sql_mode = @pydble_mode, "
                          "@pydble_tz = NULL, @pydble_mode = NULL")
             for chunk in chunks(setup):
-                sc = await conn.run(_com_query(";".join(chunk)), timeout, collect=True)
+                sc = await conn.run(_query(";".join(chunk)), timeout, collect=True)
                 setup_error(sc, len(chunk), "a cross-node query's copy of its tables")
             del setup
-            sc = await conn.run(_com_query(self.sql), timeout, collect=True, budget=budget)
+            sc = await conn.run(_query(self.sql), timeout, collect=True, budget=budget)
             await ex.keep_warnings([(conn, sc)])
             await conn.query("DROP TEMPORARY TABLE IF EXISTS " + ", ".join(c.full for c in self.copies.values()),
                              timeout)
@@ -389,4 +399,4 @@ class Materialize:
         ex.add_results(sc, r, more)
 
 
-__all__ = ["Materialize", "SESSION_FUNCTIONS", "chunks", "quote", "setup_error", "temporary_definition"]
+__all__ = ["Materialize", "SESSION_FUNCTIONS", "chunks", "inserts", "quote", "setup_error", "temporary_definition"]
