@@ -31,7 +31,7 @@ from meta.errors import NotSupported, ProxyError
 from .analysis import Ref
 from .join import _aliases, _is_and, _read, _split
 from .protocol import constants as C
-from .protocol.packets import frame
+from .protocol.packets import frame, splice
 from .protocol.response import Budget, BudgetExceeded
 from .sqltok import Token, tokenize
 
@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .protocol.response import ResponseScanner
     from .reply import Reply
 
+MAX_VIEW_DEPTH = 8
 INSERT_CHUNK = 1 << 20          # bytes of one INSERT statement
 STATEMENTS_CHUNK = 4 * INSERT_CHUNK   # bytes of one multi-statement round trip
 
@@ -206,15 +207,22 @@ class Materialize:
         self.server = executor.server
         session = executor.session
         router = self.server.router
-        if router.views is not None:    # views pydble keeps become derived tables, their grants checked
-            sql = router.views.expand(router, sql, session.schema, session.grants)
-        toks = tokenize(sql)
-        while toks and toks[-1][:2] == ("o", ";"):
-            toks.pop()
-        self._check_tokens(toks)
-        an = router.analyzer.analyze(sql, toks, session.schema)
-        if session.grants is not None:   # the access boundary, again, before any row is read
-            session.grants.check(an.access)
+        for _ in range(MAX_VIEW_DEPTH):
+            if router.views is not None:    # views pydble keeps become derived tables, their grants checked
+                sql = router.views.expand(router, sql, session.schema, session.grants)
+            toks = tokenize(sql)
+            while toks and toks[-1][:2] == ("o", ";"):
+                toks.pop()
+            self._check_tokens(toks)
+            an = router.analyzer.analyze(sql, toks, session.schema)
+            if session.grants is not None:   # the access boundary, again, before any row is read
+                session.grants.check(an.access)
+            inlined = self._inline_node_views(sql, toks, an.refs)
+            if inlined is None:
+                break
+            sql = inlined
+        else:
+            raise _refuse(f"views nested more than {MAX_VIEW_DEPTH} deep")
         if an.kind != "select" or an.is_write or an.mode != "query" or not an.refs:
             raise _refuse("only SELECT statements are answered over copies of their tables")
         if self.ex.locked:
@@ -238,14 +246,7 @@ class Materialize:
             if a < 0:
                 raise _refuse("pydble could not find a table's name in the statement text")
             spans.append((toks[a][2], toks[b - 1][3], self.copies[(ref.table.schema, ref.table.name)].full))
-        spans.sort()
-        out, pos = [], 0
-        for s, e, text in spans:
-            out.append(sql[pos:s])
-            out.append(text)
-            pos = e
-        out.append(sql[pos:toks[-1][3]])
-        self.sql = "".join(out)
+        self.sql = splice(sql[:toks[-1][3]], sorted(spans))
         self.node = an.refs[0].table.nodes[0]
 
     # -- planning ----------------------------------------------------------------------------------
@@ -273,6 +274,25 @@ class Materialize:
                 if up in ("NEXT", "PREVIOUS") and not (i + 1 < n and toks[i + 1][1].upper() == "VALUE"):
                     continue
                 raise _refuse(f"{up} is not supported over copies of the tables")
+
+    def _inline_node_views(self, sql: str, toks: list[Token], refs: list[Ref]) -> str | None:
+        """The statement with each view that lives on a node replaced by its SELECT (a derived table over
+        its tables, whose rows are copied like any table's); None when it reads no such view."""
+        views = self.server.router.views
+        if views is None:
+            return None
+        spans = []
+        for ref in refs:
+            v = views.catalog.get(ref.table.schema, ref.table.name)
+            if v is None or v.node is None:
+                continue
+            if v.columns or ref.span[0] < 0:
+                raise _refuse(f"the view {v.schema}.{v.name} names its columns; pydble cannot read it as a "
+                              f"derived table")
+            a, b = ref.span
+            text = f"({v.select})" + ("" if ref.has_alias else f" AS {quote(v.name)}")
+            spans.append((toks[a][2], toks[b - 1][3], text))
+        return splice(sql, sorted(spans)) if spans else None
 
     def _copy_of(self, schema: str, table: str) -> Copy:
         meta = self.server.registry.get(schema, table)

@@ -5,20 +5,20 @@ exactly as one MariaDB holding all the rows; what would be evaluated differently
 from __future__ import annotations
 
 import copy
-from collections import Counter
 from typing import Any, Iterator
 
 import pymysql
 import pytest
 
 from harness import ProxyProcess, free_port, proxy_config
+from same_answer import answer, assert_same_answer
 
 REF_DB = "mtref"
 TABLES = {
     "mt_a": {"type": "sharding", "nodes": ["dn1", "dn2"], "function": "hash-two", "column": "id"},
     "mt_b": {"type": "sharding", "nodes": ["dn1", "dn2", "dn3", "dn4"], "function": "hash-four", "column": "id"},
     "mt_s": {"type": "single", "nodes": ["dn3"]},
-    "mt_g": {"type": "global", "nodes": ["dn2", "dn4"]},
+    "mt_g": {"type": "global", "nodes": ["dn1", "dn2", "dn3", "dn4"]},
     "mt_big": {"type": "sharding", "nodes": ["dn1", "dn2"], "function": "hash-two", "column": "id"},
 }
 DDL = ("CREATE TABLE {t} (id INT NOT NULL PRIMARY KEY, k INT NULL, "
@@ -73,6 +73,10 @@ SAME = [
     ("SELECT id FROM mt_s WHERE m > (SELECT AVG(m) FROM mt_b)", False),
     ("SELECT q.k, COUNT(*) FROM (SELECT k FROM mt_a UNION ALL SELECT k FROM mt_s) q GROUP BY q.k ORDER BY q.k",
      True),
+    # found by the differential test: the router scattered this to mt_b's nodes, each summing every row of
+    # the global mt_g (its rows come from mt_g only; mt_b is read in a subquery)
+    ("SELECT q.k, SUM(q.n), MAX(q.s) FROM (SELECT x.k, x.id AS n, x.s FROM mt_g x WHERE x.k IN (SELECT k FROM mt_b)) q "
+     "GROUP BY q.k ORDER BY q.k", True),
     ("WITH c AS (SELECT k, COUNT(*) AS n FROM mt_b GROUP BY k) SELECT a.id, c.n FROM mt_a a JOIN c ON c.k = a.k "
      "ORDER BY a.id", True),
     # every value type round-trips exactly, metadata as MariaDB sends it
@@ -122,23 +126,10 @@ def both(backends: list[Any]) -> Iterator[tuple[Any, Any, ProxyProcess]]:
         p.cleanup()
 
 
-def answer(conn: Any, sql: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    with conn.cursor() as cur:
-        cur.execute(sql)
-        meta = [(d[0], d[1], d[5] if d[1] in (0, 4, 5, 246) else None) for d in cur.description]
-        return [tuple(r) for r in cur.fetchall()], meta
-
-
 @pytest.mark.parametrize("sql,ordered", SAME)
 def test_a_cross_node_read_answers_as_one_mariadb(both: tuple[Any, Any, Any], sql: str, ordered: bool) -> None:
     px, ref, _ = both
-    got, got_meta = answer(px, sql)
-    want, want_meta = answer(ref, sql)
-    assert got_meta == want_meta
-    if ordered:
-        assert got == want
-    else:
-        assert Counter(map(repr, got)) == Counter(map(repr, want))
+    want = assert_same_answer(px, ref, sql, ordered)
     assert want
 
 
@@ -229,3 +220,19 @@ def test_past_the_memory_budget_is_refused_clearly(both: tuple[Any, Any, Any]) -
         assert e.value.args[0] == 1038 and "merge_memory_mb" in e.value.args[1], e.value.args
         cur.execute("SELECT 1")
         assert cur.fetchall() == ((1,),)
+
+
+def test_a_view_on_a_node_is_read_as_its_select(both: tuple[Any, Any, Any]) -> None:
+    """mt_sv lives on mt_s's node (pushed down); joined with tables elsewhere it is read as its SELECT."""
+    px, ref, _ = both
+    for conn in (px, ref):
+        with conn.cursor() as cur:
+            cur.execute("CREATE OR REPLACE VIEW mt_sv AS SELECT id, k, s FROM mt_s WHERE k IS NOT NULL")
+    try:
+        for sql in ("SELECT a.id, v.id, v.s FROM mt_a a JOIN mt_sv v ON a.k < v.k ORDER BY a.id, v.id",
+                    "SELECT id FROM mt_b WHERE k IN (SELECT k FROM mt_sv) ORDER BY id"):
+            assert answer(px, sql) == answer(ref, sql)
+    finally:
+        for conn in (px, ref):
+            with conn.cursor() as cur:
+                cur.execute("DROP VIEW IF EXISTS mt_sv")
