@@ -236,3 +236,21 @@ def test_a_view_on_a_node_is_read_as_its_select(both: tuple[Any, Any, Any]) -> N
         for conn in (px, ref):
             with conn.cursor() as cur:
                 cur.execute("DROP VIEW IF EXISTS mt_sv")
+
+
+def test_the_temporary_twin_keeps_the_columns_and_drops_what_temporary_tables_cannot_have() -> None:
+    from proxy.materialize import temporary_definition
+    create = ("CREATE TABLE `t``x` (\n  `id` int(11) NOT NULL,\n  `p` int(11) DEFAULT NULL,\n"
+              "  `s` varchar(8) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL,\n"
+              "  `ts` timestamp(3) NULL DEFAULT NULL,\n  `g` int(11) GENERATED ALWAYS AS (`p` + 1) VIRTUAL,\n"
+              "  PRIMARY KEY (`id`),\n  KEY `p` (`p`),\n  FULLTEXT KEY `ft` (`s`),\n"
+              "  CONSTRAINT `fk` FOREIGN KEY (`p`) REFERENCES `parent` (`id`),\n"
+              "  CONSTRAINT `c` CHECK (`p` > 0)\n) ENGINE=InnoDB DEFAULT CHARSET=latin1 COLLATE=latin1_swedish_ci\n"
+              " PARTITION BY HASH (`id`)\nPARTITIONS 4")
+    name, text, columns = temporary_definition("schema1", create)
+    assert name == "t`x"
+    assert text.startswith("CREATE TEMPORARY TABLE `schema1`.`t``x` (\n  `id` int(11) NOT NULL,")
+    assert "FOREIGN KEY" not in text and "FULLTEXT" not in text and "PARTITION" not in text
+    assert "CHECK (`p` > 0)" in text and "KEY `p` (`p`)" in text and "GENERATED ALWAYS" in text
+    assert text.endswith(") ENGINE=InnoDB DEFAULT CHARSET=latin1 COLLATE=latin1_swedish_ci")
+    assert [(c.name, c.kind) for c in columns] == [("id", "num"), ("p", "num"), ("s", "bytes"), ("ts", "ts")]
