@@ -400,7 +400,8 @@ class Materialize:
                          "@pydble_tz = NULL, @pydble_mode = NULL")
             for chunk in chunks(setup):
                 sc = await conn.run(_query(";".join(chunk)), timeout, collect=True)
-                setup_error(sc, len(chunk), "a cross-node query's copy of its tables")
+                if sc.error is not None:   # a definition a temporary table cannot have (system versioning...)
+                    raise _refuse(f"its tables could not be copied into temporary tables: {sc.error.message}")
             del setup
             sc = await conn.run(_query(self.sql), timeout, collect=True, budget=budget)
             await ex.keep_warnings([(conn, sc)])

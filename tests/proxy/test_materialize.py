@@ -254,3 +254,4 @@ def test_the_temporary_twin_keeps_the_columns_and_drops_what_temporary_tables_ca
     assert "CHECK (`p` > 0)" in text and "KEY `p` (`p`)" in text and "GENERATED ALWAYS" in text
     assert text.endswith(") ENGINE=InnoDB DEFAULT CHARSET=latin1 COLLATE=latin1_swedish_ci")
     assert [(c.name, c.kind) for c in columns] == [("id", "num"), ("p", "num"), ("s", "bytes"), ("ts", "ts")]
+
