@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 
 def answer(conn: Any, sql: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
@@ -26,3 +28,28 @@ def assert_same_answer(px: Any, ref: Any, sql: str, ordered: bool) -> list[tuple
     else:
         assert Counter(map(repr, got)) == Counter(map(repr, want))
     return want
+
+
+@contextmanager
+def proxy_and_reference(backends: list[Any], name: str, ref_db: str, tables: dict[str, Any],
+                        users: Sequence[dict[str, Any]] = (), **server: Any) -> Iterator[tuple[Any, Any, Any]]:
+    """(pydble connection, reference connection, proxy): a proxy with `tables` added to schema1 (and
+    `users`, [server] settings), and the reference database `ref_db` on the first backend."""
+    from harness import ProxyProcess, free_port, proxy_config
+
+    cfg = copy.deepcopy(proxy_config(backends, free_port(), free_port(), instance=f"pydble-{name}"))
+    cfg["schemas"]["schema1"]["tables"].update(copy.deepcopy(tables))
+    cfg["server"].update(server)
+    cfg["users"].extend(copy.deepcopy(list(users)))
+    backends[0].create_databases(ref_db)
+    p = ProxyProcess(cfg, name=f"proxy-{name}", release_ports=True)
+    try:
+        p.start()
+        px, ref = p.connect(), backends[0].connect(ref_db)
+        try:
+            yield px, ref, p
+        finally:
+            px.close()
+            ref.close()
+    finally:
+        p.cleanup()

@@ -3,14 +3,13 @@ types as one MariaDB holding all the rows; what pydble cannot join exactly is re
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Iterator
 
 import pymysql
 import pytest
 
-from harness import ProxyProcess, free_port, proxy_config
-from same_answer import answer, assert_same_answer
+from harness import ProxyProcess
+from same_answer import answer, assert_same_answer, proxy_and_reference
 
 REF_DB = "cjref"
 # cj_a: 2 nodes, cj_b: 4 nodes (not sharded alike), cj_s: single on dn3, cj_u: single on dn2
@@ -79,14 +78,7 @@ REFUSED = [
 @pytest.fixture(scope="module")
 def both(backends: list[Any]) -> Iterator[tuple[Any, Any, ProxyProcess]]:
     """(pydble connection, reference connection, proxy), the tables filled alike on both."""
-    cfg = copy.deepcopy(proxy_config(backends, free_port(), free_port(), instance="pydble-cj"))
-    cfg["schemas"]["schema1"]["tables"].update(copy.deepcopy(TABLES))
-    cfg["server"]["merge_memory_mb"] = 1
-    backends[0].create_databases(REF_DB)
-    p = ProxyProcess(cfg, name="proxy-cj", release_ports=True)
-    try:
-        p.start()
-        px, ref = p.connect(), backends[0].connect(REF_DB)
+    with proxy_and_reference(backends, "cj", REF_DB, TABLES, merge_memory_mb=1) as (px, ref, p):
         for conn in (px, ref):
             with conn.cursor() as cur:
                 for t, rows in ROWS.items():
@@ -95,10 +87,6 @@ def both(backends: list[Any]) -> Iterator[tuple[Any, Any, ProxyProcess]]:
                     cur.execute(f"INSERT INTO {t} (id, k, s, b, m, d) VALUES {rows}")
             conn.commit()
         yield px, ref, p
-        px.close()
-        ref.close()
-    finally:
-        p.cleanup()
 
 
 @pytest.mark.parametrize("sql,ordered", SAME)

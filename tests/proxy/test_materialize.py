@@ -4,14 +4,13 @@ exactly as one MariaDB holding all the rows; what would be evaluated differently
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Iterator
 
 import pymysql
 import pytest
 
-from harness import ProxyProcess, free_port, proxy_config
-from same_answer import answer, assert_same_answer
+from harness import ProxyProcess
+from same_answer import answer, assert_same_answer, proxy_and_reference
 
 REF_DB = "mtref"
 TABLES = {
@@ -99,16 +98,8 @@ REFUSED = [
 @pytest.fixture(scope="module")
 def both(backends: list[Any]) -> Iterator[tuple[Any, Any, ProxyProcess]]:
     """(pydble connection, reference connection, proxy), the tables filled alike on both."""
-    cfg = copy.deepcopy(proxy_config(backends, free_port(), free_port(), instance="pydble-mt"))
-    cfg["schemas"]["schema1"]["tables"].update(copy.deepcopy(TABLES))
-    cfg["server"]["merge_memory_mb"] = 1
-    cfg["users"].append({"name": "limited", "password": "pw", "schemas": ["schema1"],
-                         "privileges": {"schema1.mt_s": "1101"}})
-    backends[0].create_databases(REF_DB)
-    p = ProxyProcess(cfg, name="proxy-mt", release_ports=True)
-    try:
-        p.start()
-        px, ref = p.connect(), backends[0].connect(REF_DB)
+    limited = {"name": "limited", "password": "pw", "schemas": ["schema1"], "privileges": {"schema1.mt_s": "1101"}}
+    with proxy_and_reference(backends, "mt", REF_DB, TABLES, [limited], merge_memory_mb=1) as (px, ref, p):
         for conn in (px, ref):
             with conn.cursor() as cur:
                 cur.execute("SET time_zone = '+01:00'")
@@ -120,10 +111,6 @@ def both(backends: list[Any]) -> Iterator[tuple[Any, Any, ProxyProcess]]:
                 cur.execute("SET time_zone = DEFAULT")
             conn.commit()
         yield px, ref, p
-        px.close()
-        ref.close()
-    finally:
-        p.cleanup()
 
 
 @pytest.mark.parametrize("sql,ordered", SAME)
