@@ -17,8 +17,8 @@ from meta.errors import NotSupported, ProxyError
 
 from .merge import (K_BIN, K_BYTES, K_CI, K_DEC, K_FLOAT, K_INT, collation_kind, column_kind,
                     merge_results, row_sort_key, value_key)
-from .protocol.constants import (CHARSET_BINARY, ENUM_FLAG, NOT_NULL_FLAG, SET_FLAG, T_ENUM, T_LONG_BLOB,
-                                 T_MEDIUM_BLOB, T_SET)
+from .protocol.constants import (CHARSET_BINARY, ENUM_FLAG, NOT_NULL_FLAG, SET_FLAG, T_BLOB, T_ENUM,
+                                 T_LONG_BLOB, T_MEDIUM_BLOB, T_SET, T_TINY_BLOB)
 from .protocol.messages import ColumnDef, ResultSet
 from .protocol.response import Budget, BudgetExceeded
 from .sqltok import Token, tokenize, top_level
@@ -531,8 +531,8 @@ async def _run(executor: Executor, plan: JoinPlan, budget: Budget) -> ResultSet:
                 col = replace(col, flags=col.flags & ~NOT_NULL_FLAG, raw=None)
             columns.append(col)
     width = len(columns)
-    if plan.order and any(c.type in (T_LONG_BLOB, T_MEDIUM_BLOB) for c in columns):
-        raise _refuse("ORDER BY with a LONGTEXT, JSON or MEDIUMTEXT column is not supported: the type MariaDB "
+    if plan.order and any(c.type in (T_TINY_BLOB, T_BLOB, T_LONG_BLOB, T_MEDIUM_BLOB) for c in columns):
+        raise _refuse("ORDER BY with a TEXT, BLOB or JSON column is not supported: the type MariaDB "
                       "reports for it depends on whether it sorts the join through a temporary table")
     oord = [ow - ohid + nk + j for j in range(len(outer.order))]
     iord = [iw - ihid + nk + j for j in range(len(inner.order))]
