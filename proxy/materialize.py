@@ -58,6 +58,9 @@ _BARE_SESSION = frozenset({"CURRENT_DATE", "CURRENT_TIME", "CURRENT_TIMESTAMP", 
                            "CURRENT_USER", "CURRENT_ROLE", "UTC_DATE", "UTC_TIME", "UTC_TIMESTAMP"})
 _NUMERIC = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "decimal", "numeric",
                       "float", "double", "real", "year", "dec", "fixed"})
+# a plan with these may go through a temporary table, which changes the type reported for long text expressions
+_SORTING = frozenset({"ORDER", "GROUP", "DISTINCT", "UNION", "INTERSECT", "EXCEPT", "OVER", "DISTINCTROW"})
+_BLOBS = frozenset({C.T_TINY_BLOB, C.T_BLOB, C.T_MEDIUM_BLOB, C.T_LONG_BLOB})
 _HEADER = re.compile(r"\A\s*CREATE\s+TABLE\s+(`(?:[^`]|``)+`)\s*\(", re.I)
 _COLUMN = re.compile(r"\s*(`(?:[^`]|``)+`)\s+([A-Za-z]+)")
 _GENERATED = re.compile(r"\sGENERATED\s+ALWAYS\s+AS\s|\sAS\s+\(.*\)\s+(?:VIRTUAL|PERSISTENT|STORED)\b", re.I)
@@ -247,6 +250,7 @@ class Materialize:
                 raise _refuse("pydble could not find a table's name in the statement text")
             spans.append((toks[a][2], toks[b - 1][3], self.copies[(ref.table.schema, ref.table.name)].full))
         self.sql = splice(sql[:toks[-1][3]], sorted(spans))
+        self.sorts = any(t[0] == "w" and t[1].upper() in _SORTING for t in toks)
         self.node = an.refs[0].table.nodes[0]
 
     # -- planning ----------------------------------------------------------------------------------
@@ -416,6 +420,12 @@ class Materialize:
             if not clean:
                 conn.close()   # its temporary tables go with it
             backends.release(self.node, conn)
+        for res in sc.results if self.sorts else ():
+            for c in res.columns:
+                if c.type in _BLOBS and not c.org_table:
+                    raise _refuse(f"the type MariaDB reports for the TEXT/BLOB/JSON expression {c.name} depends on "
+                                  f"whether its plan sorts through a temporary table, which one server holding all "
+                                  f"the rows may decide otherwise; select it without ORDER BY/GROUP BY/DISTINCT")
         ex.last_node = self.node
         ex.add_results(sc, r, more)
 
