@@ -83,6 +83,8 @@ SAME = [
     ("SELECT a.ts, a.f, a.db, a.bt, a.e, a.bl, a.j, a.tm, a.g, b.id FROM mt_a a JOIN mt_b b ON a.e = b.e "
      "ORDER BY a.id, b.id", True),
     ("SELECT a.id, b.id FROM mt_a a JOIN mt_b b ON a.s = b.s WHERE a.s = 'a'", False),   # general_ci
+    ("SELECT id, LAST_VALUE(k) OVER (ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS l, "
+     "UNIX_TIMESTAMP(a.dt) AS u FROM mt_a a WHERE k IN (SELECT k FROM mt_s) ORDER BY id", True),
 ]
 REFUSED = [
     "SELECT a.id, NOW() FROM mt_a a JOIN mt_b b ON a.k < b.k",
