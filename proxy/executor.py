@@ -441,12 +441,21 @@ class Executor:
                 await self._syntax_verdict(sql)  # (a statement not fully read is never sent for a restricted user)
             if not isinstance(e, Refused) and "JOIN" in e.message:
                 from .join import plan_join, run_join   # two tables on different nodes: joined here
-                join = plan_join(sql, self._columns_of)
+                try:
+                    join = plan_join(sql, self._columns_of)
+                except NotSupported:
+                    join = None
                 if join is not None:
                     self.session.warnings = []
                     self.session.route = "join"
-                    await run_join(self, join, r, more)
-                    return False
+                    try:
+                        await run_join(self, join, r, more)
+                        return False
+                    except NotSupported:   # refused before anything was sent: answered over copies below
+                        pass
+            if not isinstance(e, Refused) and first_word(sql) in ("SELECT", "WITH"):
+                await self._over_copies(sql, r, more)
+                return False
             raise
         if plan.tables:  # as in MariaDB, a statement on tables starts a fresh SHOW WARNINGS; SET, SELECT 1... keep it
             self.session.warnings = []
@@ -472,15 +481,31 @@ class Executor:
         self.session.route = "single" if len(plan.targets) == 1 else "multi"
         if plan.setop is not None:
             from .setops import run_set_operation
-            await run_set_operation(self, plan, r, more)
+            try:
+                await run_set_operation(self, plan, r, more)
+            except NotSupported:   # refused before anything was sent
+                await self._over_copies(sql, r, more)
             return False
         if len(plan.targets) == 1:
             return await self.run_single(plan.targets[0].node, _com_query(plan.targets[0].sql), r, more,
                                          may_relay)
         if may_relay and streamable(plan):
             return await relay_concat(self, plan)  # rows of every node streamed, never decoded
-        await self.run_multi(plan, r, more)
+        try:
+            await self.run_multi(plan, r, more)
+        except NotSupported:
+            if plan.kind != "select" or plan.merge is None:
+                raise
+            await self._over_copies(sql, r, more)   # the merge cannot be exact (refused before sending)
         return False
+
+    async def _over_copies(self, sql: str, r: Reply, more: bool) -> None:
+        """A read no per-node plan answers exactly: one MariaDB answers it over copies of its rows."""
+        from .materialize import Materialize
+        m = Materialize(self, sql)
+        self.session.warnings = []
+        self.session.route = "materialize"
+        await m.run(r, more)
 
     def _columns_of(self, table: str) -> frozenset[str] | None:
         """A table's column names (lower-case) from metadata, the table as written in FROM (`s . t` or `t`)."""

@@ -19,8 +19,8 @@ from meta.errors import NotSupported, ProxyError
 
 from .merge import (K_BIN, K_BYTES, K_CI, K_DEC, K_FLOAT, K_INT, collation_kind, column_kind,
                     MergePlan, merge_results, row_sort_key, value_key)
-from .protocol.constants import (CHARSET_BINARY, ENUM_FLAG, NOT_NULL_FLAG, SET_FLAG, T_ENUM, T_LONG_BLOB,
-                                 T_MEDIUM_BLOB, T_SET)
+from .protocol.constants import (CHARSET_BINARY, ENUM_FLAG, NOT_NULL_FLAG, SET_FLAG, T_BLOB, T_ENUM,
+                                 T_LONG_BLOB, T_MEDIUM_BLOB, T_SET, T_TINY_BLOB)
 from .protocol.messages import ColumnDef, ResultSet
 from .protocol.response import Budget, BudgetExceeded
 from .sqltok import Token, tokenize, top_level
@@ -111,15 +111,16 @@ def _ident(t: Token) -> str | None:
     return None
 
 
-Columns = tuple["frozenset[str] | None", "frozenset[str] | None"]
+Columns = tuple["frozenset[str] | None", ...]
 
 
-def _aliases(toks: list[Token], a: int, b: int, names: tuple[str, str], cols: Columns = (None, None),
+def _aliases(toks: list[Token], a: int, b: int, names: tuple[str, ...], cols: Columns = (None, None),
              outputs: dict[str, int | None] | None = None) -> set[int] | None:
-    """Which sides an expression reads (qualified columns, or an unqualified one exactly one table has);
-    None when it cannot be judged. `outputs`: select-item names an ORDER BY word would mean instead."""
+    """Which tables (of those named) an expression reads (qualified columns, or an unqualified one exactly
+    one table has); None when it cannot be judged. `outputs`: select-item names an ORDER BY word would
+    mean instead."""
     used: set[int] = set()
-    low = (names[0].lower(), names[1].lower())
+    low = tuple(n.lower() for n in names)
     i = a
     while i < b:
         t = toks[i]
@@ -146,7 +147,7 @@ def _aliases(toks: list[Token], a: int, b: int, names: tuple[str, str], cols: Co
             if not followed and up not in _EXPR_WORDS and not unit:
                 # an unqualified column: the one table whose metadata has it (never a select-item name)
                 low_name = t[1].lower()
-                owners = [k for k in (0, 1) if cols[k] is not None and low_name in cols[k]]  # type: ignore[operator]
+                owners = [k for k in range(len(names)) if cols[k] is not None and low_name in cols[k]]  # type: ignore[operator]
                 if len(owners) != 1 or any(c is None for c in cols) or (prev is not None and prev[1] == "."):
                     return None
                 if outputs and low_name in outputs and outputs[low_name] != owners[0]:
@@ -566,8 +567,8 @@ async def _run(executor: Executor, plan: JoinPlan, budget: Budget) -> ResultSet:
                 col = replace(col, flags=col.flags & ~NOT_NULL_FLAG, raw=None)
             columns.append(col)
     width = len(columns)
-    if plan.order and any(c.type in (T_LONG_BLOB, T_MEDIUM_BLOB) for c in columns):
-        raise _refuse("ORDER BY with a LONGTEXT, JSON or MEDIUMTEXT column is not supported: the type MariaDB "
+    if plan.order and any(c.type in (T_TINY_BLOB, T_BLOB, T_LONG_BLOB, T_MEDIUM_BLOB) for c in columns):
+        raise _refuse("ORDER BY with a TEXT, BLOB or JSON column is not supported: the type MariaDB "
                       "reports for it depends on whether it sorts the join through a temporary table")
     oord = [ow - ohid + nk + j for j in range(len(outer.order))]
     iord = [iw - ihid + nk + j for j in range(len(inner.order))]
