@@ -1,13 +1,15 @@
-"""Point-select QPS through pydble against direct MariaDB, in the same run (issue 2, Done means 8).
+"""Point-select QPS through pydble against direct MariaDB, in the same run (issue 2 item 8, issue 20 item 1).
 
-sysbench 1.0 `oltp_point_select --db-ps-mode=disable` (plain COM_QUERY `SELECT c FROM sbtest1 WHERE
-id=N`) with 8 threads, alternating direct and proxy runs so both see the same machine. Through the
-proxy, sbtest1 is a sharding table (hash on id over dn1..dn4, four databases of one MariaDB server);
-direct, it is one unsharded table of the same server. Prints each run's QPS, the CPU the proxy and
-MariaDB used, and the best and median ratio proxy/direct (target >= 0.5 on a 2-core machine).
+sysbench 1.0 `oltp_point_select` (`SELECT c FROM sbtest1 WHERE id=N`) in each PS mode (`disable`: plain
+COM_QUERY; `auto`: COM_STMT_EXECUTE) and thread count asked for, alternating direct and proxy runs so
+both see the same machine. Through the proxy, sbtest1 is a sharding table (hash on id over dn1..dn4,
+four databases of one MariaDB server); direct, it is one unsharded table of the same server. Prints
+each run's QPS, the CPU every process used per query, and per cell the best and median ratio
+proxy/direct beside the proxy's own CPU per query (user + sys from /proc of the proxy process(es) ÷
+the queries sysbench counted; targets >= 0.5 and <= 20 µs on a 2-core machine).
 
-    python3 bench/point_select.py [--time 10] [--rounds 3] [--threads 8] [--table-size 10000]
-                                  [--workers 1] [--mysql-port 3306] [--profile out.txt]
+    python3 bench/point_select.py [--time 10] [--rounds 3] [--threads 8,32] [--ps-mode disable,auto]
+                                  [--table-size 10000] [--workers 1] [--mysql-port 3306] [--profile out.txt]
 
 Without --mysql-port it starts a private MariaDB server with the test harness (temporary datadir,
 free port) and removes it at the end; with --mysql-port it uses that server on 127.0.0.1 as root
@@ -43,7 +45,8 @@ from harness import MariaDBServer, ProxyProcess, free_port  # noqa: E402
 SHARDS = ("sb_dn1", "sb_dn2", "sb_dn3", "sb_dn4")
 DIRECT_DB = "sb_direct"
 TARGET = 0.5
-_QPS_RE = re.compile(r"queries:\s+\d+\s+\(([\d.]+) per sec\.\)")
+TARGET_US = 20.0   # the proxy's own CPU per query (issue 20 item 1)
+_QPS_RE = re.compile(r"queries:\s+(\d+)\s+\(([\d.]+) per sec\.\)")
 _ERR_RE = re.compile(r"ignored errors:\s+(\d+)")
 
 
@@ -184,15 +187,15 @@ class Bench:
             pids["mariadb"] = self.mysqld_pid
         return pids
 
-    def run(self, target: str, seconds: float) -> Run:
+    def run(self, target: str, seconds: float, threads: int, ps_mode: str) -> Run:
         """One sysbench run against 'direct' or 'proxy'."""
         conn = self._direct() if target == "direct" else self._via_proxy()
         pids = self._pids()
         before = {k: user_sys(v) for k, v in pids.items()}
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.monotonic()
-        out = subprocess.run(["sysbench", "oltp_point_select", *self._common(), *conn, "--db-ps-mode=disable",
-                              f"--threads={self.args.threads}", f"--time={seconds:g}", "--report-interval=0",
+        out = subprocess.run(["sysbench", "oltp_point_select", *self._common(), *conn, f"--db-ps-mode={ps_mode}",
+                              f"--threads={threads}", f"--time={seconds:g}", "--report-interval=0",
                               "run"], capture_output=True, text=True)
         elapsed = time.monotonic() - started
         if out.returncode != 0:
@@ -200,8 +203,10 @@ class Bench:
         after = {k: user_sys(v) for k, v in pids.items()}
         children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = {k: (sum(after[k]) - sum(before[k])) / elapsed for k in pids}
-        qps = float(_QPS_RE.search(out.stdout).group(1))  # type: ignore[union-attr]
-        n = max(qps * elapsed, 1.0)
+        m = _QPS_RE.search(out.stdout)
+        assert m is not None, out.stdout[-2000:]
+        qps = float(m.group(2))
+        n = max(float(m.group(1)), 1.0)   # the queries served (CPU is counted over the whole invocation)
         per_query = {k: ((after[k][0] - before[k][0]) / n * 1e6, (after[k][1] - before[k][1]) / n * 1e6)
                      for k in pids}
         per_query["sysbench"] = ((children_after.ru_utime - children.ru_utime) / n * 1e6,
@@ -221,7 +226,7 @@ class Bench:
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(1.0)
         try:
-            self.run("proxy", self.args.time)
+            self.run("proxy", self.args.time, self.args.threads[0], self.args.ps_mode[0])
         finally:
             spy.send_signal(2)
             spy.wait(30)
@@ -253,9 +258,24 @@ def flat_profile(raw: str, top: int = 40) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report(runs: Sequence[Run], args: argparse.Namespace) -> float:
-    """Print every run and the ratios; return the median ratio."""
-    print(f"\n{'round':>5} {'target':<7} {'qps':>10} {'errors':>6}  cpu (cores)")
+@dataclass
+class Cell:
+    """The outcome of one PS mode and thread count."""
+
+    ps_mode: str
+    threads: int
+    ratio_best: float
+    ratio_median: float
+    proxy_us: float      # the proxy process(es)' user + sys per query, median over rounds
+    direct_qps: float
+    proxy_qps: float
+    load: str
+
+
+def report(runs: Sequence[Run], args: argparse.Namespace, threads: int, ps_mode: str) -> Cell:
+    """Print every run of one cell and its ratios; return the cell's summary."""
+    print(f"\n--- ps-mode {ps_mode}, {threads} threads ---")
+    print(f"{'round':>5} {'target':<7} {'qps':>10} {'errors':>6}  cpu (cores)")
     pairs = []
     for i in range(0, len(runs), 2):
         d, p = sorted(runs[i:i + 2], key=lambda r: r.target)  # direct, proxy
@@ -275,23 +295,41 @@ def report(runs: Sequence[Run], args: argparse.Namespace) -> float:
                 total += u + s_
         print(f"  {label:<6} {'  '.join(parts)}  = {total:.1f}")
     ratios = [p.qps / d.qps for d, p in pairs]
+    own = [sum(sum(v) for k, v in p.per_query.items() if k.startswith("proxy")) for _, p in pairs]
     direct = [d.qps for d, _ in pairs]
     proxy = [p.qps for _, p in pairs]
-    med = statistics.median(ratios)
-    print(f"\ndirect qps: best {max(direct):.0f}, median {statistics.median(direct):.0f}")
-    print(f"proxy  qps: best {max(proxy):.0f}, median {statistics.median(proxy):.0f}")
-    print(f"ratio proxy/direct per round: {', '.join(f'{r:.3f}' for r in ratios)}")
-    print(f"ratio best {max(ratios):.3f}, median {med:.3f} (target >= {TARGET})")
-    print(f"threads {args.threads}, {args.time:g} s per run, table {args.table_size} rows, "
-          f"{args.workers} proxy worker(s), load average now {loadavg()}")
-    return med
+    cell = Cell(ps_mode, threads, max(ratios), statistics.median(ratios), statistics.median(own),
+                statistics.median(direct), statistics.median(proxy), loadavg())
+    print(f"\ndirect qps: best {max(direct):.0f}, median {cell.direct_qps:.0f}")
+    print(f"proxy  qps: best {max(proxy):.0f}, median {cell.proxy_qps:.0f}")
+    print(f"ratio proxy/direct per round: {', '.join(f'{r:.3f}' for r in ratios)}; "
+          f"proxy CPU µs/query per round: {', '.join(f'{u:.1f}' for u in own)}")
+    print(f"ratio best {cell.ratio_best:.3f}, median {cell.ratio_median:.3f} (target >= {TARGET}), "
+          f"proxy CPU {cell.proxy_us:.1f} µs/query (target <= {TARGET_US:g})")
+    print(f"threads {threads}, ps-mode {ps_mode}, {args.time:g} s per run, table {args.table_size} rows, "
+          f"{args.workers} proxy worker(s), load average now {cell.load}")
+    return cell
+
+
+def summary(cells: Sequence[Cell]) -> None:
+    """One line per cell: the ratio beside the proxy's own CPU per query."""
+    print("\nps-mode  threads  direct qps  proxy qps  ratio median (best)  proxy µs/query  load avg")
+    for c in cells:
+        print(f"{c.ps_mode:<8} {c.threads:>7} {c.direct_qps:>11.0f} {c.proxy_qps:>10.0f}  "
+              f"{c.ratio_median:>6.3f} ({c.ratio_best:.3f})      {c.proxy_us:>10.1f}      {c.load}")
+
+
+def _csv(kind: type) -> Any:
+    return lambda text: [kind(x) for x in text.split(",") if x]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time", type=float, default=10.0, help="seconds per sysbench run")
     ap.add_argument("--rounds", type=int, default=3, help="direct+proxy pairs, order alternating")
-    ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--threads", type=_csv(int), default=[8, 32], help="comma-separated thread counts")
+    ap.add_argument("--ps-mode", type=_csv(str), default=["disable", "auto"],
+                    help="comma-separated sysbench --db-ps-mode values (disable: COM_QUERY, auto: COM_STMT_EXECUTE)")
     ap.add_argument("--table-size", type=int, default=10000)
     ap.add_argument("--workers", type=int, default=1, help="proxy processes sharing the port (SO_REUSEPORT)")
     ap.add_argument("--mysql-port", type=int, help="use this MariaDB on 127.0.0.1 instead of a private one")
@@ -308,17 +346,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         b.start()
         print(f"load average before: {loadavg()}")
-        if args.warmup:
-            b.run("direct", args.warmup)
-            b.run("proxy", args.warmup)
-        runs: list[Run] = []
-        for i in range(args.rounds):
-            order = ("direct", "proxy") if i % 2 == 0 else ("proxy", "direct")
-            for target in order:
-                r = b.run(target, args.time)
-                print(f"  {target:<6} {r.qps:>8.0f} qps", flush=True)
-                runs.append(r)
-        report(runs, args)
+        cells = []
+        for ps_mode in args.ps_mode:
+            for threads in args.threads:
+                if args.warmup:
+                    b.run("direct", args.warmup, threads, ps_mode)
+                    b.run("proxy", args.warmup, threads, ps_mode)
+                runs: list[Run] = []
+                for i in range(args.rounds):
+                    order = ("direct", "proxy") if i % 2 == 0 else ("proxy", "direct")
+                    for target in order:
+                        r = b.run(target, args.time, threads, ps_mode)
+                        print(f"  {ps_mode:<7} {threads:>3} {target:<6} {r.qps:>8.0f} qps", flush=True)
+                        runs.append(r)
+                cells.append(report(runs, args, threads, ps_mode))
+        summary(cells)
         if args.profile:
             b.profile(args.profile)
     finally:

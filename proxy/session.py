@@ -16,7 +16,7 @@ from meta.errors import (AccessDenied, BackendError, BackendUnavailable, DbAcces
                          NotSupported, ParseError, ProxyError, UnknownCommand)
 
 from . import infoschema, local, show_where, sql_prepare, views
-from .backend import BackendConnection
+from .backend import BackendConnection, Sink
 from .ddl import require_meta
 from .analysis import ANY
 from .analyzer import Grants
@@ -387,14 +387,24 @@ class Session:
             if pkt is None:
                 return True
         payload = pkt[1]  # type: ignore[index]
-        if payload[:1] != b"\x03" or not self._fast_query(payload, data):
+        cmd = payload[:1]
+        if cmd == b"\x03":
+            started = self._fast_query(payload, data)
+        elif cmd == b"\x17" and (bound := self.prepared.fast_bind(payload)) is not None:
+            started = self._fast_query(payload, None, bound, self.prepared.binary_sink())  # sysbench --db-ps-mode=auto
+        else:
+            started = False
+        if not started:
             client.pending = pkt
             return False
         return True
 
-    def _fast_query(self, payload: bytes, packet: bytes | None) -> bool:
-        """Start a COM_QUERY on its node if nothing about it needs the task; packet: the framed bytes."""
-        sql = payload[1:].decode("utf-8", "surrogateescape")
+    def _fast_query(self, payload: bytes, packet: bytes | None, sql: str | None = None,
+                    sink: Sink | None = None) -> bool:
+        """Start a COM_QUERY on its node if nothing about it needs the task; packet: the framed bytes.
+        sql and sink: the bound text of a COM_STMT_EXECUTE and the sink turning its answer binary."""
+        if sql is None:
+            sql = payload[1:].decode("utf-8", "surrogateescape")
         if ";" in sql:
             return False
         server = self.server
@@ -454,9 +464,9 @@ class Session:
         client.busy = True
         # the client's own packet goes on unchanged when the router did not rewrite the statement
         if packet is None or packet[3] != 0:
-            packet = frame(0, payload)
+            packet = frame(0, payload) if sink is None else _com_query(sql)
         try:
-            conn.start(packet, sink=client, timeout=server.backends.timeout_s, on_done=self._fast_done)
+            conn.start(packet, sink=client if sink is None else sink, timeout=server.backends.timeout_s, on_done=self._fast_done)
         except ProxyError:
             client.busy = False
             ex.streaming.discard(conn)
