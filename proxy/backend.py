@@ -158,6 +158,7 @@ class BackendConnection(asyncio.Protocol):
         self.shared = False
         self._queue: deque[tuple[ResponseScanner, Sink | None, OnDone]] = deque()
         self._wbuf: list[bytes] = []
+        self.progress = 0.0   # monotonic time of its last answer, or of the read that found it idle
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -250,6 +251,8 @@ class BackendConnection(asyncio.Protocol):
         cb = self._on_done
         if cb is not None:
             self._on_done = None
+            if self.shared:
+                self.progress = time.monotonic()
             if self._queue:   # the next pipelined command's answer comes next
                 self._scanner, self._sink, self._on_done = self._queue.popleft()
                 self.relayed_any = False
@@ -405,15 +408,17 @@ class BackendConnection(asyncio.Protocol):
         if self.transport is None or self.broken:
             raise BackendUnavailable(f"connection to dbGroup[{self.group.name}] is closed")
         scanner = ResponseScanner(bool(self.flags & C.DEPRECATE_EOF), names=self.names)
+        now = time.monotonic()
         if self._scanner is None:
             self._scanner, self._sink, self._on_done = scanner, sink, on_done
             self.relayed_any = False
+            self.progress = now
         else:
             self._queue.append((scanner, sink, on_done))
         if not self._wbuf:
             self._loop.call_soon(self._flush)
         self._wbuf.append(packet)
-        self.last_used = time.monotonic()
+        self.last_used = now
         self._watch(timeout)
 
     def _flush(self) -> None:

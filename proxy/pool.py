@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 
 import structlog
@@ -20,6 +21,8 @@ log = structlog.get_logger("pydble.pool")
 # them in turn instead of a wake-up per query. Past these bounds a point read takes a connection of its own.
 SHARED_CONNS = 2      # shared connections per dbGroup and format flags
 SHARED_DEPTH = 16     # point reads in flight on one shared connection
+SHARED_STALL_S = 0.1  # a shared connection with no answer for this long takes no more reads (one read
+                      # waiting for a lock must not hold up other sessions' reads behind it)
 
 
 class GroupPool:
@@ -145,8 +148,11 @@ class GroupPool:
         """A shared connection (BackendConnection.pipe) in this session state with room for one more
         point read: the first that has room, so one loop turn's reads go out together; an idle one is
         made shared when all are full. None: the caller takes a connection of its own."""
+        now = time.monotonic()
         for conn in self.shared:
-            if conn.flags == flags and conn.in_flight < SHARED_DEPTH and conn.vars == vars and not conn.broken:
+            n = conn.in_flight
+            if (conn.flags == flags and n < SHARED_DEPTH and conn.vars == vars and not conn.broken
+                    and (not n or now - conn.progress < SHARED_STALL_S)):
                 return conn
         for conn in [c for c in self.shared if c.broken]:   # a failed one has nothing in flight
             self.shared.remove(conn)

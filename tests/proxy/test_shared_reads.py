@@ -135,3 +135,31 @@ def test_warnings_of_a_shared_read_are_the_reads_own(sr_proxy: ProxyProcess, bac
     finally:
         conn.close()
         direct.close()
+
+
+def test_a_read_waiting_for_a_lock_does_not_hold_up_later_reads(sr_proxy: ProxyProcess, backends: list[Any]) -> None:
+    """A read blocked by another client's lock stalls its shared connection: reads that come later go on
+    other connections and are answered while the lock is still held."""
+    locker = pymysql.connect(host="127.0.0.1", port=backends[0].port, user="root", password="", database="db1",
+                             autocommit=True)
+    got: list[Any] = []
+    try:
+        with locker.cursor() as lcur:
+            lcur.execute("LOCK TABLES sr_warn WRITE")
+            blocked = threading.Thread(target=lambda: got.append(sr_proxy.query("SELECT id FROM sr_warn WHERE id = 3")))
+            blocked.start()
+            time.sleep(0.5)   # the read waits on the lock; its shared connection now counts as stalled
+            conn = sr_proxy.connect()
+            try:
+                with conn.cursor() as cur:
+                    for i in range(40):
+                        cur.execute(f"SELECT name FROM sr_t WHERE id = {i}")
+                        assert cur.fetchone() == (f"n{i}é",)
+            finally:
+                conn.close()
+            assert got == []   # still waiting: the reads above did not queue behind it
+            lcur.execute("UNLOCK TABLES")
+        blocked.join(30)
+        assert got == [[(3,)]]
+    finally:
+        locker.close()
