@@ -104,9 +104,10 @@ class Bench:
         else:
             self.mysqld_pid = self._find_mysqld(self.port)
         self._prepare()
-        self._start_proxies("proxy", REPO_ROOT)
+        self._start_proxies("proxy", REPO_ROOT, self.args.workers)
         if self.args.baseline:
-            self._start_proxies("base", Path(self.args.baseline).resolve())
+            self._start_proxies("base", Path(self.args.baseline).resolve(),
+                                self.args.baseline_workers or self.args.workers)
 
     def _find_mysqld(self, port: int) -> int | None:
         """The pid of the mariadbd listening on port (for its CPU figures), if we may see it."""
@@ -149,21 +150,21 @@ class Bench:
                                                           "function": "hash-four", "column": "id"}}}},
         }
 
-    def _start_proxies(self, target: str, root: Path) -> None:
+    def _start_proxies(self, target: str, root: Path, workers: int) -> None:
         """The proxy worker(s) of one target, running the code of the checkout at root."""
         port = free_port()
         argv = None
         if root != REPO_ROOT:   # another checkout (--baseline): its own cli package, first on the path
             argv = [sys.executable, "-c", f"import runpy, sys; sys.path.insert(0, {str(root)!r}); "
                     "runpy.run_module('cli', run_name='__main__')", "serve", "--config", "{config}"]
-        workers = self.proxies.setdefault(target, [])
-        for w in range(self.args.workers):
+        procs = self.proxies.setdefault(target, [])
+        for w in range(workers):
             cfg = self._config(port, free_port(), f"bench-{target}-{w}")
-            if self.args.workers > 1:   # the workers share the client port
+            if workers > 1:   # the workers share the client port
                 cfg["server"]["reuse_port"] = True
             p = ProxyProcess(cfg, name=f"bench-{target}-{w}", argv=argv)
             p.start()
-            workers.append(p)
+            procs.append(p)
         self.proxy_ports[target] = port
 
     def stop(self) -> None:
@@ -351,6 +352,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="comma-separated sysbench --db-ps-mode values (disable: COM_QUERY, auto: COM_STMT_EXECUTE)")
     ap.add_argument("--table-size", type=int, default=10000)
     ap.add_argument("--baseline", metavar="DIR", help="also run the proxy of another checkout (A/B in one invocation)")
+    ap.add_argument("--baseline-workers", type=int, default=0,
+                    help="workers of the --baseline target (default --workers): `--baseline . --baseline-workers 2`")
     ap.add_argument("--workers", type=int, default=1, help="proxy processes sharing the port (SO_REUSEPORT)")
     ap.add_argument("--mysql-port", type=int, help="use this MariaDB on 127.0.0.1 instead of a private one")
     ap.add_argument("--mysql-password", default="")
