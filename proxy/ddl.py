@@ -333,7 +333,8 @@ class DdlRunner:
                     await refuse_on_differing(self.server, plan)
 
                 async def publish(err: ProxyError | None, texts: Texts | None) -> None:
-                    cd.details = trace.details(plan, self.server.registry.version)   # for ddl_history
+                    details = trace.details(plan, self.server.registry.version)   # for ddl_history:
+                    cd.details = {**details, **_node_outcome(trace, details["nodes"])}   # any instance repairs
                     await cd.complete(err is None, err.message if err is not None else "", texts=texts)
 
                 err = await self._apply(plan, keys, dlog, started, owner, trace, publish, cd.announce)
@@ -415,6 +416,9 @@ class DdlRunner:
             trace.mark("execute")
         err = self._outcome(plan, results)
         texts: Texts = {x.node: x.texts for x in results if x.texts is not None}
+        executed = (round(time.monotonic() - started, 3), [x.node for x in results if x.error])
+        if trace is not None:
+            trace.executed = executed   # the "ddl executed" line is written after the answer (meta/later.py)
         task = None
         if publish is not None:
             # the outcome on the wire (ZooKeeper, the peers) before this instance builds its own refresh;
@@ -422,9 +426,6 @@ class DdlRunner:
             task = asyncio.get_running_loop().create_task(publish(err, texts if keys else None))
             await asyncio.sleep(0)
         self._phase(keys, owner, "REFRESHING")
-        executed = (round(time.monotonic() - started, 3), [x.node for x in results if x.error])
-        if trace is not None:
-            trace.executed = executed   # the "ddl executed" line is written after the answer (meta/later.py)
         dlog.debug("ddl nodes answered", seconds=executed[0], failed=executed[1])
         try:
             await self.refresh(keys, texts)
