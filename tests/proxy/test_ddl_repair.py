@@ -169,3 +169,17 @@ def test_a_ddl_half_applied_by_a_dying_backend_is_shown_then_repaired(fresh_back
     p2.query(SECOND)
     assert "`later`" in _show_create(b1) and "`later`" in _show_create(b2)
 
+
+
+def test_a_single_instance_repairs_from_its_own_history(fresh_backends, fresh_proxy) -> None:
+    """Without ZooKeeper the instance's own DDL history says what to re-run."""
+    b1, b2 = fresh_backends
+    p = _half_applied(fresh_backends, fresh_proxy)
+    where = f"where schema='schema1' and table='{TABLE}'"
+    _wait(lambda: (r := _manager(p, f"check full @@metadata {where}")) and r[0]["differing_sharding_nodes"] == "dn2",
+          20, "dn2 to be readable again")
+    (done,) = _manager(p, f"repair @@ddl {where}")
+    assert done["action"] == "repaired" and "re-run on dn2" in done["message"], done
+    assert _show_create(b1) == _show_create(b2)
+    row = _manager(p, f"check full @@metadata {where}")[0]
+    assert (int(row["consistent_in_sharding_nodes"]), int(row["consistent_in_memory"])) == (1, 1)
