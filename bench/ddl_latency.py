@@ -291,7 +291,8 @@ def migration(proxy: ProxyProcess, backends: list[MariaDBServer], n: int) -> dic
     finally:
         for c in conns.values():
             c.close()
-    summary: dict[str, Any] = {"tables": n, "seconds": {p: {k: round(v, 2) for k, v in t.items()} for p, t in took.items()}}
+    summary: dict[str, Any] = {"tables": n, "seconds": {p: {k: round(v, 2) for k, v in t.items()} for p, t in took.items()},
+                               "create_phases_ms": history_phases(proxy, lambda sql: sql.startswith("CREATE TABLE mig_c"), n)}
     out()
     out(f"migration: {n} CREATE TABLEs then {n} DROP TABLEs, one after the other, through {proxy.name} vs straight "
         f"to dn5")
@@ -303,6 +304,8 @@ def migration(proxy: ProxyProcess, backends: list[MariaDBServer], n: int) -> dic
     met = "met" if summary["create_ratio"] <= MIGRATION_TARGET else "NOT met"
     out(f"CREATE ratio cluster / direct: {summary['create_ratio']:.2f} (target <= {MIGRATION_TARGET}: {met}); "
         f"DROP ratio {summary['drop_ratio']:.2f}")
+    out("a cluster CREATE TABLE, median ms per phase: " + ", ".join(
+        f"{k.split(': ')[1]} {v:.1f}" for k, v in summary["create_phases_ms"].items()))
     return summary
 
 
@@ -335,10 +338,10 @@ def _in(evs: list[tuple[float, str]], key: str, lo: float, hi: float) -> list[fl
     return [t for t, k in evs if k == key and lo <= t <= hi]
 
 
-def own_phases(through: Through, runs: int) -> dict[str, float]:
-    """The originator's own clock: median ms of each phase (ddl_history's phases_ms, each phase from
-    the end of the one before) over the last 2 * runs DDLs; cheap marks, no debug logging needed."""
-    conn = through.proxy.manager()
+def history_phases(proxy: ProxyProcess, match: Callable[[str], bool], limit: int) -> dict[str, float]:
+    """The originator's own clock: median ms of each phase (ddl_history's phases_ms, each phase from the
+    end of the one before) over its newest `limit` DDLs whose SQL `match`es; cheap marks, no debug logs."""
+    conn = proxy.manager()
     try:
         with conn.cursor() as cur:
             cur.execute("show @@ddl_history")
@@ -347,10 +350,15 @@ def own_phases(through: Through, runs: int) -> dict[str, float]:
     finally:
         conn.close()
     own: dict[str, list[float]] = {}
-    for row in rows[:2 * runs]:
+    for row in [r for r in rows if match(r["sql"])][:limit]:
         for k, v in json.loads(row["phases_ms"]).items():
             own.setdefault(f"originator's clock: {k}", []).append(float(v))
     return {name: round(statistics.median(v), 2) for name, v in own.items()}
+
+
+def own_phases(through: Through, runs: int) -> dict[str, float]:
+    """history_phases of the timed ALTER rounds (the newest 2 * runs DDLs)."""
+    return history_phases(through.proxy, lambda sql: True, 2 * runs)
 
 
 def profile(through: Through, others: list[ProxyProcess], single: Through | None, runs: int) -> dict[str, Any]:

@@ -318,6 +318,26 @@ def reconcile(config: Config, tables: list[TableDdl]) -> dict[tuple[str, str], F
     return findings
 
 
+def still_running(config: Config, tables: list[TableDdl]) -> dict[tuple[str, str], list[str]]:
+    """The dbGroups where each table's DDL (its record's marker) still runs (proxy/ddl_marker.py): gc
+    keeps those, since the structure read now would miss what the DDL is about to change."""
+    marked = [(t, t.record.record.marker) for t in tables
+              if t.record is not None and t.record.record is not None and t.record.record.ddl_id]
+    if not marked:
+        return {}
+
+    async def ask() -> dict[tuple[str, str], list[str]]:
+        from proxy.ddl_marker import ddl_running
+        from proxy.pool import Backends
+
+        backends = Backends(config)
+        try:
+            return {(t.schema, t.table): await ddl_running(backends, marker) for t, marker in marked}
+        finally:
+            backends.close()
+    return asyncio.run(ask())
+
+
 NOT_RECONCILED = "not reconciled: needs the backends (--config FILE)"
 NEEDS_BACKENDS = ("reconciling needs the backends, and --zk alone does not say where they are: pass "
                   "--config FILE (the table's structure is read from its shardingNodes first), or "
@@ -333,12 +353,17 @@ def ddl_gc(ops: ZkOps, target: Target, out: Output, args: argparse.Namespace) ->
     rows: list[dict[str, Any]] = []
     refused = False
     can_reconcile = target.config is not None and not args.no_reconcile
-    findings = reconcile(target.config, stale) if can_reconcile and stale else {}  # type: ignore[arg-type]
+    running = still_running(target.config, stale) if can_reconcile and stale else {}  # type: ignore[arg-type]
+    findings = (reconcile(target.config, [t for t in stale if not running.get((t.schema, t.table))])  # type: ignore[arg-type]
+                if can_reconcile and stale else {})
     for t in stale:
         row: dict[str, Any] = {"schema": t.schema, "table": t.table, "phase": t.phase, "owner": t.owner,
                                "age_s": round(age(t.since), 3), "sql": t.sql, "backends": None}
         finding = findings.get((t.schema, t.table))
-        if finding is not None:
+        if running.get((t.schema, t.table)):
+            ok, reason = False, (f"its DDL still runs on dbGroup(s) {', '.join(running[(t.schema, t.table)])}: "
+                                 f"collected once it has ended (`pydble ddl release --force` stops it)")
+        elif finding is not None:
             row["backends"] = finding.as_json()
             ok, reason = finding.deletable, finding.detail
         elif args.no_reconcile:

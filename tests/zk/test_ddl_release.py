@@ -1,7 +1,7 @@
 """`pydble ddl release` and `kill @@ddl_lock` (one procedure, zk/release.py) of a DDL whose originator is
-gone from the cluster while its ALTER still waits on a node's metadata lock (issue 17): refused while the
-ALTER runs; released once it has ended, or with --force stopped first; every instance then equals the
-backends. No survivor reconciles here: the test holds reconcile.lock, as a stuck reconciler would.
+gone from the cluster while its ALTER still waits on a node's metadata lock (issue 17): refused (and kept
+by `pydble ddl gc`) while the ALTER runs; released once it has ended, or with --force stopped first; every
+instance then equals the backends. No survivor reconciles here: the test holds reconcile.lock, as a stuck reconciler would.
 
 The originator is frozen (SIGSTOP) past its session, not killed: MariaDB ends a statement waiting on a
 metadata lock within a second of its client's connection closing, so after a kill -9 nothing is left
@@ -66,6 +66,9 @@ def test_release_waits_until_the_orphaned_alter_has_ended(cluster: Any, capsys: 
         with pytest.raises(pymysql.MySQLError) as e:   # the manager's release: the same procedure
             p2.manager_query(f"kill @@ddl_lock where schema='schema1' and table='{TABLE}'")
         assert e.value.args[0] == 1105 and "still runs on dbGroup(s)" in e.value.args[1], e.value.args
+        rc = pydble(["ddl", "gc", "--config", str(p2.config_path)])   # gc keeps it too
+        err = capsys.readouterr()
+        assert rc == 3 and "its DDL still runs on dbGroup(s)" in err.out, (rc, err)
         assert cluster.zk_children("ddl"), "the record went while the ALTER still waited on dn1"
 
         with blocker.cursor() as cur:
