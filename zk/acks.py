@@ -50,6 +50,7 @@ class AckBook:
         deadline = time.monotonic() + timeout
         tasks = dict(tasks)
         refusals: list[tuple[str, str]] = []
+        gave_up: set[str] = set()
         online = {inst for _, inst in tasks}
         try:
             while tasks:
@@ -70,15 +71,20 @@ class AckBook:
                     elif task in done:
                         del tasks[(key, inst)]
                         answer = None if task.cancelled() or task.exception() is not None else task.result()
-                        if answer is None or answer[0] is None:
-                            retry.add((key, inst))   # broken link, or not ready for peer steps right now
+                        if answer is None:
+                            retry.add((key, inst))   # broken link: opened again, the step re-sent
+                        elif answer[0] is None:
+                            # the peer cannot take a final step (the record is gone from ZooKeeper, it
+                            # is re-joining): re-sending cannot change that; it catches up through
+                            # ZooKeeper (record gone, ddl_history), so it is a laggard, not waited for
+                            gave_up.add(inst)
                         elif not answer[0]:
                             refusals.append((inst, answer[1]))
                 if retry:
                     await asyncio.sleep(min(PEER_RETRY_S, max(0.0, deadline - time.monotonic())))
                     for key, inst in retry:
                         tasks.update(self.ask_peers([key], records, {inst}, texts, final=True))
-            return AckOutcome(tuple(sorted({inst for _, inst in tasks})), tuple(refusals))
+            return AckOutcome(tuple(sorted({inst for _, inst in tasks} | gave_up)), tuple(refusals))
         finally:
             drop_tasks(tasks)
 

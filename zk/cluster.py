@@ -25,11 +25,9 @@ from meta.errors import DdlInProgress
 from meta.locks import MetaLocks
 from meta.registry import Registry
 
-from . import zklog
 from .acks import AckBook
 from .aio import Zk, ZkTimeout
 from .ddlcore.acks import AckOutcome
-from .ddlcore.release import release_refusal, release_txn
 from .ddlcore.txn import went_through
 from .history import HistoryLog
 from .loops import SAFETY_POLL_S, ZK_ERRORS, PassLoop, Waker, drop_tasks, retry
@@ -37,7 +35,8 @@ from .membership import Membership
 from .paths import Paths, parse_table_node
 from .peers import PeerLinks, PeerServer
 from .reads import read
-from .records import FAILED, MARKER_PREFIX, DdlLockInfo, DdlRecord, HistoryEntry, OnlineInfo
+from .release import Released, release_ddl
+from .records import DdlLockInfo, DdlRecord, OnlineInfo
 
 log = structlog.get_logger("pydble.cluster")
 
@@ -331,38 +330,17 @@ class Cluster(Membership, AckBook, HistoryLog):
             rows.append((name, f"{info.host}:{info.port}", version, state))
         return rows
 
-    async def release_table(self, schema: str, table: str, force: bool = False) -> None:
-        """Operator release (kill @@ddl_lock): the table's record and cluster lock exactly as read, in one
-        transaction (a DDL that took the table since is left alone), with a ddl_history entry so every
-        instance reloads the table; unless `force`, refused while the DDL's marker still runs on a node."""
+    async def release_table(self, schema: str, table: str, force: bool = False) -> Released:
+        """Operator release (kill @@ddl_lock): zk/release.py, the one procedure `pydble ddl release` runs
+        too (refused while an owner is online or the DDL still runs on a node, unless `force`)."""
         zk = self.zk
         if zk is None or not zk.connected:
             raise DdlInProgress("ZooKeeper is unreachable: cannot release the cluster lock")
-        key = (schema, table)
-        rec = await read(zk, self.paths.ddl_record(*key), DdlRecord)
-        lock = await read(zk, self.paths.ddl_lock(*key), DdlLockInfo)
-        if rec is None and lock is None:
-            return
-        value = rec.value if rec is not None else None
-        if not force and value is not None and value.ddl_id and self.ddl_running is not None:
-            why = release_refusal(value, await self.ddl_running(MARKER_PREFIX + value.ddl_id), force)
-            if why is not None:
-                raise DdlInProgress(f"refusing to release {schema}.{table}: {why}")
-        children = await zk.children(self.paths.ddl_record(*key)) if rec is not None else []
-        acks = await zk.children(self.paths.ddl_acks(*key)) if "instance" in children else []
-        entry = None
-        if rec is not None:
-            entry = HistoryEntry(schema, table, value.instance if value is not None else "?",
-                                 value.sql if value is not None else "", FAILED, rec.stat.czxid,
-                                 message="released by an operator (kill @@ddl_lock): reload from the backends")
-        txn = release_txn(self.paths, key, value, rec.stat if rec is not None else None, children, acks,
-                          lock.stat if lock is not None else None, entry)
-        results = await zklog.commit(zk, txn)
-        if not went_through(results):
-            raise DdlInProgress(f"the DDL of {schema}.{table} changed while it was being released; nothing was "
-                                f"released, look again (show @@ddl)")
-        if entry is not None:
-            self.spawn_quietly(self.prune_history(results[-1] if lock is None else results[-2]))
+        running = (lambda marker, kill: self.ddl_running(marker, kill=kill)) if self.ddl_running else None
+        done = await release_ddl(zk, self.paths, (schema, table), running, force, "kill @@ddl_lock")
+        if done.history:
+            self.spawn_quietly(self.prune_history(done.history))
+        return done
 
 
 __all__ = ["AckOutcome", "Cluster", "PassLoop", "REMOVE_ATTEMPTS", "SAFETY_POLL_S", "Waker", "ZK_ERRORS",
