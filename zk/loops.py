@@ -4,7 +4,6 @@ and the handling of background tasks a step left behind."""
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 import structlog
@@ -19,6 +18,12 @@ log = structlog.get_logger("pydble.cluster")
 
 ZK_ERRORS = (KazooException, ZkTimeout)
 SAFETY_POLL_S = 2.0   # level-triggered loops re-read state at least this often, watches or not
+
+
+def clock() -> float:
+    """The event loop's clock, for deadlines and leases: monotonic time in production, the virtual
+    time of the deterministic simulator's loop in tests/sim."""
+    return asyncio.get_running_loop().time()
 
 
 def drop_tasks(tasks: dict) -> None:
@@ -92,8 +97,8 @@ async def retry(attempt: Callable[[], Awaitable[bool]], interval: float, stopped
     """Run attempt() until it returns True, `interval` seconds apart, until stopped() or `timeout`
     seconds have passed (None: no bound but stopped()); a ZooKeeper error is one failed attempt.
     True if an attempt succeeded."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while not stopped() and (deadline is None or time.monotonic() < deadline):
+    deadline = None if timeout is None else clock() + timeout
+    while not stopped() and (deadline is None or clock() < deadline):
         try:
             if await attempt():
                 return True
@@ -103,4 +108,4 @@ async def retry(attempt: Callable[[], Awaitable[bool]], interval: float, stopped
     return False
 
 
-__all__ = ["PassLoop", "SAFETY_POLL_S", "Waker", "ZK_ERRORS", "drop_tasks", "retry"]
+__all__ = ["PassLoop", "SAFETY_POLL_S", "Waker", "ZK_ERRORS", "clock", "drop_tasks", "retry"]
