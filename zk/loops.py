@@ -36,23 +36,41 @@ def drop_tasks(tasks: dict) -> None:
 
 
 class Waker:
-    """An asyncio event that ZooKeeper watches set; loops wait on it with a bound."""
+    """A flag that ZooKeeper watches set; loops wait on it with a bound (a future and a timer, no task
+    per wait)."""
 
     def __init__(self) -> None:
-        self._event = asyncio.Event()
+        self._fired = False
+        self._waiters: list[asyncio.Future] = []
 
     def __call__(self, _event: object = None) -> None:
-        self._event.set()
+        self._fired = True
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
 
     async def wait(self, timeout: float) -> bool:
         """Wait for a watch to fire, at most timeout seconds; then re-arm. True if one fired."""
-        try:
-            await asyncio.wait_for(self._event.wait(), timeout)
-            fired = True
-        except asyncio.TimeoutError:
-            fired = False
-        self._event.clear()
+        if not self._fired:
+            loop = asyncio.get_running_loop()
+            waiter = loop.create_future()
+            self._waiters.append(waiter)
+            timer = loop.call_later(max(0.0, timeout), _wake_up, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        fired = self._fired
+        self._fired = False
         return fired
+
+
+def _wake_up(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class PassLoop:
