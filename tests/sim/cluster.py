@@ -84,7 +84,8 @@ class SimCluster:
         for p in (self.paths.online, self.paths.ddl_locks, self.paths.ddl, self.paths.history):
             self.zk.ensure_path(p)
         self.tables = ["t1", "t2"][: r.choice((1, 2))]
-        self.backends = {n: Backend(w, n, {t: ("id",) for t in self.tables}) for n in ("dn1", "dn2")}
+        self.backends = {n: Backend(w, n, {t: ("id",) for t in self.tables})
+                         for n in ("dn1", "dn2", "dn3")[: r.choice((2, 2, 3))]}
         self.checker = Checker(self)
         self.zk.audit.append(self.checker.audit)
         for be in self.backends.values():
@@ -94,7 +95,7 @@ class SimCluster:
             be.reads_fail_when_down = self.variant.reload_failures
         self.net = PeerNet(w, drop_p=r.choice((0.0, 0.02, 0.1)), dup_p=r.choice((0.0, 0.02, 0.1)),
                            late_p=r.choice((0.0, 0.02)))
-        self.instances = {n: Instance(self, n) for n in [f"i{k}" for k in range(1, r.choice((2, 3, 3)) + 1)]}
+        self.instances = {n: Instance(self, n) for n in [f"i{k}" for k in range(1, r.choice((2, 3, 3, 4)) + 1)]}
         for inst in self.instances.values():
             self.net.attach(inst.name, inst.on_peer)
         self.answers: dict[str, int] = {}

@@ -62,7 +62,8 @@ class AckWithoutIdentityCluster(Cluster):
     async def ack(self, rec: DdlRecord, record: int, ok: bool = True, message: str = "") -> None:
         path = self.paths.ddl_ack(rec.schema, rec.table, self.instance)
         data = Ack(rec.status, ok, message, self.registry.version, 0).encode()
-        for txn in (Txn("ack", (Create(path, data, ephemeral=True),)), Txn("ack", (SetData(path, data),))):
+        for ops in ((Create(path, data, ephemeral=True),), (SetData(path, data),)):
+            txn = Txn("ack", ops, record, rec.ddl_id)   # meant for that record, but not conditional on it
             if went_through(await zklog.commit(self.zk, txn)):
                 return
 
