@@ -48,7 +48,8 @@ class SimZk:
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self, timeout: float) -> None:
         inst = self.inst
-        self.client = ZkClient(inst.world, inst.c.zk, inst.c.session_timeout_s, inst.deliver, self._lost)
+        self.client = ZkClient(inst.world, inst.c.zk, inst.c.session_timeout_s, inst.deliver_for(self.incarnation),
+                               self._lost)
         inst.world.log(f"{inst.tag} zk session {self.client.sid:#x} opened")
         self._set_state(KazooState.CONNECTED)
 
