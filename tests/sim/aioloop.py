@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import warnings
 from asyncio import events
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +94,9 @@ class SimLoop(asyncio.BaseEventLoop):
         self._scheduled.clear()
         before = events._get_running_loop()
         events._set_running_loop(self)
+        quiet = warnings.catch_warnings()   # a coroutine handed to a task that never started: never awaited
+        quiet.__enter__()
+        warnings.simplefilter("ignore", RuntimeWarning)
         try:
             closed: set = set()
             for _ in range(5):   # a finally block may start tasks of its own: those are closed too
@@ -106,6 +110,7 @@ class SimLoop(asyncio.BaseEventLoop):
                     except BaseException:  # noqa: BLE001 - a finally that tried to wait: it is dead anyway
                         pass
         finally:
+            quiet.__exit__(None, None, None)
             events._set_running_loop(before)
         self._ready.clear()
         self._scheduled.clear()
