@@ -51,8 +51,15 @@ class Cluster(Membership, AckBook, HistoryLog):
                  load_all: Callable[[], Awaitable[None]],
                  refresh: Callable[..., Awaitable[None]],   # refresh(keys, texts=None)
                  refresh_now: Callable[[list[tuple[str, str]], Mapping], bool] | None = None,
-                 ddl_running: Callable[..., Awaitable[list[str]]] | None = None) -> None:
+                 ddl_running: Callable[..., Awaitable[list[str]]] | None = None,
+                 connect: Callable[..., Zk] = Zk,
+                 peer_links: Callable[[Cluster], PeerLinks] = PeerLinks,
+                 peer_server: Callable[..., PeerServer] = PeerServer) -> None:
+        """`connect`, `peer_links` and `peer_server` are the ports to ZooKeeper and the peers: the real
+        client and sockets here, the deterministic simulator's models in tests/sim."""
         assert config.cluster is not None
+        self._connect = connect
+        self._peer_server_port = peer_server
         self.config = config
         self.cc = config.cluster
         self.instance = config.server.instance
@@ -86,7 +93,7 @@ class Cluster(Membership, AckBook, HistoryLog):
         from .recovery import Recovery
         self.listener = DdlListener(self)
         self.recovery = Recovery(self)
-        self.peers = PeerLinks(self)
+        self.peers = peer_links(self)
         self.peer_server: PeerServer | None = None
         self._online_view: tuple[Zk, frozenset[str]] | None = None   # see online_now()
         self._online_watch = self._online_changed   # one callable, so re-arming never piles up watchers
@@ -96,7 +103,7 @@ class Cluster(Membership, AckBook, HistoryLog):
         """Connect and join; if ZooKeeper is down, load metadata alone and join once it is back."""
         loop = asyncio.get_running_loop()
         await self._start_peer_server()
-        self.zk = Zk(self.cc.zk, self.cc.session_timeout_s, loop, self.cc.auth)
+        self.zk = self._connect(self.cc.zk, self.cc.session_timeout_s, loop, self.cc.auth)
         self.zk.on_state(self._on_state)
         self.registry.add_listener(self._on_meta_change)
         try:
@@ -128,7 +135,7 @@ class Cluster(Membership, AckBook, HistoryLog):
                 self.log.warning("peer channel off: DDL steps go through ZooKeeper only (slower); set "
                                  "[cluster] peer_secret (the same on every instance) or auth for the fast path")
             return
-        server = PeerServer(self.instance, self.cc.cluster_id, key, self.listener.on_peer_step,
+        server = self._peer_server_port(self.instance, self.cc.cluster_id, key, self.listener.on_peer_step,
                             lambda: self.registry.version, self.listener.peer_step_now)
         try:
             port = await server.start(self.config.server.bind, self.cc.peer_port)
@@ -152,7 +159,7 @@ class Cluster(Membership, AckBook, HistoryLog):
     async def _fresh_client(self) -> bool:
         """Replace the kazoo client with a new one (new session); True once it is connected."""
         old = self.zk
-        zk = Zk(self.cc.zk, self.cc.session_timeout_s, asyncio.get_running_loop(), self.cc.auth)
+        zk = self._connect(self.cc.zk, self.cc.session_timeout_s, asyncio.get_running_loop(), self.cc.auth)
         zk.on_state(self._on_state)
         self.zk = zk
         if old is not None:
