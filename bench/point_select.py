@@ -1,18 +1,23 @@
-"""Point-select QPS through pydble against direct MariaDB, in the same run (issue 2, Done means 8).
+"""Point-select QPS through pydble against direct MariaDB, in the same run (issue 2 item 8, issue 20 item 1).
 
-sysbench 1.0 `oltp_point_select --db-ps-mode=disable` (plain COM_QUERY `SELECT c FROM sbtest1 WHERE
-id=N`) with 8 threads, alternating direct and proxy runs so both see the same machine. Through the
-proxy, sbtest1 is a sharding table (hash on id over dn1..dn4, four databases of one MariaDB server);
-direct, it is one unsharded table of the same server. Prints each run's QPS, the CPU the proxy and
-MariaDB used, and the best and median ratio proxy/direct (target >= 0.5 on a 2-core machine).
+sysbench 1.0 `oltp_point_select` (`SELECT c FROM sbtest1 WHERE id=N`) in each PS mode (`disable`: plain
+COM_QUERY; `auto`: COM_STMT_EXECUTE) and thread count asked for, alternating direct and proxy runs so
+both see the same machine. Through the proxy, sbtest1 is a sharding table (hash on id over dn1..dn4,
+four databases of one MariaDB server); direct, it is one unsharded table of the same server. Prints
+each run's QPS, the CPU every process used per query, and per cell the best and median ratio
+proxy/direct beside the proxy's own CPU per query (user + sys from /proc of the proxy process(es) ÷
+the queries sysbench counted; targets >= 0.5 and <= 20 µs on a 2-core machine).
 
-    python3 bench/point_select.py [--time 10] [--rounds 3] [--threads 8] [--table-size 10000]
-                                  [--workers 1] [--mysql-port 3306] [--profile out.txt]
+    python3 bench/point_select.py [--time 10] [--rounds 3] [--threads 8,32] [--ps-mode disable,auto]
+                                  [--table-size 10000] [--workers 1] [--mysql-port 3306] [--profile out.txt]
+                                  [--baseline /path/to/other/checkout]
 
 Without --mysql-port it starts a private MariaDB server with the test harness (temporary datadir,
 free port) and removes it at the end; with --mysql-port it uses that server on 127.0.0.1 as root
 (empty password unless --mysql-password) and drops its benchmark databases at the end.
 --workers N runs N proxy processes on the same port (SO_REUSEPORT; the kernel spreads connections).
+--baseline DIR also runs the proxy of another checkout (e.g. `git worktree add /tmp/base main`) as target
+"base" in every round, so a change is measured against its parent in the same invocation (A/B).
 --profile FILE records the proxy with py-spy during one extra proxy run and writes a flat profile.
 """
 
@@ -43,7 +48,8 @@ from harness import MariaDBServer, ProxyProcess, free_port  # noqa: E402
 SHARDS = ("sb_dn1", "sb_dn2", "sb_dn3", "sb_dn4")
 DIRECT_DB = "sb_direct"
 TARGET = 0.5
-_QPS_RE = re.compile(r"queries:\s+\d+\s+\(([\d.]+) per sec\.\)")
+TARGET_US = 20.0   # the proxy's own CPU per query (issue 20 item 1)
+_QPS_RE = re.compile(r"queries:\s+(\d+)\s+\(([\d.]+) per sec\.\)")
 _ERR_RE = re.compile(r"ignored errors:\s+(\d+)")
 
 
@@ -82,7 +88,8 @@ class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.server: MariaDBServer | None = None
-        self.proxies: list[ProxyProcess] = []
+        self.proxies: dict[str, list[ProxyProcess]] = {}   # target ("proxy", "base") -> its workers
+        self.proxy_ports: dict[str, int] = {}
         self.port = args.mysql_port
         self.mysqld_pid: int | None = None
 
@@ -97,7 +104,10 @@ class Bench:
         else:
             self.mysqld_pid = self._find_mysqld(self.port)
         self._prepare()
-        self._start_proxies()
+        self._start_proxies("proxy", REPO_ROOT, self.args.workers)
+        if self.args.baseline:
+            self._start_proxies("base", Path(self.args.baseline).resolve(),
+                                self.args.baseline_workers or self.args.workers)
 
     def _find_mysqld(self, port: int) -> int | None:
         """The pid of the mariadbd listening on port (for its CPU figures), if we may see it."""
@@ -140,20 +150,26 @@ class Bench:
                                                           "function": "hash-four", "column": "id"}}}},
         }
 
-    def _start_proxies(self) -> None:
+    def _start_proxies(self, target: str, root: Path, workers: int) -> None:
+        """The proxy worker(s) of one target, running the code of the checkout at root."""
         port = free_port()
-        for w in range(self.args.workers):
-            cfg = self._config(port, free_port(), f"bench-{w}")
-            if self.args.workers > 1:   # the workers share the client port
+        argv = None
+        if root != REPO_ROOT:   # another checkout (--baseline): its own cli package, first on the path
+            argv = [sys.executable, "-c", f"import runpy, sys; sys.path.insert(0, {str(root)!r}); "
+                    "runpy.run_module('cli', run_name='__main__')", "serve", "--config", "{config}"]
+        procs = self.proxies.setdefault(target, [])
+        for w in range(workers):
+            cfg = self._config(port, free_port(), f"bench-{target}-{w}")
+            if workers > 1:   # the workers share the client port
                 cfg["server"]["reuse_port"] = True
-            p = ProxyProcess(cfg, name=f"bench-proxy-{w}")
+            p = ProxyProcess(cfg, name=f"bench-{target}-{w}", argv=argv)
             p.start()
-            self.proxies.append(p)
-        self.proxy_port = port
+            procs.append(p)
+        self.proxy_ports[target] = port
 
     def stop(self) -> None:
         """Stop the proxies and the private server, or drop the databases on a shared one."""
-        for p in self.proxies:
+        for p in (p for ps in self.proxies.values() for p in ps):
             p.cleanup()
         if self.server is not None:
             self.server.cleanup()
@@ -174,25 +190,25 @@ class Bench:
         return [f"--mysql-port={self.port}", "--mysql-user=root", f"--mysql-password={self.args.mysql_password}",
                 f"--mysql-db={DIRECT_DB}"]
 
-    def _via_proxy(self) -> list[str]:
-        return [f"--mysql-port={self.proxy_port}", "--mysql-user=sbtest", "--mysql-password=sbtest",
+    def _via_proxy(self, target: str) -> list[str]:
+        return [f"--mysql-port={self.proxy_ports[target]}", "--mysql-user=sbtest", "--mysql-password=sbtest",
                 "--mysql-db=sbtest"]
 
-    def _pids(self) -> dict[str, int]:
-        pids = {f"proxy{i}": p.pid for i, p in enumerate(self.proxies) if p.pid}
+    def _pids(self, target: str) -> dict[str, int]:
+        pids = {f"proxy{i}": p.pid for i, p in enumerate(self.proxies.get(target, [])) if p.pid}
         if self.mysqld_pid:
             pids["mariadb"] = self.mysqld_pid
         return pids
 
-    def run(self, target: str, seconds: float) -> Run:
+    def run(self, target: str, seconds: float, threads: int, ps_mode: str) -> Run:
         """One sysbench run against 'direct' or 'proxy'."""
-        conn = self._direct() if target == "direct" else self._via_proxy()
-        pids = self._pids()
+        conn = self._direct() if target == "direct" else self._via_proxy(target)
+        pids = self._pids(target)
         before = {k: user_sys(v) for k, v in pids.items()}
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.monotonic()
-        out = subprocess.run(["sysbench", "oltp_point_select", *self._common(), *conn, "--db-ps-mode=disable",
-                              f"--threads={self.args.threads}", f"--time={seconds:g}", "--report-interval=0",
+        out = subprocess.run(["sysbench", "oltp_point_select", *self._common(), *conn, f"--db-ps-mode={ps_mode}",
+                              f"--threads={threads}", f"--time={seconds:g}", "--report-interval=0",
                               "run"], capture_output=True, text=True)
         elapsed = time.monotonic() - started
         if out.returncode != 0:
@@ -200,8 +216,10 @@ class Bench:
         after = {k: user_sys(v) for k, v in pids.items()}
         children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = {k: (sum(after[k]) - sum(before[k])) / elapsed for k in pids}
-        qps = float(_QPS_RE.search(out.stdout).group(1))  # type: ignore[union-attr]
-        n = max(qps * elapsed, 1.0)
+        m = _QPS_RE.search(out.stdout)
+        assert m is not None, out.stdout[-2000:]
+        qps = float(m.group(2))
+        n = max(float(m.group(1)), 1.0)   # the queries served (CPU is counted over the whole invocation)
         per_query = {k: ((after[k][0] - before[k][0]) / n * 1e6, (after[k][1] - before[k][1]) / n * 1e6)
                      for k in pids}
         per_query["sysbench"] = ((children_after.ru_utime - children.ru_utime) / n * 1e6,
@@ -217,11 +235,11 @@ class Bench:
         raw = Path(path).with_suffix(".raw")
         mode = ["--native"] if self.args.native else ["--nonblocking"]  # py-spy cannot do both
         spy = subprocess.Popen(["py-spy", "record", "-f", "raw", "-o", str(raw), "-r", "400", *mode,
-                                "-p", str(self.proxies[0].pid)],
+                                "-p", str(self.proxies["proxy"][0].pid)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(1.0)
         try:
-            self.run("proxy", self.args.time)
+            self.run("proxy", self.args.time, self.args.threads[0], self.args.ps_mode[0])
         finally:
             spy.send_signal(2)
             spy.wait(30)
@@ -253,18 +271,37 @@ def flat_profile(raw: str, top: int = 40) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report(runs: Sequence[Run], args: argparse.Namespace) -> float:
-    """Print every run and the ratios; return the median ratio."""
-    print(f"\n{'round':>5} {'target':<7} {'qps':>10} {'errors':>6}  cpu (cores)")
-    pairs = []
-    for i in range(0, len(runs), 2):
-        d, p = sorted(runs[i:i + 2], key=lambda r: r.target)  # direct, proxy
-        pairs.append((d, p))
-        for r in (d, p):
+@dataclass
+class Cell:
+    """The outcome of one PS mode, thread count and target (the proxy, or the --baseline checkout's)."""
+
+    ps_mode: str
+    threads: int
+    target: str
+    ratio_best: float
+    ratio_median: float
+    proxy_us: float      # the proxy process(es)' user + sys per query, median over rounds
+    direct_qps: float
+    proxy_qps: float
+    load: str
+
+
+def report(runs: Sequence[Run], args: argparse.Namespace, threads: int, ps_mode: str,
+           targets: Sequence[str]) -> list[Cell]:
+    """Print every run of one PS mode and thread count and its ratios; one summary per proxy target."""
+    print(f"\n--- ps-mode {ps_mode}, {threads} threads ---")
+    print(f"{'round':>5} {'target':<7} {'qps':>10} {'errors':>6}  cpu (cores)")
+    rounds: list[dict[str, Run]] = []
+    for i in range(0, len(runs), len(targets)):
+        by = {r.target: r for r in runs[i:i + len(targets)]}
+        rounds.append(by)
+        for t in targets:
+            r = by[t]
             cpu = "  ".join(f"{k} {v:.2f}" for k, v in sorted(r.cpu.items()))
-            print(f"{i // 2 + 1:>5} {r.target:<7} {r.qps:>10.0f} {r.errors:>6}  {cpu}")
+            print(f"{i // len(targets) + 1:>5} {r.target:<7} {r.qps:>10.0f} {r.errors:>6}  {cpu}")
     print("\nCPU microseconds per query, user + sys (median over rounds):")
-    for label, runs_of in (("direct", [d for d, _ in pairs]), ("proxy", [p for _, p in pairs])):
+    for t in targets:
+        runs_of = [by[t] for by in rounds]
         parts = []
         total = 0.0
         for k in sorted({k for r in runs_of for k in r.per_query}):
@@ -273,26 +310,50 @@ def report(runs: Sequence[Run], args: argparse.Namespace) -> float:
             if u + s_ >= 0.05:
                 parts.append(f"{k} {u:.1f}+{s_:.1f}")
                 total += u + s_
-        print(f"  {label:<6} {'  '.join(parts)}  = {total:.1f}")
-    ratios = [p.qps / d.qps for d, p in pairs]
-    direct = [d.qps for d, _ in pairs]
-    proxy = [p.qps for _, p in pairs]
-    med = statistics.median(ratios)
+        print(f"  {t:<6} {'  '.join(parts)}  = {total:.1f}")
+    direct = [by["direct"].qps for by in rounds]
     print(f"\ndirect qps: best {max(direct):.0f}, median {statistics.median(direct):.0f}")
-    print(f"proxy  qps: best {max(proxy):.0f}, median {statistics.median(proxy):.0f}")
-    print(f"ratio proxy/direct per round: {', '.join(f'{r:.3f}' for r in ratios)}")
-    print(f"ratio best {max(ratios):.3f}, median {med:.3f} (target >= {TARGET})")
-    print(f"threads {args.threads}, {args.time:g} s per run, table {args.table_size} rows, "
+    cells = []
+    for t in targets[1:]:
+        ratios = [by[t].qps / by["direct"].qps for by in rounds]
+        own = [sum(sum(v) for k, v in by[t].per_query.items() if k.startswith("proxy")) for by in rounds]
+        qps = [by[t].qps for by in rounds]
+        c = Cell(ps_mode, threads, t, max(ratios), statistics.median(ratios), statistics.median(own),
+                 statistics.median(direct), statistics.median(qps), loadavg())
+        cells.append(c)
+        print(f"{t} qps: best {max(qps):.0f}, median {c.proxy_qps:.0f}; ratio per round "
+              f"{', '.join(f'{r:.3f}' for r in ratios)}; proxy CPU µs/query per round "
+              f"{', '.join(f'{u:.1f}' for u in own)}")
+        print(f"{t} ratio best {c.ratio_best:.3f}, median {c.ratio_median:.3f} (target >= {TARGET}), "
+              f"proxy CPU {c.proxy_us:.1f} µs/query (target <= {TARGET_US:g})")
+    print(f"threads {threads}, ps-mode {ps_mode}, {args.time:g} s per run, table {args.table_size} rows, "
           f"{args.workers} proxy worker(s), load average now {loadavg()}")
-    return med
+    return cells
+
+
+def summary(cells: Sequence[Cell]) -> None:
+    """One line per cell: the ratio beside the proxy's own CPU per query."""
+    print("\nps-mode  threads  target  direct qps  proxy qps  ratio median (best)  proxy µs/query  load avg")
+    for c in cells:
+        print(f"{c.ps_mode:<8} {c.threads:>7}  {c.target:<6} {c.direct_qps:>11.0f} {c.proxy_qps:>10.0f}  "
+              f"{c.ratio_median:>6.3f} ({c.ratio_best:.3f})      {c.proxy_us:>10.1f}      {c.load}")
+
+
+def _csv(kind: type) -> Any:
+    return lambda text: [kind(x) for x in text.split(",") if x]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time", type=float, default=10.0, help="seconds per sysbench run")
     ap.add_argument("--rounds", type=int, default=3, help="direct+proxy pairs, order alternating")
-    ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--threads", type=_csv(int), default=[8, 32], help="comma-separated thread counts")
+    ap.add_argument("--ps-mode", type=_csv(str), default=["disable", "auto"],
+                    help="comma-separated sysbench --db-ps-mode values (disable: COM_QUERY, auto: COM_STMT_EXECUTE)")
     ap.add_argument("--table-size", type=int, default=10000)
+    ap.add_argument("--baseline", metavar="DIR", help="also run the proxy of another checkout (A/B in one invocation)")
+    ap.add_argument("--baseline-workers", type=int, default=0,
+                    help="workers of the --baseline target (default --workers): `--baseline . --baseline-workers 2`")
     ap.add_argument("--workers", type=int, default=1, help="proxy processes sharing the port (SO_REUSEPORT)")
     ap.add_argument("--mysql-port", type=int, help="use this MariaDB on 127.0.0.1 instead of a private one")
     ap.add_argument("--mysql-password", default="")
@@ -308,17 +369,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         b.start()
         print(f"load average before: {loadavg()}")
-        if args.warmup:
-            b.run("direct", args.warmup)
-            b.run("proxy", args.warmup)
-        runs: list[Run] = []
-        for i in range(args.rounds):
-            order = ("direct", "proxy") if i % 2 == 0 else ("proxy", "direct")
-            for target in order:
-                r = b.run(target, args.time)
-                print(f"  {target:<6} {r.qps:>8.0f} qps", flush=True)
-                runs.append(r)
-        report(runs, args)
+        cells: list[Cell] = []
+        targets = ["direct", "proxy", *(["base"] if args.baseline else [])]
+        for ps_mode in args.ps_mode:
+            for threads in args.threads:
+                if args.warmup:
+                    for target in targets:
+                        b.run(target, args.warmup, threads, ps_mode)
+                runs: list[Run] = []
+                for i in range(args.rounds):
+                    order = targets[i % len(targets):] + targets[:i % len(targets)]  # each leads in turn
+                    for target in order:
+                        r = b.run(target, args.time, threads, ps_mode)
+                        print(f"  {ps_mode:<7} {threads:>3} {target:<6} {r.qps:>8.0f} qps", flush=True)
+                        runs.append(r)
+                cells += report(runs, args, threads, ps_mode, targets)
+        summary(cells)
         if args.profile:
             b.profile(args.profile)
     finally:

@@ -13,10 +13,14 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kazoo.exceptions import AuthFailedError
+
 from meta.config import Config, ConfigError, load_config
 from meta.consistency import Consistency
-from zk.ops import LockView, OnlineView, RecordView, TableDdl, ZkOps, age
+from zk.aio import Zk, ZkTimeout
+from zk.ops import LockView, OnlineView, RecordView, TableDdl, ZkOps, ZkUnreachable, age
 from zk.paths import table_node
+from zk.release import ReleaseRefused, Released, release_ddl
 
 from .cluster_ops import (EXIT_NOTHING, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Output, Target,
                           add_connection_options, fmt_age, fmt_time, quiet_logs, run_command, yes_no)
@@ -174,35 +178,54 @@ def ddl_show(ops: ZkOps, target: Target, out: Output, args: argparse.Namespace) 
 # -- ddl release ----------------------------------------------------------------------------------
 
 def ddl_release(ops: ZkOps, target: Target, out: Output, args: argparse.Namespace) -> int:
-    """Delete one table's DDL record and lock; refused while an owner is online unless --force."""
+    """Release one table's DDL record and lock (zk/release.py, what `kill @@ddl_lock` runs too): refused
+    while an owner is online or the DDL still runs on a backend, unless --force (which stops it first)."""
     schema, table = args.table
-    online = ops.online()
-    t = ops.table(schema, table)
     name = table_node(schema, table)
     result: dict[str, Any] = {"cluster": target.describe(), "schema": schema, "table": table,
-                              "phase": t.phase if t.exists else None, "owner": t.owner if t.exists else None,
                               "forced": bool(args.force)}
-    if not t.exists:
+    try:
+        done = asyncio.run(_release(target, (schema, table), args))
+    except ReleaseRefused as e:
+        return _finish(out, result, "refused", e.message, EXIT_REFUSED)
+    except (ZkTimeout, AuthFailedError) as e:
+        raise ZkUnreachable(f"ZooKeeper at {target.hosts}: {e}") from None
+    result.update(phase=done.phase or None, owner=done.owner or None, record_deleted=done.record_deleted,
+                  lock_deleted=done.lock_deleted, stopped_on=done.stopped)
+    stopped = f"; its DDL was stopped on dbGroup(s) {', '.join(done.stopped)}" if done.stopped else ""
+    if done.nothing:
+        if done.stopped:
+            return _finish(out, result, "stopped", f"{name}: its DDL was stopped on dbGroup(s) "
+                           f"{', '.join(done.stopped)} and its owner ended it", EXIT_OK)
         return _finish(out, result, "nothing", f"nothing to release: no DDL record or lock for {name}",
                        EXIT_NOTHING)
-    live = sorted(t.owners & set(online))
-    if live and not args.force:
-        return _finish(out, result, "refused",
-                       f"refusing to release {name}: its DDL ({t.phase}) belongs to online instance(s) "
-                       f"{', '.join(live)}; wait for it, or pass --force (the owner will then fail to "
-                       f"record the DDL's outcome)", EXIT_REFUSED)
-    outcome = ops.delete_table(t, "pydble ddl release" + (" --force" if live else ""))
-    result.update(record_deleted=outcome.record_deleted, lock_deleted=outcome.lock_deleted, notes=outcome.notes)
-    if outcome.changed:
-        return _finish(out, result, "changed", f"{name} changed while releasing it: " + "; ".join(outcome.notes),
-                       EXIT_REFUSED)
-    if not (outcome.record_deleted or outcome.lock_deleted):
-        return _finish(out, result, "nothing", f"nothing to release: {name} was already gone", EXIT_NOTHING)
-    what = " and ".join(w for w, f in (("record", outcome.record_deleted), ("lock", outcome.lock_deleted)) if f)
-    msg = f"released {name}: {what} deleted (was {t.phase}, owner {t.owner})"
-    if live:
-        msg += f"; forced while {', '.join(live)} online: check the table with `check full @@metadata`"
+    what = " and ".join(w for w, f in (("record", done.record_deleted), ("lock", done.lock_deleted)) if f)
+    msg = f"released {name}: {what} deleted (was {done.phase}, owner {done.owner}){stopped}"
+    if done.record_deleted:
+        msg += "; every instance reloads the table from the backends"
+    if done.live:
+        msg += f"; forced while {', '.join(done.live)} online"
     return _finish(out, result, "released", msg, EXIT_OK)
+
+
+async def _release(target: Target, key: tuple[str, str], args: argparse.Namespace) -> Released:
+    """One ZooKeeper session and, with --config, the backends (to find and stop the DDL) for the release."""
+    from proxy.ddl_marker import ddl_running
+    from proxy.pool import Backends
+
+    config = target.config
+    zk = Zk(target.hosts, args.timeout, asyncio.get_running_loop(),
+            config.cluster.auth if config is not None and config.cluster is not None else None)
+    await zk.start(timeout=args.timeout)
+    backends = Backends(config) if config is not None else None
+    try:
+        running = ((lambda marker, kill: ddl_running(backends, marker, kill)) if backends is not None else None)
+        return await release_ddl(zk, target.paths, key, running, bool(args.force), "pydble ddl release",
+                                 "--force")
+    finally:
+        if backends is not None:
+            backends.close()
+        await zk.stop()
 
 
 def _finish(out: Output, result: dict[str, Any], action: str, message: str, code: int) -> int:
@@ -295,6 +318,26 @@ def reconcile(config: Config, tables: list[TableDdl]) -> dict[tuple[str, str], F
     return findings
 
 
+def still_running(config: Config, tables: list[TableDdl]) -> dict[tuple[str, str], list[str]]:
+    """The dbGroups where each table's DDL (its record's marker) still runs (proxy/ddl_marker.py): gc
+    keeps those, since the structure read now would miss what the DDL is about to change."""
+    marked = [(t, t.record.record.marker) for t in tables
+              if t.record is not None and t.record.record is not None and t.record.record.ddl_id]
+    if not marked:
+        return {}
+
+    async def ask() -> dict[tuple[str, str], list[str]]:
+        from proxy.ddl_marker import ddl_running
+        from proxy.pool import Backends
+
+        backends = Backends(config)
+        try:
+            return {(t.schema, t.table): await ddl_running(backends, marker) for t, marker in marked}
+        finally:
+            backends.close()
+    return asyncio.run(ask())
+
+
 NOT_RECONCILED = "not reconciled: needs the backends (--config FILE)"
 NEEDS_BACKENDS = ("reconciling needs the backends, and --zk alone does not say where they are: pass "
                   "--config FILE (the table's structure is read from its shardingNodes first), or "
@@ -310,12 +353,17 @@ def ddl_gc(ops: ZkOps, target: Target, out: Output, args: argparse.Namespace) ->
     rows: list[dict[str, Any]] = []
     refused = False
     can_reconcile = target.config is not None and not args.no_reconcile
-    findings = reconcile(target.config, stale) if can_reconcile and stale else {}  # type: ignore[arg-type]
+    running = still_running(target.config, stale) if can_reconcile and stale else {}  # type: ignore[arg-type]
+    findings = (reconcile(target.config, [t for t in stale if not running.get((t.schema, t.table))])  # type: ignore[arg-type]
+                if can_reconcile and stale else {})
     for t in stale:
         row: dict[str, Any] = {"schema": t.schema, "table": t.table, "phase": t.phase, "owner": t.owner,
                                "age_s": round(age(t.since), 3), "sql": t.sql, "backends": None}
         finding = findings.get((t.schema, t.table))
-        if finding is not None:
+        if running.get((t.schema, t.table)):
+            ok, reason = False, (f"its DDL still runs on dbGroup(s) {', '.join(running[(t.schema, t.table)])}: "
+                                 f"collected once it has ended (`pydble ddl release --force` stops it)")
+        elif finding is not None:
             row["backends"] = finding.as_json()
             ok, reason = finding.deletable, finding.detail
         elif args.no_reconcile:
@@ -436,9 +484,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_connection_options(p)
     p.set_defaults(func=lambda a: run_command(a, ddl_show))
 
-    p = dsub.add_parser("release", help="delete a table's DDL record and lock (not while its owner is online)")
+    p = dsub.add_parser("release", help="delete a table's DDL record and lock (not while its owner is online "
+                                        "or its DDL still runs on a backend)")
     p.add_argument("table", metavar="SCHEMA.TABLE", type=parse_table_arg)
-    p.add_argument("--force", action="store_true", help="release even though the owner is online")
+    p.add_argument("--force", action="store_true", help="release even though the owner is online or the DDL "
+                                                        "still runs: it is stopped on the backends first")
     add_connection_options(p)
     p.set_defaults(func=lambda a: run_command(a, ddl_release))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Callable, Protocol
 
 import structlog
@@ -151,6 +152,13 @@ class BackendConnection(asyncio.Protocol):
         self._cmd_seq = 0         # commands started so far
         self._watch_seq = 0       # the command the watchdog saw last
         self._silent = 0.0        # seconds the current command has gone without a byte
+        # A shared connection (GroupPool.shared_conn) pipelines several sessions' point reads: the commands
+        # behind the one being answered wait here in order, and the packets one loop turn sends go out in
+        # one write.
+        self.shared = False
+        self._queue: deque[tuple[ResponseScanner, Sink | None, OnDone]] = deque()
+        self._wbuf: list[bytes] = []
+        self.progress = 0.0   # monotonic time of its last answer, or of the read that found it idle
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -206,6 +214,11 @@ class BackendConnection(asyncio.Protocol):
                 scanner.edits = []
         if end < len(data):
             if scanner.done:
+                if self._queue:   # pipelined: the next command's answer starts here
+                    self._complete(scanner)
+                    if self._scanner is not None:
+                        self.data_received(data[end:])
+                    return
                 self._fail(BackendUnavailable(f"dbGroup[{self.group.name}] sent bytes after the response"))
                 return
             self._buf += data[end:]
@@ -238,6 +251,11 @@ class BackendConnection(asyncio.Protocol):
         cb = self._on_done
         if cb is not None:
             self._on_done = None
+            if self.shared:
+                self.progress = time.monotonic()
+            if self._queue:   # the next pipelined command's answer comes next
+                self._scanner, self._sink, self._on_done = self._queue.popleft()
+                self.relayed_any = False
             cb(scanner, None)
             return
         fut, self._done = self._done, None
@@ -266,6 +284,13 @@ class BackendConnection(asyncio.Protocol):
             fut.set_exception(err)
         if cb is not None:
             cb(None, err)
+        self._fail_queued(err)
+
+    def _fail_queued(self, err: ProxyError) -> None:
+        """The pipelined commands still waiting get err (none of their answer was relayed)."""
+        self.relayed_any = False
+        while self._queue:
+            self._queue.popleft()[2](None, err)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.broken = True
@@ -281,6 +306,7 @@ class BackendConnection(asyncio.Protocol):
             self._scanner = None
             self._sink = None
             cb(None, err)
+        self._fail_queued(err)
 
     def pause_reading(self) -> None:
         """Stop reading from the backend (backpressure from a slow client)."""
@@ -376,6 +402,36 @@ class BackendConnection(asyncio.Protocol):
             self._timer = None
         return fut
 
+    def pipe(self, packet: bytes, sink: Sink, on_done: OnDone, timeout: float) -> None:
+        """Send a point read on a shared connection behind the commands in flight: on_done is called from
+        the data callback once its answer is relayed; the packets of one loop turn go out in one write."""
+        if self.transport is None or self.broken:
+            raise BackendUnavailable(f"connection to dbGroup[{self.group.name}] is closed")
+        scanner = ResponseScanner(bool(self.flags & C.DEPRECATE_EOF), names=self.names)
+        now = time.monotonic()
+        if self._scanner is None:
+            self._scanner, self._sink, self._on_done = scanner, sink, on_done
+            self.relayed_any = False
+            self.progress = now
+        else:
+            self._queue.append((scanner, sink, on_done))
+        if not self._wbuf:
+            self._loop.call_soon(self._flush)
+        self._wbuf.append(packet)
+        self.last_used = now
+        self._watch(timeout)
+
+    def _flush(self) -> None:
+        data = b"".join(self._wbuf)
+        self._wbuf.clear()
+        if self.transport is not None and not self.broken:
+            self.transport.write(data)
+
+    @property
+    def in_flight(self) -> int:
+        """Commands sent (or about to be) and not answered yet."""
+        return len(self._queue) + (self._scanner is not None)
+
     async def run(self, packet: bytes, timeout: float | None, *, kind: str = "query", sink: Sink | None = None,
                   collect: bool = False, budget: Budget | None = None,
                   sent: Callable[[], None] | None = None) -> ResponseScanner:
@@ -409,7 +465,7 @@ class BackendConnection(asyncio.Protocol):
         if self._scanner is None or self.broken:
             return  # idle: the watchdog sleeps until the next command
         step = self._timeout / WATCH_STEPS
-        if self._rx or self._paused or self._watch_seq != self._cmd_seq:
+        if self._rx or self._paused or (self._watch_seq != self._cmd_seq and not self.shared):
             self._silent = 0.0
         else:
             self._silent += step

@@ -168,7 +168,9 @@ def join_edges(p: Parser) -> list[tuple[Ref, Ref]]:
     return out
 
 
-def query_refs(q: Query) -> list[Ref]:
+def query_refs(q: Query, subs: bool = True) -> list[Ref]:
+    """The tables a query reads; subs=False: only those its rows come from (FROM, derived tables), not
+    those of subqueries in its conditions or select list."""
     out: list[Ref] = []
     seen: set[int] = set()
 
@@ -180,18 +182,20 @@ def query_refs(q: Query) -> list[Ref]:
             out.extend(sc.refs)
             for _, d in sc.derived:
                 walk(d)
-            for s in sc.subs.values():
-                walk(s)
+            if subs:
+                for s in sc.subs.values():
+                    walk(s)
     walk(q)
     return out
 
 
-def has_sharding(items: list[Any]) -> bool:
+def has_sharding(items: list[Any], subs: bool = True) -> bool:
+    """Whether tables or derived tables read a sharding table (subs=False: in their FROM only)."""
     for it in items:
         if isinstance(it, Ref):
             if it.table.type == "sharding":
                 return True
-        elif any(r.table.type == "sharding" for r in query_refs(it)):
+        elif any(r.table.type == "sharding" for r in query_refs(it, subs)):
             return True
     return False
 

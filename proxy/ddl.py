@@ -23,6 +23,7 @@ from meta.locks import MetaLocks
 from zk.originator import ClusterDdl
 from zk.records import MARKER_PREFIX
 
+from .ddl_marker import ddl_running
 from .ddl_repair import refuse_on_differing
 from .protocol import constants as C
 from .protocol.messages import ErrInfo
@@ -332,7 +333,8 @@ class DdlRunner:
                     await refuse_on_differing(self.server, plan)
 
                 async def publish(err: ProxyError | None, texts: Texts | None) -> None:
-                    cd.details = trace.details(plan, self.server.registry.version)   # for ddl_history
+                    details = trace.details(plan, self.server.registry.version)   # for ddl_history:
+                    cd.details = {**details, **_node_outcome(trace, details["nodes"])}   # any instance repairs
                     await cd.complete(err is None, err.message if err is not None else "", texts=texts)
 
                 err = await self._apply(plan, keys, dlog, started, owner, trace, publish, cd.announce)
@@ -376,39 +378,8 @@ class DdlRunner:
                 await asyncio.sleep(0)   # each finished DDL's history entry (_remember, scheduled) before the history closes
 
     async def running(self, marker: str, kill: bool = False) -> list[str]:
-        """The dbGroups whose processlist shows a statement carrying a DDL's marker (its connections,
-        wherever they come from), or that could not be asked; `kill`: KILL QUERY each one found first."""
-        if not marker.startswith(MARKER_PREFIX) or not (marker[len(MARKER_PREFIX):].isascii()
-                                                        and marker[len(MARKER_PREFIX):].isalnum()):
-            raise ValueError(f"not a DDL marker: {marker!r}")
-        backends = self.server.backends
-        one_node: dict[str, str] = {}
-        for node, sn in self.server.config.sharding_nodes.items():
-            one_node.setdefault(sn.db_group, node)
-        sql = ("SELECT ID FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() "
-               f"AND INFO LIKE '%{marker} */%'")
-
-        async def ask(group: str, node: str) -> bool:
-            try:
-                conn = await backends.acquire(node, 0)
-            except ProxyError:
-                return True   # cannot tell: it may still run there
-            try:
-                sc = await conn.query(sql, backends.timeout_s)
-                ids = [int(row[0]) for row in sc.results[0].rows] if sc.results else []
-                if kill:
-                    for thread in ids:
-                        log.warning("stopping an orphaned DDL", db_group=group, thread=thread, marker=marker)
-                        await conn.query(f"KILL QUERY {thread}", backends.timeout_s)
-                return bool(ids)
-            except ProxyError:
-                return True
-            finally:
-                backends.release(node, conn)
-
-        groups = sorted(one_node)
-        found = await asyncio.gather(*(ask(g, one_node[g]) for g in groups))
-        return [g for g, yes in zip(groups, found) if yes]
+        """The dbGroups where a DDL with that marker still runs (proxy/ddl_marker.py)."""
+        return await ddl_running(self.server.backends, marker, kill)
 
     def _remember(self, plan: Plan, sql: str, trace: DdlTrace, task: asyncio.Task) -> None:
         """Append the finished DDL (`task`: _locked's) to this instance's persistent history and metrics."""
@@ -445,6 +416,9 @@ class DdlRunner:
             trace.mark("execute")
         err = self._outcome(plan, results)
         texts: Texts = {x.node: x.texts for x in results if x.texts is not None}
+        executed = (round(time.monotonic() - started, 3), [x.node for x in results if x.error])
+        if trace is not None:
+            trace.executed = executed   # the "ddl executed" line is written after the answer (meta/later.py)
         task = None
         if publish is not None:
             # the outcome on the wire (ZooKeeper, the peers) before this instance builds its own refresh;
@@ -452,9 +426,6 @@ class DdlRunner:
             task = asyncio.get_running_loop().create_task(publish(err, texts if keys else None))
             await asyncio.sleep(0)
         self._phase(keys, owner, "REFRESHING")
-        executed = (round(time.monotonic() - started, 3), [x.node for x in results if x.error])
-        if trace is not None:
-            trace.executed = executed   # the "ddl executed" line is written after the answer (meta/later.py)
         dlog.debug("ddl nodes answered", seconds=executed[0], failed=executed[1])
         try:
             await self.refresh(keys, texts)

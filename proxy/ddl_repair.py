@@ -1,8 +1,9 @@
 """`repair @@ddl`: re-run a half-applied DDL (it failed on some nodes after succeeding on others, e.g.
 a backend died mid-ALTER) on its lagging nodes, once they are back.
 
-Only where it is safe: the DDL is the newest one this instance ran on the table (its history keeps the
-statement, the nodes where it failed and memory's structure before it); every node of the table is
+Only where it is safe: the DDL is the newest one run on the table (in a cluster from ZooKeeper's
+ddl_history, whichever instance ran it, so any instance repairs; alone from this instance's history:
+either keeps the statement, the nodes where it failed and memory's structure before it); every node of the table is
 read; a lagging node must still have exactly the structure from before the DDL, and every other node
 one and the same structure (the DDL's result). Anything else is refused with the reason. The re-run
 goes through DdlRunner.run_on, so it takes the table's local and cluster locks like any DDL and ends
@@ -18,10 +19,11 @@ import structlog
 
 from meta.consistency import Consistency, differing_nodes, normalize_create
 from meta.errors import ProxyError, UnknownDatabase
+from meta.history import DdlHistoryEntry
 from meta.loader import load_tables
+from zk.records import SUCCESS
 
 if TYPE_CHECKING:
-    from meta.history import DdlHistoryEntry
     from .plan import Plan
     from .runtime import Runtime
 
@@ -66,13 +68,16 @@ async def refuse_on_differing(server: Runtime, plan: Plan) -> None:
         v = meta.verdict()
         if len(v.variants) < 2:
             continue
-        entry = last_ddl(server, schema, table)
+        try:
+            entry = await last_ddl(server, schema, table)
+        except RepairRefused:
+            entry = None   # the history is only for naming the lagging nodes here
         lag = (",".join(entry.failed_nodes) if entry is not None and entry.failed_nodes
                else ",".join(n for x in v.variants[1:] for n in x.nodes))
         name = f"{schema}.{table}"
         raise RepairFirst(f"DDL refused: the shardingNodes of {name} differ ({lag} lag behind a half-applied DDL); "
-                          f"run `repair @@ddl where schema='{schema}' and table='{table}'` on the instance that "
-                          f"ran it (or `pydble ddl repair {name}`) first; DROP TABLE and TRUNCATE are allowed")
+                          f"run `repair @@ddl where schema='{schema}' and table='{table}'` (or `pydble ddl repair "
+                          f"{name}`) first; DROP TABLE and TRUNCATE are allowed")
 
 
 @dataclass(frozen=True)
@@ -83,12 +88,30 @@ class RepairPlan:
     lagging: tuple[str, ...]
 
 
-def last_ddl(server: Runtime, schema: str, table: str) -> DdlHistoryEntry | None:
-    """The newest DDL (not a repair, not one refused before it reached the nodes: no `execute` phase)
-    this instance ran on the table, from its history."""
+def _repairable(outcome_ok: bool, phases_ms: dict, repair_of: int) -> bool:
+    """A DDL `repair @@ddl` may re-run: not a repair, and one that reached the nodes (an `execute` phase)."""
+    return not repair_of and (outcome_ok or "execute" in phases_ms)
+
+
+async def last_ddl(server: Runtime, schema: str, table: str) -> DdlHistoryEntry | None:
+    """The newest DDL on the table `repair @@ddl` may re-run: in a cluster from ZooKeeper's ddl_history
+    (whichever instance ran it; its id is the entry's sequence there), else from this instance's own
+    history (also when ZooKeeper keeps none for the table, e.g. DDLs from before the cluster)."""
     name = f"{schema}.{table}"
+    cluster = server.cluster
+    if cluster is not None:
+        if cluster.zk is None or not cluster.zk.connected:
+            raise RepairRefused(f"ZooKeeper is unreachable: the DDL history of {name} cannot be read, try again")
+        got = await cluster.newest_history(lambda e: (e.schema, e.table) == (schema, table) and _repairable(
+            e.status == SUCCESS, e.phases_ms, e.repair_of))
+        if got is not None:
+            seq, e = got
+            return DdlHistoryEntry(e.instance, e.user, e.sql, "", [name], list(e.nodes),
+                                   "OK" if e.status == SUCCESS else "FAILED", e.message, dict(e.phases_ms),
+                                   e.meta_version, e.started_at, e.finished_at, id=seq,
+                                   failed_nodes=list(e.failed_nodes), before=dict(e.before))
     for e in server.history.entries():
-        if name in e.tables and not e.repair_of and (e.outcome == "OK" or "execute" in e.phases_ms):
+        if name in e.tables and _repairable(e.outcome == "OK", e.phases_ms, e.repair_of):
             return e
     return None
 
@@ -104,13 +127,13 @@ async def plan_repair(server: Runtime, schema: str, table: str) -> RepairPlan | 
     if meta.unknown:
         why = "; ".join(f"{n}: {r}" for n, r in meta.unknown.items())
         raise RepairRefused(f"cannot read every shardingNode of {name} ({why}): repair once it is back")
-    entry = last_ddl(server, schema, table)
+    entry = await last_ddl(server, schema, table)
     if entry is None or not entry.failed_nodes:
         if meta.consistency is Consistency.CONSISTENT:
             return f"{NOTHING}: every node of {name} has the same structure"
         if entry is None:
-            raise RepairRefused(f"{name} differs across its nodes ({differing_nodes(meta.verdict())}) but this "
-                                f"instance ran no DDL on it: repair on the instance that did (show @@ddl_history)")
+            raise RepairRefused(f"{name} differs across its nodes ({differing_nodes(meta.verdict())}) but no DDL "
+                                f"on it is in the DDL history: fix by hand")
         raise RepairRefused(f"{name} differs across its nodes ({differing_nodes(meta.verdict())}) but its last "
                             f"DDL (#{entry.id}) succeeded on every node: fix by hand")
     before = entry.before.get(name)

@@ -158,8 +158,8 @@ class Executor:
 
         With autocommit=0 a read alone opens a transaction (its snapshot) without MariaDB flagging
         IN_TRANS, so the connection stays with the session until the transaction really ends."""
-        if self.locked.get(node) is conn:
-            return  # holds the session's table locks until UNLOCK TABLES
+        if self.locked.get(node) is conn or conn.shared:
+            return  # holds the session's table locks until UNLOCK TABLES; a shared one stays shared
         if self.pinned.get(node) is conn:
             if conn.broken or not self._pinning():
                 del self.pinned[node]
@@ -224,11 +224,11 @@ class Executor:
                 raise e
             raise BackendUnavailable(f"{sql} failed: {e}")
 
-    def fast_conn(self, node: str, any_db: bool = False) -> BackendConnection | None:
+    def fast_conn(self, node: str, any_db: bool = False, shared: bool = False) -> BackendConnection | None:
         """A connection for node that can take a command right now with no round trip first (the
         transaction's pinned one, or an idle pooled one already in the session's state), else None.
         any_db: the statement names its database, so a connection of the node's dbGroup on another
-        database will do."""
+        database will do. shared: a point read, which may go on a pipelined shared connection."""
         s = self.session
         if self.locked:
             return None
@@ -240,6 +240,10 @@ class Executor:
                     or conn.autocommit != s.autocommit or (s.explicit_txn and not conn.in_trans)):
                 return None
             return conn
+        if shared:
+            conn = self.server.backends.shared_conn(node, s.format_flags, s.vars)
+            if conn is not None:
+                return conn
         conn = self.server.backends.take_idle(node, s.format_flags, any_db)
         if conn is not None and (conn.vars != s.vars or not conn.autocommit):
             self.server.backends.release(node, conn)

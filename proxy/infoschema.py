@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from meta.errors import NotSupported, ProxyError
+from meta.errors import NotSupported
 
 from .analysis import SYSTEM_SCHEMAS
 from .local import PROCESSLIST_TABLE_COLUMNS, processlist_table_rows, substitute_database
+from .materialize import chunks, inserts, quote, setup_error
 from .protocol.messages import ColumnDef, ResultSet
 from .protocol.packets import com_query, splice
 from .reply import Reply
@@ -39,7 +40,6 @@ from .router import _HINT_PREFIX_RE
 from .sqltok import first_keyword, tokenize
 
 if TYPE_CHECKING:
-    from .protocol.response import ResponseScanner
     from .runtime import SessionPort
 
 log = structlog.get_logger("pydble.infoschema")
@@ -84,7 +84,6 @@ SUMMED = ("TABLE_ROWS", "DATA_LENGTH", "INDEX_LENGTH", "DATA_FREE")
 LARGEST = ("AUTO_INCREMENT", "UPDATE_TIME")
 _OTHER_SYSTEM = SYSTEM_SCHEMAS - {"information_schema"}
 _PASS_KEYWORDS = frozenset({"SHOW", "DESC", "DESCRIBE", "USE"})   # structure of the views only, never rows
-INSERT_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -138,10 +137,6 @@ def find_refs(sql: str) -> list[Ref]:
 def _literal(v: bytes | None) -> str:
     # hex and an explicit character set: exact bytes whatever the session's sql_mode or charset
     return "NULL" if v is None else f"CONVERT(X'{v.hex()}' USING utf8mb4)"
-
-
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 class InfoSchema:
@@ -325,27 +320,27 @@ class InfoSchema:
             data["PROCESSLIST"] = (list(PROCESSLIST_TABLE_COLUMNS), processlist_table_rows(
                 s.client_sessions(), s.user, s.admin, time.perf_counter()))
         text = self._rewrite(sql, refs)
-        chunks = _chunks(self._setup(copies, data))
-        drop = ("DROP TEMPORARY TABLE IF EXISTS " + ", ".join(_quote(m) for m in copies)) if copies else ""
+        parts = chunks(self._setup(copies, data))
+        drop = ("DROP TEMPORARY TABLE IF EXISTS " + ", ".join(quote(m) for m in copies)) if copies else ""
         timeout = self.server.backends.timeout_s
         ex = self.session.executor
         node = self.server.any_node(self.session.schema)
         conn = await ex._get(node)
         clean = not copies
         try:
-            for chunk in chunks[:-1]:
+            for chunk in parts[:-1]:
                 sc = await conn.run(com_query(";".join(chunk)), timeout, collect=True)
-                _setup_error(sc, len(chunk))
+                setup_error(sc, len(chunk), "information_schema")
             # In one round trip: the column definitions of the tables copied, as this session sees them
             # (a copy's TEXT columns are LONGTEXT, information_schema's declare a smaller length), the
             # last chunk of rows, the client's query and the DROP.
             tables = sorted(set(copies.values()))
             probes = [f"SELECT * FROM information_schema.{t} WHERE 0" for t in tables]
-            last = chunks[-1] if chunks else []
+            last = parts[-1] if parts else []
             sc = await conn.run(com_query(";".join(probes + last + [text] + ([drop] if drop else []))), timeout,
                                 collect=True)
             n = len(probes) + len(last)
-            _setup_error(sc, n)
+            setup_error(sc, n, "information_schema")
             real = {(t, c.org_name.upper()): c for t, res in zip(tables, sc.results) for c in res.columns}
             if sc.error is None:
                 clean = True
@@ -372,49 +367,19 @@ class InfoSchema:
         """The statements that create the temporary copies and fill them with the logical rows."""
         stmts: list[str] = []
         for spelling, table in copies.items():
-            q = _quote(spelling)
+            q = quote(spelling)
             stmts.append(f"CREATE TEMPORARY TABLE {q} AS SELECT * FROM information_schema.{table} WHERE 0")
             columns, rows = data.get(table, ([], []))
-            into = f"INSERT INTO {q} (" + ",".join(_quote(c) for c in columns) + ") VALUES "
-            batch: list[str] = []
-            size = 0
-            for row in rows:
-                v = "(" + ",".join(_literal(x) for x in row) + ")"
-                batch.append(v)
-                size += len(v)
-                if size > INSERT_CHUNK:
-                    stmts.append(into + ",".join(batch))
-                    batch, size = [], 0
-            if batch:
-                stmts.append(into + ",".join(batch))
+            into = f"INSERT INTO {q} (" + ",".join(quote(c) for c in columns) + ") VALUES "
+            stmts += inserts(into, ("(" + ",".join(_literal(x) for x in row) + ")" for row in rows))
         return stmts
 
     @staticmethod
     def _rewrite(sql: str, refs: list[Ref]) -> str:
         """The statement on the copies; a shardingNode hint goes (the answer is the logical one anyway)."""
-        spans = [(f.start, f.end, _quote(f.spelling)) for f in refs if f.table not in SERVER_WIDE]
+        spans = [(f.start, f.end, quote(f.spelling)) for f in refs if f.table not in SERVER_WIDE]
         spans += [(t[2], t[3], "") for t in tokenize(sql) if t[0] == "h" and _HINT_PREFIX_RE.match(t[1])]
         return splice(sql, sorted(spans))
-
-
-def _chunks(stmts: list[str]) -> list[list[str]]:
-    """Statements grouped into multi-statements of a few MB (well under max_allowed_packet)."""
-    out: list[list[str]] = []
-    size = 0
-    for st in stmts:
-        if not out or size + len(st) > 4 * INSERT_CHUNK:
-            out.append([])
-            size = 0
-        out[-1].append(st)
-        size += len(st)
-    return out
-
-
-def _setup_error(sc: ResponseScanner, n: int) -> None:
-    """Raise when one of the first n statements (pydble's own setup) failed."""
-    if sc.error is not None and len(sc.results) < n:
-        raise ProxyError(f"information_schema could not be prepared on a backend: {sc.error.message}",
-                         sc.error.code, sc.error.sqlstate)
 
 
 def _as_infoschema(c: ColumnDef, table: str, real: dict[tuple[str, str], ColumnDef]) -> ColumnDef:

@@ -14,8 +14,8 @@ from meta.errors import BackendError, NotSupported, ProxyError, ReadOnly
 
 from .analyzer import Refused
 from .ddl import require_meta
-from .primitives import (Concatenate, Ddl, Join, MultiWrite, Primitive, Route, Scatter, SelectInsertId,
-                         SequenceInsert, UserLockCall)
+from .primitives import (Concatenate, Ddl, Join, MultiWrite, OrCopies, OverCopies, Primitive, Route, Scatter,
+                         SelectInsertId, SequenceInsert, UserLockCall)
 from .protocol.packets import com_query
 from .sqltok import first_keyword
 from .user_locks import calls as user_lock_calls, refuse_assignment, sets_insert_id
@@ -59,9 +59,14 @@ async def _build(ctx: ExecContext, sql: str, explain: bool) -> Primitive:
             await _syntax_verdict(ctx, sql)  # (a statement not fully read is never sent for a restricted user)
         if not isinstance(e, Refused) and "JOIN" in e.message:
             from .join import plan_join   # two tables on different nodes: joined here
-            join = plan_join(sql, ctx._columns_of)
+            try:
+                join = plan_join(sql, ctx._columns_of)
+            except NotSupported:
+                join = None
             if join is not None:
-                return _join(ctx, join, explain)
+                return OrCopies(_join(ctx, join, explain), sql)
+        if not isinstance(e, Refused) and first_keyword(sql) in ("SELECT", "WITH"):
+            return OverCopies(sql)   # no per-node plan answers it exactly: one MariaDB over copies
         raise
     if plan.tables and not explain:  # as in MariaDB, a statement on tables starts a fresh SHOW WARNINGS
         s.warnings = []
@@ -80,12 +85,13 @@ async def _build(ctx: ExecContext, sql: str, explain: bool) -> Primitive:
     if not explain:
         s.route = "single" if len(plan.targets) == 1 else "multi"
     if plan.setop is not None:
-        return Concatenate(plan)
+        return OrCopies(Concatenate(plan), sql)
     if len(plan.targets) == 1:
         return Route(plan.targets[0].node, plan.targets[0].sql)
     if plan.kind in WRITES:
         return MultiWrite(plan, ctx._global_only(plan))
-    return Scatter(plan, ctx._global_only(plan))
+    scatter = Scatter(plan, ctx._global_only(plan))
+    return OrCopies(scatter, sql) if plan.kind == "select" and plan.merge is not None else scatter
 
 
 def _join(ctx: ExecContext, join: object, explain: bool) -> Join:

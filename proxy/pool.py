@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 
 import structlog
@@ -14,6 +15,14 @@ from .backend import BackendConnection, open_connection
 from .names import GroupNames, group_names
 
 log = structlog.get_logger("pydble.pool")
+
+# Point reads of sessions in autocommit share a few connections per dbGroup, pipelined (issue 20): one
+# write to the backend and one read back carry several sessions' queries, and one MariaDB thread serves
+# them in turn instead of a wake-up per query. Past these bounds a point read takes a connection of its own.
+SHARED_CONNS = 2      # shared connections per dbGroup and format flags
+SHARED_DEPTH = 16     # point reads in flight on one shared connection
+SHARED_STALL_S = 0.1  # a shared connection with no answer for this long takes no more reads (one read
+                      # waiting for a lock must not hold up other sessions' reads behind it)
 
 
 class GroupPool:
@@ -28,6 +37,7 @@ class GroupPool:
         self.in_use = 0
         self._waiters: deque[asyncio.Future] = deque()
         self.closed = False
+        self.shared: list[BackendConnection] = []   # leased for good while they last (shared_conn)
 
     def _pop_idle(self, flags: int, database: str | None, exact: bool = False) -> BackendConnection | None:
         """An idle connection for (flags, database); unless exact, one of another database will do."""
@@ -134,9 +144,38 @@ class GroupPool:
                 fut.set_result(None)
                 return
 
+    def shared_conn(self, flags: int, vars: dict[str, str]) -> BackendConnection | None:
+        """A shared connection (BackendConnection.pipe) in this session state with room for one more
+        point read: the first that has room, so one loop turn's reads go out together; an idle one is
+        made shared when all are full. None: the caller takes a connection of its own."""
+        now = time.monotonic()
+        for conn in self.shared:
+            n = conn.in_flight
+            if (conn.flags == flags and n < SHARED_DEPTH and conn.vars == vars and not conn.broken
+                    and (not n or now - conn.progress < SHARED_STALL_S)):
+                return conn
+        for conn in [c for c in self.shared if c.broken]:   # a failed one has nothing in flight
+            self.shared.remove(conn)
+            self.release(conn)   # closed: it leaves max_con's count
+        if len(self.shared) >= SHARED_CONNS or self.closed:
+            return None
+        conn = self._pop_idle(flags, None)
+        if conn is None:
+            return None
+        self.in_use += 1
+        conn.leased = True
+        if conn.vars != vars or not conn.autocommit or conn.in_trans:
+            self.release(conn)
+            return None
+        conn.shared = True
+        self.shared.append(conn)
+        return conn
+
     def close(self) -> None:
         """Close every idle connection and refuse new acquisitions."""
         self.closed = True
+        for conn in self.shared:   # the reads in flight fail; their sessions answer the error
+            conn.close()
         for lst in self.idle.values():
             for conn in lst:
                 conn.close()
@@ -195,6 +234,10 @@ class Backends:
             pool.in_use += 1
             conn.leased = True
         return conn
+
+    def shared_conn(self, node: str, flags: int, vars: dict[str, str]) -> BackendConnection | None:
+        """A shared connection of the node's dbGroup for a point read naming its database (GroupPool.shared_conn)."""
+        return self._nodes[node][0].shared_conn(flags, vars)
 
     def database_of(self, node: str) -> str:
         """The physical database of a shardingNode."""

@@ -415,6 +415,21 @@ class PreparedStatements:
         if not relayed:
             s.client.write(BinaryResultConverter(s.deprecate_eof).feed(r.bytes()))
 
+    def fast_bind(self, payload: bytes) -> str | None:
+        """The bound text of a COM_STMT_EXECUTE the session's fast path may start from the data callback
+        (a known statement without long data); None leaves it to the task, which answers any error."""
+        stmt = self.stmts.get(int.from_bytes(payload[1:5], "little")) if len(payload) >= 5 else None
+        if stmt is None or stmt.long_data:
+            return None
+        try:
+            return self.bind(stmt, payload)
+        except ProxyError:
+            return None
+
+    def binary_sink(self) -> _BinarySink:
+        """Where the fast path relays an EXECUTE's text answer: converted to binary rows for the client."""
+        return _BinarySink(self.session.client, self.session.deprecate_eof)
+
     # -- the others -----------------------------------------------------------------------------
     def send_long_data(self, payload: bytes) -> None:
         """COM_STMT_SEND_LONG_DATA: append a chunk to one parameter (bounded by max_allowed_packet)."""

@@ -342,6 +342,44 @@ class Join:
         return top
 
 
+@dataclass(frozen=True)
+class OverCopies:
+    """A read no per-node plan answers exactly: one MariaDB answers it over temporary copies of the rows
+    it reads (proxy.materialize)."""
+
+    sql: str
+
+    async def run(self, ctx: ExecContext, r: Reply, more: bool, may_relay: bool) -> bool:
+        from .materialize import Materialize
+        m = Materialize(ctx, self.sql)
+        ctx.session.warnings = []
+        ctx.session.route = "materialize"
+        await m.run(r, more)
+        return False
+
+    def explain(self, out: Explainer) -> str:
+        return out.step("OVER_COPIES", [], "the tables' rows copied into temporary tables on one node, "
+                                           "the statement run there")
+
+
+@dataclass(frozen=True)
+class OrCopies:
+    """`first`, or when it refuses before sending anything (its merge, join or set operation cannot be
+    exact), the same read over copies."""
+
+    first: Primitive
+    sql: str
+
+    async def run(self, ctx: ExecContext, r: Reply, more: bool, may_relay: bool) -> bool:
+        try:
+            return await self.first.run(ctx, r, more, may_relay)
+        except NotSupported:   # raised before anything was sent to the client
+            return await OverCopies(self.sql).run(ctx, r, more, may_relay)
+
+    def explain(self, out: Explainer) -> str:
+        return self.first.explain(out)
+
+
 # -- statements with a role of their own -----------------------------------------------------------
 
 @dataclass(frozen=True)

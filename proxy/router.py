@@ -538,7 +538,7 @@ class Router:
         top_scope = top.branches[0]
         if driver is None:
             items: list[Any] = list(top_scope.refs) + [q for _, q in top_scope.derived]
-            if not has_sharding(items):
+            if not has_sharding(items, subs=False):   # a derived table's subquery drives no rows
                 raise not_supported(f"subquery on {base.table.full} is not supported here: the outer query "
                                      f"reads no sharding table, so its rows would repeat on every shardingNode")
         for sc in an.scopes:

@@ -926,13 +926,21 @@ class _Builder:
         probes: list[tuple[Ref, Ref | None]] = []
         numeric = {a.ref for a in self.aggs if a.spec.func not in (MIN, MAX, ANY, GROUP_CONCAT)}
         numeric |= {r for a in self.aggs if a.program is not None for r in _refs_of(a.program)}
+        # MIN(x)/MAX(x) has x's collation; COLLATION(x) is a constant to MariaDB (allowed beside GROUP BY even
+        # under ONLY_FULL_GROUP_BY, not without it), COLLATION(MIN(x)) costs every node a third more time
+        extreme = {}
+        if "GROUP" in self.lay.clauses:
+            extreme = {a.ref: _sql(_agg_arg(a.spec.node)) for a in self.aggs
+                       if a.spec.func in (MIN, MAX) and _agg_arg(a.spec.node) is not None}
         for ref in dict.fromkeys(compared):
             if ref[0] == "p":      # a column inside `*`: no name to ask about
                 probes.append((ref, None))
                 continue
             if ref in numeric:
                 continue
-            if ref[0] == "i":
+            if ref in extreme:
+                text = extreme[ref]
+            elif ref[0] == "i":
                 it = self.items[ref[1]]
                 if it.star:
                     continue
@@ -987,6 +995,14 @@ class _Builder:
             limit=limit,
             collations=tuple((col(r), None if p is None else col(p)) for r, p in probes),
         )
+
+
+def _agg_arg(n: exp.Expression) -> exp.Expression | None:
+    """The one argument of MIN/MAX([DISTINCT] x), else None."""
+    arg = n.this if isinstance(n, (exp.Min, exp.Max)) else None
+    if isinstance(arg, exp.Distinct):
+        arg = arg.expressions[0] if len(arg.expressions) == 1 else None
+    return arg
 
 
 def _refs_of(program: tuple) -> list:

@@ -82,6 +82,8 @@ class ConcatRelay:
         out = bytearray()
         pos = 0
         n = len(data)
+        if node.state == _ROWS and not node.cont and self._forwarding():
+            pos = self._plain_rows(data, out)
         while pos + 4 <= n:
             length = data[pos] | (data[pos + 1] << 8) | (data[pos + 2] << 16)
             end = pos + 4 + length
@@ -119,6 +121,31 @@ class ConcatRelay:
                 self._header_packet(node, bytes(data[pos + 4:end]))
             pos = end
         self._send(out)
+
+    def _plain_rows(self, data: bytes, out: bytearray) -> int:
+        """The hot loop: relay the leading run of ordinary row packets, only their sequence bytes rewritten,
+        as one copy; return where the first packet needing `feed`'s full handling starts."""
+        room = -1 if self.limit is None else self.limit - self.rows
+        if room == 0:
+            return 0
+        buf = bytearray(data)
+        n = len(buf)
+        pos = 0
+        seq = self.seq
+        rows = 0
+        while pos + 4 <= n and rows != room:
+            length = buf[pos] | (buf[pos + 1] << 8) | (buf[pos + 2] << 16)
+            if length >= 0xFFFFFF or length == 0 or buf[pos + 4] >= 0xFE:
+                break   # a row over 16 MB, an end-of-rows or an ERR (or a row starting 0xFE, rare)
+            buf[pos + 3] = seq
+            seq = (seq + 1) & 0xFF
+            rows += 1
+            pos += 4 + length
+        if pos:
+            out += buf if pos == n else memoryview(buf)[:pos]
+            self.seq = seq
+            self.rows += rows
+        return pos
 
     def _forwarding(self) -> bool:
         return self.header_sent and self.error is None

@@ -17,6 +17,7 @@ from meta.history import DdlHistory
 from meta.loader import load_all
 from meta.registry import Registry
 from zk.cluster import Cluster
+from zk.release import ReleaseRefused
 
 from .backend import open_connection
 from .ddl import DdlRunner
@@ -220,33 +221,23 @@ class ProxyServer:
         return sorted(rows.values(), key=lambda r: r[5])
 
     async def kill_ddl_lock(self, schema: str, table: str, force: bool = False) -> None:
-        """Operator release of a table's DDL lock, here and in the cluster; refused while the DDL's
-        holder is online unless `force` (like `pydble ddl release`): a live DDL may still be running."""
-        if not force:
-            live = await self._live_ddl_holders(schema, table)
-            if live:
-                raise ProxyError(f"refusing to release {schema}.{table}: its DDL belongs to online instance(s) "
-                                 f"{', '.join(live)}; wait for it, or add `force` (the holder then cannot "
-                                 f"publish its outcome: check the table with `check full @@metadata`)",
-                                 1105, "HY000")
+        """Operator release of a table's DDL lock, here and in the cluster. Refused while this instance's
+        own DDL holds it; in a cluster zk/release.py decides (the procedure `pydble ddl release` runs:
+        refused while the holder is online or the DDL still runs on a node unless `force`, which stops it
+        on the nodes first and makes every instance reload the table)."""
+        lk = self.ddl.locks.get(schema, table)
+        if not force and lk is not None and lk.instance == self.config.server.instance:
+            raise ProxyError(f"refusing to release {schema}.{table}: its DDL belongs to online instance(s) "
+                             f"{lk.instance}; wait for it, or add `force`", 1105, "HY000")
         if self.cluster is not None:
-            await self.cluster.release_table(schema, table, force)   # may refuse: then nothing is released
+            try:
+                await self.cluster.release_table(schema, table, force)   # refused: nothing is released
+            except ReleaseRefused as e:
+                raise ProxyError(e.message, 1105, "HY000") from None
         released = self.ddl.locks.release(schema, table)
         if self.cluster is None and not released:
             raise ProxyError(f"there is no ddl lock on {schema}.{table}", 1105, "HY000")
         self.log.warning("ddl lock released by operator", table=f"{schema}.{table}")
-
-    async def _live_ddl_holders(self, schema: str, table: str) -> list[str]:
-        """The online instances holding a table's DDL lock (this one for its own sessions' DDL)."""
-        me = self.config.server.instance
-        holders = set()
-        lk = self.ddl.locks.get(schema, table)
-        if lk is not None:
-            holders.add(lk.instance)
-        if self.cluster is None:
-            return sorted(holders & {me})
-        holders |= {row[3] for row in await self.cluster.ddl_rows() if (row[0], row[1]) == (schema, table)}
-        return sorted(holders & (await self.cluster.online() | {me}))
 
     async def cluster_rows(self) -> list[tuple[object, ...]]:
         """`show @@cluster`: every online instance (just this one without a cluster)."""

@@ -15,7 +15,7 @@ from meta.errors import (AccessDenied, BackendError, BackendUnavailable, DbAcces
                          NotSupported, ParseError, ProxyError, UnknownCommand)
 
 from . import infoschema, local, show_where, sql_prepare, views
-from .backend import BackendConnection
+from .backend import BackendConnection, Sink
 from .connection import login, native_auth, run_statements
 from .ddl import require_meta
 from .analysis import ANY
@@ -308,6 +308,7 @@ class Session:
         self.route = "local"     # how the last statement was served: local | single | multi | ddl
         self.ready = False       # logged in: the fast path may serve commands from the data callback
         self._fast_conn: BackendConnection | None = None
+        self._fast_packet = b""
         self._fast_node = ""
         self._fast_started = 0.0
         self._warn_task: asyncio.Task | None = None
@@ -380,14 +381,24 @@ class Session:
             if pkt is None:
                 return True
         payload = pkt[1]  # type: ignore[index]
-        if payload[:1] != b"\x03" or not self._fast_query(payload, data):
+        cmd = payload[:1]
+        if cmd == b"\x03":
+            started = self._fast_query(payload, data)
+        elif cmd == b"\x17" and (bound := self.prepared.fast_bind(payload)) is not None:
+            started = self._fast_query(payload, None, bound, self.prepared.binary_sink())  # sysbench --db-ps-mode=auto
+        else:
+            started = False
+        if not started:
             client.pending = pkt
             return False
         return True
 
-    def _fast_query(self, payload: bytes, packet: bytes | None) -> bool:
-        """Start a COM_QUERY on its node if nothing about it needs the task; packet: the framed bytes."""
-        sql = payload[1:].decode("utf-8", "surrogateescape")
+    def _fast_query(self, payload: bytes, packet: bytes | None, sql: str | None = None,
+                    sink: Sink | None = None) -> bool:
+        """Start a COM_QUERY on its node if nothing about it needs the task; packet: the framed bytes.
+        sql and sink: the bound text of a COM_STMT_EXECUTE and the sink turning its answer binary."""
+        if sql is None:
+            sql = payload[1:].decode("utf-8", "surrogateescape")
         if ";" in sql:
             return False
         server = self.server
@@ -429,7 +440,8 @@ class Session:
             if plan.targets[0].sql != sql:
                 packet = _com_query(plan.targets[0].sql)
         ex = self.executor
-        conn = ex.fast_conn(node, any_db)
+        shared = point is not None and not self.client.write_paused   # a point read may share (pipe)
+        conn = ex.fast_conn(node, any_db, shared)
         if conn is None:
             return False
         self.warnings = []
@@ -440,16 +452,22 @@ class Session:
         self._fast_conn = conn
         self._fast_node = node
         ex.last_node = node
-        ex.streaming.add(conn)
         client = self.client
-        if client.write_paused:
-            conn.pause_reading()
+        if not conn.shared:
+            ex.streaming.add(conn)
+            if client.write_paused:
+                conn.pause_reading()
         client.busy = True
         # the client's own packet goes on unchanged when the router did not rewrite the statement
         if packet is None or packet[3] != 0:
-            packet = frame(0, payload)
+            packet = frame(0, payload) if sink is None else _com_query(sql)
         try:
-            conn.start(packet, sink=client, timeout=server.backends.timeout_s, on_done=self._fast_done)
+            if conn.shared:
+                self._fast_packet = packet   # run again alone if it has warnings (_fast_warnings)
+                conn.pipe(packet, client if sink is None else sink, self._fast_done, server.backends.timeout_s)
+            else:
+                conn.start(packet, sink=client if sink is None else sink, timeout=server.backends.timeout_s,
+                           on_done=self._fast_done)
         except ProxyError:
             client.busy = False
             ex.streaming.discard(conn)
@@ -470,7 +488,20 @@ class Session:
 
     async def _fast_warnings(self, sc: object) -> None:
         try:
-            await self.executor.keep_warnings([(self._fast_conn, sc)])  # type: ignore[list-item]
+            conn = self._fast_conn
+            if conn is not None and conn.shared and sc.warnings:  # type: ignore[attr-defined]
+                # SHOW WARNINGS there would follow other sessions' reads: the read runs again alone first
+                ex = self.executor
+                own = await ex._get(self._fast_node)
+                try:
+                    again = await own.run(self._fast_packet, self.server.backends.timeout_s, collect=True)
+                    await ex.keep_warnings([(own, again)])
+                finally:
+                    ex._done_with(self._fast_node, own)
+            else:
+                await self.executor.keep_warnings([(conn, sc)])  # type: ignore[list-item]
+        except ProxyError as e:
+            self.log.info("cannot fetch a point read's warnings", error=e.message)
         finally:
             self._fast_end(sc, None)
 
@@ -909,7 +940,8 @@ class Session:
         if target.command != "Query" or target is self:
             return
         ex = target.executor
-        conns = set(ex.streaming) | set(ex.pinned.values()) | ({target._fast_conn} if target._fast_conn else set())
+        fast = target._fast_conn
+        conns = set(ex.streaming) | set(ex.pinned.values()) | ({fast} if fast and not fast.shared else set())
         conns |= set(ex.locked.values()) | ({ex.user_locks.conn} if ex.user_locks.conn is not None else set())
         for conn in conns:
             node = next((n for n, c in self.server.config.sharding_nodes.items() if c.db_group == conn.group.name), None)

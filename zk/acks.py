@@ -5,7 +5,6 @@ naming the very record it answers."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 from kazoo.exceptions import NoNodeError
 
@@ -13,7 +12,7 @@ from . import zklog
 from .ddlcore.acks import AckOutcome, AckTally
 from .ddlcore.subscriber import ack_txns
 from .ddlcore.txn import Failure, failure, went_through
-from .loops import SAFETY_POLL_S, ZK_ERRORS, Waker, drop_tasks
+from .loops import SAFETY_POLL_S, ZK_ERRORS, Waker, clock, drop_tasks
 from .reads import read
 from .records import Ack, DdlRecord
 
@@ -36,7 +35,7 @@ class AckBook:
         for key in keys:
             rec, czxid = records[key]
             step = self.peers.step(self.paths.ddl_record(*key), czxid, rec.encode().decode(), texts, final)
-            for inst in instances:
+            for inst in sorted(instances):   # in one order, whatever the str hashing
                 # written right away on an open link; otherwise a task opens one first
                 sent = self.peers.send_now(inst, step)
                 tasks[(key, inst)] = sent if sent is not None else loop.create_task(self.peers.ask(inst, step))
@@ -47,13 +46,14 @@ class AckBook:
         """Wait (bounded) for the answers to a final step sent with ask_peers(final=True), over the peer
         channel alone: a link that breaks is opened again and the step re-sent; an instance that goes
         offline is no longer waited for. Instances that never answered in time come back as laggards."""
-        deadline = time.monotonic() + timeout
+        deadline = clock() + timeout
         tasks = dict(tasks)
         refusals: list[tuple[str, str]] = []
+        gave_up: set[str] = set()
         online = {inst for _, inst in tasks}
         try:
             while tasks:
-                remaining = deadline - time.monotonic()
+                remaining = deadline - clock()
                 if remaining <= 0:
                     break
                 done, _ = await asyncio.wait(tasks.values(), timeout=min(remaining, SAFETY_POLL_S),
@@ -70,15 +70,20 @@ class AckBook:
                     elif task in done:
                         del tasks[(key, inst)]
                         answer = None if task.cancelled() or task.exception() is not None else task.result()
-                        if answer is None or answer[0] is None:
-                            retry.add((key, inst))   # broken link, or not ready for peer steps right now
+                        if answer is None:
+                            retry.add((key, inst))   # broken link: opened again, the step re-sent
+                        elif answer[0] is None:
+                            # the peer cannot take a final step (the record is gone from ZooKeeper, it
+                            # is re-joining): re-sending cannot change that; it catches up through
+                            # ZooKeeper (record gone, ddl_history), so it is a laggard, not waited for
+                            gave_up.add(inst)
                         elif not answer[0]:
                             refusals.append((inst, answer[1]))
                 if retry:
-                    await asyncio.sleep(min(PEER_RETRY_S, max(0.0, deadline - time.monotonic())))
+                    await asyncio.sleep(min(PEER_RETRY_S, max(0.0, deadline - clock())))
                     for key, inst in retry:
                         tasks.update(self.ask_peers([key], records, {inst}, texts, final=True))
-            return AckOutcome(tuple(sorted({inst for _, inst in tasks})), tuple(refusals))
+            return AckOutcome(tuple(sorted({inst for _, inst in tasks} | gave_up)), tuple(refusals))
         finally:
             drop_tasks(tasks)
 
@@ -99,7 +104,7 @@ class AckBook:
                          peer: dict[tuple[tuple[str, str], str], asyncio.Future]) -> AckOutcome:
         zk = self.zk
         assert zk is not None
-        deadline = time.monotonic() + timeout
+        deadline = clock() + timeout
         wake = Waker()
 
         def absorb() -> None:
@@ -138,9 +143,9 @@ class AckBook:
                     tally.on_ack(key, inst, got.value)
             if tally.complete(online):
                 return tally.outcome()
-            if deadline - time.monotonic() <= 0:
+            if deadline - clock() <= 0:
                 return tally.outcome(online)
-            await wake.wait(min(deadline - time.monotonic(), SAFETY_POLL_S))
+            await wake.wait(min(deadline - clock(), SAFETY_POLL_S))
 
     def own_ack(self, schema: str, table: str, status: str, ok: bool = True, message: str = "",
                 record: int = 0) -> tuple[str, bytes]:

@@ -25,11 +25,9 @@ from meta.errors import DdlInProgress
 from meta.locks import MetaLocks
 from meta.registry import Registry
 
-from . import zklog
 from .acks import AckBook
 from .aio import Zk, ZkTimeout
 from .ddlcore.acks import AckOutcome
-from .ddlcore.release import release_refusal, release_txn
 from .ddlcore.txn import went_through
 from .history import HistoryLog
 from .loops import SAFETY_POLL_S, ZK_ERRORS, PassLoop, Waker, drop_tasks, retry
@@ -38,7 +36,8 @@ from .paths import Paths, parse_table_node
 from .peers import PeerLinks, PeerServer
 from .reads import read
 from .port import REMOVE_ATTEMPTS
-from .records import FAILED, MARKER_PREFIX, DdlLockInfo, DdlRecord, HistoryEntry, OnlineInfo
+from .release import Released, release_ddl
+from .records import DdlLockInfo, DdlRecord, OnlineInfo
 
 log = structlog.get_logger("pydble.cluster")
 
@@ -52,8 +51,15 @@ class Cluster(Membership, AckBook, HistoryLog):
                  load_all: Callable[[], Awaitable[None]],
                  refresh: Callable[..., Awaitable[None]],   # refresh(keys, texts=None)
                  refresh_now: Callable[[list[tuple[str, str]], Mapping], bool] | None = None,
-                 ddl_running: Callable[..., Awaitable[list[str]]] | None = None) -> None:
+                 ddl_running: Callable[..., Awaitable[list[str]]] | None = None,
+                 connect: Callable[..., Zk] = Zk,
+                 peer_links: Callable[[Cluster], PeerLinks] = PeerLinks,
+                 peer_server: Callable[..., PeerServer] = PeerServer) -> None:
+        """`connect`, `peer_links` and `peer_server` are the ports to ZooKeeper and the peers: the real
+        client and sockets here, the deterministic simulator's models in tests/sim."""
         assert config.cluster is not None
+        self._connect = connect
+        self._peer_server_port = peer_server
         self.config = config
         self.cc = config.cluster
         self.instance = config.server.instance
@@ -87,7 +93,7 @@ class Cluster(Membership, AckBook, HistoryLog):
         from .recovery import Recovery
         self.listener = DdlListener(self)
         self.recovery = Recovery(self)
-        self.peers = PeerLinks(self)
+        self.peers = peer_links(self)
         self.peer_server: PeerServer | None = None
         self._online_view: tuple[Zk, frozenset[str]] | None = None   # see online_now()
         self._online_watch = self._online_changed   # one callable, so re-arming never piles up watchers
@@ -97,7 +103,7 @@ class Cluster(Membership, AckBook, HistoryLog):
         """Connect and join; if ZooKeeper is down, load metadata alone and join once it is back."""
         loop = asyncio.get_running_loop()
         await self._start_peer_server()
-        self.zk = Zk(self.cc.zk, self.cc.session_timeout_s, loop, self.cc.auth)
+        self.zk = self._connect(self.cc.zk, self.cc.session_timeout_s, loop, self.cc.auth)
         self.zk.on_state(self._on_state)
         self.registry.add_listener(self._on_meta_change)
         try:
@@ -129,7 +135,7 @@ class Cluster(Membership, AckBook, HistoryLog):
                 self.log.warning("peer channel off: DDL steps go through ZooKeeper only (slower); set "
                                  "[cluster] peer_secret (the same on every instance) or auth for the fast path")
             return
-        server = PeerServer(self.instance, self.cc.cluster_id, key, self.listener.on_peer_step,
+        server = self._peer_server_port(self.instance, self.cc.cluster_id, key, self.listener.on_peer_step,
                             lambda: self.registry.version, self.listener.peer_step_now)
         try:
             port = await server.start(self.config.server.bind, self.cc.peer_port)
@@ -153,7 +159,7 @@ class Cluster(Membership, AckBook, HistoryLog):
     async def _fresh_client(self) -> bool:
         """Replace the kazoo client with a new one (new session); True once it is connected."""
         old = self.zk
-        zk = Zk(self.cc.zk, self.cc.session_timeout_s, asyncio.get_running_loop(), self.cc.auth)
+        zk = self._connect(self.cc.zk, self.cc.session_timeout_s, asyncio.get_running_loop(), self.cc.auth)
         zk.on_state(self._on_state)
         self.zk = zk
         if old is not None:
@@ -331,38 +337,17 @@ class Cluster(Membership, AckBook, HistoryLog):
             rows.append((name, f"{info.host}:{info.port}", version, state))
         return rows
 
-    async def release_table(self, schema: str, table: str, force: bool = False) -> None:
-        """Operator release (kill @@ddl_lock): the table's record and cluster lock exactly as read, in one
-        transaction (a DDL that took the table since is left alone), with a ddl_history entry so every
-        instance reloads the table; unless `force`, refused while the DDL's marker still runs on a node."""
+    async def release_table(self, schema: str, table: str, force: bool = False) -> Released:
+        """Operator release (kill @@ddl_lock): zk/release.py, the one procedure `pydble ddl release` runs
+        too (refused while an owner is online or the DDL still runs on a node, unless `force`)."""
         zk = self.zk
         if zk is None or not zk.connected:
             raise DdlInProgress("ZooKeeper is unreachable: cannot release the cluster lock")
-        key = (schema, table)
-        rec = await read(zk, self.paths.ddl_record(*key), DdlRecord)
-        lock = await read(zk, self.paths.ddl_lock(*key), DdlLockInfo)
-        if rec is None and lock is None:
-            return
-        value = rec.value if rec is not None else None
-        if not force and value is not None and value.ddl_id and self.ddl_running is not None:
-            why = release_refusal(value, await self.ddl_running(MARKER_PREFIX + value.ddl_id), force)
-            if why is not None:
-                raise DdlInProgress(f"refusing to release {schema}.{table}: {why}")
-        children = await zk.children(self.paths.ddl_record(*key)) if rec is not None else []
-        acks = await zk.children(self.paths.ddl_acks(*key)) if "instance" in children else []
-        entry = None
-        if rec is not None:
-            entry = HistoryEntry(schema, table, value.instance if value is not None else "?",
-                                 value.sql if value is not None else "", FAILED, rec.stat.czxid,
-                                 message="released by an operator (kill @@ddl_lock): reload from the backends")
-        txn = release_txn(self.paths, key, value, rec.stat if rec is not None else None, children, acks,
-                          lock.stat if lock is not None else None, entry)
-        results = await zklog.commit(zk, txn)
-        if not went_through(results):
-            raise DdlInProgress(f"the DDL of {schema}.{table} changed while it was being released; nothing was "
-                                f"released, look again (show @@ddl)")
-        if entry is not None:
-            self.spawn_quietly(self.prune_history(results[-1] if lock is None else results[-2]))
+        running = (lambda marker, kill: self.ddl_running(marker, kill=kill)) if self.ddl_running else None
+        done = await release_ddl(zk, self.paths, (schema, table), running, force, "kill @@ddl_lock")
+        if done.history:
+            self.spawn_quietly(self.prune_history(done.history))
+        return done
 
 
 __all__ = ["AckOutcome", "Cluster", "PassLoop", "REMOVE_ATTEMPTS", "SAFETY_POLL_S", "Waker", "ZK_ERRORS",

@@ -3,8 +3,11 @@ instance to reload a table after an originator lost its decision."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 from .loops import retry
 from .paths import history_order, history_seq
+from .reads import read
 from .records import FAILED, HistoryEntry
 
 HISTORY_MAX = 1000    # finished DDLs kept in ddl_history for instances that must catch up
@@ -41,6 +44,17 @@ class HistoryLog:
                 self.log.warning("could not ask the other instances to reload after a lost decision; "
                                  "run `reload @@metadata` on them", tables=[f"{s}.{t}" for s, t in keys])
         self._spawn(run())
+
+    async def newest_history(self, match: Callable[[HistoryEntry], bool]) -> tuple[int, HistoryEntry] | None:
+        """The newest ddl_history entry `match` accepts, with its sequence number (any instance's DDL:
+        `repair @@ddl` works from every instance); None when none does."""
+        zk = self.zk
+        assert zk is not None
+        for name in reversed(history_order(await zk.children(self.paths.history))):
+            got = await read(zk, f"{self.paths.history}/{name}", HistoryEntry)
+            if got is not None and got.value is not None and match(got.value):
+                return history_seq(name), got.value
+        return None
 
     async def prune_history(self, created: str) -> None:
         """Every HISTORY_PRUNE_EVERY entries, drop those beyond HISTORY_MAX (oldest first)."""

@@ -10,7 +10,6 @@ a step. Whichever way comes first handles a step; the other finds it handled.
 from __future__ import annotations
 
 import asyncio
-import time
 import weakref
 from typing import TYPE_CHECKING
 
@@ -21,7 +20,7 @@ from meta.errors import DdlInProgress, ProxyError
 from meta.later import Later
 
 from .ddlcore.subscriber import GoneAction, SubscriberCore, may_release
-from .loops import PassLoop
+from .loops import PassLoop, clock
 from .paths import parse_table_node
 from .reads import read
 from .records import FAILED, INIT, SUCCESS, DdlRecord, HistoryEntry
@@ -115,10 +114,10 @@ class DdlListener(PassLoop):
                 c._spawn(self._settle_gone(gone.key[0], gone.key[1]))
         # DDLs that began and ended while we were deaf leave no record, only a history entry; reading
         # the history on every pass would add a ZooKeeper call to each step of every DDL
-        since = time.monotonic() - self.caught_up_at
+        since = clock() - self.caught_up_at
         if ((core.history_seen is None or self.catch_up_due or since >= CATCH_UP_EVERY_S)
                 and since >= self.catch_up_backoff):
-            self.caught_up_at = time.monotonic()
+            self.caught_up_at = clock()
             self.catch_up_due = False
             await self._catch_up()
 

@@ -4,7 +4,6 @@ and the handling of background tasks a step left behind."""
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 import structlog
@@ -21,6 +20,12 @@ ZK_ERRORS = (KazooException, ZkTimeout)
 SAFETY_POLL_S = 2.0   # level-triggered loops re-read state at least this often, watches or not
 
 
+def clock() -> float:
+    """The event loop's clock, for deadlines and leases: monotonic time in production, the virtual
+    time of the deterministic simulator's loop in tests/sim."""
+    return asyncio.get_running_loop().time()
+
+
 def drop_tasks(tasks: dict) -> None:
     """Cancel peer asks still running; a finished one's failure (a broken link) is expected, not news."""
     for task in tasks.values():
@@ -31,23 +36,41 @@ def drop_tasks(tasks: dict) -> None:
 
 
 class Waker:
-    """An asyncio event that ZooKeeper watches set; loops wait on it with a bound."""
+    """A flag that ZooKeeper watches set; loops wait on it with a bound (a future and a timer, no task
+    per wait)."""
 
     def __init__(self) -> None:
-        self._event = asyncio.Event()
+        self._fired = False
+        self._waiters: list[asyncio.Future] = []
 
     def __call__(self, _event: object = None) -> None:
-        self._event.set()
+        self._fired = True
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
 
     async def wait(self, timeout: float) -> bool:
         """Wait for a watch to fire, at most timeout seconds; then re-arm. True if one fired."""
-        try:
-            await asyncio.wait_for(self._event.wait(), timeout)
-            fired = True
-        except asyncio.TimeoutError:
-            fired = False
-        self._event.clear()
+        if not self._fired:
+            loop = asyncio.get_running_loop()
+            waiter = loop.create_future()
+            self._waiters.append(waiter)
+            timer = loop.call_later(max(0.0, timeout), _wake_up, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        fired = self._fired
+        self._fired = False
         return fired
+
+
+def _wake_up(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class PassLoop:
@@ -92,8 +115,8 @@ async def retry(attempt: Callable[[], Awaitable[bool]], interval: float, stopped
     """Run attempt() until it returns True, `interval` seconds apart, until stopped() or `timeout`
     seconds have passed (None: no bound but stopped()); a ZooKeeper error is one failed attempt.
     True if an attempt succeeded."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while not stopped() and (deadline is None or time.monotonic() < deadline):
+    deadline = None if timeout is None else clock() + timeout
+    while not stopped() and (deadline is None or clock() < deadline):
         try:
             if await attempt():
                 return True
@@ -103,4 +126,4 @@ async def retry(attempt: Callable[[], Awaitable[bool]], interval: float, stopped
     return False
 
 
-__all__ = ["PassLoop", "SAFETY_POLL_S", "Waker", "ZK_ERRORS", "drop_tasks", "retry"]
+__all__ = ["PassLoop", "SAFETY_POLL_S", "Waker", "ZK_ERRORS", "clock", "drop_tasks", "retry"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from typing import Callable
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoAuthError, NoNodeError
@@ -18,7 +17,7 @@ from meta.errors import DdlInProgress
 from meta.registry import MetaChange
 
 from .aio import Zk
-from .loops import SAFETY_POLL_S, ZK_ERRORS, Waker, retry
+from .loops import SAFETY_POLL_S, ZK_ERRORS, Waker, clock, retry
 from .reads import read
 from .records import DdlLockInfo, OnlineInfo
 
@@ -113,7 +112,7 @@ class Membership:
                     pass
                 continue
             holder = f"pid {info.pid} on {info.host}" if info is not None else "unknown process"
-            now = time.monotonic()
+            now = clock()
             if deadline is None:
                 deadline = now + 2 * self.cc.session_timeout_s + 2
                 self.log.warning("instance name held by another session: waiting for it to expire "
@@ -141,7 +140,7 @@ class Membership:
         """Hold syncMeta.lock while loading; wait (bounded) while another instance holds it."""
         zk = self.zk
         assert zk is not None
-        deadline = time.monotonic() + max(60.0, 6 * self.cc.session_timeout_s)
+        deadline = clock() + max(60.0, 6 * self.cc.session_timeout_s)
         wake = Waker()
         while True:
             try:
@@ -149,7 +148,7 @@ class Membership:
                 return
             except NodeExistsError:
                 pass
-            if time.monotonic() > deadline:
+            if clock() > deadline:
                 raise DdlInProgress("syncMeta.lock stayed held by another instance; join postponed")
             stat = await zk.exists(self.paths.sync_meta_lock, watch=wake)
             if stat is not None and stat.ephemeralOwner == zk.session_id:

@@ -37,7 +37,7 @@ from .port import REMOVE_ATTEMPTS
 from .ddlcore.acks import AckOutcome
 from .ddlcore.originator import Cleanup, EndMode, Fence, InitResult, OriginatorCore, Phase, Removal
 from .ddlcore.txn import Txn, failures, went_through
-from .loops import ZK_ERRORS, drop_tasks
+from .loops import ZK_ERRORS, clock, drop_tasks
 from .records import FAILED, INIT, MARKER_PREFIX, SUCCESS
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ class ClusterDdl:
             zk = self.zk = c.zk
             assert zk is not None
             while (key := core.next_to_lock()) is not None:
-                txn = core.init_txn(key, zk.session_id, time.monotonic(), c.registry.version)
+                txn = core.init_txn(key, zk.session_id, clock(), c.registry.version)
                 result = core.on_init(key, await zklog.commit(zk, txn))
                 if result is InitResult.SYNC_META_HELD:
                     raise DdlInProgress("Found another instance initializing metadata. Please try later")
@@ -198,15 +198,15 @@ class ClusterDdl:
             core.lost()
             raise LostDecision("this instance lost its ZooKeeper connection before running the DDL; "
                                "the DDL was not run")
-        if not (zk is self.zk and core.lease_holds(zk.session_id, time.monotonic(), zk.session_timeout_s)):
+        if not (zk is self.zk and core.lease_holds(zk.session_id, clock(), zk.session_timeout_s)):
             for _ in range(FENCE_READS):
-                sent = time.monotonic()
+                sent = clock()
                 try:
                     stats = await asyncio.gather(*(zk.exists(c.paths.ddl_lock(*key)) for key in core.locked))
                 except ZK_ERRORS as e:
                     raise LostDecision(f"cannot confirm the DDL lock ({e.__class__.__name__}); the DDL was not "
                                        f"run") from None
-                fence = core.fence(zk.session_id, dict(zip(core.locked, stats)), sent, time.monotonic(),
+                fence = core.fence(zk.session_id, dict(zip(core.locked, stats)), sent, clock(),
                                    zk.session_timeout_s)
                 if fence is Fence.RUN:
                     break

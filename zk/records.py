@@ -173,6 +173,9 @@ class HistoryEntry:
     phases_ms: dict = field(default_factory=dict)
     meta_version: int = 0
     started_at: float = 0.0
+    failed_nodes: tuple[str, ...] = ()   # shardingNodes where the statement failed (the rest of `nodes`: OK)
+    before: dict = field(default_factory=dict)   # half-applied only: "schema.table" -> CREATE text before it
+    repair_of: int = 0                   # a `repair @@ddl` run: the ddl_history sequence of the DDL it repairs
 
     def encode(self) -> bytes:
         return _dump(self)
@@ -181,11 +184,14 @@ class HistoryEntry:
     def decode(cls, data: bytes | None) -> HistoryEntry:
         o = _load(data)
         try:
-            phases = o.get("phases_ms", {})
+            phases, before = o.get("phases_ms", {}), o.get("before", {})
             return cls(str(o["schema"]), str(o["table"]), str(o.get("instance", "")), str(o.get("sql", "")),
                        str(o.get("status", "")), int(o.get("record_czxid", 0)), float(o.get("finished_at", 0)),
                        str(o.get("message", "")), str(o.get("user", "")), tuple(str(n) for n in o.get("nodes", ())),
                        {str(k): float(v) for k, v in phases.items()} if isinstance(phases, dict) else {},
-                       int(o.get("meta_version", 0)), float(o.get("started_at", 0)))
+                       int(o.get("meta_version", 0)), float(o.get("started_at", 0)),
+                       tuple(str(n) for n in o.get("failed_nodes", ())),
+                       {str(k): str(v) for k, v in before.items()} if isinstance(before, dict) else {},
+                       int(o.get("repair_of", 0)))
         except (KeyError, TypeError, ValueError) as e:
             raise BadRecord(f"bad history entry: {e}") from None

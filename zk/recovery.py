@@ -21,7 +21,7 @@ from .port import REMOVE_ATTEMPTS
 from .ddlcore import reconciler as core
 from .ddlcore.reconciler import RUNNING_POLL_S, RUNNING_WAIT_S, Orphan, Running, Verdict
 from .ddlcore.txn import went_through
-from .loops import SAFETY_POLL_S, ZK_ERRORS, PassLoop, Waker
+from .loops import SAFETY_POLL_S, ZK_ERRORS, PassLoop, Waker, clock
 from .paths import parse_table_node
 from .reads import read
 from .records import FAILED, MARKER_PREFIX, DdlLockInfo, DdlRecord, HistoryEntry
@@ -118,7 +118,7 @@ class Recovery(PassLoop):
             holder = lock.value.instance if lock.value is not None else "?"
             if core.holder_alive(holder, await c.online(), c.instance):
                 return  # a live instance still holds the table: not an orphan after all
-        started = time.monotonic()
+        started = clock()
         if not await self._ddl_ended(rec, rlog):
             return
         try:
@@ -139,7 +139,7 @@ class Recovery(PassLoop):
             return
         c.locks.release_owned_by(f"instance:{rec.instance}")
         rlog.warning("orphaned ddl reconciled", was=rec.status, sql=rec.sql, verdict=verdict,
-                     laggards=list(outcome.laggards) or None, seconds=round(time.monotonic() - started, 3))
+                     laggards=list(outcome.laggards) or None, seconds=round(clock() - started, 3))
 
     async def _ddl_ended(self, rec: DdlRecord, rlog: structlog.stdlib.BoundLogger) -> bool:
         """Wait (bounded, re-checking) until the DDL runs on no backend any more (its marker gone from
@@ -150,11 +150,11 @@ class Recovery(PassLoop):
         if not rec.ddl_id or c.ddl_running is None:
             return True   # a record from before markers: nothing to look for
         limit = c.config.server.ddl_timeout_s
-        deadline = time.monotonic() + min(c.cc.ack_timeout_s, RUNNING_WAIT_S)
+        deadline = clock() + min(c.cc.ack_timeout_s, RUNNING_WAIT_S)
         while True:
             kill = core.should_kill(rec.created_at, time.time(), limit)
             where = await c.ddl_running(MARKER_PREFIX + rec.ddl_id, kill=kill)
-            step = core.running_step(where, rec.created_at, time.time(), limit, time.monotonic() > deadline)
+            step = core.running_step(where, rec.created_at, time.time(), limit, clock() > deadline)
             if step is Running.ENDED:
                 return True
             if step is Running.LATER:
@@ -192,7 +192,7 @@ class Recovery(PassLoop):
         c = self.cluster
         zk = c.zk
         assert zk is not None
-        deadline = time.monotonic() + 2 * c.cc.ack_timeout_s + c.cc.session_timeout_s
+        deadline = clock() + 2 * c.cc.ack_timeout_s + c.cc.session_timeout_s
         wake = Waker()
         while True:
             online = await c.online(watch=wake)
@@ -211,7 +211,7 @@ class Recovery(PassLoop):
                     await self.reconcile(*parts)
             if not live:
                 return
-            if time.monotonic() > deadline:
+            if clock() > deadline:
                 jlog.warning("ddl still in flight at join; continuing, its outcome will reach our listener",
                              records=live)
                 return

@@ -10,10 +10,17 @@ from .aio import Zk
 from .ddlcore.txn import Check, Create, Delete, SetData, Txn
 
 
-def builder(txn: Txn) -> Callable[[Any], None]:
-    """The multi-op's operations, in the core's order."""
-    def build(tx: Any) -> None:
-        for op in txn.ops:
+class TxnOps:
+    """Builds the multi-op's operations, in the core's order; `txn` says what they are for (a
+    simulated ZooKeeper's checker reads it)."""
+
+    __slots__ = ("txn",)
+
+    def __init__(self, txn: Txn) -> None:
+        self.txn = txn
+
+    def __call__(self, tx: Any) -> None:
+        for op in self.txn.ops:
             if isinstance(op, Create):
                 tx.create(op.path, op.data, ephemeral=op.ephemeral, sequence=op.sequence)
             elif isinstance(op, Delete):
@@ -24,7 +31,11 @@ def builder(txn: Txn) -> Callable[[Any], None]:
                 tx.check(op.path, op.version)
             else:
                 raise TypeError(f"not a ZooKeeper operation: {op!r}")
-    return build
+
+
+def builder(txn: Txn) -> Callable[[Any], None]:
+    """The multi-op's operations, in the core's order."""
+    return TxnOps(txn)
 
 
 async def commit(zk: Zk, txn: Txn) -> list[Any]:
@@ -37,4 +48,4 @@ def commit_now(zk: Zk, txn: Txn) -> asyncio.Future:
     return zk.commit_now(builder(txn))
 
 
-__all__ = ["builder", "commit", "commit_now"]
+__all__ = ["TxnOps", "builder", "commit", "commit_now"]

@@ -44,6 +44,21 @@ class Budget:
             raise BudgetExceeded(self.limit)
 
 
+def _skip_rows(scanner: ResponseScanner, buf: bytes | bytearray | memoryview, pos: int, n: int) -> int:
+    """The hot loop of a relayed result: step over whole ordinary row packets (nothing kept); stop before
+    a partial one, a row over 16 MB, an end-of-rows or an ERR, which `scan` handles."""
+    skipped = 0
+    while n - pos >= 4:
+        length = buf[pos] | (buf[pos + 1] << 8) | (buf[pos + 2] << 16)
+        end = pos + 4 + length
+        if end > n or length >= 0xFFFFFF or length == 0 or buf[pos + 4] >= 0xFE:
+            break
+        pos = end
+        skipped += 1
+    scanner.packets += skipped
+    return pos
+
+
 # states
 _FIRST, _COLDEFS, _COLS_EOF, _ROWS, _PREP_PARAMS, _PREP_PARAMS_EOF, _PREP_COLS, _PREP_COLS_EOF, _DONE = range(9)
 
@@ -94,6 +109,8 @@ class ResponseScanner:
         """Consume complete packets of buf from start; return the offset after the last one consumed."""
         pos = start
         n = len(buf)
+        if self.state == _ROWS and not self.collect and not self._cont:
+            pos = _skip_rows(self, buf, pos, n)
         while not self.done and n - pos >= 4:
             length = buf[pos] | (buf[pos + 1] << 8) | (buf[pos + 2] << 16)
             end = pos + 4 + length

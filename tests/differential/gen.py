@@ -245,6 +245,8 @@ class Generator:
             return self.join_agg() if r.random() < 0.6 else self.routing()
         if x < 0.79:
             return self.subquery()
+        if x < 0.85:
+            return self.materialized()
         return self.dml()
 
     def simple(self) -> Case:
@@ -488,6 +490,77 @@ class Generator:
         if r.random() < 0.5:
             return Case(sql + " ORDER BY id" + self.limit(), "select", f"subquery{form}-order", ordered=True)
         return Case(sql, "select", f"subquery{form}")
+
+    # tables on different nodes (and a view pydble expands): read together only over copies of their rows
+    APART = ("dx_t2", "dx_t4", "dx_t4b", "dx_s", "dx_d", "dx_g", "dx_v2k")
+
+    def materialized(self) -> Case:
+        """Reads no per-node statement can answer (issue 18): window functions over several nodes, JOINs
+        of three tables, non-equi and outer joins, subqueries (correlated or not) and derived tables over
+        tables on different nodes; pydble answers them over temporary copies of their rows."""
+        r = self.r
+        a, b, c = (r.choice(self.APART) for _ in range(3))
+        form = r.randrange(8)
+        if form == 0:
+            part = r.choice(["k", "s", "d", "k IS NULL", "b"])
+            fn = r.choice(["ROW_NUMBER()", "RANK()", "DENSE_RANK()", "SUM(m)", "COUNT(*)", "MAX(k)", "AVG(m)",
+                           "LAG(b)", "FIRST_VALUE(id)", "NTILE(3)", "CUME_DIST()"])
+            over = f"PARTITION BY {part} ORDER BY {r.choice(['id', 'k, id', 'm DESC, id', 'dt, id'])}"
+            if r.random() < 0.3:
+                over += " ROWS BETWEEN 1 PRECEDING AND CURRENT ROW"
+            sql = (f"SELECT id, {fn} OVER ({over}) AS w, COUNT(*) OVER () AS n FROM {a}{self.where()} "
+                   f"ORDER BY id{self.limit()}")
+            return Case(sql, "select", "window", ordered=True)
+        if form == 1:
+            kind1, kind2 = r.choice(["JOIN", "LEFT JOIN"]), r.choice(["JOIN", "LEFT JOIN", "RIGHT JOIN"])
+            on1 = r.choice(["a.k = b.k", "a.s = b.s", "a.id = b.k", "a.b = b.b"])
+            on2 = r.choice(["c.k = b.k", "c.id = a.k", "c.d = a.d", "c.s = b.s AND c.k = a.k"])
+            where = f" WHERE {self.cond(r.choice(['a.', 'b.', 'c.']))}" if r.random() < 0.5 else ""
+            sql = (f"SELECT a.id, b.id, c.id, b.m FROM {a} a {kind1} {b} b ON {on1} {kind2} {c} c ON {on2}"
+                   f"{where} ORDER BY a.id, b.id, c.id")
+            return Case(sql, "select", "join3", ordered=True)
+        if form == 2:
+            on = r.choice(["a.k < b.k", "a.m >= b.m", "a.s < b.s", "a.d BETWEEN b.d AND b.d + INTERVAL 1 MONTH",
+                           "a.k <> b.k AND a.id < b.id", "a.k = b.k OR a.s = b.s"])
+            if r.random() < 0.3:
+                on += f" AND {self.atom('b.')}"
+            kind = r.choice(["JOIN", "LEFT JOIN", "LEFT JOIN"])
+            sql = f"SELECT a.id, b.id, {self.expr('b.')[0]} AS e FROM {a} a {kind} {b} b ON {on}{self.where('a.')}"
+            return Case(sql + " ORDER BY a.id, b.id", "select", "non-equi-join", ordered=True)
+        if form == 3:
+            col = r.choice(["k", "s", "d", "m"])
+            corr = r.choice(["", " AND y.id <> x.id", " AND y.k = x.k", " AND y.s = x.s"])
+            sql = (f"SELECT id, k FROM {a} x WHERE x.{col} {r.choice(['IN', 'NOT IN'])} "
+                   f"(SELECT y.{col} FROM {b} y WHERE y.{col} IS NOT NULL{corr})")
+            return Case(sql + " ORDER BY id", "select", "in-subquery", ordered=True)
+        if form == 4:
+            corr = r.choice(["y.k = x.k", "y.k < x.k", "y.s = x.s AND y.id <> x.id", "y.d = x.d"])
+            sql = (f"SELECT id FROM {a} x WHERE {r.choice(['', 'NOT '])}EXISTS (SELECT 1 FROM {b} y WHERE {corr})"
+                   f"{' AND ' + self.cond('x.') if r.random() < 0.4 else ''}")
+            return Case(sql + " ORDER BY id", "select", "exists-subquery", ordered=True)
+        if form == 5:
+            agg = r.choice(["COUNT(*)", "MAX(y.m)", "SUM(y.k)", "MIN(y.d)", "COUNT(DISTINCT y.s)"])
+            corr = r.choice(["y.k = x.k", "y.id > x.id", "y.b = x.b", "y.d <= x.d"])
+            sql = f"SELECT id, (SELECT {agg} FROM {b} y WHERE {corr}) AS v FROM {a} x{self.where('x.')}"
+            if r.random() < 0.3:
+                sql = (f"SELECT id FROM {a} x WHERE x.m > (SELECT AVG(y.m) FROM {b} y"
+                       f"{' WHERE y.k = x.k' if r.random() < 0.5 else ''})")
+            return Case(sql + " ORDER BY id", "select", "scalar-subquery", ordered=True)
+        if form == 6:
+            inner = r.choice([f"SELECT a.k, COUNT(*) AS n, SUM(b.m) AS sm FROM {a} a JOIN {b} b ON a.s = b.s "
+                              f"GROUP BY a.k",
+                              f"SELECT k, COUNT(*) AS n, MAX(m) AS sm FROM {a} GROUP BY k UNION ALL "
+                              f"SELECT k, 1, m FROM {b}",
+                              f"SELECT x.k, x.id AS n, x.m AS sm FROM {a} x WHERE x.k IN (SELECT k FROM {b})"])
+            sql = f"SELECT q.k, SUM(q.n), MAX(q.sm) FROM ({inner}) q GROUP BY q.k ORDER BY q.k"
+            return Case(sql, "select", "derived-across", ordered=True)
+        key = r.choice(["a.k", "b.d", "a.k, b.k"])
+        agg = r.choice(["COUNT(*)", "SUM(b.m)", "MAX(a.id)", "COUNT(DISTINCT b.k)", "AVG(a.m)",
+                        "GROUP_CONCAT(b.id ORDER BY b.id)"])
+        on = r.choice(["a.s = b.s", "a.k = b.k", "a.k < b.k"])
+        sql = (f"SELECT {key}, {agg} FROM {a} a JOIN {b} b ON {on}{self.where('a.')} GROUP BY {key} "
+               f"HAVING COUNT(*) > {r.randint(0, 2)} ORDER BY {key}")
+        return Case(sql, "select", "join-group-across", ordered=True)
 
     def new_row(self, key: int | None = None) -> str:
         r = self.r

@@ -5,7 +5,9 @@ of one of its nodes is killed (SIGKILL) while the ALTER runs there, then restart
 @@metadata` names the lagging node, `show @@ddl_history` keeps where the ALTER succeeded and failed,
 `pydble ddl repair` refuses while the lagging node has a third structure, a later ALTER of the table
 is refused on every instance until the repair, which re-runs the ALTER on the lagging node only, every
-instance of the cluster reloads, and a second repair has nothing to do.
+instance of the cluster reloads, and a second repair has nothing to do. The repair runs on the OTHER
+instance of the cluster than the one whose ALTER was half-applied: it reads the DDL (statement, nodes
+where it succeeded and failed, structure before it) from ZooKeeper's ddl_history.
 """
 
 from __future__ import annotations
@@ -114,13 +116,14 @@ def test_a_ddl_half_applied_by_a_dying_backend_is_shown_then_repaired(fresh_back
     assert last["sql"] == ALTER and last["outcome"] == "FAILED"
     assert (last["succeeded_nodes"], last["failed_nodes"]) == ("dn1", "dn2")
 
-    # refused while dn2 has neither the structure from before the ALTER nor the one it made
+    # refused while dn2 has neither the structure from before the ALTER nor the one it made (asked of
+    # dble-2, which did not run the ALTER: the cluster's history says what it was)
     b2.query(f"ALTER TABLE {TABLE} ADD COLUMN by_hand INT", database="db1")
     with pytest.raises(pymysql.MySQLError) as ei:
-        _manager(p, f"repair @@ddl where schema='schema1' and table='{TABLE}'")
+        _manager(p2, f"repair @@ddl where schema='schema1' and table='{TABLE}'")
     assert "dn2" in ei.value.args[1] and "fix by hand" in ei.value.args[1], ei.value.args
     assert "`added`" not in _show_create(b2)   # nothing was run
-    r = _cli("ddl", "repair", f"schema1.{TABLE}", "--config", str(p.config_path))
+    r = _cli("ddl", "repair", f"schema1.{TABLE}", "--config", str(p2.config_path))
     assert r.returncode == 3 and "fix by hand" in r.stderr, (r.stdout, r.stderr)
     b2.query(f"ALTER TABLE {TABLE} DROP COLUMN by_hand", database="db1")   # back to the structure from before
 
@@ -138,8 +141,8 @@ def test_a_ddl_half_applied_by_a_dying_backend_is_shown_then_repaired(fresh_back
         assert f"repair @@ddl where schema='schema1' and table='{TABLE}'" in ei.value.args[1], ei.value.args
     assert (_show_create(b1), _show_create(b2)) == shapes   # it ran nowhere
 
-    # repair through the CLI: re-run on dn2 only, then every node and memory have the new structure
-    r = _cli("ddl", "repair", f"schema1.{TABLE}", "--config", str(p.config_path))
+    # repair through the CLI on dble-2: re-run on dn2 only, then every node and memory have the new structure
+    r = _cli("ddl", "repair", f"schema1.{TABLE}", "--config", str(p2.config_path))
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert "re-run on dn2" in r.stdout
     assert _show_create(b1) == _show_create(b2)
@@ -152,16 +155,31 @@ def test_a_ddl_half_applied_by_a_dying_backend_is_shown_then_repaired(fresh_back
         assert (int(row["consistent_in_memory"]), "`added`" in row["table_structure"]) == (1, True), q.instance
         q.query(f"INSERT INTO {TABLE} VALUES ({900001 + i}, 'n', 5)")
         assert q.query(f"SELECT added FROM {TABLE} WHERE id = {900001 + i}") == [(5,)]
-    (repair_row, *_) = _manager(p, "show @@ddl_history")
-    assert (repair_row["repair_of"], repair_row["nodes"], repair_row["outcome"]) == (str(last["id"]), "dn2", "OK")
+    (repair_row, *_) = _manager(p2, "show @@ddl_history")   # the repair is dble-2's
+    assert (repair_row["sql"], repair_row["nodes"], repair_row["outcome"]) == (ALTER, "dn2", "OK")
+    assert repair_row["repair_of"]
 
-    # a second repair (the manager command) has nothing to do
+    # a second repair has nothing to do, from either instance
     (again,) = _manager(p, f"repair @@ddl where schema='schema1' and table='{TABLE}'")
     assert again["action"] == "nothing" and "nothing to repair" in again["message"]
-    assert _cli("ddl", "repair", f"schema1.{TABLE}", "--config", str(p.config_path)).returncode == 1
+    assert _cli("ddl", "repair", f"schema1.{TABLE}", "--config", str(p2.config_path)).returncode == 1
     assert any("repair @@ddl" in h["STATEMENT"] for h in _manager(p, "show @@help"))
 
     # repaired: the DDL that was refused runs
     p2.query(SECOND)
     assert "`later`" in _show_create(b1) and "`later`" in _show_create(b2)
 
+
+
+def test_a_single_instance_repairs_from_its_own_history(fresh_backends, fresh_proxy) -> None:
+    """Without ZooKeeper the instance's own DDL history says what to re-run."""
+    b1, b2 = fresh_backends
+    p = _half_applied(fresh_backends, fresh_proxy)
+    where = f"where schema='schema1' and table='{TABLE}'"
+    _wait(lambda: (r := _manager(p, f"check full @@metadata {where}")) and r[0]["differing_sharding_nodes"] == "dn2",
+          20, "dn2 to be readable again")
+    (done,) = _manager(p, f"repair @@ddl {where}")
+    assert done["action"] == "repaired" and "re-run on dn2" in done["message"], done
+    assert _show_create(b1) == _show_create(b2)
+    row = _manager(p, f"check full @@metadata {where}")[0]
+    assert (int(row["consistent_in_sharding_nodes"]), int(row["consistent_in_memory"])) == (1, 1)

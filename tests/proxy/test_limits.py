@@ -58,6 +58,17 @@ def test_a_merge_past_the_budget_gets_a_clear_error_and_others_go_on(limited):
     assert limited.query("SELECT COUNT(*) FROM sharding_4_t1") == [(1200,)]
 
 
+def test_a_streamed_read_is_not_held_so_the_budget_does_not_cap_it(limited):
+    """2.4 MB of rows with merge_memory_mb = 1: relayed as they arrive, so they pass; grouping them (held
+    in the proxy, one group per row) is refused with the budget's error instead of growing without bound."""
+    rows = limited.query("SELECT id, pad FROM sharding_4_t1")
+    assert len(rows) == 1200 and sum(len(r[1]) for r in rows) == 2_400_000
+    with pytest.raises(pymysql.MySQLError) as e:
+        limited.query("SELECT id, pad, COUNT(*) FROM sharding_4_t1 GROUP BY id, pad")
+    assert e.value.args[0] == 1038 and "merge_memory_mb" in e.value.args[1]
+    assert limited.query("SELECT COUNT(*), MAX(LENGTH(pad)) FROM sharding_4_t1 GROUP BY LENGTH(pad)") == [(1200, 2000)]
+
+
 def _login(port: int) -> socket.socket:
     s = socket.create_connection(("127.0.0.1", port), timeout=30)
     buf = b""

@@ -314,3 +314,24 @@ def test_execute_direct_runs_the_statement_prepared_last(ps_proxy: ProxyProcess)
         assert c.read()[1][0] == 0xFF
         a = c.answer()
         assert (a.kind, a.err_code) == ("err", 1243)
+
+
+def test_pipelined_executes_and_their_warnings(ps_proxy: ProxyProcess, backends: list[Any]) -> None:
+    """Executes sent in one write are answered in order with MariaDB's binary rows (the fast path serves
+    them from the data callback), and a warning of one stays for SHOW WARNINGS as MariaDB keeps it."""
+    sql = "SELECT id, vc FROM ps_types WHERE id = ?"
+    with PsClient(ps_proxy.port) as c, direct(backends, node_of(6)) as d:
+        st = c.prepare(sql)
+        ids = [1, 2, 3, 6, 5, 1] * 3
+        c.sock.sendall(b"".join(struct.pack("<I", len(p)) + p
+                                for p in (c.execute_packet(st.stmt_id, [p_long(i)]) for i in ids)))
+        answers = [c.answer() for _ in ids]
+        for i, a in zip(ids, answers):
+            want = [] if i == 5 else [r for r in (1, 2, 3, 6) if r == i]
+            assert a.kind == "rows" and len(a.rows) == len(want), (i, a.err_message)
+        dst = d.prepare(sql)
+        got = c.execute(st.stmt_id, [p_str("6x")])   # Truncated incorrect DECIMAL value, as MariaDB warns
+        want = d.execute(dst.stmt_id, [p_str("6x")])
+        assert got.kind == want.kind == "rows" and len(got.rows) == 1 and got.rows == want.rows
+        shown, direct_shown = c.query("SHOW WARNINGS"), d.query("SHOW WARNINGS")
+        assert shown.kind == "rows" and shown.rows == direct_shown.rows != []

@@ -124,3 +124,25 @@ def test_rows_over_16_mb_keep_their_pieces_in_order() -> None:
     f = PacketFramer(max_payload=1 << 30)
     f.feed(bytes(out.data))
     assert len(list(f.packets())) == 6
+
+
+@pytest.mark.parametrize("deprecate_eof", [False, True])
+@pytest.mark.parametrize("limit", [None, 0, 1, 299, 450, 601])
+def test_whole_answers_in_one_write_keep_every_row_and_sequence(deprecate_eof: bool, limit: int | None) -> None:
+    """A backend read holds hundreds of rows (sequence ids wrap past 255); the LIMIT may cut inside one read."""
+    out = Out()
+    relay = ConcatRelay(out, deprecate_eof, limit, lambda: 0)
+    sent = []
+    for base in (0, 1000):
+        rows = [[str(base + i).encode(), None if i % 7 == 0 else b"v" * (i % 40)] for i in range(300)]
+        sent += rows
+        data = answer(rows, deprecate_eof)
+        relay.node().write(data)
+    relay.finish(0)
+    f = PacketFramer(max_payload=1 << 30)
+    f.feed(bytes(out.data))
+    seqs = [s for s, _ in f.packets()]
+    assert seqs == [(i + 1) & 0xFF for i in range(len(seqs))]
+    _, _, rows, last = parse(bytes(out.data), deprecate_eof)
+    assert rows == sent[:limit]
+    assert last[0] == 0xFE

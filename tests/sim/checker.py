@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .backend import Query
     from .cluster import SimCluster
     from .instance import Instance
-    from .originator import Answer
+    from .ddlpath import Answer
 
 
 class Violation(BaseException):
@@ -54,7 +54,10 @@ class Checker:
 
     def fail(self, what: str) -> None:
         w = self.c.world
-        raise Violation(f"seed {w.seed} t={w.now:.3f}: {what}")
+        v = Violation(f"seed {w.seed} t={w.now:.3f}: {what}")
+        if w.violation is None:
+            w.violation = v   # raised by the World even when a task (which keeps exceptions) raised it here
+        raise v
 
     # -- 1: one DDL per table ------------------------------------------------------------------------------
     def on_backend_start(self, q: Query) -> None:
@@ -128,7 +131,7 @@ class Checker:
             if other is inst or other.name in answer.laggards or other.state == "down":
                 continue
             online = self.c.zk.nodes.get(self.c.paths.online_instance(other.name))
-            if online is None or online.czxid > czxid or other.zk is None or online.ephemeral_owner != other.zk.sid:
+            if online is None or online.czxid > czxid or other.session is None or online.ephemeral_owner != other.session:
                 continue   # not online, online only since the DDL began, or a dead predecessor's node
             have = other.memory.get(table) or {}
             if not all(_since(have.get(n), expect.get(n) if expect else None, now_backends[n], column)

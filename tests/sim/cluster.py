@@ -3,22 +3,23 @@ workload and the faults, all drawn from the seed; `run_schedule(seed)` runs it u
 
 from __future__ import annotations
 
+import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+import structlog
+
+from zk.cluster import Cluster
 from zk.ddlcore import OriginatorCore, SubscriberCore
-from zk.ddlcore import reconciler as rc
-from zk.ddlcore.release import release_refusal, release_txn
 from zk.paths import Paths
-from zk.records import FAILED, BadRecord, DdlLockInfo, DdlRecord, HistoryEntry, OnlineInfo
+from zk.records import BadRecord, DdlRecord
 
-from .backend import Backend, BackendError
+from .backend import Backend
 from .checker import Checker, Violation
-from .instance import SAFETY_POLL_S, Instance, Waker, ZkDown
+from .ddlpath import kill_ddl_lock, run_ddl
+from .instance import Instance
 from .net import PeerNet
-from .originator import run_ddl
-from .reconciler import ddl_running, drain_in_flight, recovery_loop
-from .subscriber import listener_loop
 from .world import World
 from .zkmodel import ZkServer
 
@@ -29,16 +30,19 @@ class SimBug(RuntimeError):
 
 @dataclass
 class Variant:
-    """Which protocol the simulated cluster runs: the production core as is ("fixed"), or with one fix
-    reverted by the test (a broken subclass or function passed in, or a knob of this test-side adapter)."""
+    """Which protocol the simulated cluster runs: production's as is ("fixed"), or with one fix reverted by
+    the test (a broken subclass of a core or driver class passed in, or a knob of the simulator's own
+    stand-ins for proxy/ddl.py and meta.loader)."""
 
     name: str = "fixed"
     originator_core: type = OriginatorCore
     subscriber_core: type = SubscriberCore
-    running_step: Callable[..., Any] = rc.running_step
-    acks_without_identity: bool = False     # the adapter's ZooKeeper acks: unconditional, naming no record
-    # the simulated `kill @@ddl_lock`: refused while the holder is online (proxy/server.py) or its DDL runs on a
-    # node (release_refusal), and releasing exactly what it judged (release_txn); False: the old release
+    cluster_class: type = Cluster              # zk/cluster.py's (a subclass: acks without identity)
+    listener_class: type | None = None         # zk/listener.py's DdlListener unless a subclass is given
+    # DdlRunner.running as the reconciler and release_table ask it; False: finds nothing (reads at once)
+    reconciler_looks: bool = True
+    # `kill @@ddl_lock`: proxy/server.py's holder check and production's release_table; False: the old
+    # release (whatever record and lock are there by then, deleted recursively)
     kill_refuses_live_holder: bool = True
     # a node unreachable also fails metadata reads (a subscriber's reload, a catch-up); False: only new DDL
     # connections are refused (reads still answer)
@@ -46,12 +50,10 @@ class Variant:
     # a reload that cannot read a node publishes the old structure for it (meta.loader's partial load,
     # UNKNOWN), then says it is incomplete (RefreshIncomplete: not counted as applied, retried)
     partial_loads: bool = False
-    # the drivers' share of the fixes since (False: reverted): a partial load raises RefreshIncomplete (not
-    # counted as applied); the originator re-reads a table its refresh missed a node of (reload_later); a
-    # catch-up/settle reload holds the table's local lock and waits for a DDL in flight on it
+    # the stand-ins' share of the fixes (False: reverted): a partial load raises RefreshIncomplete (not
+    # counted as applied); the originator re-reads a table its refresh missed a node of (reload_later)
     partial_is_incomplete: bool = True
     originator_reloads_later: bool = True
-    catch_up_takes_lock: bool = True
 
 
 @dataclass
@@ -82,7 +84,8 @@ class SimCluster:
         for p in (self.paths.online, self.paths.ddl_locks, self.paths.ddl, self.paths.history):
             self.zk.ensure_path(p)
         self.tables = ["t1", "t2"][: r.choice((1, 2))]
-        self.backends = {n: Backend(w, n, {t: ("id",) for t in self.tables}) for n in ("dn1", "dn2")}
+        self.backends = {n: Backend(w, n, {t: ("id",) for t in self.tables})
+                         for n in ("dn1", "dn2", "dn3")[: r.choice((2, 2, 3))]}
         self.checker = Checker(self)
         self.zk.audit.append(self.checker.audit)
         for be in self.backends.values():
@@ -92,15 +95,19 @@ class SimCluster:
             be.reads_fail_when_down = self.variant.reload_failures
         self.net = PeerNet(w, drop_p=r.choice((0.0, 0.02, 0.1)), dup_p=r.choice((0.0, 0.02, 0.1)),
                            late_p=r.choice((0.0, 0.02)))
-        self.instances = {n: Instance(self, n) for n in [f"i{k}" for k in range(1, r.choice((2, 3, 3)) + 1)]}
+        self.instances = {n: Instance(self, n) for n in [f"i{k}" for k in range(1, r.choice((2, 3, 3, 4)) + 1)]}
         for inst in self.instances.values():
             self.net.attach(inst.name, inst.on_peer)
         self.answers: dict[str, int] = {}
         self.ddls = 0
 
+    def loops_changed(self) -> None:
+        """The running processes' loops, in a fixed order, are what the World steps."""
+        self.world.loops = [i.loop for _, i in sorted(self.instances.items()) if i.state == "running"]
+
     def calm(self) -> bool:
-        """Nothing in flight anywhere (no message, statement, DDL, record or task but the loops) and every
-        instance equal to the backends: nothing can change any more."""
+        """Nothing in flight anywhere (no message, statement, DDL, record or reload) and every instance
+        equal to the backends: nothing can change any more."""
         if self.net.in_flight:
             return False
         if any(be.processlist for be in self.backends.values()):
@@ -112,113 +119,13 @@ class SimCluster:
             return False
         truth = {t: {n: be.tables.get(t) for n, be in sorted(self.backends.items())} for t in self.tables}
         for inst in self.instances.values():
-            if inst.state != "running" or not inst.ready or inst.locks or inst.inbox:
+            if inst.state != "running" or not inst.ready or inst.locks or inst.reloads:
                 return False
-            if any(not t.name.endswith((":listener", ":recovery")) for t in inst.tasks):
+            if any(not t.done() for t in inst.ddl_tasks):
                 return False
             if any(inst.memory.get(t) != truth[t] for t in self.tables):
                 return False
         return True
-
-    def peer_names(self, inst: Instance) -> list[str]:
-        """The instances we have peer links to (the live set): those online, as last read."""
-        if not self.peer_on:
-            return []
-        return [n for n in self.instances if n != inst.name
-                and self.paths.online_instance(n) in self.zk.nodes]
-
-    # -- join -----------------------------------------------------------------------------------------------
-    async def join(self, inst: Instance) -> None:
-        """claim the name -> syncMeta.lock -> drain in-flight DDL -> load -> online -> loops (cluster._join)."""
-        inst.joining = True
-        try:
-            while True:
-                try:
-                    await self._join_once(inst)
-                    return
-                except (ZkDown, BackendError):
-                    await inst.sleep(1.0)
-                    if inst.zk is None or not inst.zk.connected:
-                        inst.new_session()
-        finally:
-            inst.joining = False
-
-    async def _join_once(self, inst: Instance) -> None:
-        p = self.paths
-        waker = Waker(inst)
-        me = p.online_instance(inst.name)
-        began = inst.session
-        while True:
-            got = await inst.zget(me, waker)
-            if got is None or got[1].ephemeralOwner == inst.session:
-                break
-            try:
-                info = OnlineInfo.decode(got[0])
-            except BadRecord:
-                info = None
-            if info is not None and info.incarnation == f"inc{inst.incarnation}":
-                await inst.zwrite(("delete", me, got[1].version), "join")
-                continue
-            await waker.wait(SAFETY_POLL_S)
-        sid = inst.session
-        for name in await inst.zchildren(p.ddl_locks):
-            got = await inst.zget(f"{p.ddl_locks}/{name}")
-            if got is None:
-                continue
-            try:
-                holder = DdlLockInfo.decode(got[0]).instance
-            except BadRecord:
-                continue
-            if holder == inst.name and got[1].ephemeralOwner != sid:
-                try:
-                    await inst.zwrite(("delete", f"{p.ddl_locks}/{name}", -1), "join")
-                except Exception:  # noqa: BLE001
-                    pass
-        while True:
-            try:
-                await inst.zwrite(("create", p.sync_meta_lock, inst.name.encode(), True, False), "join")
-                break
-            except ZkDown:
-                raise
-            except Exception:  # noqa: BLE001 - NodeExistsError
-                stat = await inst.zexists(p.sync_meta_lock, waker)
-                if stat is not None and stat.ephemeralOwner == inst.session:
-                    break
-                if stat is not None:
-                    await waker.wait(SAFETY_POLL_S)
-        try:
-            self.world.log(f"{inst.tag} holds syncMeta.lock; draining")
-            await drain_in_flight(inst)
-            self.world.log(f"{inst.tag} drained; loading")
-            history = await inst.zchildren(self.paths.history)   # membership._join: the position before the load
-            await inst.load_all()
-            self.world.log(f"{inst.tag} loaded {inst.memory}")
-            while True:
-                try:
-                    await inst.zwrite(("create", me, inst.online_info(), True, False), "join")
-                    break
-                except ZkDown:
-                    raise
-                except Exception:  # noqa: BLE001 - NodeExistsError
-                    got = await inst.zget(me)
-                    if got is not None and got[1].ephemeralOwner == inst.session:
-                        break
-                    await waker.wait(SAFETY_POLL_S)
-            inst.sub.restart(history)
-            inst.catch_up_backoff = 0.0
-            inst.spawn(listener_loop(inst), "listener")
-            inst.spawn(recovery_loop(inst), "recovery")
-        finally:
-            try:
-                await inst.zwrite(("delete", p.sync_meta_lock, -1), "join")
-            except Exception:  # noqa: BLE001
-                pass
-        if inst.session != began or began is None:
-            # membership (h1 1db44e3): a join that ends on another session than it began with does not make the
-            # instance ready; it joins again on the new one
-            raise ZkDown("the session changed during the join")
-        inst.ready = True
-        self.world.log(f"{inst.tag} joined")
 
     # -- the client and the operator --------------------------------------------------------------------------------
     def submit(self, name: str, table: str, column: str) -> None:
@@ -230,19 +137,38 @@ class SimCluster:
         no = self.ddls
 
         async def client() -> None:
-            answer = await run_ddl(inst, table, column, no)
-            kind = "ok" if answer.ok else ("refused" if answer.refused else
-                                           "lost" if answer.extra.get("lost") else "failed")
+            if not inst.ready:
+                answer = None
+                kind = "refused"
+            else:
+                answer = await run_ddl(inst, table, column, no)
+                kind = "ok" if answer.ok else ("refused" if answer.refused else
+                                               "lost" if answer.extra.get("lost") else "failed")
             self.answers[kind] = self.answers.get(kind, 0) + 1
-            self.world.log(f"{inst.tag} ddl {no} {table}.{column}: {kind} {answer.message} lag={answer.laggards}")
-            self.checker.on_answer(inst, table, answer)
-        inst.deliver_for(inst.incarnation)(lambda: inst.spawn(client(), f"ddl{no}"))
+            if answer is not None:
+                self.world.log(f"{inst.tag} ddl {no} {table}.{column}: {kind} {answer.message} "
+                               f"lag={answer.laggards}")
+                self.checker.on_answer(inst, table, answer)
+
+        def go() -> None:
+            task = inst.spawn(client(), f"ddl{no}")
+            inst.ddl_tasks.add(task)
+            task.add_done_callback(lambda t: self._client_done(inst, t))
+        inst.deliver(go, inst.incarnation)
+
+    def _client_done(self, inst: Instance, task: Any) -> None:
+        inst.ddl_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            if isinstance(exc, Violation):
+                self.world.violation = exc
+            else:
+                self.world.errors.append((task.get_name(), exc))
 
     def operator_kill(self, name: str, table: str, force: bool) -> None:
-        """`kill @@ddl_lock where schema='db' and table='t' [force]` sent to instance `name`
-        (proxy/server.kill_ddl_lock + cluster.release_table over zk/ddlcore/release.py)."""
+        """`kill @@ddl_lock where schema='db' and table='t' [force]` sent to instance `name`."""
         inst = self.instances[name]
-        if inst.state != "running":
+        if inst.state != "running" or not inst.ready:
             return
 
         async def op() -> None:
@@ -251,69 +177,29 @@ class SimCluster:
             if locked and table not in locked:
                 table = locked[0]   # an operator kills a lock that is there (show @@ddl first)
             key = (self.schema, table)
+            marker = ""
+            got = self.zk.nodes.get(self.paths.ddl_record(*key))
+            if got is not None:
+                try:
+                    marker = DdlRecord.decode(got.data).marker
+                except BadRecord:
+                    pass
             try:
-                online = await inst.online() | {inst.name}
-                got = await inst.zget(self.paths.ddl_record(*key))   # the record first, as release_table reads
-                lock = await inst.zget(self.paths.ddl_lock(*key))
-                holders = set()
-                if lock is not None:
-                    holders.add(DdlLockInfo.decode(lock[0]).instance)
-                rec = DdlRecord.decode(got[0]) if got is not None else None
-                if rec is not None:
-                    holders.add(rec.instance)
-                lk = inst.locks.get(table)
-                if lk is not None and lk.owner.startswith("session:"):
-                    holders.add(inst.name)
-                if holders & online and not force and self.variant.kill_refuses_live_holder:
-                    self.world.log(f"operator kill of {table} refused: holder {holders & online} online")
-                    return
-                if got is None and lock is None:
-                    inst.locks.pop(table, None)
-                    return
                 if self.variant.kill_refuses_live_holder:
-                    if not force and rec is not None and rec.ddl_id:
-                        why = release_refusal(rec, await ddl_running(inst, rec.marker, False), force)
-                        if why is not None:
-                            self.world.log(f"operator kill of {table} refused: {why}")
-                            return
-                    children = await inst.zchildren(self.paths.ddl_record(*key)) if got is not None else []
-                    acks = await inst.zchildren(self.paths.ddl_acks(*key)) if "instance" in children else []
-                    entry = None
-                    if got is not None:
-                        entry = HistoryEntry(self.schema, table, rec.instance if rec else "?", rec.sql if rec else "",
-                                             FAILED, got[1].czxid, self.world.now, message="released by an operator")
-                    results = await inst.zcommit(release_txn(self.paths, key, rec, got[1] if got else None, children,
-                                                             acks, lock[1] if lock else None, entry))
-                    if any(isinstance(r, BaseException) for r in results):
-                        self.world.log(f"operator kill of {table}: changed meanwhile, nothing released")
-                        return
-                else:   # the bug: whatever is there by now goes, one node after another (the old release_table)
-                    await self._delete_recursive(inst, self.paths.ddl_record(*key))
-                    try:
-                        await inst.zwrite(("delete", self.paths.ddl_lock(*key), -1), "operator")
-                    except Exception:  # noqa: BLE001 - NoNodeError
-                        pass
-                self.world.log(f"operator kill of {table} (force={force}) released it; holders {holders}")
-                if force:
-                    self.checker.on_forced_release(table, rec.marker if rec else "")
-                inst.locks.pop(table, None)
-            except (ZkDown, BadRecord):
+                    what = await kill_ddl_lock(inst, table, force)
+                else:   # the old release: whatever is there by the time it deletes, one node after another
+                    zk = inst.cluster.zk
+                    await zk.delete(self.paths.ddl_record(*key), recursive=True)
+                    await zk.delete(self.paths.ddl_lock(*key))
+                    inst.locks_.release(self.schema, table)
+                    what = "released"
+            except Exception as e:  # noqa: BLE001 - refused (DdlInProgress) or ZooKeeper failed: nothing released
+                self.world.log(f"operator kill of {table} (force={force}): {e!r}")
                 return
+            self.world.log(f"operator kill of {table} (force={force}): {what}")
+            if what == "released" and force:
+                self.checker.on_forced_release(table, marker)
         inst.spawn(op(), "operator")
-
-    async def _delete_recursive(self, inst: Instance, path: str) -> None:
-        """zk/aio.py's delete(recursive=True): children first, listed again when one came meanwhile."""
-        for _ in range(10):
-            for child in await inst.zchildren(path):
-                await self._delete_recursive(inst, f"{path}/{child}")
-            try:
-                await inst.zwrite(("delete", path, -1), "operator")
-                return
-            except ZkDown:
-                raise
-            except Exception as e:  # noqa: BLE001 - NoNodeError: gone; NotEmptyError: list again
-                if e.__class__.__name__ != "NotEmptyError":
-                    return
 
     # -- the schedule -------------------------------------------------------------------------------------------
     def plan(self, window: float) -> None:
@@ -373,9 +259,9 @@ class SimCluster:
             inst.start()
 
     def _zk_slow(self, name: str, seconds: float) -> None:
-        inst = self.instances[name]
-        if inst.zk is not None:
-            inst.zk.slow_until = self.world.now + seconds
+        client = self.instances[name].zk_client
+        if client is not None:
+            client.slow_until = self.world.now + seconds
 
 
 def run_schedule(seed: int, variant: Variant | None = None, trace: bool = False, window: float = 8.0,
@@ -385,6 +271,23 @@ def run_schedule(seed: int, variant: Variant | None = None, trace: bool = False,
     After the last fault has ended the cluster runs on until it is calm (nothing in flight anywhere and
     every instance equal to the backends, twice a second apart) or `settle` virtual seconds passed;
     the quiescence check then runs."""
+    with quiet_logs():
+        return _run(seed, variant, trace, window, settle)
+
+
+@contextmanager
+def quiet_logs() -> Iterator[None]:
+    """The production drivers log through structlog: nothing of it is printed while schedules run."""
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL),
+                        cache_logger_on_first_use=False)
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
+
+
+def _run(seed: int, variant: Variant | None, trace: bool, window: float, settle: float) -> Outcome:
     c = SimCluster(seed, variant, trace)
     c.plan(window)
     w = c.world

@@ -1,82 +1,84 @@
-"""A proxy instance in the simulation: a process that pauses, crashes and restarts (losing its memory),
-with its table structures, local DDL locks, ZooKeeper session, peer endpoint and background loops.
+"""A proxy instance in the simulation: a process that pauses, crashes and restarts (losing its memory).
 
-Its protocol steps are the production core's (zk/ddlcore); the code here and in originator.py,
-subscriber.py and reconciler.py only runs their transactions and reads against the models and feeds
-the results back, as zk/originator.py, zk/listener.py and zk/recovery.py do against the real parts.
+Its cluster side is production's: a zk/cluster.py Cluster (membership and join, zk/listener.py,
+zk/recovery.py, zk/acks.py, zk/history.py, and zk/originator.py's ClusterDdl for its DDLs) running on
+the process's own event loop on the virtual clock (aioloop.py), with the simulator's ZooKeeper client
+and peer channel as its ports (ports.py). What stands in for the rest of the process is here, kept to
+what the protocol sees of it:
+- the metadata registry (a table's structure per node, and a version),
+- meta.loader and DdlRunner.refresh/refresh_now/reload_later/running (reads and processlists of the
+  simulated backends; a read that misses a node is partial, as meta.loader's), and
+- the client DDL path of proxy/ddl.py around ClusterDdl (ddlpath.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Coroutine
+import asyncio
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
+from meta.config import ClusterConfig, Config, ServerConfig
+from meta.errors import ProxyError, RefreshIncomplete
+from meta.locks import MetaLocks
+from zk.cluster import Cluster
+from zk.records import MARKER_PREFIX
 
-from zk.ddlcore import Check, Create, Delete, SetData, Txn
-from zk.records import OnlineInfo
-
-from .backend import BackendError, RefreshIncomplete
-from .tasks import Cancelled, SimFuture, Task, first, gather
+from .aioloop import SimLoop
+from .backend import BackendError
+from .ports import SimPeerLinks, SimPeerServer, SimZk
 
 if TYPE_CHECKING:
     from .cluster import SimCluster
 
-SAFETY_POLL_S = 2.0
 RELOAD_RETRY_FIRST_S = 1.0   # proxy/ddl.py's
 RELOAD_RETRY_MAX_S = 30.0
+RESTART_AFTER_S = 1.0        # a process whose start failed is started again (its supervisor)
 
 
-class ZkDown(Exception):
-    """No usable ZooKeeper session (expired, closed, or none yet)."""
+def to_text(cols: tuple | None) -> str | None:
+    """A structure as the CREATE text the peer channel carries."""
+    return None if cols is None else ",".join(cols)
 
 
-@dataclass
-class LocalLock:
-    """meta/locks.py's per-table lock: held by this instance's DDL or for a peer's (owner instance:X)."""
-
-    owner: str
-    record: int = 0
+def from_text(text: str | None) -> tuple | None:
+    return None if text is None else tuple(text.split(","))
 
 
-@dataclass
-class Waker:
-    """A watch-driven wake-up for a loop, bounded by a timeout (like zk/cluster.py's Waker)."""
+class _Verdict:
+    def __init__(self, structure: Any) -> None:
+        self.structure = structure
 
-    inst: Instance
-    fut: SimFuture = field(default_factory=SimFuture)
+    def verdict(self) -> _Verdict:
+        return self
 
-    def __call__(self, *_: Any) -> None:
-        self.fut.set(True)
-
-    async def wait(self, timeout: float) -> bool:
-        fut = self.fut
-        self.inst.world.at(timeout, fut.set, False)
-        fired = await fut
-        self.fut = SimFuture()
-        return bool(fired)
+    def describe(self) -> str:
+        return f"as read: {self.structure}"
 
 
-def _zk_error(v: Any) -> Any:
-    """An expired session reads as ZkDown (the drivers' one "no usable session" error)."""
-    return ZkDown(str(v) or "session expired") if isinstance(v, SessionExpiredError) else v
+class SimRegistry:
+    """meta/registry.py's part the drivers use: a version, listeners, and each table's structure per node."""
 
+    def __init__(self) -> None:
+        self.memory: dict[str, dict[str, tuple | None]] = {}
+        self.version = 0
+        self._listeners: list[Callable[[Any], None]] = []
 
-def to_model_ops(txn: Txn) -> list[tuple]:
-    """The core's ops as the ZooKeeper model's tuples."""
-    out = []
-    for op in txn.ops:
-        if isinstance(op, Create):
-            out.append(("create", op.path, op.data, op.ephemeral, op.sequence))
-        elif isinstance(op, Delete):
-            out.append(("delete", op.path, op.version))
-        elif isinstance(op, SetData):
-            out.append(("set", op.path, op.data, op.version))
-        elif isinstance(op, Check):
-            out.append(("check", op.path, op.version))
-        else:
-            raise TypeError(op)
-    return out
+    def add_listener(self, fn: Callable[[Any], None]) -> Callable[[], None]:
+        self._listeners.append(fn)
+        return lambda: self._listeners.remove(fn)
+
+    def publish(self, table: str, structure: Mapping[str, tuple | None]) -> None:
+        self.memory[table] = dict(structure)
+        self.version += 1
+        for fn in list(self._listeners):
+            fn(None)
+
+    def record(self, schema: str, table: str) -> _Verdict | None:
+        got = self.memory.get(table)
+        return None if got is None else _Verdict(got)
+
+    def structure(self, schema: str, table: str) -> str | None:
+        got = self.memory.get(table)
+        return None if got is None else repr(got)
 
 
 class Instance:
@@ -88,100 +90,105 @@ class Instance:
         self.name = name
         self.incarnation = 0
         self.state = "down"          # down | running | paused
-        self.inbox: list[Callable[[], None]] = []
-        self.tasks: dict[Task, None] = {}   # in creation order (a set's order would vary from run to run)
-        self.zk = None
-        self.ready = False
-        self.memory: dict[str, dict[str, tuple | None]] = {}   # table -> node -> columns (None: absent)
-        self.meta_version = 0
-        self.locks: dict[str, LocalLock] = {}
-        self.active: set[str] = set()   # record paths this instance originates now
-        self.sub = None                 # the subscriber core (per incarnation)
-        self.joining = False
-        self.peer_waiters: dict[int, SimFuture] = {}
-        self._req = 0
+        self.loop: SimLoop | None = None
+        self.cluster: Cluster | None = None
+        self.registry = SimRegistry()
+        self.locks_ = MetaLocks(name)
+        self.peer_server: SimPeerServer | None = None
+        self.ddl_tasks: set[asyncio.Task] = set()
+        self.reloads: dict[str, None] = {}
+        self.reload_task: asyncio.Task | None = None
 
     # -- the process ---------------------------------------------------------------------------------
     @property
     def tag(self) -> str:
         return f"{self.name}#{self.incarnation}"
 
+    @property
+    def ready(self) -> bool:
+        return self.state != "down" and self.cluster is not None and self.cluster.ready
+
+    @property
+    def memory(self) -> dict[str, dict[str, tuple | None]]:
+        return self.registry.memory
+
+    @property
+    def locks(self) -> dict[str, Any]:
+        """table -> the local lock held on it."""
+        return {lk.table: lk for lk in self.locks_.all()}
+
+    @property
+    def session(self) -> int | None:
+        zk = self.cluster.zk if self.cluster is not None else None
+        return zk.client.sid if isinstance(zk, SimZk) and zk.client is not None and zk.connected else None
+
+    @property
+    def zk_client(self) -> Any:
+        zk = self.cluster.zk if self.cluster is not None else None
+        return zk.client if isinstance(zk, SimZk) else None
+
+    def deliver(self, fn: Callable[[], None], incarnation: int | None = None) -> None:
+        """Run fn on this process's loop (queued while it is paused; never once it is down or restarted)."""
+        if self.state == "down" or (incarnation is not None and incarnation != self.incarnation):
+            return
+        self.loop.call_soon(fn)
+
     def deliver_for(self, incarnation: int) -> Callable[[Callable[[], None]], None]:
-        def deliver(fn: Callable[[], None]) -> None:
-            if self.incarnation != incarnation or self.state == "down":
-                return
-            if self.state == "paused":
-                self.inbox.append(fn)
-            else:
-                fn()
-        return deliver
+        return lambda fn: self.deliver(fn, incarnation)
 
-    def spawn(self, coro: Coroutine, name: str = "") -> Task:
-        deliver = self.deliver_for(self.incarnation)
-        world = self.world
-        soon = world.soon
-
-        def resume(fn: Callable[[], None]) -> None:
-            # a future set inside a task's step resumes its waiter as a new event: no task ever runs
-            # inside another's step; one set by a model's event (an answer, a timer) resumes it at once
-            if world.in_task:
-                soon(deliver, fn)
-            else:
-                deliver(fn)
-        t = Task(coro, resume, f"{self.tag}:{name}", world)
-        self.tasks[t] = None
-        t.finished.then(lambda _v: self.tasks.pop(t, None))
-        t.finished.then(lambda v: self._task_died(t, v))
-        return t
-
-    def _task_died(self, t: Task, v: Any) -> None:
-        """A task that failed on anything but a lost session or a backend error is a simulator bug."""
-        from .backend import BackendError
-        if v[0] == "error" and not isinstance(v[1], (ZkDown, BackendError)):
-            self.world.errors.append((t.name, v[1]))
+    def spawn(self, coro: Any, name: str = "") -> asyncio.Task:
+        return self.loop.spawn(coro, f"{self.tag}:{name}")
 
     def start(self) -> None:
-        """A fresh process: empty memory, a new session, then join."""
+        """A fresh process: empty memory, a new loop and session, then the production Cluster's start."""
         self.incarnation += 1
         self.state = "running"
-        self.inbox = []
-        self.memory, self.locks, self.active = {}, {}, set()
-        self.meta_version = 0
-        self.ready = False
-        self.peer_waiters = {}
-        self.zk_records: dict = {}          # others' records as read from ZooKeeper (listener.zk_records)
-        self.record_locks: dict = {}        # record path -> the step being handled (listener.record_lock)
-        self.catch_up_due = False
-        self.catch_up_backoff = 0.0
-        self.reloads: dict[str, None] = {}  # DdlRunner.reloads: tables whose refresh after our DDL missed a node
-        self.reload_task: Task | None = None
-        self.sub = self.c.variant.subscriber_core(self.c.paths, self.name)
+        self.loop = SimLoop(self.world, self.tag)
+        self.registry = SimRegistry()
+        self.locks_ = MetaLocks(self.name)
+        self.peer_server = None
+        self.ddl_tasks = set()
+        self.reloads = {}
+        self.reload_task = None
+        c = self.c
+        cfg = Config(ServerConfig(instance=self.name, ddl_timeout_s=c.ddl_timeout_s),
+                     ClusterConfig(zk="sim:2181", root=c.paths.root, cluster_id=c.paths.cluster_id,
+                                   session_timeout_s=c.session_timeout_s, ack_timeout_s=c.ack_timeout_s,
+                                   peer_port=0 if c.peer_on else -1, peer_secret="sim"),
+                     {}, {}, {}, {}, {}, {})
+        v = c.variant
+        self.cluster = cl = v.cluster_class(
+            cfg, self.registry, self.locks_, self.load_all, self.refresh, self.refresh_now, self.ddl_running,
+            connect=lambda *_a: SimZk(self), peer_links=lambda cluster: SimPeerLinks(self, cluster),
+            peer_server=lambda *a: SimPeerServer(self, *a))
+        cl.listener.core = v.subscriber_core(cl.paths, self.name)
+        if v.listener_class is not None:
+            cl.listener = v.listener_class(cl)
         self.world.log(f"{self.tag} starts")
-        self.new_session()
-        self.spawn(self.c.join(self), "join")
-
-    def new_session(self) -> None:
-        from .zkmodel import ZkClient
+        c.loops_changed()
         inc = self.incarnation
-        deliver = self.deliver_for(inc)
-        self.zk = ZkClient(self.world, self.c.zk, self.c.session_timeout_s, deliver,
-                           lambda: self._session_lost(inc))
 
-    def _session_lost(self, inc: int) -> None:
-        if inc != self.incarnation:
-            return
-        self.world.log(f"{self.tag} lost its zk session")
-        self.ready = False
-        if not self.joining:
-            self.new_session()
-            self.spawn(self.c.join(self), "rejoin")
+        async def boot() -> None:
+            try:
+                await cl.start()
+            except Exception as e:  # noqa: BLE001 - the process exits; its supervisor starts it again
+                self.world.log(f"{self.tag} could not start: {e!r}")
+                self.world.at(RESTART_AFTER_S, self._restart_failed, inc)
+        self.spawn(boot(), "start")
+
+    def _restart_failed(self, inc: int) -> None:
+        if inc == self.incarnation and self.state != "down":
+            self._die()
+            self.start()
 
     def pause(self, seconds: float) -> None:
         if self.state != "running":
             return
         self.state = "paused"
         self.world.log(f"{self.tag} paused for {seconds:.2f}s")
-        self.zk.go_silent()
+        if self.zk_client is not None:
+            self.zk_client.go_silent()
+        self.c.loops_changed()
         self.world.at(seconds, self.resume, self.incarnation)
 
     def resume(self, inc: int) -> None:
@@ -189,231 +196,185 @@ class Instance:
             return
         self.state = "running"
         self.world.log(f"{self.tag} resumes")
-        self.zk.speak()
-        while self.inbox and self.state == "running":
-            fn = self.inbox.pop(0)
-            fn()
+        if self.zk_client is not None:
+            self.zk_client.speak()
+        self.c.loops_changed()
 
-    def shutdown(self) -> None:
-        """End of the schedule: stop every task without running anything more."""
+    def _die(self) -> None:
+        """The process is gone: its loop never runs again, its sessions go silent, its connections close."""
         self.state = "down"
-        for t in list(self.tasks):
-            t.kill()
-        self.tasks.clear()
+        client = self.zk_client
+        if client is not None:
+            client.go_silent()
+        self.c.loops_changed()
+        if self.loop is not None:
+            self.loop.abandon()
+        for be in self.c.backends.values():
+            be.client_gone(self.tag)
+        for other in self.c.instances.values():
+            if other is not self and other.cluster is not None and other.state != "down":
+                other.cluster.peers.peer_gone(self.name)
 
     def crash(self) -> None:
         """kill -9: tasks gone, memory gone; the session expires later; its backend connections close."""
         if self.state == "down":
             return
         self.world.log(f"{self.tag} crashes")
-        self.state = "down"
-        for t in list(self.tasks):
-            t.kill()
-        self.tasks.clear()
-        self.inbox = []
-        self.zk.go_silent()
-        self.ready = False
-        for be in self.c.backends.values():
-            be.client_gone(self.tag)
+        self._die()
         self.c.checker.on_crash(self)
 
-    # -- waiting -------------------------------------------------------------------------------------
-    def sleep(self, seconds: float) -> SimFuture:
-        fut = SimFuture()
-        self.world.at(seconds, fut.set, None)
+    def shutdown(self) -> None:
+        """End of the schedule: nothing runs any more."""
+        if self.state != "down":
+            self.state = "down"
+            self.c.loops_changed()
+            if self.loop is not None:
+                self.loop.abandon()
+
+    # -- the peer channel ------------------------------------------------------------------------------
+    def on_peer(self, src: str, msg: Any) -> None:
+        """A message off the net for this name: a step for the incarnation its link was opened to, or an
+        answer to the incarnation that asked."""
+        if msg[0] == "step":
+            _, msg_id, caller, _caller_inc, to_inc, body = msg
+            server = self.peer_server
+            if to_inc != self.incarnation or server is None:
+                return   # the connection was to a process that is gone
+            self.deliver(lambda: server.on_step(src, msg_id, caller, body))
+        else:
+            _, msg_id, peer, to_inc, answer = msg
+            cl = self.cluster
+            if to_inc != self.incarnation or cl is None:
+                return
+            self.deliver(lambda: cl.peers.on_answer(peer, msg_id, answer))
+
+    # -- the backends (meta.loader, DdlRunner.refresh / refresh_now / reload_later / running) --------------
+    def _ask(self, call: Callable[..., Any], *args: Any) -> asyncio.Future:
+        fut = self.loop.create_future()
+        inc = self.incarnation
+
+        def answer(v: Any) -> None:
+            def settle() -> None:
+                if not fut.done():
+                    fut.set_result(v)
+            self.deliver(settle, inc)
+        call(*args, answer)
         return fut
 
-    def timeout(self, fut: SimFuture, seconds: float) -> SimFuture:
-        """(True, value) when fut is set within `seconds`, else (False, None)."""
-        out = SimFuture()
-        fut.then(lambda v: out.set((True, v)))
-        self.world.at(seconds, out.set, (False, None))
-        return out
-
-    # -- ZooKeeper -----------------------------------------------------------------------------------
-    def _zk(self) -> Any:
-        z = self.zk
-        if z is None or not z.connected or self.state == "down":
-            raise ZkDown(f"{self.name}: no zookeeper session")
-        return z
-
-    def _call(self, method: str, *args: Any, **kw: Any) -> SimFuture:
-        fut = SimFuture()
-        z = self.zk
-        if z is None or not z.connected or self.state == "down":
-            fut.set(ZkDown(f"{self.name}: no zookeeper session"))
-            return fut
-        getattr(z, method)(*args, lambda v: fut.set(_zk_error(v)), **kw)
-        return fut
-
-    async def zget(self, path: str, watch: Callable | None = None) -> tuple[bytes, Any] | None:
-        try:
-            return await self._call("get", path, watch=watch)
-        except NoNodeError:
-            return None
-
-    async def zexists(self, path: str, watch: Callable | None = None) -> Any:
-        return await self._call("exists", path, watch=watch)
-
-    async def zchildren(self, path: str, watch: Callable | None = None) -> list[str]:
-        try:
-            return await self._call("children", path, watch=watch)
-        except NoNodeError:
-            return []
-
-    async def zcommit(self, txn: Txn, session: int | None = None) -> list:
-        """One core transaction on our session (on `session` only: ZkDown if that is not ours now)."""
-        z = self._zk()
-        if session is not None and z.sid != session:
-            raise ZkDown("not the session this write belongs to")
-        fut = SimFuture()
-        z.multi(to_model_ops(txn), lambda v: fut.set(_zk_error(v)), txn)
-        return await fut
-
-    async def zwrite(self, op: tuple, tag: Any = None) -> Any:
-        fut = SimFuture()
-        self._zk().single(op, lambda v: fut.set(_zk_error(v)), tag)
-        return await fut
-
-    @property
-    def session(self) -> int | None:
-        z = self.zk
-        return z.sid if z is not None and z.connected else None
-
-    async def online(self, watch: Callable | None = None) -> set[str]:
-        return set(await self.zchildren(self.c.paths.online, watch))
-
-    # -- metadata ------------------------------------------------------------------------------------
-    async def read_table(self, table: str) -> dict[str, tuple | None]:
-        """SHOW CREATE TABLE on every node. A node that cannot be read raises its error, or, with the
-        variant's `partial_loads` (what meta.loader does), keeps the structure memory had for it (registry
-        _carry: published as UNKNOWN), then RefreshIncomplete once published (proxy/ddl.py)."""
-        futs = []
-        for node, be in sorted(self.c.backends.items()):
-            f = SimFuture()
-            be.read(table, f.set)
-            futs.append((node, f))
-        values = await gather([f for _, f in futs])
-        out = {}
-        missed = []
-        before = self.memory.get(table, {})
-        for (node, _), v in zip(futs, values):
+    async def read_table(self, table: str) -> tuple[dict[str, tuple | None], dict[str, str]]:
+        """SHOW CREATE TABLE on every node: the structures read, and the nodes missed (why)."""
+        nodes = sorted(self.c.backends)
+        values = await asyncio.gather(*(self._ask(self.c.backends[n].read, table) for n in nodes))
+        out, missed = {}, {}
+        for n, v in zip(nodes, values):
             if isinstance(v, BaseException):
-                if not self.c.variant.partial_loads or node not in before:
-                    raise v
-                v = before[node]
-                missed.append(f"{node}: {v}")
-            out[node] = v
-        if missed and self.c.variant.partial_is_incomplete:
-            self.publish(table, out)
-            raise RefreshIncomplete(2003, "metadata refresh incomplete: " + "; ".join(missed))
-        return out
-
-    async def reload(self, tables: list[str], texts: dict | None = None) -> None:
-        """Refresh from the texts the originator read back, or from the backends (DdlRunner.refresh: a
-        table read completely needs no retry of reload_later)."""
-        for t in tables:
-            if texts is not None and t in texts:
-                self.publish(t, dict(texts[t]))
+                missed[n] = str(v)
             else:
-                self.publish(t, await self.read_table(t))
+                out[n] = v
+        return out, missed
+
+    async def load(self, tables: list[str]) -> None:
+        """meta.loader for these tables: a node that does not answer keeps the structure memory had for it
+        (published UNKNOWN) with `partial_loads`, else nothing is published; RefreshIncomplete either way
+        (with the reverted fix `partial_is_incomplete` off: a partial load passes for complete)."""
+        v = self.c.variant
+        missed_all: dict[str, str] = {}
+        for t in tables:
+            got, missed = await self.read_table(t)
+            if missed:
+                before = self.memory.get(t, {})
+                if v.partial_loads and all(n in before for n in missed):
+                    self.registry.publish(t, {**got, **{n: before[n] for n in missed}})
+                    if not v.partial_is_incomplete:
+                        continue
+                missed_all.update(missed)
+                continue
+            self.registry.publish(t, got)
+        if missed_all:
+            raise RefreshIncomplete("metadata refresh incomplete: " + "; ".join(
+                f"{n}: {why}" for n, why in sorted(missed_all.items())), missed_all)
+
+    async def load_all(self) -> None:
+        """The join's load: every table, waiting (as a start does) until every node has answered."""
+        while True:
+            try:
+                await self.load(list(self.c.tables))
+                return
+            except RefreshIncomplete:
+                await asyncio.sleep(1.0)
+
+    async def refresh(self, keys: list[tuple[str, str]], texts: Mapping | None = None) -> None:
+        """DdlRunner.refresh: from the texts when they answer for every node, else loaded."""
+        if keys and (texts is None or not self.refresh_now(keys, texts)):
+            await self.load([t for _, t in keys])
+        for _, t in keys:
             self.reloads.pop(t, None)
+
+    def refresh_now(self, keys: list[tuple[str, str]], texts: Mapping) -> bool:
+        """DdlRunner.refresh_now: False (nothing done) unless the texts answer for every node and table."""
+        nodes = sorted(self.c.backends)
+        if not all(n in texts and t in texts[n] for _, t in keys for n in nodes):
+            return False
+        for _, t in keys:
+            self.registry.publish(t, {n: from_text(texts[n][t]) for n in nodes})
+        return True
 
     def reload_later(self, tables: list[str]) -> None:
         """DdlRunner.reload_later: re-read these tables in the background until every node answers."""
         self.reloads.update(dict.fromkeys(tables))
-        if self.reload_task is None or self.reload_task.finished.done:
+        if self.reload_task is None or self.reload_task.done():
             self.reload_task = self.spawn(self._reload_until_complete(), "reload-later")
 
     async def _reload_until_complete(self) -> None:
-        """DdlRunner._reload_until_complete: backing off while a node stays down, each read under the
-        tables' local locks (skipping a table a DDL holds: that DDL refreshes it)."""
         delay = RELOAD_RETRY_FIRST_S
+        schema = self.c.schema
         while self.reloads:
-            await self.sleep(delay)
-            tables = [t for t in self.reloads if t not in self.locks]
+            await asyncio.sleep(delay)
+            tables = [t for t in self.reloads if self.locks_.get(schema, t) is None]
             if not tables:
                 continue
             for t in tables:
-                self.lock_local(t, "reload:later")
+                self.locks_.acquire(schema, t, "reload after a ddl missed nodes", "reload:later")
             try:
-                await self.reload(tables)
+                await self.refresh([(schema, t) for t in tables])
                 delay = RELOAD_RETRY_FIRST_S
-            except BackendError:
+            except RefreshIncomplete:
                 delay = min(2 * delay, RELOAD_RETRY_MAX_S)
             finally:
                 for t in tables:
-                    self.unlock_local(t, "reload:later")
+                    self.locks_.release(schema, t, "reload:later")
 
-    def publish(self, table: str, structure: dict[str, tuple | None]) -> None:
-        self.memory[table] = structure
-        self.meta_version += 1
+    async def ddl_running(self, marker: str, kill: bool = False) -> list[str]:
+        """DdlRunner.running: the nodes whose processlist shows the marker, or that cannot tell."""
+        if not self.c.variant.reconciler_looks:
+            return []   # the reverted fix: the reconciler reads the structure without looking
+        nodes = sorted(self.c.backends)
+        lists = await asyncio.gather(*(self._ask(self.c.backends[n].show_processlist) for n in nodes))
+        out = []
+        for n, rows in zip(nodes, lists):
+            if isinstance(rows, BaseException):
+                out.append(n)
+                continue
+            ids = [conn for conn, sql, _ in rows if f"{marker} */" in sql]
+            if kill:
+                for conn in ids:
+                    await self._ask(self.c.backends[n].kill_query, conn)
+            if ids:
+                out.append(n)
+        return out
 
-    async def load_all(self) -> None:
-        for t in self.c.tables:
-            self.publish(t, await self.read_table(t))
-
-    # -- local locks (meta/locks.py) -----------------------------------------------------------------
-    def lock_local(self, table: str, owner: str, record: int = 0) -> bool:
-        held = self.locks.get(table)
-        if held is not None and held.owner != owner:
-            return False
-        self.locks[table] = LocalLock(owner, record)
-        return True
-
-    def unlock_local(self, table: str, owner: str) -> None:
-        held = self.locks.get(table)
-        if held is not None and held.owner == owner:
-            del self.locks[table]
-
-    def release_owned_by(self, owner: str) -> None:
-        for t, lk in list(self.locks.items()):
-            if lk.owner == owner:
-                del self.locks[t]
-
-    # -- the peer channel ----------------------------------------------------------------------------
-    def peer_ask(self, dst: str, step: dict) -> SimFuture:
-        """Send a step to dst; the future gets its (ok, message) answer, or is never set (lost)."""
-        self._req += 1
-        rid = self._req
-        fut = SimFuture()
-        self.peer_waiters[rid] = fut
-        self.c.net.send(self.tag, dst, ("step", rid, self.name, step))
-        return fut
-
-    def on_peer(self, src: str, msg: Any) -> None:
-        """A message from the channel: steps go to the subscriber, answers to their waiters."""
-        kind = msg[0]
-        if kind == "answer":
-            _, rid, answer, to_inc = msg
-            if to_inc != self.incarnation:
-                return
-            fut = self.peer_waiters.pop(rid, None)
-            if fut is not None:
-                fut.set(answer)
-            return
-        _, rid, caller, step = msg
-        inc = self.incarnation
-
-        async def handle() -> None:
-            from .subscriber import on_peer_step
-            answer = await on_peer_step(self, caller, step)
-            self.c.net.send(self.tag, src.split("#")[0], ("answer", rid, answer, int(src.split("#")[1])))
-        self.deliver_for(inc)(lambda: self.spawn(handle(), "peer-step"))
-
-    def online_info(self) -> bytes:
-        return OnlineInfo("sim", 0, 0, 0.0, self.meta_version, 0, 1, f"inc{self.incarnation}").encode()
-
-
-async def wait_first(inst: Instance, futs: list[SimFuture], seconds: float) -> int | None:
-    """Index of the first future set within `seconds`, None on timeout."""
-    if not futs:
+    async def reach(self) -> str | None:
+        """NodeWork.reach: every node answers before the DDL starts, or why not."""
+        nodes = sorted(self.c.backends)
+        values = await asyncio.gather(*(self._ask(self.c.backends[n].ping) for n in nodes))
+        for v in values:
+            if isinstance(v, BaseException):
+                return str(v)
         return None
-    t = SimFuture()
-    inst.world.at(seconds, t.set, None)
-    i, _ = await first(t, *futs)
-    return None if i == 0 else i - 1
 
 
-__all__ = ["Instance", "LocalLock", "Waker", "ZkDown", "to_model_ops", "wait_first", "Cancelled",
-           "ConnectionLoss", "NodeExistsError", "SAFETY_POLL_S"]
+def is_marker(marker: str) -> bool:
+    return marker.startswith(MARKER_PREFIX)
+
+
+__all__ = ["BackendError", "Instance", "ProxyError", "SimRegistry", "from_text", "to_text"]

@@ -31,11 +31,14 @@ class PeerNet:
             d += w.rng.uniform(0.05, 2.0)
         return d
 
-    def send(self, src: str, dst: str, msg: Any) -> None:
+    def send(self, src: str, dst: str, msg: Any, on_drop: Callable[[], None] | None = None) -> None:
+        """`on_drop`: called at once when the message is lost (its connection broke)."""
         w = self.world
         self.sent += 1
         if w.chance(self.drop_p):
             self.dropped += 1
+            if on_drop is not None:
+                on_drop()
             return
         copies = 2 if w.chance(self.dup_p) else 1
         self.duplicated += copies - 1

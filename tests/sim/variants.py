@@ -1,15 +1,18 @@
-"""The protocol with one of issue 17's fixes reverted, built test-side: a broken subclass of a core class,
-a broken function in place of a core function, or a knob of the simulator's own adapter. The
-production core has no switch for any of them."""
+"""The protocol with one of issue 17's fixes reverted, built test-side: a broken subclass of a core or
+driver class, or a knob of the simulator's own stand-ins (proxy/ddl.py's DdlRunner, meta.loader,
+proxy/server.py's kill check). Production has no switch for any of them."""
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from zk.ddlcore import Check, Create, OriginatorCore, Running, SetData, SubscriberCore, Txn
+from zk import zklog
+from zk.cluster import Cluster
+from zk.ddlcore import Check, Create, OriginatorCore, SetData, SubscriberCore, Txn, went_through
 from zk.ddlcore.acks import AckTally
+from zk.listener import DdlListener
 from zk.paths import history_order, history_seq
-from zk.records import Ack
+from zk.records import Ack, DdlRecord
 
 from .cluster import Variant
 
@@ -52,6 +55,19 @@ class AckWithoutIdentityCore(OriginatorCore):
         return AnyAckTally(t.keys, t.status, t.czxids, t.expected)
 
 
+class AckWithoutIdentityCluster(Cluster):
+    """Bug 2's writing: a subscriber's ZooKeeper ack names no record and is written whatever record is at
+    the path by then (create, else overwrite)."""
+
+    async def ack(self, rec: DdlRecord, record: int, ok: bool = True, message: str = "") -> None:
+        path = self.paths.ddl_ack(rec.schema, rec.table, self.instance)
+        data = Ack(rec.status, ok, message, self.registry.version, 0).encode()
+        for ops in ((Create(path, data, ephemeral=True),), (SetData(path, data),)):
+            txn = Txn("ack", ops, record, rec.ddl_id)   # meant for that record, but not conditional on it
+            if went_through(await zklog.commit(self.zk, txn)):
+                return
+
+
 class SeenBeforeAppliedCore(SubscriberCore):
     """Bug 3: the listener moves history_seen past every entry as soon as it has read the names, before
     it has applied them: an entry whose reload fails is never tried again."""
@@ -64,24 +80,27 @@ class SeenBeforeAppliedCore(SubscriberCore):
         return todo
 
 
-def always_ended(where: Sequence[str], created_at: float, now_wall: float, ddl_timeout_s: float,
-                 past_bound: bool) -> Running:
-    """Bug 5: the reconciler reads the structure without waiting for the DDL to end on the nodes."""
-    return Running.ENDED
+class CatchUpWithoutLockListener(DdlListener):
+    """Bug 8: a catch-up (or settle) reload of a table without its local lock, while a DDL of this
+    instance on the table may be half-way."""
+
+    async def _refresh_unless_busy(self, schema: str, table: str, czxid: int, owner: str | None = None) -> None:
+        await self.cluster.refresh([(schema, table)])
 
 
 FIXED = Variant()
 BUGS: dict[str, Variant] = {
     "lock-version-only": Variant("lock-version-only", originator_core=LockVersionOnlyCore),
     "ack-without-identity": Variant("ack-without-identity", originator_core=AckWithoutIdentityCore,
-                                    acks_without_identity=True),
+                                    cluster_class=AckWithoutIdentityCluster),
     "history-seen-before-applied": Variant("history-seen-before-applied", subscriber_core=SeenBeforeAppliedCore),
     "kill-live-holder": Variant("kill-live-holder", kill_refuses_live_holder=False),
-    "reconcile-while-running": Variant("reconcile-while-running", running_step=always_ended),
+    # bug 5: the reconciler reads the structure without looking whether the DDL still runs on a node
+    "reconcile-while-running": Variant("reconcile-while-running", reconciler_looks=False),
     "partial-load-counted": Variant("partial-load-counted", partial_loads=True, partial_is_incomplete=False),
     "no-reload-later": Variant("no-reload-later", originator_reloads_later=False),
-    "catch-up-without-lock": Variant("catch-up-without-lock", catch_up_takes_lock=False),
+    "catch-up-without-lock": Variant("catch-up-without-lock", listener_class=CatchUpWithoutLockListener),
 }
 
-__all__ = ["BUGS", "FIXED", "LockVersionOnlyCore", "AckWithoutIdentityCore", "SeenBeforeAppliedCore",
-           "always_ended", "Create", "SetData"]
+__all__ = ["BUGS", "FIXED", "AckWithoutIdentityCluster", "AckWithoutIdentityCore", "CatchUpWithoutLockListener",
+           "LockVersionOnlyCore", "SeenBeforeAppliedCore"]

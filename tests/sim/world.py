@@ -1,8 +1,10 @@
-"""The simulator's heart: one seeded RNG, a virtual clock and an event queue (no real time)."""
+"""The simulator's heart: one seeded RNG, a virtual clock, an event queue for the models and the
+processes' event loops (tests/sim/aioloop.py), all stepped in one deterministic order (no real time)."""
 
 from __future__ import annotations
 
 import heapq
+from asyncio import events
 import random
 from typing import Any, Callable
 
@@ -25,6 +27,8 @@ class World:
         self.trace: list[str] | None = None              # set to a list to record what happened
         self.in_task = 0                                 # task steps running now (tasks.Task)
         self.errors: list[tuple[str, BaseException]] = []  # tasks that died of a simulator bug
+        self.loops: list[Any] = []
+        self.violation: BaseException | None = None        # a checker's verdict raised inside a task                       # the running processes' event loops (SimLoop)
 
     def at(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
         """Run fn(*args) `delay` virtual seconds from now (ties keep their scheduling order)."""
@@ -43,18 +47,47 @@ class World:
         return len(self._queue)
 
     def run(self, until: float, max_steps: int = 1_000_000) -> bool:
-        """Run events up to virtual time `until`; False if the step budget ran out first."""
+        """Run up to virtual time `until`: at each instant first every loop with something ready (in
+        their fixed order), then the models' events; then the clock moves to the next timer or event.
+        False if the step budget ran out first."""
+        try:
+            return self._run(until, max_steps)
+        finally:
+            events._set_running_loop(None)   # the loops stepped set it
+
+    def _run(self, until: float, max_steps: int) -> bool:
         q = self._queue
         hooks = self.after_step
-        while q and q[0][0] <= until:
-            t, _, fn, args = heapq.heappop(q)
-            self.now = t
-            fn(*args)
-            self.steps += 1
-            for h in hooks:
-                h()
-            if self.steps >= max_steps:
-                return False
+        inf = float("inf")
+        while True:
+            now = self.now
+            nxt = q[0][0] if q else inf
+            ran = False
+            for lp in self.loops:
+                due = lp.next_due()
+                if due is None:
+                    continue
+                if due <= now:
+                    lp.step()
+                    ran = True
+                elif due < nxt:
+                    nxt = due
+            if not ran and nxt <= now:
+                _, _, fn, args = heapq.heappop(q)
+                fn(*args)
+                ran = True
+            if ran:
+                if self.violation is not None:
+                    raise self.violation
+                self.steps += 1
+                for h in hooks:
+                    h()
+                if self.steps >= max_steps:
+                    return False
+                continue
+            if nxt > until:
+                break
+            self.now = nxt
         self.now = max(self.now, until)
         return True
 

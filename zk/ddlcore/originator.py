@@ -299,7 +299,9 @@ class OriginatorCore:
         return HistoryEntry(key[0], key[1], self.instance, self.sql, rec.status, self.czxids.get(key, 0),
                             finished_at or self.created_at, message=rec.message, user=d.get("user", ""),
                             nodes=tuple(d.get("nodes", ())), phases_ms=d.get("phases_ms", {}),
-                            meta_version=d.get("meta_version", 0), started_at=d.get("started_at", 0.0))
+                            meta_version=d.get("meta_version", 0), started_at=d.get("started_at", 0.0),
+                            failed_nodes=tuple(d.get("failed_nodes", ())), before=d.get("before", {}),
+                            repair_of=d.get("repair_of", 0))
 
     def removal_txn(self, key: Key, acks: Sequence[str], status: str | None = None, message: str = "",
                     version: int = -1, details: Mapping | None = None, finished_at: float = 0.0) -> Txn:
