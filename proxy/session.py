@@ -641,6 +641,7 @@ class Session:
         await self.executor.rollback_all()
         await self.executor.unlock_tables()
         await self.executor.user_locks.release()   # as MySQL's reset: the session's GET_LOCK locks go
+        await self.executor.temp.release()         # and its temporary tables
         self.prepared.close_all()
         self.vars = {}
         self.client_charset(self.collation_id)  # MariaDB goes back to the handshake's collation too
@@ -978,6 +979,7 @@ class Session:
         ex = target.executor
         conns = set(ex.streaming) | set(ex.pinned.values()) | ({target._fast_conn} if target._fast_conn else set())
         conns |= set(ex.locked.values()) | ({ex.user_locks.conn} if ex.user_locks.conn is not None else set())
+        conns |= set(ex.temp.conns.values())
         for conn in conns:
             node = next((n for n, c in self.server.config.sharding_nodes.items() if c.db_group == conn.group.name), None)
             if node is None or not conn.thread_id:

@@ -349,7 +349,7 @@ async def run_set_operation(ex: "Executor", plan: "Plan", r: "Reply", more: bool
         results[id(lf)] = _Result(list(rs.columns), [list(x) for x in rs.rows], colls)
         return None
 
-    if ex._pinning() or ex.locked:   # one connection per node: the branches take turns
+    if ex._pinning() or ex.locked or ex.temp.conns:   # one connection per node: the branches take turns
         errors = [await one(lf) for lf in sp.leaves]
     else:
         errors = list(await asyncio.gather(*(one(lf) for lf in sp.leaves)))
