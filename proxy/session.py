@@ -845,6 +845,8 @@ class Session:
         elif kw == "" and not tokenize(sql):
             raise ProxyError("Query was empty", 1065, "42000")
         if kw in views.KEYWORDS and (view := views.parse(sql)) is not None:
+            if view.op in ("CREATE", "ALTER") and view.select:
+                self.executor.temp.refuse_in_view(view.select)   # MySQL's 1352
             if await self.server.views.run(self, view, r, more):
                 return False
         return await self.executor.execute(sql, r, more, may_relay)

@@ -96,6 +96,18 @@ class TempTables:
                                "is not supported by pydble")
         return replace(plan, tables=real), temps
 
+    def refuse_in_view(self, select: str) -> None:
+        """CREATE/ALTER VIEW reading one of the session's temporary tables: MySQL's 1352."""
+        shadow = self.shadow_for(select)
+        if shadow is None:
+            return
+        try:
+            _, temps = self.route(select, shadow)
+        except ProxyError:
+            return   # the view statement's own checks answer
+        if temps:
+            raise ProxyError(f"View's SELECT refers to a temporary table '{temps[0][1]}'", 1352, "HY000")
+
     def _refuse_hidden(self, real: tuple[Key, ...]) -> None:
         """A table of another schema whose physical name is a temporary table's, on that table's node, would
         be read on the connection where the temporary table hides it: refused."""

@@ -215,3 +215,19 @@ def test_what_cannot_stay_on_the_session_is_refused(proxy, tables) -> None:
             == [(i,) for i in range(2, 9)]
     finally:
         a.close()
+
+
+def test_describe_show_create_and_prepared_statements(proxy, tables) -> None:
+    a = session(proxy)
+    try:
+        run(a, "CREATE TEMPORARY TABLE h4_d (id INT PRIMARY KEY, note VARCHAR(5))")
+        run(a, "INSERT INTO h4_d VALUES (1, 'x')")
+        assert [r[0] for r in rows(a, "DESCRIBE h4_d")] == ["id", "note"]
+        assert [r[0] for r in rows(a, "SHOW COLUMNS FROM h4_d")] == ["id", "note"]
+        assert "CREATE TEMPORARY TABLE `h4_d`" in rows(a, "SHOW CREATE TABLE h4_d")[0][1]
+        run(a, "PREPARE h4_ps FROM 'SELECT note FROM h4_d WHERE id = ?'")
+        run(a, "SET @h4_id = 1")
+        assert rows(a, "EXECUTE h4_ps USING @h4_id") == [("x",)]
+        assert err(a, "CREATE VIEW h4_v AS SELECT * FROM h4_d") == 1352   # as MySQL: no view over it
+    finally:
+        a.close()
