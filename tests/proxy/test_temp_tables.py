@@ -243,3 +243,80 @@ def test_describe_show_create_and_prepared_statements(proxy, tables) -> None:
         assert err(a, "CREATE VIEW h4_v AS SELECT * FROM h4_d") == 1352   # as MySQL: no view over it
     finally:
         a.close()
+
+
+@pytest.mark.parametrize("sql, right", [
+    (f"SELECT id FROM {SHARDED} WHERE id IN (SELECT id FROM h4_x) ORDER BY id", [(2,), (5,)]),
+    (f"SELECT id, (SELECT COUNT(*) FROM h4_x) FROM {SHARDED} WHERE id < 3 ORDER BY id", [(1, 2), (2, 2)]),
+    (f"SELECT COUNT(*) FROM {SHARDED} s WHERE EXISTS (SELECT 1 FROM h4_x x WHERE x.id = s.id)", [(2,)]),
+    (f"SELECT id FROM h4_x WHERE id IN (SELECT id FROM {SHARDED}) ORDER BY id", [(2,), (5,)]),
+    (f"SELECT id FROM h4_x x WHERE EXISTS (SELECT 1 FROM {GLOBAL} g WHERE g.id = x.id)", [(2,)]),
+    (f"SELECT COUNT(*) FROM (SELECT id FROM {SHARDED}) q JOIN h4_x x ON x.id = q.id", [(2,)]),
+])
+def test_subqueries_mixing_it_with_other_nodes_are_right_or_refused(proxy, tables, sql, right) -> None:
+    """Never 1146 from a node without the table, never a real table of its name read in its place."""
+    a = session(proxy)
+    try:
+        run(a, "CREATE TEMPORARY TABLE h4_x (id INT PRIMARY KEY)")
+        run(a, "INSERT INTO h4_x VALUES (2), (5), (50)")
+        try:
+            got = rows(a, sql)
+        except pymysql.MySQLError as e:
+            assert e.args[0] == 1235, e.args
+        else:
+            assert got == right
+    finally:
+        a.close()
+
+
+@pytest.mark.parametrize("sql", [
+    f"UPDATE {SHARDED} SET name = 'x' WHERE id IN (SELECT id FROM h4_y)",
+    f"DELETE FROM {SHARDED} WHERE id IN (SELECT id FROM h4_y)",
+    f"INSERT INTO {SHARDED} (id, name) SELECT id, 'y' FROM h4_y",
+    f"DELETE FROM h4_y WHERE id IN (SELECT id FROM {SHARDED})",
+])
+def test_writes_mixing_it_with_other_nodes_are_right_or_refused(proxy, tables, sql) -> None:
+    a, b = session(proxy), session(proxy)
+    try:
+        run(a, "CREATE TEMPORARY TABLE h4_y (id INT PRIMARY KEY)")
+        run(a, "INSERT INTO h4_y VALUES (2), (5), (60)")
+        before = rows(b, f"SELECT id, name FROM {SHARDED} ORDER BY id")
+        try:
+            run(a, sql)
+        except pymysql.MySQLError as e:
+            assert e.args[0] == 1235, e.args
+            assert rows(b, f"SELECT id, name FROM {SHARDED} ORDER BY id") == before
+            assert rows(a, "SELECT id FROM h4_y ORDER BY id") == [(2,), (5,), (60,)]
+            return
+        after = rows(b, f"SELECT id, name FROM {SHARDED} ORDER BY id")
+        mine = rows(a, "SELECT id FROM h4_y ORDER BY id")
+        if sql.startswith("UPDATE"):
+            assert after == [(i, "x" if i in (2, 5) else n) for i, n in before] and mine == [(2,), (5,), (60,)]
+        elif sql.startswith(f"DELETE FROM {SHARDED}"):
+            assert after == [(i, n) for i, n in before if i not in (2, 5)]
+        elif sql.startswith("INSERT"):
+            assert False, "ids 2 and 5 exist: MariaDB answers 1062"
+        else:
+            assert mine == [(60,)] and after == before
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_temporary_table_shadowing_a_global_one_is_never_read_as_the_global_copies(proxy, tables) -> None:
+    """Shadowing `test` (on dn1..dn4): a statement over other nodes must not read their real copies."""
+    a = session(proxy)
+    try:
+        run(a, f"CREATE TEMPORARY TABLE {GLOBAL} (id INT PRIMARY KEY, name VARCHAR(20))")
+        run(a, f"INSERT INTO {GLOBAL} VALUES (5, 't5'), (6, 't6')")
+        for sql, right in ((f"SELECT id FROM {SHARDED} WHERE id IN (SELECT id FROM {GLOBAL}) ORDER BY id",
+                            [(5,), (6,)]),
+                           (f"SELECT s.id, g.name FROM {SHARDED} s JOIN {GLOBAL} g ON g.id = s.id ORDER BY s.id",
+                            [(5, "t5"), (6, "t6")]),
+                           (f"SELECT COUNT(*) FROM {GLOBAL}", [(2,)])):
+            try:
+                assert rows(a, sql) == right, sql
+            except pymysql.MySQLError as e:
+                assert e.args[0] == 1235, (sql, e.args)
+    finally:
+        a.close()
