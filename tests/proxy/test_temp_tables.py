@@ -320,3 +320,15 @@ def test_a_temporary_table_shadowing_a_global_one_is_never_read_as_the_global_co
                 assert e.args[0] == 1235, (sql, e.args)
     finally:
         a.close()
+
+
+def test_a_binary_prepared_statement_reads_the_sessions_temporary_table(proxy, tables) -> None:
+    from ps_wire import T_LONG, PsClient
+    with PsClient(proxy.port) as c:
+        assert c.query("CREATE TEMPORARY TABLE h4_ps (id INT PRIMARY KEY, v INT)").kind == "ok"
+        assert c.query("INSERT INTO h4_ps VALUES (1, 10), (2, 20)").kind == "ok"
+        st = c.prepare("SELECT v FROM h4_ps WHERE id = ?")
+        assert not isinstance(st, type(c.query("DO 1"))), st
+        ans = c.execute(st.stmt_id, [(T_LONG, False, struct.pack("<i", 2))])
+        assert ans.kind == "rows" and len(ans.rows) == 1, ans
+        assert ans.rows[0][-4:] == struct.pack("<i", 20)   # the binary row: header, null bitmap, INT 20
