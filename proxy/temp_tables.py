@@ -111,10 +111,10 @@ class TempTables:
     def _refuse_hidden(self, real: tuple[Key, ...]) -> None:
         """A table of another schema whose physical name is a temporary table's, on that table's node, would
         be read on the connection where the temporary table hides it: refused."""
-        names = {name: node for (_, name), node in self.tables.items()}
+        hiding = {(name, node) for (_, name), node in self.tables.items()}
         for schema, name in real:
-            node = names.get(name)
-            if node is not None and node in self._nodes_of(schema, name):
+            node = next((n for n in self._nodes_of(schema, name) if (name, n) in hiding), None)
+            if node is not None:
                 raise NotSupported(f"{schema}.{name} is not reachable by pydble while this session has a temporary "
                                    f"table {name} on shardingNode {node}: it hides {schema}.{name} there")
 

@@ -220,6 +220,11 @@ def test_what_cannot_stay_on_the_session_is_refused(proxy, tables) -> None:
         assert rows(a, "SELECT COUNT(*) FROM h4_r") == [(0,)]
         run(a, "INSERT INTO h4_r VALUES (1, 2)")
         assert rows(a, "SELECT id, v FROM h4_r") == [(1, 2)]
+        # schema2.sing lives in the database of dn1, where schema1's temporary `sing` would hide it
+        run(a, "CREATE TEMPORARY TABLE sing (id INT)")
+        assert rows(a, "SELECT COUNT(*) FROM sing") == [(0,)]
+        assert err(a, "SELECT * FROM schema2.sing") == 1235
+        run(a, "DROP TEMPORARY TABLE sing")
         # combined in the proxy: the temporary table's branch on its connection, the other scattered
         assert rows(a, f"SELECT id FROM h4_r UNION SELECT id FROM {SHARDED} WHERE id < 3 ORDER BY id") \
             == [(1,), (2,)]
