@@ -337,7 +337,10 @@ def test_a_nested_set_operation_whose_first_branch_repeats_a_name_is_mariadbs_10
     for sql in ("SELECT id, s FROM rg WHERE id = 1 UNION SELECT s, S FROM rg WHERE id = 2 "
                 "INTERSECT SELECT s, s FROM rg WHERE id = 3",
                 "SELECT id, s FROM rg WHERE id = 1 UNION (SELECT s, s FROM rg WHERE id = 2 "
-                "UNION SELECT id, s FROM rg WHERE id = 3)"):
+                "UNION SELECT id, s FROM rg WHERE id = 3)",
+                # seed 114 #29150: the same under an outer ORDER BY ... LIMIT
+                "SELECT id, s FROM rg WHERE id = 1 UNION SELECT id, id FROM rg WHERE id = 2 "
+                "INTERSECT SELECT id, s FROM rg WHERE id = 3 ORDER BY 1, 2 LIMIT 3"):
         assert _same_error(both, sql)[0] == 1060
     # where MariaDB reads the names from the top level, repeats are fine
     agree(both, "SELECT s, s FROM rg WHERE id = 1 UNION SELECT s, b FROM rg WHERE id = 2 "
