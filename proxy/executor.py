@@ -22,6 +22,7 @@ from .protocol.response import Budget, ResponseScanner
 from .reply import Reply
 from .scatter_relay import relay_concat, streamable
 from .sqltok import first_keyword as first_word
+from .temp_tables import TempTables, is_temporary_ddl
 from .user_locks import UserLocks, calls as user_lock_calls, refuse_assignment, sets_insert_id as _sets_insert_id
 from .xa import XaBranches, refuse_implicit_commit
 
@@ -136,6 +137,7 @@ class Executor:
         self.locked_tables: frozenset[tuple[str, str]] = frozenset()
         self.xa = XaBranches(self.server.xa)   # the open XA transaction's branches (SET xa = on)
         self.user_locks = UserLocks(self)      # GET_LOCK and kin: the connection holding them (proxy/user_locks.py)
+        self.temp = TempTables(self)           # temporary tables: the connections holding them (proxy/temp_tables.py)
 
     # -- transaction state ----------------------------------------------------------------------
     def in_trans(self) -> bool:
@@ -155,7 +157,7 @@ class Executor:
         stmts: list[str] = []
         if conn.vars != s.vars:
             gone = [k for k in conn.vars if k not in s.vars]
-            if gone and conn in self.locked.values():  # a reset would drop the session's table locks
+            if gone and (conn in self.locked.values() or conn.held):  # a reset would drop its locks or tables
                 if gone != ["names"]:
                     raise NotSupported("this change of session state while LOCK TABLES is held is not "
                                        "supported by pydble: UNLOCK TABLES first")
@@ -201,7 +203,7 @@ class Executor:
             self.server.backends.release(node, conn)
             self.broken_txn = f"shardingNode[{node}] connection was lost in the middle of a transaction"
             raise BackendUnavailable(self.broken_txn)
-        conn = await self.server.backends.acquire(node, s.format_flags)
+        conn = self.temp.conn(node) or await self.server.backends.acquire(node, s.format_flags)
         pinning = self._pinning()
         try:
             await self._sync(conn, joining=pinning, node=node)
@@ -290,8 +292,8 @@ class Executor:
         any_db: the statement names its database, so a connection of the node's dbGroup on another
         database will do. shared: a point read, which may go on a pipelined shared connection."""
         s = self.session
-        if self.locked:
-            return None
+        if self.locked or self.temp.tables:
+            return None   # (a statement may name a temporary table: the task plans it)
         if self._rolling_back is not None:
             return None  # the task waits for the rollback a deadlock started first
         if s.explicit_txn or not s.autocommit:
@@ -343,6 +345,7 @@ class Executor:
         for conn in self.streaming:
             conn.close()
         self.user_locks.drop()
+        self.temp.drop_all()
 
     def pause_backends(self) -> None:
         """The client is slow: stop reading from the backends streaming to it."""
@@ -359,6 +362,9 @@ class Executor:
         """LOCK TABLES: a connection of this session on every node of the tables takes their locks
         there and serves the session's statements on that node until UNLOCK TABLES (or BEGIN,
         COM_RESET_CONNECTION, a new LOCK TABLES, the end of the session)."""
+        if self.temp.tables:
+            raise NotSupported("LOCK TABLES while the session has temporary tables is not supported by pydble: "
+                               "DROP TEMPORARY TABLE first")
         per_node, tables = self.server.router.lock_plan(sql, self.session.schema)
         await self.unlock_tables()
         timeout = self.server.backends.timeout_s
@@ -425,7 +431,7 @@ class Executor:
     async def execute(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
         """Route and run one statement; True if the answer was relayed to the client as is."""
         seqs = self.server.sequences
-        if seqs.columns and first_word(sql) in ("INSERT", "REPLACE"):
+        if seqs.columns and first_word(sql) in ("INSERT", "REPLACE") and self.temp.shadow_for(sql) is None:
             filled = await seqs.fill(self.session, sql)
             if filled is not None:  # the answer is re-encoded: its OK carries the first value filled in
                 self.insert_id = filled.first
@@ -437,9 +443,20 @@ class Executor:
 
     async def _execute(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
         refuse_assignment(sql)
+        if is_temporary_ddl(sql):
+            self.session.route = "single"
+            await self.temp.statement(sql, r, more)
+            return False
+        shadow = self.temp.shadow_for(sql)   # names one of the session's temporary tables
+        temps: tuple[tuple[str, str], ...] = ()
         try:
-            plan = self.server.router.route(sql, self.session.schema, self.session.grants)
+            if shadow is not None:
+                plan, temps = self.temp.route(sql, shadow)
+            else:
+                plan = self.server.router.route(sql, self.session.schema, self.session.grants)
         except NotSupported as e:
+            if shadow is not None:
+                raise   # (neither EXPLAIN's verdict nor the proxy's join: they would read other tables)
             grants = self.session.grants
             if not isinstance(e, Refused) and not (grants is not None and grants.restricted):
                 await self._syntax_verdict(sql)  # (a statement not fully read is never sent for a restricted user)
@@ -475,6 +492,9 @@ class Executor:
             return False
         if plan.kind in ("select", "insert", "replace", "update", "delete") and not plan.hint:
             require_meta(self.server, plan)
+        if plan.kind == "ddl" and temps:
+            await self.temp.ddl(plan, temps, sql, r, more)
+            return False
         if plan.kind == "ddl":
             refuse_implicit_commit(self.xa, "a DDL statement")
             self.session.route = "ddl"
