@@ -127,6 +127,9 @@ class Analyzer:
         self.route_explained = route_explained   # the router's route(): the statement an EXPLAIN explains
         self._tables: dict[tuple[str, str], Table] = {}
         self.views: Any = None   # the server's ViewService (proxy/views.py): names that are views
+        # while one session's statement is routed: its temporary tables, which shadow every other table of
+        # their name in their schema, as in MySQL (proxy/temp_tables.py; the router caches nothing then)
+        self.shadow: dict[tuple[str, str], Table] | None = None
         self._schema_names = {name.lower(): name for name in config.schemas}
 
     # -- tables ------------------------------------------------------------------------------------
@@ -146,6 +149,8 @@ class Analyzer:
             raise NoDatabaseSelected("No database selected")
         name = parts[-1].lower()
         key = (schema, name)
+        if self.shadow is not None and (tmp := self.shadow.get(key)) is not None:
+            return tmp
         if self.views is not None and (v := self.views.table(schema, name)) is not None:
             return v   # a view (proxy/views.py): never cached, views come and go
         t = self._tables.get(key)

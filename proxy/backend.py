@@ -127,6 +127,7 @@ class BackendConnection(asyncio.Protocol):
         self.relayed_any = False
         self.names: GroupNames | None = None  # physical → logical names in what is relayed or collected
         self.leased = False       # handed out by the pool and not given back yet
+        self.held = False         # a session's temporary tables live on it: the pool never takes it back
         self.autocommit = True
         self.in_trans = False
         self.broken = False

@@ -20,6 +20,7 @@ from .protocol.messages import ColumnDef, OkInfo, ResultSet
 from .protocol.packets import com_query as _com_query, frame
 from .protocol.response import Budget, ResponseScanner
 from .reply import Reply
+from .temp_tables import TempTables
 from .user_locks import UserLocks, sets_insert_id as _sets_insert_id
 from .xa import XaBranches
 
@@ -76,6 +77,7 @@ class Executor:
         self.locked_tables: frozenset[tuple[str, str]] = frozenset()
         self.xa = XaBranches(self.server.xa)   # the open XA transaction's branches (SET xa = on)
         self.user_locks = UserLocks(self)      # GET_LOCK and kin: the connection holding them (proxy/user_locks.py)
+        self.temp = TempTables(self)           # temporary tables: the connections holding them (proxy/temp_tables.py)
 
     # -- transaction state ----------------------------------------------------------------------
     def in_trans(self) -> bool:
@@ -95,7 +97,7 @@ class Executor:
         stmts: list[str] = []
         if conn.vars != s.vars:
             gone = [k for k in conn.vars if k not in s.vars]
-            if gone and conn in self.locked.values():  # a reset would drop the session's table locks
+            if gone and (conn in self.locked.values() or conn.held):  # a reset would drop its locks or tables
                 if gone != ["names"]:
                     raise NotSupported("this change of session state while LOCK TABLES is held is not "
                                        "supported by pydble: UNLOCK TABLES first")
@@ -141,7 +143,7 @@ class Executor:
             self.server.backends.release(node, conn)
             self.broken_txn = f"shardingNode[{node}] connection was lost in the middle of a transaction"
             raise BackendUnavailable(self.broken_txn)
-        conn = await self.server.backends.acquire(node, s.format_flags)
+        conn = self.temp.conn(node) or await self.server.backends.acquire(node, s.format_flags)
         pinning = self._pinning()
         try:
             await self._sync(conn, joining=pinning, node=node)
@@ -230,8 +232,8 @@ class Executor:
         any_db: the statement names its database, so a connection of the node's dbGroup on another
         database will do. shared: a point read, which may go on a pipelined shared connection."""
         s = self.session
-        if self.locked:
-            return None
+        if self.locked or self.temp.tables:
+            return None   # (a statement may name a temporary table: the task plans it)
         if self._rolling_back is not None:
             return None  # the task waits for the rollback a deadlock started first
         if s.explicit_txn or not s.autocommit:
@@ -283,6 +285,7 @@ class Executor:
         for conn in self.streaming:
             conn.close()
         self.user_locks.drop()
+        self.temp.drop_all()
 
     def pause_backends(self) -> None:
         """The client is slow: stop reading from the backends streaming to it."""
@@ -299,6 +302,9 @@ class Executor:
         """LOCK TABLES: a connection of this session on every node of the tables takes their locks
         there and serves the session's statements on that node until UNLOCK TABLES (or BEGIN,
         COM_RESET_CONNECTION, a new LOCK TABLES, the end of the session)."""
+        if self.temp.tables:
+            raise NotSupported("LOCK TABLES while the session has temporary tables is not supported by pydble: "
+                               "DROP TEMPORARY TABLE first")
         per_node, tables = self.server.router.lock_plan(sql, self.session.schema)
         await self.unlock_tables()
         timeout = self.server.backends.timeout_s

@@ -15,7 +15,8 @@ from meta.errors import BackendError, NotSupported, ProxyError, ReadOnly
 from .analyzer import Refused
 from .ddl import require_meta
 from .primitives import (Concatenate, Ddl, Join, MultiWrite, OrCopies, OverCopies, Primitive, Route, Scatter,
-                         SelectInsertId, SequenceInsert, UserLockCall)
+                         SelectInsertId, SequenceInsert, TempDdl, TempStatement, UserLockCall)
+from .temp_tables import is_temporary_ddl
 from .protocol.packets import com_query
 from .sqltok import first_keyword
 from .user_locks import calls as user_lock_calls, refuse_assignment, sets_insert_id
@@ -40,7 +41,7 @@ async def build(ctx: ExecContext, sql: str, *, explain: bool = False) -> Primiti
     """The plan of one statement in this session. explain: only to show it (nothing is drawn from a
     sequence, the session's warnings stay)."""
     seqs = ctx.server.sequences
-    if seqs.columns and first_keyword(sql) in ("INSERT", "REPLACE") and not (
+    if seqs.columns and first_keyword(sql) in ("INSERT", "REPLACE") and ctx.temp.shadow_for(sql) is None and not (
             explain and seqs.nothing_to_fill(ctx.session, sql)):
         async def plan_filled(text: str) -> Primitive:
             return await _build(ctx, text, explain)
@@ -51,9 +52,18 @@ async def build(ctx: ExecContext, sql: str, *, explain: bool = False) -> Primiti
 async def _build(ctx: ExecContext, sql: str, explain: bool) -> Primitive:
     s = ctx.session
     refuse_assignment(sql)
+    if is_temporary_ddl(sql):
+        return TempStatement(sql)
+    shadow = ctx.temp.shadow_for(sql)   # names one of the session's temporary tables
+    temps: tuple[tuple[str, str], ...] = ()
     try:
-        plan = ctx.server.router.route(sql, s.schema, s.grants)
+        if shadow is not None:
+            plan, temps = ctx.temp.route(sql, shadow)
+        else:
+            plan = ctx.server.router.route(sql, s.schema, s.grants)
     except NotSupported as e:
+        if shadow is not None:
+            raise   # (neither EXPLAIN's verdict, the proxy's join nor copies: they would read other tables)
         grants = s.grants
         if not isinstance(e, Refused) and not (grants is not None and grants.restricted):
             await _syntax_verdict(ctx, sql)  # (a statement not fully read is never sent for a restricted user)
@@ -80,18 +90,20 @@ async def _build(ctx: ExecContext, sql: str, explain: bool) -> Primitive:
         return SelectInsertId(plan, sql)
     if plan.kind in ("select", *WRITES) and not plan.hint:
         require_meta(ctx.server, plan)
+    if plan.kind == "ddl" and temps:
+        return TempDdl(plan, temps, sql)
     if plan.kind == "ddl":
         return Ddl(plan, sql)
     if not explain:
         s.route = "single" if len(plan.targets) == 1 else "multi"
     if plan.setop is not None:
-        return OrCopies(Concatenate(plan), sql)
+        return OrCopies(Concatenate(plan), sql) if shadow is None else Concatenate(plan)
     if len(plan.targets) == 1:
         return Route(plan.targets[0].node, plan.targets[0].sql)
     if plan.kind in WRITES:
         return MultiWrite(plan, ctx._global_only(plan))
     scatter = Scatter(plan, ctx._global_only(plan))
-    return OrCopies(scatter, sql) if plan.kind == "select" and plan.merge is not None else scatter
+    return OrCopies(scatter, sql) if plan.kind == "select" and plan.merge is not None and shadow is None else scatter
 
 
 def _join(ctx: ExecContext, join: object, explain: bool) -> Join:

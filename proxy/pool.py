@@ -118,9 +118,9 @@ class GroupPool:
 
     def release(self, conn: BackendConnection) -> None:
         """Give a connection back; broken or busy ones are closed instead. Twice is once (a session
-        torn down while a command is in flight may release it from both ends)."""
-        if not conn.leased:
-            return
+        torn down while a command is in flight may release it from both ends); a held one stays out."""
+        if not conn.leased or conn.held:
+            return   # (held: a session's temporary tables are on it; it gives it back once they are gone)
         conn.leased = False
         self.in_use -= 1
         if conn.broken or conn.busy or self.closed or conn.in_trans:

@@ -259,6 +259,8 @@ class PreparedStatements:
         cache = cache_of(s.server)
         version = s.server.registry.version
         scope = (s.user, s.schema)   # another user's shape was learned under other grants
+        if s.executor.temp.shadow_for(sql) is not None:   # the session's own tables: learned for it alone
+            return await self._learn(sql, version)
         shape = cache.get(scope, sql, version)
         if shape is None:
             shape = await self._learn(sql, version)
@@ -299,7 +301,9 @@ class PreparedStatements:
         if first_keyword(sql) in _SESSION_KEYWORDS:
             return Shape(sql, positions, param_defs, (), version, limits)  # BEGIN, SET, SHOW...: the session answers
         aliases = select_aliases(sql, toks) if positions else ()
-        plan = self._route_for_prepare(sql, positions)
+        # a statement naming a temporary table: its columns come with the results (pooled connections lack it)
+        temp = self.session.executor.temp.shadow_for(sql) is not None
+        plan = None if temp else self._route_for_prepare(sql, positions)
         if plan is None or plan.kind == "ddl" or not plan.targets:
             return Shape(sql, positions, param_defs, (), version, limits, aliases)
         target = plan.targets[0]

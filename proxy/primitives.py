@@ -380,6 +380,38 @@ class OrCopies:
         return self.first.explain(out)
 
 
+@dataclass(frozen=True)
+class TempStatement:
+    """CREATE / DROP TEMPORARY TABLE: on the session's own connection that keeps its temporary tables
+    (proxy.temp_tables)."""
+
+    sql: str
+
+    async def run(self, ctx: ExecContext, r: Reply, more: bool, may_relay: bool) -> bool:
+        ctx.session.route = "single"
+        await ctx.temp.statement(self.sql, r, more)
+        return False
+
+    def explain(self, out: Explainer) -> str:
+        return out.step("TEMPORARY_TABLE", [], "on the session's own connection")
+
+
+@dataclass(frozen=True)
+class TempDdl:
+    """A DDL naming one of the session's temporary tables: run there, never a cluster DDL."""
+
+    plan: Plan
+    temps: tuple[tuple[str, str], ...]
+    sql: str
+
+    async def run(self, ctx: ExecContext, r: Reply, more: bool, may_relay: bool) -> bool:
+        await ctx.temp.ddl(self.plan, self.temps, self.sql, r, more)
+        return False
+
+    def explain(self, out: Explainer) -> str:
+        return out.step("TEMPORARY_TABLE", [], "DDL on the session's own connection")
+
+
 # -- statements with a role of their own -----------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -82,16 +82,27 @@ class Router:
                 raise
             raise grants.unknown_table(e, first_keyword(sql)) from None
 
+    def route_shadowed(self, sql: str, schema: str | None, grants: Grants | None,
+                       shadow: dict[tuple[str, str], Any]) -> Plan:
+        """route() for a statement naming a session's temporary tables: those names resolve to the given
+        tables (nested routes too), and nothing planned meanwhile is cached for other sessions."""
+        self.analyzer.shadow = shadow
+        try:
+            return self.route(sql, schema, grants)
+        finally:
+            self.analyzer.shadow = None
+
     def _route(self, sql: str, schema: str | None, grants: Grants | None) -> Plan:
         if schema is not None and schema not in self.config.schemas:
             real = self._schema_names.get(schema.lower())
             if real is None:
                 raise UnknownDatabase(f"Unknown database '{schema}'")
             schema = real
-        point = self.point_read(sql, schema, grants)
+        shadowed = self.analyzer.shadow is not None   # a session's own names: no shared caches
+        point = None if shadowed else self.point_read(sql, schema, grants)
         if point is not None:
             return Plan("select", (Target(point[0], sql),), False, (point[1],))
-        if len(sql) > _BULK_MIN and "/*" not in sql and sql[:12].lstrip()[:6].upper() in ("INSERT", "REPLAC"):
+        if not shadowed and len(sql) > _BULK_MIN and "/*" not in sql and sql[:12].lstrip()[:6].upper() in ("INSERT", "REPLAC"):
             bulk = self._bulk_insert(sql, schema, grants)
             if bulk is not None:
                 return bulk
@@ -111,7 +122,7 @@ class Router:
         if first[0] == "h" and _HINT_PREFIX_RE.match(first[1]):
             return self._hint(sql, toks, schema, grants)
         try:
-            if len(toks) <= _CACHE_MAX_TOKENS:
+            if len(toks) <= _CACHE_MAX_TOKENS and not shadowed:
                 key = (schema, "\x00".join([_SHAPE.get(t[0]) or t[1] for t in toks]))
                 an = self._cache.get(key)
                 if an is None:

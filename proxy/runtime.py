@@ -135,6 +135,7 @@ class ExecContext(Protocol):
     pinned: dict[str, BackendConnection]
     xa: Any           # proxy.xa.XaBranches
     user_locks: Any   # proxy.user_locks.UserLocks
+    temp: Any         # proxy.temp_tables.TempTables: the session's temporary tables
     insert_id: int    # while an INSERT whose increment column pydble filled runs: its first value
 
     async def _get(self, node: str) -> BackendConnection: ...

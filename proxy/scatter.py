@@ -911,7 +911,9 @@ class _Builder:
         self.pushed = push
         if limit_at is not None:
             end = lay.clause_end(limit_at)
-            if not push:
+            if limit == 0:   # no row wanted: with LIMIT 0 the nodes type the columns as one MariaDB does then
+                self.edits.append((limit_at, end, "LIMIT 0"))
+            elif not push:
                 self.edits.append((limit_at, end, ""))
             elif offset:
                 self.edits.append((limit_at, end, f"LIMIT {min(offset + limit, _MAX_LIMIT)}"))

@@ -628,6 +628,7 @@ class Session:
         await self.executor.rollback_all()
         await self.executor.unlock_tables()
         await self.executor.user_locks.release()   # as MySQL's reset: the session's GET_LOCK locks go
+        await self.executor.temp.release()         # and its temporary tables
         self.prepared.close_all()
         self.vars = {}
         self.client_charset(self.collation_id)  # MariaDB goes back to the handshake's collation too
@@ -808,6 +809,8 @@ class Session:
         elif kw == "" and not tokenize(sql):
             raise ProxyError("Query was empty", 1065, "42000")
         if kw in views.KEYWORDS and (view := views.parse(sql)) is not None:
+            if view.op in ("CREATE", "ALTER") and view.select:
+                self.executor.temp.refuse_in_view(view.select)   # MySQL's 1352
             if await self.server.views.run(self, view, r, more):
                 return False
         return await self.executor.execute(sql, r, more, may_relay)
@@ -943,6 +946,7 @@ class Session:
         fast = target._fast_conn
         conns = set(ex.streaming) | set(ex.pinned.values()) | ({fast} if fast and not fast.shared else set())
         conns |= set(ex.locked.values()) | ({ex.user_locks.conn} if ex.user_locks.conn is not None else set())
+        conns |= set(ex.temp.conns.values())
         for conn in conns:
             node = next((n for n, c in self.server.config.sharding_nodes.items() if c.db_group == conn.group.name), None)
             if node is None or not conn.thread_id:

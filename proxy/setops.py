@@ -75,6 +75,7 @@ class SetPlan:
     expr: Expr
     leaves: tuple[Leaf, ...]
     streaming: bool      # only UNION ALL, no ORDER BY: MariaDB sends the branches' rows as they come
+    nested: tuple[Expr, ...] = ()   # groups MariaDB makes derived tables of: their first branch names columns
 
 
 # --- parsing ------------------------------------------------------------------------------------
@@ -94,6 +95,9 @@ class _Reader:
         self.leaves: list[Leaf] = []
         self.ops: list[tuple[str, bool]] = []
         self.ordered = False
+        # a parenthesized set operation, or an INTERSECT chain right of UNION/EXCEPT: a derived table in
+        # MariaDB, whose column names must be unique (1060)
+        self.nested: list[Expr] = []
 
     def word(self, i: int, end: int) -> str:
         return self.toks[i][1].upper() if i < end and self.toks[i][0] == "w" else ""
@@ -111,6 +115,8 @@ class _Reader:
             op = self.word(i, end)
             i, dup = self.quantifier(i + 1, end)
             right, i = self.term(i, end)
+            if isinstance(right, SetNode) and all(right is not x for x in self.nested):
+                self.nested.append(right)
             left = SetNode(op, dup, left, right)
             self.ops.append((op, dup))
         order: tuple[tuple[Union[int, str], bool], ...] = ()
@@ -158,7 +164,9 @@ class _Reader:
             if c < 0 or c >= end:
                 raise self.syntax(a)
             if self.has_setop(a + 1, c):
-                return self.query(a + 1, c), c + 1
+                group = self.query(a + 1, c)
+                self.nested.append(group)
+                return group, c + 1
             return self.leaf(self.text(a + 1, c)), c + 1
         if self.word(a, end) != "SELECT":
             raise self.syntax(a)
@@ -252,11 +260,21 @@ def plan_set_operation(router: "Planner", sql: str, toks: list[Token], schema: s
     expr = rd.query(0, len(toks))
     rd.leaves = list(_leaves(expr))
     streaming = all(op == "UNION" and dup for op, dup in rd.ops) and not rd.ordered
-    setplan = SetPlan(expr, tuple(rd.leaves), streaming)
+    setplan = SetPlan(expr, tuple(rd.leaves), streaming, tuple(rd.nested))
     all_tables = dict.fromkeys(tables)
     for lf in rd.leaves:
         all_tables.update(dict.fromkeys(lf.plan.tables))
     return Plan("select", (), False, tuple(all_tables), setop=setplan)
+
+
+def _duplicate_name(names: list[str]) -> str | None:
+    """The first column name that repeats an earlier one (case-insensitively), as MariaDB names it."""
+    seen: set[str] = set()
+    for name in names:
+        if name.lower() in seen:
+            return name
+        seen.add(name.lower())
+    return None
 
 
 def _width(sql: str) -> int | None:
@@ -349,7 +367,7 @@ async def run_set_operation(ex: "ExecContext", plan: "Plan", r: "Reply", more: b
         results[id(lf)] = _Result(list(rs.columns), [list(x) for x in rs.rows], colls)
         return None
 
-    if ex._pinning() or ex.locked:   # one connection per node: the branches take turns
+    if ex._pinning() or ex.locked or ex.temp.conns:   # one connection per node: the branches take turns
         errors = [await one(lf) for lf in sp.leaves]
     else:
         errors = list(await asyncio.gather(*(one(lf) for lf in sp.leaves)))
@@ -358,6 +376,10 @@ async def run_set_operation(ex: "ExecContext", plan: "Plan", r: "Reply", more: b
         r.err_info(err)
         return
     branches = [results[id(lf)] for lf in sp.leaves]
+    for group in sp.nested:   # as MariaDB refuses the derived table it makes of the group
+        dup = _duplicate_name([c.name for c in results[id(_leaves(group)[0])].columns])
+        if dup is not None:
+            raise ProxyError(f"Duplicate column name '{dup}'", 1060, "42S21")
     _result_columns(sp, branches, branches[0])   # differing types are refused before any value is compared
     if compare:   # MariaDB types the result columns once, over every branch: each step compares by them
         colls = branches[0].collations

@@ -191,6 +191,51 @@ def test_select_locking_rows_holds_them_on_every_node_until_commit(proxy, table,
         close(a, c)
 
 
+@pytest.mark.parametrize("lock", ["FOR UPDATE", "LOCK IN SHARE MODE"])
+def test_select_locking_rows_in_autocommit_releases_them_at_statement_end(proxy, table, lock) -> None:
+    """As on MariaDB: with autocommit each node's locks end with the statement, so no node keeps a row."""
+    a, c = session(proxy), _waiter(proxy)
+    try:
+        for order in ("", "ORDER BY id"):   # streamed from every node, and merged in the proxy
+            assert sorted(r[0] for r in _rows(a, f"SELECT id FROM sharding_4_t1 {order} {lock}")) == list(range(1, 9))
+            assert not _writes_wait(c)
+        with c.cursor() as cur:   # and the rows were free for someone else at once
+            assert cur.execute("UPDATE sharding_4_t1 SET v = 0 WHERE id IN (1, 2, 3, 4)") == 4
+    finally:
+        close(a, c)
+
+
+def test_locking_reads_pydble_cannot_lock_on_every_node_are_refused(proxy, table) -> None:
+    """A locking read that would be answered from rows read without their locks is refused, never run."""
+    a, c = session(proxy), _waiter(proxy)
+    try:
+        one(a, "BEGIN")
+        for sql in ("SELECT id FROM sharding_4_t1 ORDER BY id LIMIT 2 FOR UPDATE",     # would lock rows left out
+                    "SELECT a.id FROM sharding_4_t1 a JOIN sharding_2_t1 b ON a.id = b.id FOR UPDATE"):
+            assert err(a, sql) == 1235, sql
+        # each branch of a set operation locking its own rows: they are taken, on both nodes, until COMMIT
+        assert sorted(r[0] for r in _rows(a, "(SELECT id FROM sharding_4_t1 WHERE id = 1 FOR UPDATE) UNION ALL "
+                                            "(SELECT id FROM sharding_4_t1 WHERE id = 2 FOR UPDATE)")) == [1, 2]
+        for i in (1, 2):
+            assert err(c, f"UPDATE sharding_4_t1 SET v = 0 WHERE id = {i}") == 1205
+        # as MariaDB reads it, a trailing FOR UPDATE belongs to the last branch only
+        assert sorted(r[0] for r in _rows(a, "SELECT id FROM sharding_4_t1 WHERE id = 3 UNION "
+                                            "SELECT id FROM sharding_4_t1 WHERE id = 4 FOR UPDATE")) == [3, 4]
+        assert err(c, "UPDATE sharding_4_t1 SET v = 0 WHERE id = 4") == 1205
+        with c.cursor() as cur:
+            assert cur.execute("UPDATE sharding_4_t1 SET v = 0 WHERE id = 3") == 1
+        one(a, "ROLLBACK")
+        assert not _writes_wait(c)
+    finally:
+        close(a, c)
+
+
+def _rows(conn: Any, sql: str) -> list[tuple[Any, ...]]:
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        return list(cur.fetchall())
+
+
 # -- all-or-nothing writes over several nodes ----------------------------------------------------
 
 def _all_rows(backends, backend_rows) -> list[tuple[int, int]]:
@@ -232,6 +277,41 @@ def test_a_multi_node_write_failing_on_one_node_changes_no_node(proxy, table, ba
         close(a)
 
 
+def test_a_global_table_write_failing_on_one_copy_changes_no_copy(proxy, backends, backend_rows) -> None:
+    """Every copy of a global table is one table: a write one copy refuses is undone on the others."""
+    a = session(proxy)
+    try:
+        one(a, "DROP TABLE IF EXISTS test")
+        one(a, "CREATE TABLE test (id INT PRIMARY KEY, v TINYINT)")
+        one(a, "INSERT INTO test VALUES (1, 1), (2, 2)")
+        node_rows(backends, backend_rows, "dn3", "INSERT INTO test VALUES (50, 50)")   # only dn3's copy has it
+        assert err(a, "INSERT INTO test VALUES (49, 1), (50, 1)") == 1062
+        assert err(a, "UPDATE test SET v = v + 100 WHERE id < 3 OR id = 50") == 1264   # 150 > 127 on dn3 only
+        for n in FOUR:
+            want = [(1, 1), (2, 2)] + ([(50, 50)] if n == "dn3" else [])
+            assert sorted(node_rows(backends, backend_rows, n, "SELECT id, v FROM test")) == want, n
+    finally:
+        one(a, "DROP TABLE IF EXISTS test")
+        close(a)
+
+
+def test_a_failed_multi_node_write_with_autocommit_off_undoes_only_itself(proxy, table, backends,
+                                                                         backend_rows) -> None:
+    """autocommit=0: the failed statement is undone on every node, the transaction's earlier work stays."""
+    a = session(proxy)
+    try:
+        one(a, "SET SESSION sql_mode = 'STRICT_TRANS_TABLES'")
+        one(a, "SET autocommit = 0")
+        with a.cursor() as cur:
+            assert cur.execute("UPDATE sharding_4_t1 SET v = 50 WHERE id IN (1, 2)") == 2
+        assert err(a, "UPDATE sharding_4_t1 SET v = v + 100") == 1264   # 50 + 100 overflows on two nodes
+        assert err(a, "INSERT INTO sharding_4_t1 VALUES (20, 1), (21, 1), (3, 9)") == 1062   # id 3 is dn4's
+        one(a, "COMMIT")
+        assert _all_rows(backends, backend_rows) == [(1, 50), (2, 50)] + ORIGINAL[2:]
+    finally:
+        close(a)
+
+
 @pytest.mark.parametrize("bulk", [False, True])
 def test_a_failed_multi_node_insert_names_the_row_of_the_whole_statement(proxy, table, backends, backend_rows,
                                                                           bulk) -> None:
@@ -253,24 +333,14 @@ def test_a_failed_multi_node_insert_names_the_row_of_the_whole_statement(proxy, 
 
 # -- temporary tables ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("sql", [
-    "CREATE TEMPORARY TABLE sharding_4_t1 (id INT PRIMARY KEY, v TINYINT)",    # shadowing a sharding table
-    "CREATE TEMPORARY TABLE test (id INT)",                                     # a global table's name
-    "CREATE TEMPORARY TABLE h9_tmp (id INT)",                                   # the default node's
-    "CREATE TEMPORARY TABLE IF NOT EXISTS h9_tmp AS SELECT 1 AS id",
-    "/*!pydble:shardingNode=dn5*/ CREATE TEMPORARY TABLE h9_tmp (id INT)",      # sent as is to one node
-    "DROP TEMPORARY TABLE IF EXISTS h9_tmp",
-])
-def test_temporary_tables_are_refused_and_leave_nothing_on_a_backend(proxy, table, backends, backend_rows,
-                                                                     sql) -> None:
-    """pydble's backend connections serve many sessions: a temporary table would outlive its session on a
-    pooled connection, or be seen by others; refused (1235) rather than answered differently."""
+def test_a_hinted_temporary_table_is_refused_and_leaves_nothing_on_a_backend(proxy, table) -> None:
+    """Sent as is through a hint, a temporary table would stay on a pooled connection (seen by whichever
+    session comes next): refused. Plain temporary tables stay on the session: tests/proxy/test_temp_tables.py."""
     a = session(proxy)
     try:
-        assert err(a, sql) == 1235
-        for _ in range(3):  # no pooled connection holds a temporary h9_tmp (or a shadow of sharding_4_t1)
+        assert err(a, "/*!pydble:shardingNode=dn5*/ CREATE TEMPORARY TABLE h9_tmp (id INT)") == 1235
+        for _ in range(3):
             assert err(a, "SELECT * FROM h9_tmp") == 1146
-            assert one(a, "SELECT COUNT(*) FROM sharding_4_t1") == 8
     finally:
         close(a)
 
