@@ -112,3 +112,12 @@ def test_explain_with_a_format_is_mariadbs_and_a_syntax_error_is_mariadbs(px: An
     with pytest.raises(pymysql.MySQLError) as e:
         explain(px, "EXPLAIN SELECT * FROM ex_a WHERE")
     assert e.value.args[0] == 1064
+
+
+def test_a_read_no_node_plan_answers_is_explained_as_over_copies(px: Any) -> None:
+    """A window function over rows on several nodes runs on one MariaDB over copies (proxy/materialize.py):
+    EXPLAIN says so, and the statement itself answers as one MariaDB would."""
+    sql = "SELECT id, ROW_NUMBER() OVER (ORDER BY k DESC) AS rn FROM ex_a"
+    _, rows = explain(px, "EXPLAIN " + sql)
+    assert [r[1] for r in rows] == ["OVER_COPIES"]
+    assert sorted(explain(px, sql + " ORDER BY rn")[1]) == [(1, 3), (2, 2), (3, 1)]
