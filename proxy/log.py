@@ -20,6 +20,18 @@ def _add_request_id(_logger: object, _name: str, event: dict) -> dict:
     return event
 
 
+class _Stderr:
+    """The process's stderr as it is when a line is written, not when logging was configured: loggers are
+    cached on first use, and whoever replaced sys.stderr meanwhile (a daemon's redirect, a test runner's
+    capture) may have closed the old one."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure(level: str = "info", json: bool = False) -> None:
     """Configure structlog once for the process."""
     processors: list = [
@@ -32,6 +44,6 @@ def configure(level: str = "info", json: bool = False) -> None:
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper(), logging.INFO)),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
