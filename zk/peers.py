@@ -329,7 +329,7 @@ class PeerLinks:
         for name in list(self.links):
             if name not in instances:
                 self.links.pop(name).close()
-        for name in instances - self.live():
+        for name in sorted(instances - self.live()):   # in name order: a run replays exactly
             if name not in self._opening:
                 self.cluster._spawn(self._quiet_open(name))
 

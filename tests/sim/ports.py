@@ -9,13 +9,12 @@ when it resumes and a crashed one never does."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 from typing import TYPE_CHECKING, Any, Callable
 
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.protocol.states import EventType, KazooState, KeeperState, WatchedEvent
 
-from zk.peers import PeerUnavailable
+from zk.peers import PeerLinks, PeerUnavailable
 from zk.reads import read
 from zk.records import BadRecord, DdlRecord, OnlineInfo
 from zk.zklog import TxnOps
@@ -232,19 +231,13 @@ class _SimLink:
         self.break_()
 
 
-class SimPeerLinks:
-    """zk/peers.py's PeerLinks: links opened on demand (after reading the peer's online node, as the real
-    one does) or ahead of time by prepare(), kept until they break."""
+class SimPeerLinks(PeerLinks):
+    """zk/peers.py's PeerLinks itself (on-demand links, prepare(), ask, close); only the transport is the
+    simulated net: a link is opened after reading the peer's online node, as the real one does."""
 
     def __init__(self, inst: Instance, cluster: Cluster) -> None:
-        self.cluster = cluster
+        super().__init__(cluster)
         self.inst = inst
-        self.links: dict[str, _SimLink] = {}
-        self._opening: dict[str, asyncio.Task] = {}
-        self._ids = itertools.count(1)
-
-    def live(self) -> set[str]:
-        return {name for name, link in self.links.items() if not link.closed}
 
     async def _open(self, instance: str) -> _SimLink:
         c = self.cluster
@@ -266,28 +259,6 @@ class SimPeerLinks:
         self.links[instance] = link
         return link
 
-    async def link(self, instance: str) -> _SimLink:
-        link = self.links.get(instance)
-        if link is not None and not link.closed:
-            return link
-        task = self._opening.get(instance)
-        if task is None or task.done():
-            task = asyncio.get_running_loop().create_task(self._open(instance))
-            self._opening[instance] = task
-        try:
-            return await asyncio.shield(task)
-        finally:
-            if task.done() and self._opening.get(instance) is task:
-                del self._opening[instance]
-
-    def prepare(self, instances: set[str]) -> None:
-        for name in list(self.links):
-            if name not in instances:
-                self.links.pop(name).close()
-        for name in sorted(instances - self.live()):
-            if name not in self._opening:
-                self.cluster._spawn(self._quiet_open(name))
-
     async def _quiet_open(self, instance: str) -> None:
         try:
             await self.link(instance)
@@ -298,23 +269,11 @@ class SimPeerLinks:
         msg_id = next(self._ids)
         return msg_id, (path, czxid, record, texts, final)
 
-    async def ask(self, instance: str, step: tuple[int, Any]) -> tuple[bool | None, str]:
-        link = await self.link(instance)
-        return await link.send(*step)
-
     def send_now(self, instance: str, step: tuple[int, Any]) -> asyncio.Future | None:
         link = self.links.get(instance)
         if link is None or link.closed:
             return None
         return link.send(*step)
-
-    def close(self) -> None:
-        for task in self._opening.values():
-            task.cancel()
-        self._opening.clear()
-        for link in self.links.values():
-            link.close()
-        self.links.clear()
 
     def on_answer(self, src: str, msg_id: int, answer: tuple[bool | None, str]) -> None:
         link = self.links.get(src)
