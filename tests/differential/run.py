@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--queries", type=int, default=10000, help="statements per seed")
     ap.add_argument("--seed", type=int, action="append", help="seed (repeatable); default 1")
+    ap.add_argument("--from", dest="first", type=int, default=0,
+                    help="replay from statement N: the ones before the reload preceding it (every "
+                         "500) are only generated, and each verdict from N on is printed")
     ap.add_argument("--quiet", action="store_true", help="print only the summary")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still stop the servers
@@ -45,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         stats = Stats()
         for seed in args.seed or [1]:
             print(f"seed {seed}: {args.queries} statements", flush=True)
-            differ.run(seed, args.queries, stats, None if args.quiet else print)
+            differ.run(seed, args.queries, stats, None if args.quiet else print, args.first)
         differ.close()
         print(stats.summary())
         return 1 if stats.unknown else 0
