@@ -23,7 +23,7 @@ user variables, FOUND_ROWS(), ...) or what must not run there (FOR UPDATE, INTO)
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Iterable
 
 from meta.errors import NotSupported, ProxyError
@@ -60,6 +60,7 @@ _NUMERIC = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "big
                       "float", "double", "real", "year", "dec", "fixed"})
 # a plan with these may go through a temporary table, which changes the type reported for long text expressions
 _SORTING = frozenset({"ORDER", "GROUP", "DISTINCT", "UNION", "INTERSECT", "EXCEPT", "OVER", "DISTINCTROW"})
+_MODIFIERS = frozenset({"ALL", "DISTINCT", "DISTINCTROW", "HIGH_PRIORITY", "STRAIGHT_JOIN"})   # and SQL_*
 _BLOBS = frozenset({C.T_TINY_BLOB, C.T_BLOB, C.T_MEDIUM_BLOB, C.T_LONG_BLOB})
 _HEADER = re.compile(r"\A\s*CREATE\s+TABLE\s+(`(?:[^`]|``)+`)\s*\(", re.I)
 _COLUMN = re.compile(r"\s*(`(?:[^`]|``)+`)\s+([A-Za-z]+)")
@@ -202,6 +203,33 @@ def _query(sql: str) -> bytes:
     return frame(0, bytes((C.COM_QUERY,)) + sql.encode("utf-8", "surrogateescape"))
 
 
+def _item_names(an: object, toks: list[Token], sql: str, spans: list[tuple[int, int, str]]) -> dict[str, str]:
+    """MariaDB names an unaliased select item by its text (its first 255 characters), which qualifying the
+    tables of a subquery in it changes: the name it gets over the copies -> the name the client's text gives."""
+    top = an.top  # type: ignore[attr-defined]
+    if top is None or not top.branches or top.branches[0].select_list is None or not spans:
+        return {}
+    a, b = top.branches[0].select_list
+    while a < b and toks[a][0] == "w" and (toks[a][1].upper() in _MODIFIERS or toks[a][1].upper().startswith("SQL_")):
+        a += 1
+    names: dict[str, str] = {}
+    depth, first = 0, a
+    for k in range(a, b + 1):
+        if k < b and toks[k][0] == "o":
+            depth += toks[k][1] == "("
+            depth -= toks[k][1] == ")"
+        if k < b and not (depth == 0 and toks[k][:2] == ("o", ",")):
+            continue
+        if first < k:
+            start, end = toks[first][2], toks[k - 1][3]
+            inside = sorted(x for x in spans if start <= x[0] and x[1] <= end)
+            if inside:
+                text = sql[start:end]
+                names[splice(text, [(x - start, y - start, t) for x, y, t in inside])[:255]] = text[:255]
+        first = k + 1
+    return names
+
+
 class Materialize:
     """One SELECT answered on a scratch connection over temporary copies of the rows it reads."""
 
@@ -250,6 +278,7 @@ class Materialize:
                 raise _refuse("pydble could not find a table's name in the statement text")
             spans.append((toks[a][2], toks[b - 1][3], self.copies[(ref.table.schema, ref.table.name)].full))
         self.sql = splice(sql[:toks[-1][3]], sorted(spans))
+        self.names = _item_names(an, toks, sql, spans)
         self.sorts = any(t[0] == "w" and t[1].upper() in _SORTING for t in toks)
         self.node = an.refs[0].table.nodes[0]
 
@@ -428,6 +457,9 @@ class Materialize:
                     raise _refuse(f"the type MariaDB reports for the TEXT/BLOB/JSON expression {c.name} depends on "
                                   f"whether its plan sorts through a temporary table, which one server holding all "
                                   f"the rows may decide otherwise; select it without ORDER BY/GROUP BY/DISTINCT")
+        for res in sc.results if self.names else ():
+            res.columns = [replace(c, name=self.names[c.name], raw=None) if c.name in self.names else c
+                           for c in res.columns]
         ex.last_node = self.node
         ex.add_results(sc, r, more)
 

@@ -70,6 +70,9 @@ SAME = [
     ("SELECT id FROM mt_a a WHERE NOT EXISTS (SELECT 1 FROM mt_b b WHERE b.k = a.k)", False),
     ("SELECT id, (SELECT MAX(b.m) FROM mt_b b WHERE b.k = a.k) AS mx FROM mt_a a ORDER BY id", True),
     ("SELECT id FROM mt_s WHERE m > (SELECT AVG(m) FROM mt_b)", False),
+    # an unaliased item is named by its text, which the copies' qualified table names must not change
+    ("SELECT DISTINCT id, (SELECT  MAX(b.m) FROM mt_b b /* c */ WHERE b.k = a.k), COALESCE((SELECT MIN(s.id) "
+     "FROM mt_s AS s WHERE s.k = a.k), 0) + 1, (SELECT 1 FROM mt_s LIMIT 1) one FROM mt_a a ORDER BY id", True),
     ("SELECT q.k, COUNT(*) FROM (SELECT k FROM mt_a UNION ALL SELECT k FROM mt_s) q GROUP BY q.k ORDER BY q.k",
      True),
     # found by the differential test: the router scattered this to mt_b's nodes, each summing every row of
