@@ -80,9 +80,10 @@ REVERTED = [
     # 1. the decision conditional on the lock's version only: after an operator's forced release and a new DDL
     #    on the table, the old originator's SUCCESS lands on the new DDL's record
     ("lock-version-only", 248, "stale decide"),
-    # 2. (an ack without the record's identity, variants.AckWithoutIdentityCluster: not found in 3,500 schedules
-    #    since the production listener runs here, whose czxid check before a delayed ack masks it; only a race
-    #    within one ZooKeeper round trip is left: python -m tests.sim.run --variant ack-without-identity)
+    # 2. an ack without the record's identity, counted for whatever record is at the path and written by a
+    #    subscriber that no longer checks the record's czxid before a delayed ack (both halves of the fix
+    #    reverted; either alone is masked by the other): a late ack lands on the table's next DDL
+    ("ack-without-identity", 133, "stale ack"),
     # 3. history_seen moved before the entry is applied: a subscriber whose reload failed (a node unreachable)
     #    never catches up and serves the old structure for good
     ("history-seen-before-applied", 563, "i4 serves t2 as"),

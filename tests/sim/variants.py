@@ -68,6 +68,14 @@ class AckWithoutIdentityCluster(Cluster):
                 return
 
 
+class AckAnyRecordCore(SubscriberCore):
+    """Bug 2's subscriber side: a delayed ack is written while the step is the newest handled, whichever
+    record the path holds by then (the check of the record's czxid reverted with the ack's identity)."""
+
+    def ack_due(self, key: Any, status: str, czxid_now: int | None) -> bool:
+        return self.handled.get(key) == status and czxid_now is not None
+
+
 class SeenBeforeAppliedCore(SubscriberCore):
     """Bug 3: the listener moves history_seen past every entry as soon as it has read the names, before
     it has applied them: an entry whose reload fails is never tried again."""
@@ -92,7 +100,7 @@ FIXED = Variant()
 BUGS: dict[str, Variant] = {
     "lock-version-only": Variant("lock-version-only", originator_core=LockVersionOnlyCore),
     "ack-without-identity": Variant("ack-without-identity", originator_core=AckWithoutIdentityCore,
-                                    cluster_class=AckWithoutIdentityCluster),
+                                    cluster_class=AckWithoutIdentityCluster, subscriber_core=AckAnyRecordCore),
     "history-seen-before-applied": Variant("history-seen-before-applied", subscriber_core=SeenBeforeAppliedCore),
     "kill-live-holder": Variant("kill-live-holder", kill_refuses_live_holder=False),
     # bug 5: the reconciler reads the structure without looking whether the DDL still runs on a node
@@ -102,5 +110,5 @@ BUGS: dict[str, Variant] = {
     "catch-up-without-lock": Variant("catch-up-without-lock", listener_class=CatchUpWithoutLockListener),
 }
 
-__all__ = ["BUGS", "FIXED", "AckWithoutIdentityCluster", "AckWithoutIdentityCore", "CatchUpWithoutLockListener",
+__all__ = ["BUGS", "FIXED", "AckAnyRecordCore", "AckWithoutIdentityCluster", "AckWithoutIdentityCore", "CatchUpWithoutLockListener",
            "LockVersionOnlyCore", "SeenBeforeAppliedCore"]
