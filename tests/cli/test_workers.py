@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -14,8 +15,8 @@ import pymysql
 import pytest
 
 from harness.ports import free_port, port_accepts, port_is_bindable
-from harness.proxy import cluster_section, proxy_config
-from proxy.workers import ID_SHIFT
+from harness.proxy import REPO_ROOT, cluster_section, proxy_config
+from proxy.workers import ID_SHIFT, WorkerInfo
 
 WORKERS = 2
 WAIT_S = 40.0   # bound on every wait below (a restarted worker waits out its predecessor's ZooKeeper session)
@@ -216,3 +217,27 @@ def test_a_killed_parent_leaves_no_worker(workers: Any) -> None:
     kids = _children(workers.pid)
     os.kill(workers.pid, signal.SIGKILL)
     _until("every worker to exit", lambda: not any(_alive(k) for k in kids))
+
+
+def test_more_than_one_worker_needs_a_cluster(backends: Any, tmp_path: Any) -> None:
+    """Without [cluster] the workers would each keep their own metadata: refused, exit 2, one line."""
+    from harness.proxy import to_toml
+    path = tmp_path / "pydble.toml"
+    path.write_text(to_toml(proxy_config(backends, free_port(), free_port())))
+    for n, words in (("2", "needs a [cluster] section"), ("0", "must be 1 to")):
+        run = subprocess.run([sys.executable, "-m", "cli", "serve", "--config", str(path), "--workers", n],
+                             capture_output=True, text=True, timeout=60, cwd=REPO_ROOT,
+                             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+        assert run.returncode == 2, run.stderr
+        assert words in run.stderr
+
+
+def test_connection_ids_wrap_within_their_worker_skipping_live_ones() -> None:
+    """Past 2**24 - 1 ids a worker starts over in its own range and never hands out an id in use."""
+    w = WorkerInfo(3, 4, "/nonexistent")
+    assert w.conn_id(1, set) == (3 << ID_SHIFT) | 1
+    last = (1 << ID_SHIFT) - 1
+    assert w.conn_id(last, set) == (3 << ID_SHIFT) | last
+    live = {(3 << ID_SHIFT) | 1, (3 << ID_SHIFT) | 2}
+    assert w.conn_id(last + 1, lambda: live) == (3 << ID_SHIFT) | 3
+    assert all(WorkerInfo.owner(w.conn_id(n, set)) == 3 for n in (1, last, last + 5))
