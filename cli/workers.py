@@ -212,6 +212,11 @@ def _kill(pid: int, sig: signal.Signals) -> None:
 
 
 def _how(status: int) -> str:
+    """A wait status as the log says it: `exit code 1`, `killed by SIGKILL`."""
     if os.WIFSIGNALED(status):
-        return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+        sig = os.WTERMSIG(status)
+        try:
+            return f"killed by {signal.Signals(sig).name}"
+        except ValueError:
+            return f"killed by signal {sig}"
     return f"exit code {os.waitstatus_to_exitcode(status)}"

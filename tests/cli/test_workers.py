@@ -14,7 +14,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from harness.ports import free_port, port_accepts, port_is_bindable
+from harness.ports import free_port, port_accepts, port_is_bindable, tcp_connections
 from harness.proxy import REPO_ROOT, cluster_section, proxy_config
 from proxy.workers import ID_SHIFT, WorkerInfo
 
@@ -173,7 +173,8 @@ def test_a_killed_worker_is_restarted(workers: Any) -> None:
     victim_id = _one(by_worker[1], "SELECT CONNECTION_ID()")
     for c in by_worker.values():
         c.close()
-    victim = next(pid for pid in before if workers.manager_port + 1 in _listening_ports(pid))
+    victim = next(pid for pid in before
+                  if (workers.manager_port + 1, 0, False) in tcp_connections(pid))   # listens on it
     os.kill(victim, signal.SIGKILL)
     _until("worker 1 to be forked again", lambda: len(_children(workers.pid) - before) == 1)
     _until("worker 1's manager port", lambda: port_accepts(workers.manager_port + 1))
@@ -183,25 +184,6 @@ def test_a_killed_worker_is_restarted(workers: Any) -> None:
     finally:
         for c in again.values():
             c.close()
-
-
-def _listening_ports(pid: int) -> set[int]:
-    """The TCP ports a process listens on (its socket inodes matched in /proc/net/tcp)."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    with open("/proc/net/tcp") as f:
-        for line in f.read().splitlines()[1:]:
-            cols = line.split()
-            if cols[3] == "0A" and cols[9] in inodes:   # LISTEN
-                ports.add(int(cols[1].split(":")[1], 16))
-    return ports
 
 
 def test_sigterm_stops_every_worker(workers: Any) -> None:
