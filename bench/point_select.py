@@ -266,6 +266,12 @@ class Bench:
         m = _ERR_RE.search(out.stdout)
         return Run(target, qps, int(m.group(1)) if m else 0, elapsed, cpu, per_query)
 
+    def _profiled_pid(self) -> int | None:
+        """The proxy process py-spy records: the first worker of a `serve --workers N` parent."""
+        pid = self.proxies["proxy"][0].pid
+        kids = sorted(children_of(pid)) if self.args.serve and pid else []
+        return kids[0] if kids else pid
+
     def profile(self, path: str) -> None:
         """py-spy over one proxy run: a flat profile of where the proxy's time goes."""
         if shutil.which("py-spy") is None:
@@ -274,7 +280,7 @@ class Bench:
         raw = Path(path).with_suffix(".raw")
         mode = ["--native"] if self.args.native else ["--nonblocking"]  # py-spy cannot do both
         spy = subprocess.Popen(["py-spy", "record", "-f", "raw", "-o", str(raw), "-r", "400", *mode,
-                                "-p", str(self.proxies["proxy"][0].pid)],
+                                "-p", str(self._profiled_pid())],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(1.0)
         try:
