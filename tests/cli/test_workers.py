@@ -66,6 +66,7 @@ def workers(fresh_proxy: Any, backends: Any, zookeeper: Any, zk_root: str) -> An
     port, manager = _ports()
     cfg = proxy_config(backends, port, manager, instance="wk",
                        cluster=cluster_section(zookeeper, root=zk_root, session_timeout_s=4))
+    cfg["users"].append({"name": "other", "password": "222222", "schemas": ["schema1"]})
     p = fresh_proxy(cfg, argv=[sys.executable, "-m", "cli", "serve", "--config", "{config}", "--workers", str(WORKERS)])
     for i in range(WORKERS):
         _until(f"worker {i}'s manager port", lambda: port_accepts(manager + i))
@@ -73,8 +74,8 @@ def workers(fresh_proxy: Any, backends: Any, zookeeper: Any, zk_root: str) -> An
     return p
 
 
-def _session(p: Any) -> Any:
-    c = p.connect(database="schema1")
+def _session(p: Any, user: str = "test", password: str = "111111") -> Any:
+    c = p.connect(user=user, password=password, database="schema1")
     c.autocommit(True)
     return c
 
@@ -86,12 +87,12 @@ def _one(conn: Any, sql: str) -> Any:
     return row[0] if row else None
 
 
-def _on_each_worker(p: Any) -> dict[int, Any]:
+def _on_each_worker(p: Any, user: str = "test", password: str = "111111") -> dict[int, Any]:
     """One open session per worker (the kernel picks the worker; connect until each has one)."""
     got: dict[int, Any] = {}
     extra = []
     for _ in range(200):
-        c = _session(p)
+        c = _session(p, user, password)
         w = _one(c, "SELECT CONNECTION_ID()") >> ID_SHIFT
         if w in got:
             extra.append(c)
@@ -124,8 +125,8 @@ def test_two_workers_serve_one_port_with_ids_of_their_own(workers: Any) -> None:
 
 
 def test_kill_reaches_the_worker_owning_the_id(workers: Any) -> None:
-    """KILL QUERY / KILL on worker 0 of worker 1's session interrupts it, then closes it; an id of
-    worker 1 that no session holds is unknown."""
+    """KILL QUERY / KILL on worker 0 of worker 1's session interrupts it, then closes it; another user
+    may not (1095); an id of worker 1 that no session holds is unknown (1094)."""
     by_worker = _on_each_worker(workers)
     a, b = by_worker[0], by_worker[1]
     b_id = _one(b, "SELECT CONNECTION_ID()")
@@ -150,6 +151,14 @@ def test_kill_reaches_the_worker_owning_the_id(workers: Any) -> None:
                 cur.execute("SHOW PROCESSLIST")
                 return any(r[0] == b_id and r[4] == "Query" for r in cur.fetchall())
         _until("b's SLEEP to run", running)
+        others = _on_each_worker(workers, "other", "222222")
+        try:   # the owning worker checks the killer's rights: another user's session is not its to kill
+            with pytest.raises(pymysql.MySQLError) as not_owner:
+                _one(others[0], f"KILL QUERY {b_id}")
+            assert not_owner.value.args[0] == 1095
+        finally:
+            for c in others.values():
+                c.close()
         _one(a, f"KILL QUERY {b_id}")
         t.join(WAIT_S)
         assert got and got[0] in (1, 1317), got   # interrupted (MariaDB's SLEEP answers 1 when killed)
