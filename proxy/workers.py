@@ -81,9 +81,14 @@ class KillChannel:
         os.chmod(path, 0o600)
 
     def close(self) -> None:
+        """Stop listening and remove the socket file (a stopped worker leaves nothing in the folder)."""
         if self._server is not None:
             self._server.close()
             self._server = None
+            try:
+                os.unlink(self.info.socket_path(self.info.index))
+            except OSError:
+                pass
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
