@@ -203,11 +203,28 @@ def test_sigterm_stops_every_worker(workers: Any) -> None:
     _until("every worker to exit", lambda: not any(_alive(k) for k in kids))
 
 
+def _kill_socket_dir(pid: int) -> str:
+    """The folder of a worker's KILL socket (the Unix socket it listens on, from /proc/net/unix)."""
+    inodes = {os.readlink(f"/proc/{pid}/fd/{fd}")[8:-1] for fd in os.listdir(f"/proc/{pid}/fd")
+              if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:[")}
+    with open("/proc/net/unix") as f:
+        for line in f.read().splitlines()[1:]:
+            cols = line.split()
+            if len(cols) == 8 and cols[6] in inodes and cols[7].endswith(".sock"):
+                return os.path.dirname(cols[7])
+    raise AssertionError(f"worker {pid} has no KILL socket")
+
+
 def test_a_killed_parent_leaves_no_worker(workers: Any) -> None:
-    """kill -9 of the parent: the workers get SIGTERM from the kernel and exit (no orphan)."""
+    """kill -9 of the parent: the workers get SIGTERM from the kernel and stop cleanly (no orphan, their
+    KILL sockets removed)."""
     kids = _children(workers.pid)
+    folder = _kill_socket_dir(next(iter(kids)))
+    assert sorted(os.listdir(folder)) == [f"w{i}.sock" for i in range(WORKERS)]
     os.kill(workers.pid, signal.SIGKILL)
     _until("every worker to exit", lambda: not any(_alive(k) for k in kids))
+    assert os.listdir(folder) == []   # each stopped as on SIGTERM, not killed
+    os.rmdir(folder)                  # the parent, killed, could not remove it
 
 
 def test_more_than_one_worker_needs_a_cluster(backends: Any, tmp_path: Any) -> None:
