@@ -10,12 +10,14 @@ the queries sysbench counted; targets >= 0.5 and <= 20 µs on a 2-core machine).
 
     python3 bench/point_select.py [--time 10] [--rounds 3] [--threads 8,32] [--ps-mode disable,auto]
                                   [--table-size 10000] [--workers 1] [--mysql-port 3306] [--profile out.txt]
-                                  [--baseline /path/to/other/checkout]
+                                  [--baseline /path/to/other/checkout] [--baseline-workers N] [--serve]
 
 Without --mysql-port it starts a private MariaDB server with the test harness (temporary datadir,
 free port) and removes it at the end; with --mysql-port it uses that server on 127.0.0.1 as root
 (empty password unless --mysql-password) and drops its benchmark databases at the end.
---workers N runs N proxy processes on the same port (SO_REUSEPORT; the kernel spreads connections).
+--workers N runs N proxy processes on the same port (SO_REUSEPORT; the kernel spreads connections); with
+--serve they are one `pydble serve --workers N` (a parent and its N workers; a private ZooKeeper when N > 1,
+since more than one worker needs [cluster]; every target then gets the same [cluster] section).
 --baseline DIR also runs the proxy of another checkout (e.g. `git worktree add /tmp/base main`) as target
 "base" in every round, so a change is measured against its parent in the same invocation (A/B).
 --profile FILE records the proxy with py-spy during one extra proxy run and writes a flat profile.
@@ -43,7 +45,8 @@ for p in (REPO_ROOT, REPO_ROOT / "tests"):
 
 import pymysql  # noqa: E402
 
-from harness import MariaDBServer, ProxyProcess, free_port  # noqa: E402
+from harness import MariaDBServer, ProxyProcess, ZooKeeperServer, free_port, port_accepts  # noqa: E402
+from harness.ports import port_is_bindable  # noqa: E402
 
 SHARDS = ("sb_dn1", "sb_dn2", "sb_dn3", "sb_dn4")
 DIRECT_DB = "sb_direct"
@@ -77,6 +80,14 @@ def cpu_seconds(pid: int) -> float:
     return sum(user_sys(pid))
 
 
+def children_of(pid: int) -> set[int]:
+    """The child processes of pid (a `serve --workers N` parent's workers)."""
+    try:
+        return {int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+    except OSError:
+        return set()
+
+
 def loadavg() -> str:
     """The 1/5/15-minute load averages, as `uptime` shows them."""
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
@@ -92,6 +103,7 @@ class Bench:
         self.proxy_ports: dict[str, int] = {}
         self.port = args.mysql_port
         self.mysqld_pid: int | None = None
+        self.zk: ZooKeeperServer | None = None   # --serve with more than one worker
 
     # -- set-up ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -104,6 +116,9 @@ class Bench:
         else:
             self.mysqld_pid = self._find_mysqld(self.port)
         self._prepare()
+        if self.args.serve and max(self.args.workers, self.args.baseline_workers) > 1:
+            self.zk = ZooKeeperServer("bench-zookeeper")
+            self.zk.start()
         self._start_proxies("proxy", REPO_ROOT, self.args.workers)
         if self.args.baseline:
             self._start_proxies("base", Path(self.args.baseline).resolve(),
@@ -158,6 +173,24 @@ class Bench:
             argv = [sys.executable, "-c", f"import runpy, sys; sys.path.insert(0, {str(root)!r}); "
                     "runpy.run_module('cli', run_name='__main__')", "serve", "--config", "{config}"]
         procs = self.proxies.setdefault(target, [])
+        if self.args.serve:   # one `pydble serve --workers N`: a parent and its workers
+            manager = free_port()
+            while not all(port_is_bindable(manager + i) for i in range(1, workers)):
+                manager = free_port()
+            cfg = self._config(port, manager, f"bench-{target}")
+            if self.zk is not None:
+                cfg["cluster"] = {"zk": self.zk.hosts, "root": f"/bench-{target}", "session_timeout_s": 10}
+            base = argv or [sys.executable, "-m", "cli", "serve", "--config", "{config}"]
+            p = ProxyProcess(cfg, name=f"bench-{target}", argv=[*base, "--workers", str(workers)])
+            p.start()
+            procs.append(p)
+            deadline = time.monotonic() + 60
+            while not all(port_accepts(manager + i) for i in range(workers)):
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"the workers of {target} did not all start in 60 s")
+                time.sleep(0.2)
+            self.proxy_ports[target] = port
+            return
         for w in range(workers):
             cfg = self._config(port, free_port(), f"bench-{target}-{w}")
             if workers > 1:   # the workers share the client port
@@ -171,6 +204,8 @@ class Bench:
         """Stop the proxies and the private server, or drop the databases on a shared one."""
         for p in (p for ps in self.proxies.values() for p in ps):
             p.cleanup()
+        if self.zk is not None:
+            self.zk.cleanup()
         if self.server is not None:
             self.server.cleanup()
         elif self.port is not None and not self.args.keep:
@@ -196,6 +231,10 @@ class Bench:
 
     def _pids(self, target: str) -> dict[str, int]:
         pids = {f"proxy{i}": p.pid for i, p in enumerate(self.proxies.get(target, [])) if p.pid}
+        if self.args.serve:   # the parent's workers (read per run: a restarted worker has a new pid)
+            for parent in list(pids.values()):
+                for i, child in enumerate(sorted(children_of(parent))):
+                    pids[f"proxy-w{i}"] = child
         if self.mysqld_pid:
             pids["mariadb"] = self.mysqld_pid
         return pids
@@ -227,6 +266,12 @@ class Bench:
         m = _ERR_RE.search(out.stdout)
         return Run(target, qps, int(m.group(1)) if m else 0, elapsed, cpu, per_query)
 
+    def _profiled_pid(self) -> int | None:
+        """The proxy process py-spy records: the first worker of a `serve --workers N` parent."""
+        pid = self.proxies["proxy"][0].pid
+        kids = sorted(children_of(pid)) if self.args.serve and pid else []
+        return kids[0] if kids else pid
+
     def profile(self, path: str) -> None:
         """py-spy over one proxy run: a flat profile of where the proxy's time goes."""
         if shutil.which("py-spy") is None:
@@ -235,7 +280,7 @@ class Bench:
         raw = Path(path).with_suffix(".raw")
         mode = ["--native"] if self.args.native else ["--nonblocking"]  # py-spy cannot do both
         spy = subprocess.Popen(["py-spy", "record", "-f", "raw", "-o", str(raw), "-r", "400", *mode,
-                                "-p", str(self.proxies["proxy"][0].pid)],
+                                "-p", str(self._profiled_pid())],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(1.0)
         try:
@@ -327,7 +372,7 @@ def report(runs: Sequence[Run], args: argparse.Namespace, threads: int, ps_mode:
         print(f"{t} ratio best {c.ratio_best:.3f}, median {c.ratio_median:.3f} (target >= {TARGET}), "
               f"proxy CPU {c.proxy_us:.1f} µs/query (target <= {TARGET_US:g})")
     print(f"threads {threads}, ps-mode {ps_mode}, {args.time:g} s per run, table {args.table_size} rows, "
-          f"{args.workers} proxy worker(s), load average now {loadavg()}")
+          f"{args.workers} proxy worker(s){' (serve --workers)' if args.serve else ''}, load average now {loadavg()}")
     return cells
 
 
@@ -355,6 +400,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--baseline-workers", type=int, default=0,
                     help="workers of the --baseline target (default --workers): `--baseline . --baseline-workers 2`")
     ap.add_argument("--workers", type=int, default=1, help="proxy processes sharing the port (SO_REUSEPORT)")
+    ap.add_argument("--serve", action="store_true",
+                    help="run each target's workers as one `pydble serve --workers N` instead of N processes")
     ap.add_argument("--mysql-port", type=int, help="use this MariaDB on 127.0.0.1 instead of a private one")
     ap.add_argument("--mysql-password", default="")
     ap.add_argument("--keep", action="store_true", help="keep the benchmark databases on --mysql-port")

@@ -6,10 +6,14 @@ import argparse
 import asyncio
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import structlog
 
-from meta.config import ConfigError, StartRefused, load_config
+from meta.config import Config, ConfigError, StartRefused, load_config
+
+if TYPE_CHECKING:
+    from proxy.workers import WorkerInfo
 
 
 def _load(path: str):
@@ -21,14 +25,28 @@ def _load(path: str):
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    """Run one proxy instance until SIGTERM/SIGINT."""
+    """Run one proxy instance, or with --workers N > 1 a parent keeping N of them, until SIGTERM/SIGINT."""
     from proxy.log import configure
+
+    configure(args.log_level, json=args.log_json)
+    config = _load(args.config)
+    if args.workers == 1:
+        return serve_instance(config)
+    from .workers import Supervisor, check_workers  # noqa: PLC0415
+    try:
+        check_workers(config, args.workers)
+    except ConfigError as e:
+        sys.stderr.write(f"pydble: config error: {e}\n")
+        return 2
+    return Supervisor(config, args.workers, serve_instance).run()
+
+
+def serve_instance(config: Config, worker: WorkerInfo | None = None) -> int:
+    """One proxy process (a worker of `--workers N` when `worker` is given) until SIGTERM/SIGINT."""
     from proxy.server import ProxyServer
 
     from .pause import pause_hook_from_env
 
-    configure(args.log_level, json=args.log_json)
-    config = _load(args.config)
     try:
         import uvloop  # noqa: PLC0415
         uvloop.install()
@@ -37,7 +55,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     async def run() -> None:
         try:
-            server = ProxyServer(config)
+            server = ProxyServer(config, worker)
         except ConfigError as e:
             sys.stderr.write(f"pydble: config error: {e}\n")
             raise SystemExit(2) from None
@@ -59,6 +77,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             sys.stderr.write(f"pydble: {e}\n")
             raise SystemExit(1) from None
         await stop.wait()
+        if worker is not None:   # a worker whose parent died has no one to SIGKILL it: bound the stop
+            from .workers import STOP_WAIT_S  # noqa: PLC0415
+            signal.alarm(int(STOP_WAIT_S) + 5)
         await server.stop()
 
     asyncio.run(run())
@@ -98,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--config", required=True)
     s.add_argument("--log-level", default="info")
     s.add_argument("--log-json", action="store_true", help="JSON log lines")
+    s.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="N worker processes on the client port (one per core the proxy may use; N > 1 "
+                        "needs [cluster]): instance <instance>-w<i>, manager port manager_port + i")
     s.set_defaults(func=cmd_serve)
     i = sub.add_parser("init-db", help="create the shardingNodes' databases on the backends")
     i.add_argument("--config", required=True)

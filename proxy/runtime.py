@@ -57,6 +57,7 @@ class Runtime(Protocol):
     views: Any        # proxy.views.ViewService
     sequences: Any    # proxy.sequence.Sequences
     manager: Any      # proxy.manager.Manager
+    kill_channel: Any  # proxy.workers.KillChannel of a `serve --workers N` worker, else None
     sessions: set
     version: str
     max_packet: int

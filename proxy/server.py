@@ -27,10 +27,11 @@ from .metrics import Metrics
 from .pool import Backends
 from .router import Router
 from .sequence import Sequences
-from .session import ClientProtocol, Session
+from .session import ClientProtocol, Session, kill_session
 from .sqltok import set_server_version
 from .xa import XaCoordinator
 from .views import ViewService
+from .workers import KillChannel, WorkerInfo
 
 if TYPE_CHECKING:
     from .reply import Reply
@@ -44,8 +45,10 @@ DEFAULT_VERSION = "5.7.21-pydble"
 class ProxyServer:
     """One pydble instance in single-instance mode (the cluster layer plugs in later)."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, worker: WorkerInfo | None = None) -> None:
         self.config = config
+        self.worker = worker   # one of `serve --workers N`: its connection ids, KILL across workers
+        self.kill_channel: KillChannel | None = None
         self.tls = tls_context(config.server)  # TLS on the client port, when configured
         self.backends = Backends(config)
         self.registry = Registry(config)
@@ -92,6 +95,10 @@ class ProxyServer:
         # cyclic GC from rescanning them, or each full collection stalls every query (~100 ms).
         gc.collect()
         gc.freeze()
+        if self.worker is not None:
+            self.kill_channel = KillChannel(self.worker, lambda cid, user, admin, query: kill_session(
+                self, cid, user, admin, query))
+            await self.kill_channel.start()
         loop = asyncio.get_running_loop()
         srv = self.config.server
         self._servers.append(await loop.create_server(lambda: ClientProtocol(self), srv.bind, srv.port,
@@ -128,6 +135,8 @@ class ProxyServer:
         """Stop listening, close every session and pool."""
         for srv in self._servers:
             srv.close()
+        if self.kill_channel is not None:
+            self.kill_channel.close()
         self.deadlocks.stop()
         for s in [*self.sessions, *self.manager_sessions]:
             s.client.close()
@@ -142,8 +151,11 @@ class ProxyServer:
 
     # -- sessions -------------------------------------------------------------------------------
     def next_conn_id(self) -> int:
-        """Connection ids as clients see them (CONNECTION_ID())."""
-        return next(self._ids)
+        """Connection ids as clients see them (CONNECTION_ID()); a worker's carry its index (KILL finds it)."""
+        if self.worker is None:
+            return next(self._ids)
+        return self.worker.conn_id(next(self._ids), lambda: {s.conn_id for s in (*self.sessions,
+                                                                                 *self.manager_sessions)})
 
     def track(self, session: Session | ManagerSession) -> None:
         if isinstance(session, ManagerSession):

@@ -927,23 +927,21 @@ class Session:
 
     async def kill(self, sql: str) -> None:
         """KILL [CONNECTION | QUERY] id on pydble's own sessions (the user's own unless admin), never a
-        backend's thread: QUERY interrupts the statement on the backends running it for that session."""
+        backend's thread; an id of a sibling worker (`serve --workers N`) is killed by that worker."""
         parsed = local.parse_kill(sql)
         if parsed is None:
             raise ParseError(f"You have an error in your SQL syntax near '{sql.strip()[:40]}'")
         query_only, cid = parsed
-        target = next((s for s in self.client_sessions() if s.conn_id == cid and s.user), None)
-        if target is None:
-            raise ProxyError(f"Unknown thread id: {cid}", 1094, "HY000")
-        if target.user != self.user and not self.admin:
-            raise ProxyError(f"You are not owner of thread {cid}", 1095, "HY000")
-        if not query_only:
-            target.client.close()
+        channel = self.server.kill_channel
+        if channel is not None and channel.info.owner(cid) != channel.info.index:
+            await channel.forward(cid, self.user, self.admin, query_only)
             return
-        if target.command != "Query" or target is self:
-            return
-        ex = target.executor
-        fast = target._fast_conn
+        await kill_session(self.server, cid, self.user, self.admin, query_only, self)
+
+    async def interrupt(self) -> None:
+        """KILL QUERY: stop the statement on the backends running it for this session."""
+        ex = self.executor
+        fast = self._fast_conn
         conns = set(ex.streaming) | set(ex.pinned.values()) | ({fast} if fast and not fast.shared else set())
         conns |= set(ex.locked.values()) | ({ex.user_locks.conn} if ex.user_locks.conn is not None else set())
         conns |= set(ex.temp.conns.values())
@@ -956,6 +954,22 @@ class Session:
                 await killer.query(f"KILL QUERY {int(conn.thread_id)}", self.server.backends.timeout_s)
             finally:
                 self.server.backends.release(node, killer)
+
+
+async def kill_session(server: Runtime, cid: int, user: str, admin: bool, query_only: bool,
+                       caller: Session | None = None) -> None:
+    """KILL [QUERY] cid in this process with `user`'s rights (the caller's session, or a sibling worker's)."""
+    target = next((s for s in server.sessions if type(s) is Session and s.conn_id == cid and s.user), None)
+    if target is None:
+        raise ProxyError(f"Unknown thread id: {cid}", 1094, "HY000")
+    if target.user != user and not admin:
+        raise ProxyError(f"You are not owner of thread {cid}", 1095, "HY000")
+    if not query_only:
+        target.client.close()
+        return
+    if target.command != "Query" or target is caller:
+        return
+    await target.interrupt()
 
 
 def _is_lock_tables(sql: str) -> bool:
