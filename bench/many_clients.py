@@ -1,0 +1,335 @@
+"""Many clients, few backend connections (issue 20 item 2): 100, 1,000 and 5,000 client connections on
+a pydble whose dbGroup has max_con = 64, against 100 clients straight to MariaDB in the same invocation.
+
+The set-up is bench/point_select.py's (a private MariaDB, sysbench's sbtest1 with --table-size rows,
+sharded over four databases through the proxy, unsharded for the direct run), with the proxy's
+max_connections raised above the largest level. At each level the clients are:
+- `--active` of them in a closed loop: a point select (`SELECT c FROM sbtest1 WHERE id=N`), or with
+  probability `--txn-share` a short transaction (BEGIN; point select; UPDATE ... SET k=k+1; COMMIT);
+- all the others mostly idle: each sends one point select every `--idle-every` seconds (random phase).
+Prints per level queries/s (statements), p50/p99 of point selects and of transactions, errors, the
+proxy's VmRSS (and its peak, VmHWM) from /proc and its CPU per statement; then a burst: every client
+at the level sends one point select at the same moment (pool waiters: p99, max, errors). Ratios:
+proxy qps and p99 against direct at 100 clients, and p99 at each level against p99 at 100 through the
+proxy (goals: RSS <= 1 GB at 5,000 clients, p99 at 5,000 <= 2 x p99 at 100).
+
+    .venv/bin/python bench/many_clients.py [--levels 100,1000,5000] [--time 10] [--active 32]
+                                           [--txn-share 0.1] [--idle-every 20] [--mysql-port 3306]
+
+The clients are asyncio connections of the proxy's own backend protocol code (proxy/backend.py), one
+process, uvloop; RLIMIT_NOFILE is raised to its hard limit here (the proxy raises its own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parent
+for _p in (REPO_ROOT, REPO_ROOT / "tests", HERE):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+from attack_rss import rss_mb  # noqa: E402 - after the path set-up
+from meta.config import DbGroupConfig  # noqa: E402
+from meta.errors import ProxyError  # noqa: E402
+from point_select import DIRECT_DB, Bench, loadavg, user_sys  # noqa: E402
+from proxy.backend import BackendConnection, open_connection  # noqa: E402
+
+GOAL_RSS_MB = 1024
+GOAL_P99 = 2.0
+OPEN_AT_ONCE = 256    # logins in flight while a level's connections are opened
+TIMEOUT_S = 60.0
+
+
+@dataclass
+class Level:
+    """What one level measured."""
+
+    target: str
+    clients: int
+    seconds: float
+    statements: int
+    select_ms: list[float] = field(default_factory=list)
+    txn_ms: list[float] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+    rss_mb: float = 0.0
+    hwm_mb: float = 0.0
+    cpu_us: float = 0.0       # the proxy's user + sys per statement
+    open_s: float = 0.0       # time to open the connections this level added
+    burst_ms: list[float] = field(default_factory=list)
+    burst_errors: int = 0
+    load: str = ""
+
+    @property
+    def qps(self) -> float:
+        return self.statements / self.seconds if self.seconds else 0.0
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (nearest rank) of values, 0 when there are none."""
+    if not values:
+        return 0.0
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, int(round(q / 100 * len(s) + 0.5)) - 1))]
+
+
+class Clients:
+    """The client connections of one target and the workload they run."""
+
+    def __init__(self, target: str, host: str, port: int, user: str, password: str, db: str,
+                 args: argparse.Namespace) -> None:
+        self.target = target
+        self.group = DbGroupConfig(name=target, host=host, port=port, user=user, password=password,
+                                   max_con=1, connect_timeout_s=TIMEOUT_S)
+        self.db = db
+        self.args = args
+        self.conns: list[BackendConnection] = []
+        self.running = False
+        self.statements = 0
+        self.select_ms: list[float] = []
+        self.txn_ms: list[float] = []
+        self.errors: dict[str, int] = {}
+
+    async def grow(self, n: int) -> float:
+        """Open connections until there are n; the seconds it took."""
+        started = time.monotonic()
+        gate = asyncio.Semaphore(OPEN_AT_ONCE)
+
+        async def one() -> None:
+            async with gate:
+                self.conns.append(await open_connection(self.group, 0, self.db))
+
+        await asyncio.gather(*(one() for _ in range(n - len(self.conns))))
+        return time.monotonic() - started
+
+    def _error(self, e: BaseException) -> None:
+        key = f"{e.code}" if isinstance(e, ProxyError) else type(e).__name__
+        self.errors[key] = self.errors.get(key, 0) + 1
+
+    async def _select(self, conn: BackendConnection) -> None:
+        t0 = time.perf_counter()
+        await conn.query(f"SELECT c FROM sbtest1 WHERE id={random.randint(1, self.args.table_size)}", TIMEOUT_S)
+        if self.running:
+            self.select_ms.append((time.perf_counter() - t0) * 1e3)
+            self.statements += 1
+
+    async def _txn(self, conn: BackendConnection) -> None:
+        t0 = time.perf_counter()
+        i = random.randint(1, self.args.table_size)
+        try:
+            await conn.query("BEGIN", TIMEOUT_S)
+            await conn.query(f"SELECT c FROM sbtest1 WHERE id={i}", TIMEOUT_S)
+            await conn.query(f"UPDATE sbtest1 SET k=k+1 WHERE id={i}", TIMEOUT_S)
+            await conn.query("COMMIT", TIMEOUT_S)
+        except ProxyError:
+            if not conn.broken:
+                await conn.query("ROLLBACK", TIMEOUT_S)
+            raise
+        if self.running:
+            self.txn_ms.append((time.perf_counter() - t0) * 1e3)
+            self.statements += 4
+
+    async def _active(self, conn: BackendConnection, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                if random.random() < self.args.txn_share:
+                    await self._txn(conn)
+                else:
+                    await self._select(conn)
+            except ProxyError as e:
+                self._error(e)
+                if conn.broken:
+                    return
+
+    async def _idle(self, conn: BackendConnection, stop: asyncio.Event) -> None:
+        period = self.args.idle_every
+        try:
+            await asyncio.wait_for(stop.wait(), random.uniform(0, period))
+            return
+        except asyncio.TimeoutError:
+            pass
+        while not stop.is_set():
+            try:
+                await self._select(conn)
+            except ProxyError as e:
+                self._error(e)
+                if conn.broken:
+                    return
+            try:
+                await asyncio.wait_for(stop.wait(), period)
+            except asyncio.TimeoutError:
+                pass
+
+    async def run(self, seconds: float, warmup: float, pid: int | None) -> tuple[float, float]:
+        """The workload over every open connection: warmup, then `seconds` measured. (seconds measured,
+        the proxy's CPU seconds meanwhile)."""
+        stop = asyncio.Event()
+        active = min(self.args.active, len(self.conns))
+        tasks = [asyncio.ensure_future(self._active(c, stop) if i < active else self._idle(c, stop))
+                 for i, c in enumerate(self.conns)]
+        await asyncio.sleep(warmup)
+        self.statements, self.select_ms, self.txn_ms, self.errors = 0, [], [], {}
+        cpu0 = sum(user_sys(pid)) if pid else 0.0
+        self.running = True
+        started = time.monotonic()
+        await asyncio.sleep(seconds)
+        self.running = False
+        elapsed = time.monotonic() - started
+        cpu = (sum(user_sys(pid)) - cpu0) if pid else 0.0
+        stop.set()
+        await asyncio.gather(*tasks)
+        return elapsed, cpu
+
+    async def burst(self) -> tuple[list[float], int]:
+        """Every connection sends one point select at the same moment: their latencies and the errors."""
+        self.running = False
+
+        async def one(conn: BackendConnection) -> float | None:
+            t0 = time.perf_counter()
+            try:
+                await conn.query(f"SELECT c FROM sbtest1 WHERE id={random.randint(1, self.args.table_size)}",
+                                 TIMEOUT_S)
+            except ProxyError:
+                return None
+            return (time.perf_counter() - t0) * 1e3
+
+        got = await asyncio.gather(*(one(c) for c in self.conns))
+        return [g for g in got if g is not None], sum(g is None for g in got)
+
+    def close(self) -> None:
+        for c in self.conns:
+            c.close()
+        self.conns = []
+
+
+async def measure(clients: Clients, n: int, args: argparse.Namespace, pid: int | None) -> Level:
+    """Grow to n connections, run the workload, then the burst."""
+    open_s = await clients.grow(n)
+    seconds, cpu = await clients.run(args.time, args.warmup, pid)
+    lv = Level(clients.target, n, seconds, clients.statements, clients.select_ms, clients.txn_ms,
+               dict(clients.errors), open_s=open_s, load=loadavg())
+    if pid:
+        lv.rss_mb, lv.hwm_mb = rss_mb(pid), rss_mb(pid, "VmHWM")
+        lv.cpu_us = cpu / max(lv.statements, 1) * 1e6
+    lv.burst_ms, lv.burst_errors = await clients.burst()
+    return lv
+
+
+def show(lv: Level) -> None:
+    errs = ",".join(f"{k}x{v}" for k, v in sorted(lv.errors.items())) or "0"
+    mem = f"{lv.rss_mb:7.1f} {lv.hwm_mb:7.1f}" if lv.rss_mb else f"{'-':>7} {'-':>7}"
+    cpu = f"{lv.cpu_us:6.0f}" if lv.cpu_us else f"{'-':>6}"
+    print(f"{lv.target:<6} {lv.clients:>6} {lv.qps:>8.0f} {pct(lv.select_ms, 50):>7.2f} {pct(lv.select_ms, 99):>7.2f} "
+          f"{pct(lv.txn_ms, 50):>7.2f} {pct(lv.txn_ms, 99):>7.2f} {errs:>6} {mem} {cpu} {lv.open_s:>6.1f} "
+          f"{pct(lv.burst_ms, 99):>8.1f} {max(lv.burst_ms, default=0):>8.1f} {lv.burst_errors:>4}  {lv.load}",
+          flush=True)
+
+
+HEADER = (f"{'target':<6} {'conns':>6} {'qps':>8} {'sel p50':>7} {'sel p99':>7} {'txn p50':>7} {'txn p99':>7} "
+          f"{'errors':>6} {'RSS MB':>7} {'HWM MB':>7} {'µs/st':>6} {'open s':>6} {'burst99':>8} {'burstmax':>8} "
+          f"{'err':>4}  load")
+
+
+class ManyClientsBench(Bench):
+    """point_select's servers and data, with max_connections above the largest level."""
+
+    def _config(self, port: int, manager_port: int, instance: str) -> dict[str, Any]:
+        cfg = super()._config(port, manager_port, instance)
+        cfg["server"]["max_connections"] = max(self.args.levels) + 100
+        return cfg
+
+
+def raise_nofile() -> int:
+    """The soft RLIMIT_NOFILE up to the hard limit: the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+async def run_all(b: ManyClientsBench, args: argparse.Namespace) -> list[Level]:
+    levels: list[Level] = []
+    direct = Clients("direct", "127.0.0.1", b.port, "root", args.mysql_password, DIRECT_DB, args)
+    try:
+        levels.append(await measure(direct, args.levels[0], args, None))
+        show(levels[-1])
+    finally:
+        direct.close()
+    proxy = b.proxies["proxy"][0]
+    via = Clients("proxy", "127.0.0.1", b.proxy_ports["proxy"], "sbtest", "sbtest", "sbtest", args)
+    try:
+        for n in args.levels:
+            levels.append(await measure(via, n, args, proxy.pid))
+            show(levels[-1])
+    finally:
+        via.close()
+    return levels
+
+
+def summary(levels: list[Level]) -> None:
+    direct, via = levels[0], levels[1:]
+    base = via[0]
+    print(f"\nproxy at {base.clients} vs direct at {direct.clients}: qps ratio {base.qps / direct.qps:.2f}, "
+          f"select p99 ratio {pct(base.select_ms, 99) / max(pct(direct.select_ms, 99), 1e-9):.2f}")
+    for lv in via[1:]:
+        r = pct(lv.select_ms, 99) / max(pct(base.select_ms, 99), 1e-9)
+        t = pct(lv.txn_ms, 99) / max(pct(base.txn_ms, 99), 1e-9) if base.txn_ms else 0.0
+        print(f"proxy at {lv.clients}: select p99 {r:.2f} x p99 at {base.clients} (goal <= {GOAL_P99:g}), txn p99 "
+              f"{t:.2f} x; qps {lv.qps / base.qps:.2f} x; RSS {lv.rss_mb:.0f} MB (goal <= {GOAL_RSS_MB}), "
+              f"{(lv.rss_mb - base.rss_mb) * 1024 / max(lv.clients - base.clients, 1):.1f} KB per added client")
+
+
+def _csv(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--levels", type=_csv, default=[100, 1000, 5000], help="client connections per level")
+    ap.add_argument("--time", type=float, default=10.0, help="measured seconds per level")
+    ap.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds per level first")
+    ap.add_argument("--active", type=int, default=32, help="clients in a closed loop; the others are mostly idle")
+    ap.add_argument("--txn-share", type=float, default=0.1, help="share of the active clients' operations that "
+                    "are a transaction (BEGIN; select; UPDATE; COMMIT)")
+    ap.add_argument("--idle-every", type=float, default=20.0, help="seconds between an idle client's selects")
+    ap.add_argument("--table-size", type=int, default=10000)
+    ap.add_argument("--mysql-port", type=int, help="use this MariaDB on 127.0.0.1 instead of a private one")
+    ap.add_argument("--mysql-password", default="")
+    ap.add_argument("--keep", action="store_true", help="keep the benchmark databases on --mysql-port")
+    args = ap.parse_args(argv)
+    args.workers, args.baseline, args.baseline_workers = 1, None, 0   # what point_select's Bench reads
+    limit = raise_nofile()
+    if limit < max(args.levels) + 200:
+        print(f"RLIMIT_NOFILE hard limit {limit} is too low for {max(args.levels)} clients", file=sys.stderr)
+        return 2
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+    b = ManyClientsBench(args)
+    try:
+        b.start()
+        print(f"load average before: {loadavg()}; {os.cpu_count()} CPUs; active clients {args.active}, txn share "
+              f"{args.txn_share}, idle clients select every {args.idle_every:g} s, {args.time:g} s per level")
+        print(HEADER)
+        levels = asyncio.run(run_all(b, args))
+        summary(levels)
+        print(f"load average after: {loadavg()}")
+    finally:
+        b.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
