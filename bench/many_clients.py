@@ -15,6 +15,7 @@ proxy (goals: RSS <= 1 GB at 5,000 clients, p99 at 5,000 <= 2 x p99 at 100).
 
     .venv/bin/python bench/many_clients.py [--levels 100,1000,5000] [--time 10] [--active 32]
                                            [--txn-share 0.1] [--idle-every 20] [--mysql-port 3306]
+                                           [--profile out.txt]
 
 The clients are asyncio connections of the proxy's own backend protocol code (proxy/backend.py), one
 process, uvloop; RLIMIT_NOFILE is raised to its hard limit here (the proxy raises its own).
@@ -27,6 +28,9 @@ import asyncio
 import os
 import random
 import resource
+import shutil
+import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -42,7 +46,7 @@ for _p in (REPO_ROOT, REPO_ROOT / "tests", HERE):
 from attack_rss import rss_mb  # noqa: E402 - after the path set-up
 from meta.config import DbGroupConfig  # noqa: E402
 from meta.errors import ProxyError  # noqa: E402
-from point_select import DIRECT_DB, Bench, loadavg, user_sys  # noqa: E402
+from point_select import DIRECT_DB, Bench, flat_profile, loadavg, user_sys  # noqa: E402
 from proxy.backend import BackendConnection, open_connection  # noqa: E402
 
 GOAL_RSS_MB = 1024
@@ -180,15 +184,32 @@ class Clients:
         await asyncio.sleep(warmup)
         self.statements, self.select_ms, self.txn_ms, self.errors = 0, [], [], {}
         cpu0 = sum(user_sys(pid)) if pid else 0.0
+        spy = self._spy(pid)
         self.running = True
         started = time.monotonic()
         await asyncio.sleep(seconds)
         self.running = False
         elapsed = time.monotonic() - started
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(30)
+            Path(self.args.profile).write_text(flat_profile(Path(self.args.profile).with_suffix(".raw").read_text()))
+            print(f"profile of the proxy at {len(self.conns)} clients written to {self.args.profile}")
         cpu = (sum(user_sys(pid)) - cpu0) if pid else 0.0
         stop.set()
         await asyncio.gather(*tasks)
         return elapsed, cpu
+
+    def _spy(self, pid: int | None) -> subprocess.Popen | None:
+        """py-spy recording the proxy during the measured run of the last level (--profile)."""
+        if not (pid and self.args.profile and len(self.conns) == max(self.args.levels)):
+            return None
+        if shutil.which("py-spy") is None:
+            print("py-spy not found; no profile")
+            return None
+        raw = Path(self.args.profile).with_suffix(".raw")
+        return subprocess.Popen(["py-spy", "record", "-f", "raw", "-o", str(raw), "-r", "200", "--nonblocking",
+                                 "-p", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     async def burst(self) -> tuple[list[float], int]:
         """Every connection sends one point select at the same moment: their latencies and the errors."""
@@ -306,6 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--mysql-port", type=int, help="use this MariaDB on 127.0.0.1 instead of a private one")
     ap.add_argument("--mysql-password", default="")
     ap.add_argument("--keep", action="store_true", help="keep the benchmark databases on --mysql-port")
+    ap.add_argument("--profile", metavar="FILE", help="record the proxy with py-spy during the largest level")
     args = ap.parse_args(argv)
     args.workers, args.baseline, args.baseline_workers = 1, None, 0   # what point_select's Bench reads
     limit = raise_nofile()

@@ -38,6 +38,23 @@ class GroupPool:
         self._waiters: deque[asyncio.Future] = deque()
         self.closed = False
         self.shared: list[BackendConnection] = []   # leased for good while they last (shared_conn)
+        # at most a quarter of max_con: shared connections never go back, and a pool they filled would
+        # leave transactions, DDL and sessions with their own state waiting for ever (none below max_con 4)
+        self.shared_max = min(SHARED_CONNS, group.max_con // 4)
+        self.out: set[BackendConnection] = set()     # leased: what the deadlock detector looks at first
+        self.gathering = asyncio.Lock()   # held by a statement taking several connections (Executor._get_all)
+
+    def _lease(self, conn: BackendConnection) -> BackendConnection:
+        """Hand a connection out."""
+        self.in_use += 1
+        conn.leased = True
+        self.out.add(conn)
+        return conn
+
+    def waits_longer(self, seconds: float, now: float) -> bool:
+        """True when a leased connection has been running one command for longer than seconds (a lock
+        wait, maybe): found without looking at every session."""
+        return any(c.busy and now - c.last_used > seconds for c in self.out)
 
     def _pop_idle(self, flags: int, database: str | None, exact: bool = False) -> BackendConnection | None:
         """An idle connection for (flags, database); unless exact, one of another database will do."""
@@ -78,18 +95,14 @@ class GroupPool:
         # which would cost a COM_INIT_DB round trip on every switch between shardingNodes.
         conn = self._pop_idle(flags, database, exact=self.total < self.group.max_con)
         if conn is not None:
-            self.in_use += 1
-            conn.leased = True
-            return conn
+            return self._lease(conn)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.acquire_timeout_s
         while True:
             below = self.total < self.group.max_con
             conn = self._pop_idle(flags, database, exact=below)
             if conn is not None:
-                self.in_use += 1
-                conn.leased = True
-                return conn
+                return self._lease(conn)
             if below or self._drop_one_idle():
                 self.total += 1
                 try:
@@ -99,9 +112,7 @@ class GroupPool:
                     self.total -= 1
                     self._wake()
                     raise
-                self.in_use += 1
-                conn.leased = True
-                return conn
+                return self._lease(conn)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise ProxyError(f"no free connection to dbGroup[{self.group.name}]: all max_con="
@@ -117,13 +128,15 @@ class GroupPool:
                     self._waiters.remove(fut)
 
     def release(self, conn: BackendConnection) -> None:
-        """Give a connection back; broken or busy ones are closed instead. Twice is once (a session
-        torn down while a command is in flight may release it from both ends); a held one stays out."""
+        """Give a connection back; broken, busy or tainted ones are closed instead (no other session may
+        see what they hold). Twice is once (a session torn down while a command is in flight may release it
+        from both ends); a held one stays out."""
         if not conn.leased or conn.held:
             return   # (held: a session's temporary tables are on it; it gives it back once they are gone)
         conn.leased = False
         self.in_use -= 1
-        if conn.broken or conn.busy or self.closed or conn.in_trans:
+        self.out.discard(conn)
+        if conn.broken or conn.busy or self.closed or conn.in_trans or conn.tainted:
             if not conn.broken:
                 conn.close()
             self.total -= 1
@@ -157,13 +170,12 @@ class GroupPool:
         for conn in [c for c in self.shared if c.broken]:   # a failed one has nothing in flight
             self.shared.remove(conn)
             self.release(conn)   # closed: it leaves max_con's count
-        if len(self.shared) >= SHARED_CONNS or self.closed:
+        if len(self.shared) >= self.shared_max or self.closed:
             return None
         conn = self._pop_idle(flags, None)
         if conn is None:
             return None
-        self.in_use += 1
-        conn.leased = True
+        self._lease(conn)
         if conn.vars != vars or not conn.autocommit or conn.in_trans:
             self.release(conn)
             return None
@@ -230,10 +242,7 @@ class Backends:
         if pool.closed:
             return None
         conn = pool._pop_idle(flags, database, exact=not any_db)
-        if conn is not None:
-            pool.in_use += 1
-            conn.leased = True
-        return conn
+        return pool._lease(conn) if conn is not None else None
 
     def shared_conn(self, node: str, flags: int, vars: dict[str, str]) -> BackendConnection | None:
         """A shared connection of the node's dbGroup for a point read naming its database (GroupPool.shared_conn)."""

@@ -79,6 +79,10 @@ class ProxyServer:
     async def start(self) -> None:
         """Learn the backend version, load every table's metadata, then open both ports."""
         _big_buffers_return_to_the_os()
+        nofile = _open_files_to_the_hard_limit()
+        if nofile < self.config.server.max_connections + 1024:
+            self.log.warning("the open files limit is below max_connections: clients past it are refused by the OS",
+                             nofile=nofile, max_connections=self.config.server.max_connections)
         if self.config.server.version is None:
             self.version = await self._backend_version()
             set_server_version(self.version)
@@ -248,6 +252,23 @@ class ProxyServer:
 
 
 __all__ = ["ProxyServer", "BackendUnavailable"]
+
+
+def _open_files_to_the_hard_limit() -> int:
+    """Every client and backend connection is a descriptor: the soft RLIMIT_NOFILE (often 1024) would
+    refuse clients long before max_connections, so it is raised to the hard limit; the limit now."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 30
+    want = 1 << 20 if hard == resource.RLIM_INFINITY else hard   # Linux refuses more than nr_open anyway
+    if soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError):
+            pass   # capped lower (nr_open): keep what we have
+    return soft
 
 
 def _big_buffers_return_to_the_os() -> None:
