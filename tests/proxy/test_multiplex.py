@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import copy
 import random
+import resource
+import sys
 import threading
+from pathlib import Path
 from typing import Any, Iterator
 
 import pymysql
@@ -230,3 +233,14 @@ def test_two_hundred_clients_over_two_connections_get_their_own_answers(mx) -> N
     assert problems == [], problems[:10]
     rows = {r[0]: r for r in mx.manager_query("show @@backend")}
     assert int(rows["ha_group1"][3]) <= 2   # never more backend connections than max_con
+
+
+def test_the_proxy_raises_its_open_files_limit_to_the_hard_limit(fresh_proxy) -> None:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    soft = 256 if hard == resource.RLIM_INFINITY else min(256, hard - 1)
+    p = fresh_proxy(argv=["prlimit", f"--nofile={soft}:{'unlimited' if hard == resource.RLIM_INFINITY else hard}",
+                          sys.executable, "-m", "cli", "serve", "--config", "{config}"])
+    limits = Path(f"/proc/{p.pid}/limits").read_text()
+    line = next(x for x in limits.splitlines() if x.startswith("Max open files"))
+    now = line.split()[3]
+    assert now == ("unlimited" if hard == resource.RLIM_INFINITY else str(hard)) or int(now) > soft, line
