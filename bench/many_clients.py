@@ -11,9 +11,10 @@ Prints per level queries/s (statements), p50/p99 of point selects and of transac
 proxy's VmRSS (and its peak, VmHWM) from /proc and its CPU per statement; then a burst: every client
 at the level sends one point select at the same moment (pool waiters: p99, max, errors). Ratios:
 proxy qps and p99 against direct at 100 clients, and p99 at each level against p99 at 100 through the
-proxy (goals: RSS <= 1 GB at 5,000 clients, p99 at 5,000 <= 2 x p99 at 100).
+proxy (goals: RSS <= 1 GB at 5,000 clients, p99 at 5,000 <= 2 x p99 at 100), each of the --rounds
+(levels ascending, then descending: the crowd leaves again) and their medians.
 
-    .venv/bin/python bench/many_clients.py [--levels 100,1000,5000] [--time 10] [--active 32]
+    .venv/bin/python bench/many_clients.py [--levels 100,1000,5000] [--time 10] [--rounds 3] [--active 32]
                                            [--txn-share 0.1] [--idle-every 20] [--mysql-port 3306]
                                            [--profile out.txt]
 
@@ -30,6 +31,7 @@ import random
 import resource
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -61,6 +63,7 @@ class Level:
 
     target: str
     clients: int
+    round: int
     seconds: float
     statements: int
     select_ms: list[float] = field(default_factory=list)
@@ -105,9 +108,12 @@ class Clients:
         self.errors: dict[str, int] = {}
 
     async def grow(self, n: int) -> float:
-        """Open connections until there are n; the seconds it took."""
+        """Open (or close) connections until there are n; the seconds it took."""
         started = time.monotonic()
         gate = asyncio.Semaphore(OPEN_AT_ONCE)
+        for c in self.conns[n:]:
+            c.close()
+        del self.conns[n:]
 
         async def one() -> None:
             async with gate:
@@ -233,11 +239,11 @@ class Clients:
         self.conns = []
 
 
-async def measure(clients: Clients, n: int, args: argparse.Namespace, pid: int | None) -> Level:
-    """Grow to n connections, run the workload, then the burst."""
+async def measure(clients: Clients, n: int, rnd: int, args: argparse.Namespace, pid: int | None) -> Level:
+    """Grow (or shrink) to n connections, run the workload, then the burst."""
     open_s = await clients.grow(n)
     seconds, cpu = await clients.run(args.time, args.warmup, pid)
-    lv = Level(clients.target, n, seconds, clients.statements, clients.select_ms, clients.txn_ms,
+    lv = Level(clients.target, n, rnd, seconds, clients.statements, clients.select_ms, clients.txn_ms,
                dict(clients.errors), open_s=open_s, load=loadavg())
     if pid:
         lv.rss_mb, lv.hwm_mb = rss_mb(pid), rss_mb(pid, "VmHWM")
@@ -279,35 +285,59 @@ def raise_nofile() -> int:
 
 
 async def run_all(b: ManyClientsBench, args: argparse.Namespace) -> list[Level]:
+    """Each round: direct at the first level, then the proxy at every level (ascending in even rounds,
+    descending in odd ones: the crowd leaves again)."""
     levels: list[Level] = []
-    direct = Clients("direct", "127.0.0.1", b.port, "root", args.mysql_password, DIRECT_DB, args)
-    try:
-        levels.append(await measure(direct, args.levels[0], args, None))
-        show(levels[-1])
-    finally:
-        direct.close()
     proxy = b.proxies["proxy"][0]
     via = Clients("proxy", "127.0.0.1", b.proxy_ports["proxy"], "sbtest", "sbtest", "sbtest", args)
     try:
-        for n in args.levels:
-            levels.append(await measure(via, n, args, proxy.pid))
-            show(levels[-1])
+        for rnd in range(args.rounds):
+            direct = Clients("direct", "127.0.0.1", b.port, "root", args.mysql_password, DIRECT_DB, args)
+            try:
+                levels.append(await measure(direct, args.levels[0], rnd, args, None))
+                show(levels[-1])
+            finally:
+                direct.close()
+            await via.grow(0)
+            for n in args.levels if rnd % 2 == 0 else args.levels[::-1]:
+                levels.append(await measure(via, n, rnd, args, proxy.pid))
+                show(levels[-1])
     finally:
         via.close()
     return levels
 
 
 def summary(levels: list[Level]) -> None:
-    direct, via = levels[0], levels[1:]
-    base = via[0]
-    print(f"\nproxy at {base.clients} vs direct at {direct.clients}: qps ratio {base.qps / direct.qps:.2f}, "
-          f"select p99 ratio {pct(base.select_ms, 99) / max(pct(direct.select_ms, 99), 1e-9):.2f}")
-    for lv in via[1:]:
-        r = pct(lv.select_ms, 99) / max(pct(base.select_ms, 99), 1e-9)
-        t = pct(lv.txn_ms, 99) / max(pct(base.txn_ms, 99), 1e-9) if base.txn_ms else 0.0
-        print(f"proxy at {lv.clients}: select p99 {r:.2f} x p99 at {base.clients} (goal <= {GOAL_P99:g}), txn p99 "
-              f"{t:.2f} x; qps {lv.qps / base.qps:.2f} x; RSS {lv.rss_mb:.0f} MB (goal <= {GOAL_RSS_MB}), "
-              f"{(lv.rss_mb - base.rss_mb) * 1024 / max(lv.clients - base.clients, 1):.1f} KB per added client")
+    """Medians over the rounds, and the ratios of each round."""
+    def of(target: str, n: int) -> list[Level]:
+        return [lv for lv in levels if lv.target == target and lv.clients == n]
+
+    first = levels[0].clients
+    direct = of("direct", first)
+    counts = sorted({lv.clients for lv in levels if lv.target == "proxy"})
+    base = of("proxy", first)
+    med = statistics.median
+    print(f"\nmedians over {len(direct)} round(s):")
+    print(f"{'target':<6} {'conns':>6} {'qps':>8} {'sel p99':>8} {'txn p99':>8} {'RSS MB':>7} {'µs/st':>6}")
+    for target, n in [("direct", first), *(("proxy", n) for n in counts)]:
+        lvs = of(target, n)
+        print(f"{target:<6} {n:>6} {med(lv.qps for lv in lvs):>8.0f} {med(pct(lv.select_ms, 99) for lv in lvs):>8.2f} "
+              f"{med(pct(lv.txn_ms, 99) for lv in lvs):>8.2f} {max(lv.rss_mb for lv in lvs):>7.1f} "
+              f"{med(lv.cpu_us for lv in lvs):>6.0f}")
+    qr = [b.qps / d.qps for b, d in zip(base, direct)]
+    pr = [pct(b.select_ms, 99) / max(pct(d.select_ms, 99), 1e-9) for b, d in zip(base, direct)]
+    print(f"\nproxy at {first} vs direct at {first}: qps ratio {med(qr):.2f} (rounds: "
+          f"{', '.join(f'{x:.2f}' for x in qr)}), select p99 ratio {med(pr):.2f}")
+    for n in counts[1:]:
+        lvs = of("proxy", n)
+        r = [pct(lv.select_ms, 99) / max(pct(b.select_ms, 99), 1e-9) for lv, b in zip(lvs, base)]
+        t = [pct(lv.txn_ms, 99) / max(pct(b.txn_ms, 99), 1e-9) for lv, b in zip(lvs, base) if b.txn_ms]
+        q = [lv.qps / b.qps for lv, b in zip(lvs, base)]
+        rss = max(lv.rss_mb for lv in lvs)
+        per = med((lv.rss_mb - b.rss_mb) * 1024 / max(n - first, 1) for lv, b in zip(lvs, base))
+        print(f"proxy at {n}: select p99 {med(r):.2f} x p99 at {first} (goal <= {GOAL_P99:g}; rounds: "
+              f"{', '.join(f'{x:.2f}' for x in r)}), txn p99 {med(t) if t else 0:.2f} x, qps {med(q):.2f} x; "
+              f"RSS {rss:.0f} MB (goal <= {GOAL_RSS_MB}), {per:.1f} KB per added client")
 
 
 def _csv(text: str) -> list[int]:
@@ -318,6 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--levels", type=_csv, default=[100, 1000, 5000], help="client connections per level")
     ap.add_argument("--time", type=float, default=10.0, help="measured seconds per level")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of every level, the order alternating")
     ap.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds per level first")
     ap.add_argument("--active", type=int, default=32, help="clients in a closed loop; the others are mostly idle")
     ap.add_argument("--txn-share", type=float, default=0.1, help="share of the active clients' operations that "
