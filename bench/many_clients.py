@@ -16,7 +16,7 @@ proxy (goals: RSS <= 1 GB at 5,000 clients, p99 at 5,000 <= 2 x p99 at 100), eac
 
     .venv/bin/python bench/many_clients.py [--levels 100,1000,5000] [--time 10] [--rounds 3] [--active 32]
                                            [--txn-share 0.1] [--idle-every 20] [--mysql-port 3306]
-                                           [--profile out.txt]
+                                           [--profile out.txt] [--baseline /tmp/base]
 
 The clients are asyncio connections of the proxy's own backend protocol code (proxy/backend.py), one
 process, uvloop; RLIMIT_NOFILE is raised to its hard limit here (the proxy raises its own).
@@ -208,7 +208,7 @@ class Clients:
 
     def _spy(self, pid: int | None) -> subprocess.Popen | None:
         """py-spy recording the proxy during the measured run of the last level (--profile)."""
-        if not (pid and self.args.profile and len(self.conns) == max(self.args.levels)):
+        if not (pid and self.args.profile and self.target == "proxy" and len(self.conns) == max(self.args.levels)):
             return None
         if shutil.which("py-spy") is None:
             print("py-spy not found; no profile")
@@ -288,22 +288,21 @@ async def run_all(b: ManyClientsBench, args: argparse.Namespace) -> list[Level]:
     """Each round: direct at the first level, then the proxy at every level (ascending in even rounds,
     descending in odd ones: the crowd leaves again)."""
     levels: list[Level] = []
-    proxy = b.proxies["proxy"][0]
-    via = Clients("proxy", "127.0.0.1", b.proxy_ports["proxy"], "sbtest", "sbtest", "sbtest", args)
-    try:
-        for rnd in range(args.rounds):
-            direct = Clients("direct", "127.0.0.1", b.port, "root", args.mysql_password, DIRECT_DB, args)
+    for rnd in range(args.rounds):
+        direct = Clients("direct", "127.0.0.1", b.port, "root", args.mysql_password, DIRECT_DB, args)
+        try:
+            levels.append(await measure(direct, args.levels[0], rnd, args, None))
+            show(levels[-1])
+        finally:
+            direct.close()
+        for target in b.proxy_ports:   # "proxy", then "base" (--baseline)
+            via = Clients(target, "127.0.0.1", b.proxy_ports[target], "sbtest", "sbtest", "sbtest", args)
             try:
-                levels.append(await measure(direct, args.levels[0], rnd, args, None))
-                show(levels[-1])
+                for n in args.levels if rnd % 2 == 0 else args.levels[::-1]:
+                    levels.append(await measure(via, n, rnd, args, b.proxies[target][0].pid))
+                    show(levels[-1])
             finally:
-                direct.close()
-            await via.grow(0)
-            for n in args.levels if rnd % 2 == 0 else args.levels[::-1]:
-                levels.append(await measure(via, n, rnd, args, proxy.pid))
-                show(levels[-1])
-    finally:
-        via.close()
+                via.close()
     return levels
 
 
@@ -314,30 +313,32 @@ def summary(levels: list[Level]) -> None:
 
     first = levels[0].clients
     direct = of("direct", first)
+    targets = [t for t in ("proxy", "base") if of(t, first)]
     counts = sorted({lv.clients for lv in levels if lv.target == "proxy"})
-    base = of("proxy", first)
     med = statistics.median
     print(f"\nmedians over {len(direct)} round(s):")
     print(f"{'target':<6} {'conns':>6} {'qps':>8} {'sel p99':>8} {'txn p99':>8} {'RSS MB':>7} {'µs/st':>6}")
-    for target, n in [("direct", first), *(("proxy", n) for n in counts)]:
+    for target, n in [("direct", first), *((t, n) for t in targets for n in counts)]:
         lvs = of(target, n)
         print(f"{target:<6} {n:>6} {med(lv.qps for lv in lvs):>8.0f} {med(pct(lv.select_ms, 99) for lv in lvs):>8.2f} "
               f"{med(pct(lv.txn_ms, 99) for lv in lvs):>8.2f} {max(lv.rss_mb for lv in lvs):>7.1f} "
               f"{med(lv.cpu_us for lv in lvs):>6.0f}")
-    qr = [b.qps / d.qps for b, d in zip(base, direct)]
-    pr = [pct(b.select_ms, 99) / max(pct(d.select_ms, 99), 1e-9) for b, d in zip(base, direct)]
-    print(f"\nproxy at {first} vs direct at {first}: qps ratio {med(qr):.2f} (rounds: "
-          f"{', '.join(f'{x:.2f}' for x in qr)}), select p99 ratio {med(pr):.2f}")
-    for n in counts[1:]:
-        lvs = of("proxy", n)
-        r = [pct(lv.select_ms, 99) / max(pct(b.select_ms, 99), 1e-9) for lv, b in zip(lvs, base)]
-        t = [pct(lv.txn_ms, 99) / max(pct(b.txn_ms, 99), 1e-9) for lv, b in zip(lvs, base) if b.txn_ms]
-        q = [lv.qps / b.qps for lv, b in zip(lvs, base)]
-        rss = max(lv.rss_mb for lv in lvs)
-        per = med((lv.rss_mb - b.rss_mb) * 1024 / max(n - first, 1) for lv, b in zip(lvs, base))
-        print(f"proxy at {n}: select p99 {med(r):.2f} x p99 at {first} (goal <= {GOAL_P99:g}; rounds: "
-              f"{', '.join(f'{x:.2f}' for x in r)}), txn p99 {med(t) if t else 0:.2f} x, qps {med(q):.2f} x; "
-              f"RSS {rss:.0f} MB (goal <= {GOAL_RSS_MB}), {per:.1f} KB per added client")
+    for target in targets:
+        base = of(target, first)
+        qr = [b.qps / d.qps for b, d in zip(base, direct)]
+        pr = [pct(b.select_ms, 99) / max(pct(d.select_ms, 99), 1e-9) for b, d in zip(base, direct)]
+        print(f"\n{target} at {first} vs direct at {first}: qps ratio {med(qr):.2f} (rounds: "
+              f"{', '.join(f'{x:.2f}' for x in qr)}), select p99 ratio {med(pr):.2f}")
+        for n in counts[1:]:
+            lvs = of(target, n)
+            r = [pct(lv.select_ms, 99) / max(pct(b.select_ms, 99), 1e-9) for lv, b in zip(lvs, base)]
+            t = [pct(lv.txn_ms, 99) / max(pct(b.txn_ms, 99), 1e-9) for lv, b in zip(lvs, base) if b.txn_ms]
+            q = [lv.qps / b.qps for lv, b in zip(lvs, base)]
+            rss = max(lv.rss_mb for lv in lvs)
+            per = med((lv.rss_mb - b.rss_mb) * 1024 / max(n - first, 1) for lv, b in zip(lvs, base))
+            print(f"{target} at {n}: select p99 {med(r):.2f} x p99 at {first} (goal <= {GOAL_P99:g}; rounds: "
+                  f"{', '.join(f'{x:.2f}' for x in r)}), txn p99 {med(t) if t else 0:.2f} x, qps {med(q):.2f} x; "
+                  f"RSS {rss:.0f} MB (goal <= {GOAL_RSS_MB}), {per:.1f} KB per added client")
 
 
 def _csv(text: str) -> list[int]:
@@ -358,9 +359,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--mysql-port", type=int, help="use this MariaDB on 127.0.0.1 instead of a private one")
     ap.add_argument("--mysql-password", default="")
     ap.add_argument("--keep", action="store_true", help="keep the benchmark databases on --mysql-port")
+    ap.add_argument("--baseline", metavar="DIR", help="also run the proxy of another checkout (A/B in one "
+                    "invocation), e.g. an export of main: git archive main | tar -x -C /tmp/base")
     ap.add_argument("--profile", metavar="FILE", help="record the proxy with py-spy during the largest level")
     args = ap.parse_args(argv)
-    args.workers, args.baseline, args.baseline_workers = 1, None, 0   # what point_select's Bench reads
+    args.workers, args.baseline_workers = 1, 0   # what point_select's Bench reads
     limit = raise_nofile()
     if limit < max(args.levels) + 200:
         print(f"RLIMIT_NOFILE hard limit {limit} is too low for {max(args.levels)} clients", file=sys.stderr)
