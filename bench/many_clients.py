@@ -53,7 +53,6 @@ from proxy.backend import BackendConnection, open_connection  # noqa: E402
 
 GOAL_RSS_MB = 1024
 GOAL_P99 = 2.0
-OPEN_AT_ONCE = 256    # logins in flight while a level's connections are opened
 TIMEOUT_S = 60.0
 
 
@@ -110,7 +109,7 @@ class Clients:
     async def grow(self, n: int) -> float:
         """Open (or close) connections until there are n; the seconds it took."""
         started = time.monotonic()
-        gate = asyncio.Semaphore(OPEN_AT_ONCE)
+        gate = asyncio.Semaphore(self.args.open_at_once)
         for c in self.conns[n:]:
             c.close()
         del self.conns[n:]
@@ -335,10 +334,11 @@ def summary(levels: list[Level]) -> None:
             t = [pct(lv.txn_ms, 99) / max(pct(b.txn_ms, 99), 1e-9) for lv, b in zip(lvs, base) if b.txn_ms]
             q = [lv.qps / b.qps for lv, b in zip(lvs, base)]
             rss = max(lv.rss_mb for lv in lvs)
-            per = med((lv.rss_mb - b.rss_mb) * 1024 / max(n - first, 1) for lv, b in zip(lvs, base))
+            up = [(lv, b) for lv, b in zip(lvs, base) if lv.round == 0]   # ascending: RSS stays at its peak after
+            per = (up[0][0].rss_mb - up[0][1].rss_mb) * 1024 / max(n - first, 1) if up else 0.0
             print(f"{target} at {n}: select p99 {med(r):.2f} x p99 at {first} (goal <= {GOAL_P99:g}; rounds: "
                   f"{', '.join(f'{x:.2f}' for x in r)}), txn p99 {med(t) if t else 0:.2f} x, qps {med(q):.2f} x; "
-                  f"RSS {rss:.0f} MB (goal <= {GOAL_RSS_MB}), {per:.1f} KB per added client")
+                  f"RSS {rss:.0f} MB (goal <= {GOAL_RSS_MB}), {per:.1f} KB per added client (first round)")
 
 
 def _csv(text: str) -> list[int]:
@@ -355,6 +355,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--txn-share", type=float, default=0.1, help="share of the active clients' operations that "
                     "are a transaction (BEGIN; select; UPDATE; COMMIT)")
     ap.add_argument("--idle-every", type=float, default=20.0, help="seconds between an idle client's selects")
+    ap.add_argument("--open-at-once", type=int, default=256, help="logins in flight while a level's connections "
+                    "are opened (5000: every client connects at the same moment, the accept backlog's test)")
     ap.add_argument("--table-size", type=int, default=10000)
     ap.add_argument("--mysql-port", type=int, help="use this MariaDB on 127.0.0.1 instead of a private one")
     ap.add_argument("--mysql-password", default="")

@@ -98,8 +98,11 @@ class ProxyServer:
         gc.freeze()
         loop = asyncio.get_running_loop()
         srv = self.config.server
+        # a backlog as deep as max_connections (the kernel caps it at net.core.somaxconn): clients connecting
+        # all at once (a pool's start, a restart) wait in the queue instead of retrying their SYN a second later
+        backlog = min(max(1024, srv.max_connections), 65535)
         self._servers.append(await loop.create_server(lambda: ClientProtocol(self), srv.bind, srv.port,
-                                                      backlog=1024, reuse_address=True, reuse_port=srv.reuse_port))
+                                                      backlog=backlog, reuse_address=True, reuse_port=srv.reuse_port))
         self._servers.append(await loop.create_server(lambda: ClientProtocol(self, ManagerSession), srv.bind,
                                                       srv.manager_port, backlog=128, reuse_address=True))
         self.deadlocks.start()
