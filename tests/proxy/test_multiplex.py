@@ -244,3 +244,54 @@ def test_the_proxy_raises_its_open_files_limit_to_the_hard_limit(fresh_proxy) ->
     line = next(x for x in limits.splitlines() if x.startswith("Max open files"))
     now = line.split()[3]
     assert now == ("unlimited" if hard == resource.RLIM_INFINITY else str(hard)) or int(now) > soft, line
+
+
+def _pool(p: ProxyProcess, group: str) -> tuple[int, int, int]:
+    """(total, in use, waiting) of a dbGroup's pool, from `show @@backend`."""
+    row = next(r for r in p.manager_query("show @@backend") if r[0] == group)
+    return int(row[3]), int(row[4]), int(row[6])
+
+
+def _until(cond: Any, what: str) -> None:
+    import time
+    for _ in range(200):
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"never happened: {what}")
+
+
+def test_sessions_waiting_for_a_connection_are_served_in_turn_and_one_that_leaves_takes_nothing(mx) -> None:
+    holder, leaver, stays = mx.connect(), mx.connect(), mx.connect()
+    got: dict[str, Any] = {}
+
+    def ask(name: str, c: Any, sql: str) -> None:
+        try:
+            got[name] = one(c, sql)
+        except Exception as e:  # noqa: BLE001 - the test looks at it
+            got[name] = e
+
+    try:
+        one(holder, "BEGIN")
+        one(holder, ONE + "SELECT 1")                  # pins ha_group2's only connection
+        first = threading.Thread(target=ask, args=("leaver", leaver, ONE + "SELECT 2"))
+        first.start()
+        _until(lambda: _pool(mx, "ha_group2")[2] == 1, "the first waiter queued")
+        second = threading.Thread(target=ask, args=("stays", stays, ONE + "SELECT 3"))
+        second.start()
+        _until(lambda: _pool(mx, "ha_group2")[2] == 2, "the second waiter queued")
+        leaver._sock.shutdown(2)   # noqa: SLF001 - the client is gone while its statement waits
+        first.join(30)
+        _until(lambda: _pool(mx, "ha_group2")[2] == 1, "the waiter that left is no longer counted")
+        one(holder, "COMMIT")                          # the connection goes to the one still waiting
+        second.join(30)
+        assert got["stays"] == 3
+        _until(lambda: _pool(mx, "ha_group2")[1] == 0, "every connection back in the pool")
+        assert one(holder, ONE + "SELECT 4") == 4      # no slot went with the session that left
+        assert _pool(mx, "ha_group2")[0] == 1
+    finally:
+        for c in (holder, leaver, stays):
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001 - the leaver's socket is already shut
+                pass
