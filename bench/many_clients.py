@@ -81,6 +81,15 @@ class Level:
         return self.statements / self.seconds if self.seconds else 0.0
 
 
+async def _stopped(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait up to seconds; True if stop was set meanwhile."""
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except asyncio.TimeoutError:
+        return False
+    return True
+
+
 def pct(values: Sequence[float], q: float) -> float:
     """The q-th percentile (nearest rank) of values, 0 when there are none."""
     if not values:
@@ -148,36 +157,27 @@ class Clients:
             self.txn_ms.append((time.perf_counter() - t0) * 1e3)
             self.statements += 4
 
+    async def _attempt(self, op: Any, conn: BackendConnection) -> bool:
+        """One operation; its error counted. False once the connection is gone."""
+        try:
+            await op(conn)
+        except ProxyError as e:
+            self._error(e)
+        return not conn.broken
+
     async def _active(self, conn: BackendConnection, stop: asyncio.Event) -> None:
+        """A busy client: point selects and, one time in 1/--txn-share, a short transaction, back to back."""
         while not stop.is_set():
-            try:
-                if random.random() < self.args.txn_share:
-                    await self._txn(conn)
-                else:
-                    await self._select(conn)
-            except ProxyError as e:
-                self._error(e)
-                if conn.broken:
-                    return
+            if not await self._attempt(self._txn if random.random() < self.args.txn_share else self._select, conn):
+                return
 
     async def _idle(self, conn: BackendConnection, stop: asyncio.Event) -> None:
-        period = self.args.idle_every
-        try:
-            await asyncio.wait_for(stop.wait(), random.uniform(0, period))
-            return
-        except asyncio.TimeoutError:
-            pass
-        while not stop.is_set():
-            try:
-                await self._select(conn)
-            except ProxyError as e:
-                self._error(e)
-                if conn.broken:
-                    return
-            try:
-                await asyncio.wait_for(stop.wait(), period)
-            except asyncio.TimeoutError:
-                pass
+        """A mostly idle client: one point select every --idle-every seconds, from a random phase."""
+        wait = random.uniform(0, self.args.idle_every)
+        while not await _stopped(stop, wait):
+            wait = self.args.idle_every
+            if not await self._attempt(self._select, conn):
+                return
 
     async def run(self, seconds: float, warmup: float, pid: int | None) -> tuple[float, float]:
         """The workload over every open connection: warmup, then `seconds` measured. (seconds measured,
