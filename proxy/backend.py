@@ -130,6 +130,7 @@ class BackendConnection(asyncio.Protocol):
         self.held = False         # a session's temporary tables live on it: the pool never takes it back
         self.autocommit = True
         self.in_trans = False
+        self.tainted = False      # a state SET failed halfway: the server's session state is not what vars says
         self.broken = False
         self.txn_rolled_back = False  # the last answer was an error that ended the transaction (1213)
         self.deadlock_victim = False  # its statement was interrupted to break a deadlock across nodes
@@ -500,6 +501,7 @@ class BackendConnection(asyncio.Protocol):
         self.vars = {}
         self.autocommit = True
         self.in_trans = False
+        self.tainted = False
 
     @property
     def busy(self) -> bool:

@@ -116,6 +116,8 @@ class DeadlockDetector:
         now = time.monotonic()
         conns: dict[Key, tuple[int, BackendConnection]] = {}
         waiting: set[str] = set()
+        if not any(p.waits_longer(WAIT_S, now) for p in self.server.backends.pools.values()):
+            return conns, waiting   # nothing waits: no need to walk every session (thousands, idle)
         for s in self.server.sessions:
             for c in s.executor.pinned.values():
                 if c.broken:

@@ -4,6 +4,7 @@ transactions, LOCK TABLES, savepoints); proxy/planner.py builds the plan, proxy/
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
@@ -54,6 +55,17 @@ def _statement_only(scanners: list[ResponseScanner]) -> list[ResponseScanner]:
         if len(sc.results) > 1 and not sc.results[0].columns:
             del sc.results[0]
     return scanners
+
+
+async def _apply_state(conn: BackendConnection, stmts: list[str], timeout: float) -> None:
+    """Run a session's state statements on a connection in one round trip. They run one after the other:
+    when one fails, those before it have changed the connection, so it is tainted and never pooled again
+    (another session taking it would see this one's half-applied SET)."""
+    try:
+        await conn.query(";".join(stmts), timeout)
+    except BaseException:
+        conn.tainted = True
+        raise
 
 
 class Executor:
@@ -116,7 +128,7 @@ class Executor:
         if joining and self.savepoints:
             stmts.extend(f"SAVEPOINT `{name}`" for name in self.savepoints)
         if stmts:
-            await conn.query(";".join(stmts), self.server.backends.timeout_s)
+            await _apply_state(conn, stmts, self.server.backends.timeout_s)
             conn.vars = dict(s.vars)
             conn.autocommit = s.autocommit
 
@@ -154,6 +166,26 @@ class Executor:
         if pinning:
             self.pinned[node] = conn
         return conn
+
+    async def _get_all(self, nodes: list[str]) -> list[BackendConnection | BaseException]:
+        """The connections of a statement on several nodes (_get each, at once), or the exception of each
+        that failed. Taking pooled connections one by one, two such statements could each hold part of
+        what they need and wait for the rest until the acquire timeout (max_con=2, two scattered reads on
+        two nodes of one dbGroup): one that needs more than one takes its pools' gates first, in name
+        order, so only one at a time gathers several connections of a pool; single statements never wait
+        while holding one."""
+        pools: dict[str, asyncio.Lock] = {}
+        fresh = 0
+        for node in nodes:
+            if node not in self.locked and node not in self.pinned and node not in self.temp.conns:
+                pool = self.server.backends.pool_of(node)
+                pools[pool.group.name] = pool.gathering
+                fresh += 1
+        async with contextlib.AsyncExitStack() as stack:
+            if fresh > 1:
+                for name in sorted(pools):
+                    await stack.enter_async_context(pools[name])
+            return await asyncio.gather(*(self._get(node) for node in nodes), return_exceptions=True)
 
     def _done_with(self, node: str, conn: BackendConnection) -> None:
         """After a statement: unpinned connections go back; pinned ones stay until COMMIT or ROLLBACK.
@@ -411,7 +443,7 @@ class Executor:
         elif conn.vars != self.session.vars:  # never a reset: it would release what the connection holds
             stmts = [sql for k, sql in self.session.vars.items() if conn.vars.get(k) != sql and sql]
             if stmts:
-                await conn.query(";".join(stmts), self.server.backends.timeout_s)
+                await _apply_state(conn, stmts, self.server.backends.timeout_s)
             conn.vars = dict(self.session.vars)
         self.last_node = node
         sc: ResponseScanner | None = None
@@ -478,7 +510,7 @@ class Executor:
         """Run per-node SQL on several nodes in parallel, collecting their answers. copies: the nodes run
         the same statement on copies of the same rows (global tables), so one node's warnings stand for all;
         keep: the caller ends the connections' work itself (they are appended there instead of given back)."""
-        acquired = await asyncio.gather(*(self._get(node) for node, _ in targets), return_exceptions=True)
+        acquired = await self._get_all([node for node, _ in targets])
         failure = next((a for a in acquired if isinstance(a, BaseException)), None)
         if failure is not None:
             for (node, _), a in zip(targets, acquired):

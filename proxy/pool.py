@@ -25,6 +25,12 @@ SHARED_STALL_S = 0.1  # a shared connection with no answer for this long takes n
                       # waiting for a lock must not hold up other sessions' reads behind it)
 
 
+def _expire(fut: asyncio.Future) -> None:
+    """A waiter's time is up: it wakes with nothing."""
+    if not fut.done():
+        fut.set_result(None)
+
+
 class GroupPool:
     """At most max_con connections to one dbGroup; idle ones kept per (flags, database)."""
 
@@ -38,6 +44,23 @@ class GroupPool:
         self._waiters: deque[asyncio.Future] = deque()
         self.closed = False
         self.shared: list[BackendConnection] = []   # leased for good while they last (shared_conn)
+        # at most a quarter of max_con: shared connections never go back, and a pool they filled would
+        # leave transactions, DDL and sessions with their own state waiting for ever (none below max_con 4)
+        self.shared_max = min(SHARED_CONNS, group.max_con // 4)
+        self.out: set[BackendConnection] = set()     # leased: what the deadlock detector looks at first
+        self.gathering = asyncio.Lock()   # held by a statement taking several connections (Executor._get_all)
+
+    def _lease(self, conn: BackendConnection) -> BackendConnection:
+        """Hand a connection out."""
+        self.in_use += 1
+        conn.leased = True
+        self.out.add(conn)
+        return conn
+
+    def waits_longer(self, seconds: float, now: float) -> bool:
+        """True when a leased connection has been running one command for longer than seconds (a lock
+        wait, maybe): found without looking at every session."""
+        return any(c.busy and now - c.last_used > seconds for c in self.out)
 
     def _pop_idle(self, flags: int, database: str | None, exact: bool = False) -> BackendConnection | None:
         """An idle connection for (flags, database); unless exact, one of another database will do."""
@@ -78,18 +101,16 @@ class GroupPool:
         # which would cost a COM_INIT_DB round trip on every switch between shardingNodes.
         conn = self._pop_idle(flags, database, exact=self.total < self.group.max_con)
         if conn is not None:
-            self.in_use += 1
-            conn.leased = True
-            return conn
+            return self._lease(conn)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.acquire_timeout_s
         while True:
+            if self.closed:
+                raise BackendUnavailable(f"dbGroup[{self.group.name}] pool is closed")
             below = self.total < self.group.max_con
             conn = self._pop_idle(flags, database, exact=below)
             if conn is not None:
-                self.in_use += 1
-                conn.leased = True
-                return conn
+                return self._lease(conn)
             if below or self._drop_one_idle():
                 self.total += 1
                 try:
@@ -99,43 +120,71 @@ class GroupPool:
                     self.total -= 1
                     self._wake()
                     raise
-                self.in_use += 1
-                conn.leased = True
-                return conn
+                return self._lease(conn)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise ProxyError(f"no free connection to dbGroup[{self.group.name}]: all max_con="
                                  f"{self.group.max_con} in use for {self.acquire_timeout_s:g}s", 1040, "08004")
-            fut = loop.create_future()
+            # In line: release() hands a connection to the longest waiting session, so under thousands of
+            # waiters none is overtaken again and again until its timeout. (No removal from the queue
+            # here: finding a future in a deque of thousands, for every waiter, is quadratic; release()
+            # skips the ones that are done.)
+            fut: asyncio.Future = loop.create_future()
             self._waiters.append(fut)
+            timer = loop.call_later(remaining, _expire, fut)
             try:
-                await asyncio.wait_for(fut, remaining)
-            except asyncio.TimeoutError:
-                pass
+                conn = await fut
+            except BaseException:   # cancelled (the session went away) just as a connection was handed over
+                if fut.done() and not fut.cancelled() and fut.result() is not None:
+                    self.release(fut.result())
+                raise
             finally:
-                if fut in self._waiters:
-                    self._waiters.remove(fut)
+                timer.cancel()
+            if conn is None:
+                continue   # a slot came free (a connection was closed), or the wait expired: look again
+            if conn.flags != flags:   # handed over in other format flags: its slot makes one in ours
+                self._discard(conn)
+                continue
+            return conn
 
-    def release(self, conn: BackendConnection) -> None:
-        """Give a connection back; broken or busy ones are closed instead. Twice is once (a session
-        torn down while a command is in flight may release it from both ends); a held one stays out."""
-        if not conn.leased or conn.held:
-            return   # (held: a session's temporary tables are on it; it gives it back once they are gone)
+    def _discard(self, conn: BackendConnection) -> None:
+        """Close a leased connection and free its slot."""
         conn.leased = False
         self.in_use -= 1
-        if conn.broken or conn.busy or self.closed or conn.in_trans:
+        self.out.discard(conn)
+        self.total -= 1
+        conn.close()
+
+    def release(self, conn: BackendConnection) -> None:
+        """Give a connection back: to the longest waiting session if any, else to the idle ones; broken,
+        busy or tainted ones are closed instead (no other session may see what they hold). Twice is once
+        (a session torn down while a command is in flight may release it from both ends); a held one
+        stays out."""
+        if not conn.leased or conn.held:
+            return   # (held: a session's temporary tables are on it; it gives it back once they are gone)
+        if conn.broken or conn.busy or self.closed or conn.in_trans or conn.tainted:
+            conn.leased = False
+            self.in_use -= 1
+            self.out.discard(conn)
             if not conn.broken:
                 conn.close()
             self.total -= 1
+            self._wake()   # its slot is free: the first waiter opens a new one
+            return
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(conn)   # still leased: it goes from one session to the next
+                return
+        conn.leased = False
+        self.in_use -= 1
+        self.out.discard(conn)
+        key = (conn.flags, conn.database)
+        lst = self.idle.get(key)
+        if lst is None:
+            self.idle[key] = [conn]
         else:
-            key = (conn.flags, conn.database)
-            lst = self.idle.get(key)
-            if lst is None:
-                self.idle[key] = [conn]
-            else:
-                lst.append(conn)
-        if self._waiters:
-            self._wake()
+            lst.append(conn)
 
     def _wake(self) -> None:
         while self._waiters:
@@ -157,13 +206,12 @@ class GroupPool:
         for conn in [c for c in self.shared if c.broken]:   # a failed one has nothing in flight
             self.shared.remove(conn)
             self.release(conn)   # closed: it leaves max_con's count
-        if len(self.shared) >= SHARED_CONNS or self.closed:
+        if len(self.shared) >= self.shared_max or self.closed:
             return None
         conn = self._pop_idle(flags, None)
         if conn is None:
             return None
-        self.in_use += 1
-        conn.leased = True
+        self._lease(conn)
         if conn.vars != vars or not conn.autocommit or conn.in_trans:
             self.release(conn)
             return None
@@ -174,6 +222,8 @@ class GroupPool:
     def close(self) -> None:
         """Close every idle connection and refuse new acquisitions."""
         self.closed = True
+        while self._waiters:   # they find the pool closed
+            self._wake()
         for conn in self.shared:   # the reads in flight fail; their sessions answer the error
             conn.close()
         for lst in self.idle.values():
@@ -184,7 +234,8 @@ class GroupPool:
     def stats(self) -> dict[str, int]:
         """Pool use, for `show @@backend` and metrics."""
         return {"total": self.total, "in_use": self.in_use,
-                "idle": sum(len(v) for v in self.idle.values()), "waiting": len(self._waiters)}
+                "idle": sum(len(v) for v in self.idle.values()),
+                "waiting": sum(1 for f in self._waiters if not f.done())}
 
 
 class Backends:
@@ -230,10 +281,7 @@ class Backends:
         if pool.closed:
             return None
         conn = pool._pop_idle(flags, database, exact=not any_db)
-        if conn is not None:
-            pool.in_use += 1
-            conn.leased = True
-        return conn
+        return pool._lease(conn) if conn is not None else None
 
     def shared_conn(self, node: str, flags: int, vars: dict[str, str]) -> BackendConnection | None:
         """A shared connection of the node's dbGroup for a point read naming its database (GroupPool.shared_conn)."""

@@ -235,7 +235,7 @@ async def relay_concat(ex: ExecContext, plan: Plan) -> bool:
 
     s = ex.session
     targets = [(t.node, t.sql) for t in plan.targets]
-    acquired = await asyncio.gather(*(ex._get(node) for node, _ in targets), return_exceptions=True)
+    acquired = await ex._get_all([node for node, _ in targets])
     failure = next((a for a in acquired if isinstance(a, BaseException)), None)
     if failure is not None:
         for (node, _), a in zip(targets, acquired):

@@ -82,6 +82,10 @@ class ProxyServer:
     async def start(self) -> None:
         """Learn the backend version, load every table's metadata, then open both ports."""
         _big_buffers_return_to_the_os()
+        nofile = _open_files_to_the_hard_limit()
+        if nofile < self.config.server.max_connections + 1024:
+            self.log.warning("the open files limit is below max_connections: clients past it are refused by the OS",
+                             nofile=nofile, max_connections=self.config.server.max_connections)
         if self.config.server.version is None:
             self.version = await self._backend_version()
             set_server_version(self.version)
@@ -101,8 +105,11 @@ class ProxyServer:
             await self.kill_channel.start()
         loop = asyncio.get_running_loop()
         srv = self.config.server
+        # a backlog as deep as max_connections (the kernel caps it at net.core.somaxconn): clients connecting
+        # all at once (a pool's start, a restart) wait in the queue instead of retrying their SYN a second later
+        backlog = min(max(1024, srv.max_connections), 65535)
         self._servers.append(await loop.create_server(lambda: ClientProtocol(self), srv.bind, srv.port,
-                                                      backlog=1024, reuse_address=True, reuse_port=srv.reuse_port))
+                                                      backlog=backlog, reuse_address=True, reuse_port=srv.reuse_port))
         self._servers.append(await loop.create_server(lambda: ClientProtocol(self, ManagerSession), srv.bind,
                                                       srv.manager_port, backlog=128, reuse_address=True))
         self.deadlocks.start()
@@ -260,6 +267,23 @@ class ProxyServer:
 
 
 __all__ = ["ProxyServer", "BackendUnavailable"]
+
+
+def _open_files_to_the_hard_limit() -> int:
+    """Every client and backend connection is a descriptor: the soft RLIMIT_NOFILE (often 1024) would
+    refuse clients long before max_connections, so it is raised to the hard limit; the limit now."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 30
+    want = 1 << 20 if hard == resource.RLIM_INFINITY else hard   # Linux refuses more than nr_open anyway
+    if soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError):
+            pass   # capped lower (nr_open): keep what we have
+    return soft
 
 
 def _big_buffers_return_to_the_os() -> None:
