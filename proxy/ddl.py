@@ -222,9 +222,9 @@ class NodeWork:
 class DdlRunner:
     """Serializes DDL per table on this instance and keeps metadata in step with the backends."""
 
-    def __init__(self, server: Runtime) -> None:
-        self.server = server
-        self.locks = MetaLocks(server.config.server.instance)
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.locks = MetaLocks(runtime.config.server.instance)
         self.tasks: set[asyncio.Task] = set()
         self.active: dict[str, NodeWork] = {}   # owner -> the DDL's backend connections while it runs
         self.later = Later()   # each DDL's info line, written a moment after its answer (flushed at stop)
@@ -300,7 +300,7 @@ class DdlRunner:
         nodes must still have for `repair @@ddl` to re-run it there."""
         out = {}
         for s, t in self.keys_of(plan, sql):
-            meta = self.server.registry.get(s, t)
+            meta = self.runtime.registry.get(s, t)
             if meta is not None and meta.structure is not None:
                 out[f"{s}.{t}"] = meta.structure
         return out
@@ -311,29 +311,29 @@ class DdlRunner:
         keys = self.keys_of(plan, sql)
         trace = trace or DdlTrace("")
         trace.keys = keys
-        dlog = log.bind(instance=self.server.config.server.instance, tables=[f"{s}.{t}" for s, t in keys],
+        dlog = log.bind(instance=self.runtime.config.server.instance, tables=[f"{s}.{t}" for s, t in keys],
                         ddl=plan.ddl)
         started = time.monotonic()
         err: ProxyError | None = None
         warning: str | None = None
-        work = self.active[owner] = NodeWork(self.server.backends, started)
+        work = self.active[owner] = NodeWork(self.runtime.backends, started)
         try:
             self._precheck(plan)
             await work.reach([t.node for t in plan.targets])
-            cluster = self.server.cluster
+            cluster = self.runtime.cluster
             if cluster is None:
                 if not trace.repair_of:
-                    await refuse_on_differing(self.server, plan)
+                    await refuse_on_differing(self.runtime, plan)
                 err = await self._apply(plan, keys, dlog, started, owner, trace)
                 return err, None
             async with ClusterDdl(cluster, keys, sql, plan.ddl or "UNKNOWN", work.marker) as cd:
                 trace.mark("cluster_init")
                 await cd.ensure_held()
                 if not trace.repair_of:   # under the cluster lock: no DDL on the table runs meanwhile
-                    await refuse_on_differing(self.server, plan)
+                    await refuse_on_differing(self.runtime, plan)
 
                 async def publish(err: ProxyError | None, texts: Texts | None) -> None:
-                    details = trace.details(plan, self.server.registry.version)   # for ddl_history:
+                    details = trace.details(plan, self.runtime.registry.version)   # for ddl_history:
                     cd.details = {**details, **_node_outcome(trace, details["nodes"])}   # any instance repairs
                     await cd.complete(err is None, err.message if err is not None else "", texts=texts)
 
@@ -357,7 +357,7 @@ class DdlRunner:
     def _client_gone(self, owner: str) -> None:
         """The client left mid-DDL: give up once `[server] ddl_timeout_s` has passed (never when 0)."""
         work = self.active.get(owner)
-        limit = self.server.config.server.ddl_timeout_s
+        limit = self.runtime.config.server.ddl_timeout_s
         if work is None or limit <= 0 or work.timer is not None:
             return
         delay = max(0.0, work.started + limit - time.monotonic())
@@ -371,15 +371,15 @@ class DdlRunner:
         for work in list(self.active.values()):
             work.give_up("pydble is shutting down")
         if self.tasks:
-            cluster = self.server.config.cluster
-            bound = 2 * self.server.backends.timeout_s + (2 * cluster.ack_timeout_s if cluster else 0)
+            cluster = self.runtime.config.cluster
+            bound = 2 * self.runtime.backends.timeout_s + (2 * cluster.ack_timeout_s if cluster else 0)
             await asyncio.wait(list(self.tasks), timeout=bound)
             for _ in range(2):
                 await asyncio.sleep(0)   # each finished DDL's history entry (_remember, scheduled) before the history closes
 
     async def running(self, marker: str, kill: bool = False) -> list[str]:
         """The dbGroups where a DDL with that marker still runs (proxy/ddl_marker.py)."""
-        return await ddl_running(self.server.backends, marker, kill)
+        return await ddl_running(self.runtime.backends, marker, kill)
 
     def _remember(self, plan: Plan, sql: str, trace: DdlTrace, task: asyncio.Task) -> None:
         """Append the finished DDL (`task`: _locked's) to this instance's persistent history and metrics."""
@@ -389,13 +389,13 @@ class DdlRunner:
         if trace.executed is not None:
             seconds, failed = trace.executed
             self.later.call(lambda: log.info(
-                "ddl executed", instance=self.server.config.server.instance, tables=[f"{s}.{t}" for s, t in keys],
+                "ddl executed", instance=self.runtime.config.server.instance, tables=[f"{s}.{t}" for s, t in keys],
                 ddl=plan.ddl, phase="EXECUTED", seconds=seconds, failed=failed,
                 outcome="OK" if err is None else "FAILED"))
-        details = trace.details(plan, self.server.registry.version)
-        self.server.metrics.ddl_done("OK" if err is None else "FAILED", details["phases_ms"])
-        self.server.history.append(DdlHistoryEntry(
-            self.server.config.server.instance, trace.user, sql, plan.ddl or "UNKNOWN",
+        details = trace.details(plan, self.runtime.registry.version)
+        self.runtime.metrics.ddl_done("OK" if err is None else "FAILED", details["phases_ms"])
+        self.runtime.history.append(DdlHistoryEntry(
+            self.runtime.config.server.instance, trace.user, sql, plan.ddl or "UNKNOWN",
             [f"{s}.{t}" for s, t in keys], details["nodes"], "OK" if err is None else "FAILED",
             "" if err is None else f"({err.code}) {err.message}", details["phases_ms"], details["meta_version"],
             trace.started_at, time.time(), laggards, **_node_outcome(trace, details["nodes"])))
@@ -449,7 +449,7 @@ class DdlRunner:
             m = _RENAME_TO.search(sql)
             if m is not None:
                 parts = [p.strip().strip("`").replace("``", "`") for p in re.split(r"\s*\.\s*", m.group(1))]
-                schema = parts[0] if len(parts) == 2 and parts[0] in self.server.config.schemas else keys[0][0]
+                schema = parts[0] if len(parts) == 2 and parts[0] in self.runtime.config.schemas else keys[0][0]
                 new = (schema, parts[-1].lower())
                 if new not in keys:
                     keys.append(new)
@@ -464,7 +464,7 @@ class DdlRunner:
 
     def _precheck(self, plan: Plan) -> None:
         """DBLE's answers that come from memory before any backend is touched."""
-        reg = self.server.registry
+        reg = self.runtime.registry
         for schema, table in plan.tables:
             if plan.ddl == "CREATE_TABLE" and not plan.if_exists and reg.get(schema, table) is not None:
                 raise TableExists(f"Table '{schema}.{table}' or table meta already exists")
@@ -478,7 +478,7 @@ class DdlRunner:
         (pydble stops it with KILL QUERY where it gives up, NodeWork.give_up). The DDL text carries
         `work.marker`, so its connections can be found in a backend's processlist.
         `sent()` is called once every node's command is written."""
-        backends = self.server.backends
+        backends = self.runtime.backends
         nodes = [t.node for t in plan.targets]
         unsent = len(plan.targets)
 
@@ -490,7 +490,7 @@ class DdlRunner:
                     sent()
                 except Exception:  # noqa: BLE001 - the DDL runs anyway; complete() tells the peers
                     log.exception("telling the other instances INIT failed")
-        wanted = node_tables(self.server.config, plan.tables if keys is None else keys)
+        wanted = node_tables(self.runtime.config, plan.tables if keys is None else keys)
         for n in {n for n in nodes if nodes.count(n) > 1}:
             wanted.pop(n, None)  # two statements on one node in parallel: no single "after"
 
@@ -569,7 +569,7 @@ class DdlRunner:
     def refresh_now(self, keys: list[tuple[str, str]], texts: Mapping[str, Mapping[str, str | None]]) -> bool:
         """refresh without waiting (a peer's outcome handled on the spot): False, with nothing done,
         when the texts do not answer for every table (refresh then loads)."""
-        result = result_from_texts(self.server.config, keys, texts) if keys else None
+        result = result_from_texts(self.runtime.config, keys, texts) if keys else None
         if result is None:
             return False
         log.debug("ddl refresh", tables=[f"{s}.{t}" for s, t in keys], source="texts")
@@ -584,7 +584,7 @@ class DdlRunner:
             return
         log.debug("ddl refresh", tables=[f"{s}.{t}" for s, t in keys], source="load" if result is None else "texts")
         if result is None:
-            result = await load_tables(self.server.config, keys, backend=self.server.meta_backend)
+            result = await load_tables(self.runtime.config, keys, backend=self.runtime.meta_backend)
         self._publish(result)
         missed = result.failed_nodes
         if missed or result.unlisted_defaults:
@@ -594,8 +594,8 @@ class DdlRunner:
 
     def _publish(self, result: LoadResult) -> None:
         """The registry swap both refresh paths end in (and its load-time metric)."""
-        self.server.metrics.meta_load_seconds.labels("tables").observe(result.seconds)
-        self.server.registry.apply(result, loaded=False)
+        self.runtime.metrics.meta_load_seconds.labels("tables").observe(result.seconds)
+        self.runtime.registry.apply(result, loaded=False)
 
     def _outcome(self, plan: Plan, results: list[NodeResult]) -> ProxyError | None:
         failed = [x for x in results if x.error is not None]

@@ -23,7 +23,9 @@ from meta.errors import ProxyError
 from .backend import BackendConnection
 
 if TYPE_CHECKING:
-    from .runtime import Runtime
+    from meta.config import Config
+
+    from .pool import Backends
 
 log = structlog.get_logger("pydble.deadlock")
 
@@ -85,8 +87,10 @@ def _innodb_sees(cycle: list[int], via: dict[tuple[int, int], set[tuple[BackendC
 class DeadlockDetector:
     """Looks for wait cycles across backends while some transaction's statement waits; one per proxy."""
 
-    def __init__(self, server: Runtime) -> None:
-        self.server = server
+    def __init__(self, sessions: set, backends: Backends, config: Config) -> None:
+        self.sessions = sessions   # the client port's (the runtime's live set)
+        self.backends = backends
+        self.config = config
         self._task: asyncio.Task | None = None
         self._unsupported: set[str] = set()   # dbGroups whose lock waits cannot be read (privilege)
 
@@ -103,7 +107,7 @@ class DeadlockDetector:
         while True:
             await asyncio.sleep(PERIOD_S)
             try:
-                async with asyncio.timeout(self.server.backends.timeout_s):
+                async with asyncio.timeout(self.backends.timeout_s):
                     await self.check()
             except asyncio.CancelledError:
                 raise
@@ -116,7 +120,7 @@ class DeadlockDetector:
         now = time.monotonic()
         conns: dict[Key, tuple[int, BackendConnection]] = {}
         waiting: set[str] = set()
-        for s in self.server.sessions:
+        for s in self.sessions:
             for c in s.executor.pinned.values():
                 if c.broken:
                     continue
@@ -175,8 +179,8 @@ class DeadlockDetector:
 
     async def _run(self, group: str, sql: str):  # noqa: ANN202 - a ResponseScanner
         """Run one statement on a pooled connection of a dbGroup (any of its shardingNodes)."""
-        backends = self.server.backends
-        node = next(n for n, sn in self.server.config.sharding_nodes.items() if sn.db_group == group)
+        backends = self.backends
+        node = next(n for n, sn in self.config.sharding_nodes.items() if sn.db_group == group)
         conn = await backends.acquire(node, 0)
         try:
             return await conn.query(sql, backends.timeout_s)

@@ -61,7 +61,7 @@ class Executor:
 
     def __init__(self, session: SessionPort) -> None:
         self.session = session
-        self.server = session.server
+        self.runtime = session.runtime
         self.pinned: dict[str, BackendConnection] = {}
         self.streaming: set[BackendConnection] = set()
         self.last_node: str | None = None
@@ -75,7 +75,7 @@ class Executor:
         # LOCK TABLES: the connection holding the session's locks on each node, and the tables locked
         self.locked: dict[str, BackendConnection] = {}
         self.locked_tables: frozenset[tuple[str, str]] = frozenset()
-        self.xa = XaBranches(self.server.xa)   # the open XA transaction's branches (SET xa = on)
+        self.xa = XaBranches(self.runtime.xa)   # the open XA transaction's branches (SET xa = on)
         self.user_locks = UserLocks(self)      # GET_LOCK and kin: the connection holding them (proxy/user_locks.py)
         self.temp = TempTables(self)           # temporary tables: the connections holding them (proxy/temp_tables.py)
 
@@ -103,7 +103,7 @@ class Executor:
                                        "supported by pydble: UNLOCK TABLES first")
                 stmts.append("SET NAMES utf8mb4")   # what the session's dropped 'names' stands for
             elif gone and not conn.in_trans:
-                await conn.reset(self.server.backends.timeout_s)
+                await conn.reset(self.runtime.backends.timeout_s)
             stmts += [sql for k, sql in s.vars.items() if conn.vars.get(k) != sql and sql]
         if conn.autocommit != s.autocommit:
             stmts.append(f"SET autocommit={1 if s.autocommit else 0}")
@@ -116,7 +116,7 @@ class Executor:
         if joining and self.savepoints:
             stmts.extend(f"SAVEPOINT `{name}`" for name in self.savepoints)
         if stmts:
-            await conn.query(";".join(stmts), self.server.backends.timeout_s)
+            await conn.query(";".join(stmts), self.runtime.backends.timeout_s)
             conn.vars = dict(s.vars)
             conn.autocommit = s.autocommit
 
@@ -140,15 +140,15 @@ class Executor:
             return conn
         if conn is not None:
             del self.pinned[node]
-            self.server.backends.release(node, conn)
+            self.runtime.backends.release(node, conn)
             self.broken_txn = f"shardingNode[{node}] connection was lost in the middle of a transaction"
             raise BackendUnavailable(self.broken_txn)
-        conn = self.temp.conn(node) or await self.server.backends.acquire(node, s.format_flags)
+        conn = self.temp.conn(node) or await self.runtime.backends.acquire(node, s.format_flags)
         pinning = self._pinning()
         try:
             await self._sync(conn, joining=pinning, node=node)
         except BaseException:
-            self.server.backends.release(node, conn)
+            self.runtime.backends.release(node, conn)
             self.xa.not_joined(node)
             raise
         if pinning:
@@ -165,11 +165,11 @@ class Executor:
         if self.pinned.get(node) is conn:
             if conn.broken or not self._pinning():
                 del self.pinned[node]
-                self.server.backends.release(node, conn)
+                self.runtime.backends.release(node, conn)
                 if conn.broken and self._pinning():
                     self.broken_txn = f"shardingNode[{node}] connection was lost in the middle of a transaction"
         elif self._rolling_back is None or conn not in self._aborted:  # those the rollback releases itself
-            self.server.backends.release(node, conn)
+            self.runtime.backends.release(node, conn)
         if conn.txn_rolled_back and self.pinned:
             self._abort_txn()
 
@@ -196,12 +196,12 @@ class Executor:
         async def one(node: str, conn: BackendConnection) -> None:
             try:
                 if not conn.broken:  # also ends a read-only snapshot MariaDB does not flag as IN_TRANS
-                    await conn.query(sql, self.server.backends.timeout_s)
+                    await conn.query(sql, self.runtime.backends.timeout_s)
             except BaseException as e:  # noqa: BLE001 - reported by the caller
                 conn.close()  # its transaction ends with the connection
                 errors.append(e)
             finally:
-                self.server.backends.release(node, conn)
+                self.runtime.backends.release(node, conn)
 
         await asyncio.gather(*(one(n, c) for n, c in pinned.items()))
         return errors
@@ -243,12 +243,12 @@ class Executor:
                 return None
             return conn
         if shared:
-            conn = self.server.backends.shared_conn(node, s.format_flags, s.vars)
+            conn = self.runtime.backends.shared_conn(node, s.format_flags, s.vars)
             if conn is not None:
                 return conn
-        conn = self.server.backends.take_idle(node, s.format_flags, any_db)
+        conn = self.runtime.backends.take_idle(node, s.format_flags, any_db)
         if conn is not None and (conn.vars != s.vars or not conn.autocommit):
-            self.server.backends.release(node, conn)
+            self.runtime.backends.release(node, conn)
             return None
         return conn
 
@@ -281,7 +281,7 @@ class Executor:
         locked, self.locked, self.locked_tables = self.locked, {}, frozenset()
         for node, conn in [*pinned.items(), *locked.items()]:
             conn.close()
-            self.server.backends.release(node, conn)
+            self.runtime.backends.release(node, conn)
         for conn in self.streaming:
             conn.close()
         self.user_locks.drop()
@@ -305,13 +305,13 @@ class Executor:
         if self.temp.tables:
             raise NotSupported("LOCK TABLES while the session has temporary tables is not supported by pydble: "
                                "DROP TEMPORARY TABLE first")
-        per_node, tables = self.server.router.lock_plan(sql, self.session.schema)
+        per_node, tables = self.runtime.router.lock_plan(sql, self.session.schema)
         await self.unlock_tables()
-        timeout = self.server.backends.timeout_s
+        timeout = self.runtime.backends.timeout_s
         got: dict[str, BackendConnection] = {}
 
         async def one(node: str, stmt: str) -> None:
-            conn = await self.server.backends.acquire(node, self.session.format_flags)
+            conn = await self.runtime.backends.acquire(node, self.session.format_flags)
             got[node] = conn
             await self._sync(conn)
             try:
@@ -325,7 +325,7 @@ class Executor:
         except BaseException:
             for node, conn in got.items():
                 conn.close()  # whatever it locked goes with it
-                self.server.backends.release(node, conn)
+                self.runtime.backends.release(node, conn)
             raise
         self.locked, self.locked_tables = got, tables
 
@@ -336,11 +336,11 @@ class Executor:
         async def one(node: str, conn: BackendConnection) -> None:
             try:
                 if not conn.broken:
-                    await conn.query("UNLOCK TABLES", self.server.backends.timeout_s)
+                    await conn.query("UNLOCK TABLES", self.runtime.backends.timeout_s)
             except BaseException:  # noqa: BLE001 - a connection that may still hold locks is dropped
                 conn.close()
             finally:
-                self.server.backends.release(node, conn)
+                self.runtime.backends.release(node, conn)
 
         await asyncio.gather(*(one(n, c) for n, c in locked.items()))
 
@@ -360,12 +360,12 @@ class Executor:
             for conn in [*self.pinned.values(), *self.locked.values()]:
                 await self._sync(conn)
             return
-        node = self.server.any_node(self.session.schema)
-        conn = await self.server.backends.acquire(node, self.session.format_flags)
+        node = self.runtime.any_node(self.session.schema)
+        conn = await self.runtime.backends.acquire(node, self.session.format_flags)
         try:
             await self._sync(conn)
         finally:
-            self.server.backends.release(node, conn)
+            self.runtime.backends.release(node, conn)
 
     # -- statements -----------------------------------------------------------------------------
     async def execute(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
@@ -384,7 +384,7 @@ class Executor:
         schema = parts[0] if len(parts) == 2 else self.session.schema
         if schema is None:
             return None
-        known = self.server._table_columns(schema, parts[-1])
+        known = self.runtime.table_columns(schema, parts[-1])
         return frozenset(c.lower() for c in known) if known else None
     async def _select_insert_id(self, plan: Plan, sql: str, r: Reply, more: bool) -> None:
         """SELECT LAST_INSERT_ID(expr): the backend computes the value, the session keeps it as MySQL does
@@ -411,7 +411,7 @@ class Executor:
         elif conn.vars != self.session.vars:  # never a reset: it would release what the connection holds
             stmts = [sql for k, sql in self.session.vars.items() if conn.vars.get(k) != sql and sql]
             if stmts:
-                await conn.query(";".join(stmts), self.server.backends.timeout_s)
+                await conn.query(";".join(stmts), self.runtime.backends.timeout_s)
             conn.vars = dict(self.session.vars)
         self.last_node = node
         sc: ResponseScanner | None = None
@@ -421,7 +421,7 @@ class Executor:
                 if self.session.client.write_paused:
                     conn.pause_reading()
                 try:
-                    sc = await conn.run(packet, self.server.backends.timeout_s, kind=kind,
+                    sc = await conn.run(packet, self.runtime.backends.timeout_s, kind=kind,
                                         sink=self.relay_sink or self.session.client)
                 except BackendUnavailable as e:
                     if conn.relayed_any:
@@ -431,7 +431,7 @@ class Executor:
                     self.streaming.discard(conn)
             else:
                 try:
-                    sc = await conn.run(packet, timeout or self.server.backends.timeout_s, kind=kind, collect=True)
+                    sc = await conn.run(packet, timeout or self.runtime.backends.timeout_s, kind=kind, collect=True)
                 except BackendUnavailable as e:
                     raise _on_node(node, e) from None
             await self.keep_warnings([(conn, sc)])
@@ -487,9 +487,9 @@ class Executor:
             raise failure
         conns: list[BackendConnection] = acquired  # type: ignore[assignment]
         if budget is None:   # one cap for the whole query (a cross-node JOIN passes its own, for all its reads)
-            budget = Budget(self.server.config.server.merge_memory_mb << 20)
+            budget = Budget(self.runtime.config.server.merge_memory_mb << 20)
         results = await asyncio.gather(
-            *(c.run(_com_query(sql), self.server.backends.timeout_s, collect=True, budget=budget)
+            *(c.run(_com_query(sql), self.runtime.backends.timeout_s, collect=True, budget=budget)
               for c, (_, sql) in zip(conns, targets)), return_exceptions=True)
         await self.keep_warnings(list(zip(conns, results)), copies)
         if keep is not None:
@@ -516,7 +516,7 @@ class Executor:
                 await self._run_on([(n, f"SAVEPOINT {STMT_SAVEPOINT};{sql}") for n, sql in targets], copies))
             if any(sc.error is not None for sc in scanners) and self._rolling_back is None:
                 back = [self.pinned[n] for (n, _), sc in zip(targets, scanners) if sc.error is None and n in self.pinned]
-                await asyncio.gather(*(c.query(f"ROLLBACK TO SAVEPOINT {STMT_SAVEPOINT}", self.server.backends.timeout_s)
+                await asyncio.gather(*(c.query(f"ROLLBACK TO SAVEPOINT {STMT_SAVEPOINT}", self.runtime.backends.timeout_s)
                                        for c in back))
             return scanners
         if self.locked:
@@ -543,7 +543,7 @@ class Executor:
     async def _write_as_xa(self, targets: list[tuple[str, str]], copies: bool) -> list[ResponseScanner]:
         """SET xa = on, autocommit: a write on several nodes is an XA transaction of its own, so a crash
         between two nodes' commits cannot leave it half written."""
-        branches = XaBranches(self.server.xa)
+        branches = XaBranches(self.runtime.xa)
         conns: list[BackendConnection] = []
         try:
             scanners = await self._run_on([(n, f"{branches.start_sql(n)};{sql}") for n, sql in targets], copies,
@@ -570,12 +570,12 @@ class Executor:
         scanners = _statement_only(await self._run_on([(n, f"SET autocommit=0;{sql}") for n, sql in targets], copies))
         end = "ROLLBACK" if any(sc.error is not None for sc in scanners) else "COMMIT"
         conns = [self.locked[n] for n, _ in targets if n in self.locked]
-        await asyncio.gather(*(c.query(f"{end};SET autocommit=1", self.server.backends.timeout_s) for c in conns))
+        await asyncio.gather(*(c.query(f"{end};SET autocommit=1", self.runtime.backends.timeout_s) for c in conns))
         return scanners
 
     def _global_only(self, plan: Plan) -> bool:
         """True when every table a write touches is a global table (one copy per node)."""
-        cfg = self.server.config
+        cfg = self.runtime.config
         for schema, table in plan.tables:
             t = cfg.table(schema, table)
             if t is None or t.type != "global":
@@ -589,7 +589,7 @@ class Executor:
     async def run_on_pinned(self, sql: str, r: Reply, more: bool) -> bool:
         """SAVEPOINT and friends: run on every node of the open transaction."""
         if self.pinned:
-            scanners = await asyncio.gather(*(c.run(_com_query(sql), self.server.backends.timeout_s, collect=True)
+            scanners = await asyncio.gather(*(c.run(_com_query(sql), self.runtime.backends.timeout_s, collect=True)
                                               for c in self.pinned.values()))
             for sc in scanners:
                 if sc.error is not None:
@@ -630,7 +630,7 @@ class Executor:
         schema = self.session.schema
         if schema is None:
             raise ProxyError("No database selected", 1046, "3D000")
-        node = self.server.node_of_table(schema, table)
+        node = self.runtime.node_of_table(schema, table)
         if node is None:
             raise NoSuchTable(f"Table '{schema}.{table}' doesn't exist")
         return await self.run_single(node, frame(0, payload), r, False, True, kind="field_list")
@@ -645,7 +645,7 @@ class Executor:
                 continue
             if sc.warnings and not conn.broken:
                 try:
-                    shown = await conn.query("SHOW WARNINGS", self.server.backends.timeout_s)
+                    shown = await conn.query("SHOW WARNINGS", self.runtime.backends.timeout_s)
                 except ProxyError as e:
                     log.info("cannot fetch a statement's warnings", error=e.message)
                     continue

@@ -144,8 +144,8 @@ class InfoSchema:
 
     def __init__(self, session: SessionPort) -> None:
         self.session = session
-        self.server = session.server
-        self.config = session.server.config
+        self.runtime = session.runtime
+        self.config = session.runtime.config
 
     # -- which rows belong to which logical table --------------------------------------------------
     def _schemas(self) -> list[str]:
@@ -169,7 +169,7 @@ class InfoSchema:
     # -- reading the nodes -------------------------------------------------------------------------
     async def _read_node(self, node: str, tables: list[str]) -> list[ResultSet]:
         """This node's rows of each table (filtered on its physical database), in a clean session."""
-        backends = self.server.backends
+        backends = self.runtime.backends
         db = backends.database_of(node).replace("\\", "\\\\").replace("'", "''")
         sql = ";".join(f"SELECT * FROM information_schema.{t} WHERE {MAPPED[t].schema_columns[0]} = '{db}'"
                        for t in tables)
@@ -202,7 +202,7 @@ class InfoSchema:
                                    f"versions); pydble cannot answer it as one server")
             rows: list[list[bytes | None]] = []
             for schema in schemas:
-                node_rows, view_rows = await self.server.views.infoschema_rows(   # views pydble knows (proxy/views.py)
+                node_rows, view_rows = await self.runtime.views.infoschema_rows(   # views pydble knows (proxy/views.py)
                     t, schema, names, {n: per_node[n][i].rows for n in nodes}, self.session.format_flags,
                     self.session.grants)
                 rows += self._rows_of_schema(schema, MAPPED[t], names, node_rows, t) + view_rows
@@ -211,7 +211,7 @@ class InfoSchema:
 
     def _rows_of_schema(self, schema: str, spec: Mapped, names: list[str],
                         node_rows: dict[str, list[list[bytes | None]]], table: str) -> list[list[bytes | None]]:
-        backends = self.server.backends
+        backends = self.runtime.backends
         sidx = [names.index(c) for c in spec.schema_columns if c in names]
         logical = schema.encode()
         if spec.table_column is None:  # SCHEMATA: the home node's database is the schema
@@ -263,7 +263,7 @@ class InfoSchema:
         db, ref = row[sj], row[tj]
         if db is None or ref is None:
             return
-        group = self.server.backends.pool_of(node).names
+        group = self.runtime.backends.pool_of(node).names
         logical = group.schema_of(db.decode("utf-8", "replace"), ref.decode("utf-8", "replace")) if group else None
         if logical is None:
             raise NotSupported(f"information_schema.{table} lists a foreign key to a table outside the logical "
@@ -309,7 +309,7 @@ class InfoSchema:
             if not any(ref.table in known for known in (MAPPED, EMPTY, SERVER_WIDE, SESSIONS)):
                 raise NotSupported(f"information_schema.{ref.table} is not answered by pydble: it describes the "
                                    f"backend servers, not the logical schemas")
-        plan = self.server.router.route(sql, self.session.schema)
+        plan = self.runtime.router.route(sql, self.session.schema)
         if plan.is_write or plan.tables:
             raise NotSupported("a query that mixes information_schema with tables is not supported by pydble")
         copies = {ref.spelling: ref.table for ref in refs if ref.table not in SERVER_WIDE}
@@ -322,9 +322,9 @@ class InfoSchema:
         text = self._rewrite(sql, refs)
         parts = chunks(self._setup(copies, data))
         drop = ("DROP TEMPORARY TABLE IF EXISTS " + ", ".join(quote(m) for m in copies)) if copies else ""
-        timeout = self.server.backends.timeout_s
+        timeout = self.runtime.backends.timeout_s
         ex = self.session.executor
-        node = self.server.any_node(self.session.schema)
+        node = self.runtime.any_node(self.session.schema)
         conn = await ex._get(node)
         clean = not copies
         try:

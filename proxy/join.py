@@ -381,7 +381,7 @@ async def _null_row(executor: ExecContext, side: Side, width: int, hidden: int, 
     row: list[bytes | None] = [None] * width
     if side.plain and not side.post:
         return row
-    plan = executor.server.router.route(f"SELECT * FROM {side.table} AS `{side.alias}`", executor.session.schema,
+    plan = executor.runtime.router.route(f"SELECT * FROM {side.table} AS `{side.alias}`", executor.session.schema,
                                         executor.session.grants)
     node, phys = plan.targets[0].node, plan.targets[0].sql
     cols = side.items + [f"{e} AS `pydble_h{i}`" for i, e in enumerate(side.order)]
@@ -449,8 +449,8 @@ def _pair_kind(ca: ColumnDef, cb: ColumnDef, pa: bytes | None, pb: bytes | None,
 async def _read(executor: ExecContext, sql: str, budget: Budget) -> ResultSet:
     """One side's rows, routed like any single-table SELECT (pruned by its WHERE)."""
     from .ddl import require_meta
-    plan = executor.server.router.route(sql, executor.session.schema, executor.session.grants)
-    require_meta(executor.server, plan)
+    plan = executor.runtime.router.route(sql, executor.session.schema, executor.session.grants)
+    require_meta(executor.runtime, plan)
     return await _read_routed(executor, [(t.node, t.sql) for t in plan.targets], plan.merge, budget)
 
 
@@ -463,13 +463,13 @@ async def _read_inner(executor: ExecContext, inner: Side, lists: list[str], keys
     isql, ihid = _side_sql(inner, None)
     plan = None
     if keys > ROUTED_KEYS:
-        plan = executor.server.router.route(isql, executor.session.schema, executor.session.grants)
+        plan = executor.runtime.router.route(isql, executor.session.schema, executor.session.grants)
         m = plan.merge
         if (plan.kind != "select" or plan.setop is not None or not plan.targets
                 or (len(plan.targets) > 1 and (m is None or not m.concat_only or m.limit is not None))):
             plan = None     # the router changed more than names: route every batch instead
         else:
-            require_meta(executor.server, plan)
+            require_meta(executor.runtime, plan)
     joint = " AND " if inner.where else " WHERE "
     irs: ResultSet | None = None
     irows: list[list[bytes | None]] = []
@@ -510,7 +510,7 @@ def _over_budget(budget: Budget) -> ProxyError:
 
 async def run_join(executor: ExecContext, plan: JoinPlan, r: Reply, more: bool) -> None:
     """Run a join plan and send its one result set."""
-    budget = Budget(executor.server.config.server.merge_memory_mb << 20)
+    budget = Budget(executor.runtime.config.server.merge_memory_mb << 20)
     try:
         rs = await _run(executor, plan, budget)
     except BudgetExceeded:

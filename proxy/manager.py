@@ -51,11 +51,12 @@ class ManagerSession:
     and the COM_QUERY loop both ports share (proxy/connection.py); it is no client session."""
 
     ready = False   # the client port's fast path never serves it
+    manager_port = True   # tracked apart from client sessions (no max_connections, no processlist)
 
-    def __init__(self, server: Runtime, client: Any) -> None:
-        self.server = server
+    def __init__(self, runtime: Runtime, client: Any) -> None:
+        self.runtime = runtime
         self.client = client
-        self.conn_id = server.next_conn_id()
+        self.conn_id = runtime.next_conn_id()
         self.user = ""
         self.peer = "?"
         self.capabilities = 0
@@ -75,8 +76,8 @@ class ManagerSession:
         try:
             peer = self.client.transport.get_extra_info("peername") if self.client.transport else None
             self.peer = peer[0] if peer else "?"
-            got = await login(self.client, self.conn_id, self.server.version, self.server.tls,
-                              self.server.login_timeout_s, self.authenticate, self.log)
+            got = await login(self.client, self.conn_id, self.runtime.version, self.runtime.tls,
+                              self.runtime.login_timeout_s, self.authenticate, self.log)
             if got is None:
                 return
             self.capabilities = got.capabilities
@@ -96,11 +97,11 @@ class ManagerSession:
             self.log.exception("manager session crashed")
         finally:
             self.client.close()
-            self.server.untrack(self)
+            self.runtime.untrack(self)
 
     def authenticate(self, user: str, auth: bytes, salt: bytes, database: str | None) -> None:
         """Only [[manager_users]] may log in here; client users are refused with 1045."""
-        u = self.server.config.manager_users.get(user)
+        u = self.runtime.config.manager_users.get(user)
         if u is None or not verify_native_password(auth, salt, parse_stored_password(u.password)):
             raise AccessDenied(f"Access denied for user '{user}'@'{self.peer}' "
                                f"(using password: {'YES' if auth else 'NO'})")
@@ -145,7 +146,7 @@ class ManagerSession:
             r.resultset(rs, self.status(), more)
             return False
         cmd = parse_manager(sql)
-        out = await self.server.manager.run(cmd, self.user)
+        out = await self.runtime.manager.run(cmd, self.user)
         if isinstance(out, ResultSet):
             r.resultset(out, self.status(), more)
         else:
@@ -156,13 +157,13 @@ class ManagerSession:
 class Manager:
     """What manager commands do, independent of the session that asked."""
 
-    def __init__(self, server: Runtime) -> None:
-        self.server = server
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
 
     async def run(self, cmd: object, user: str = "") -> ResultSet | str:
         """Execute a parsed command (for manager user `user`): a result set, or the message of an OK."""
         if isinstance(cmd, RepairDdl):
-            message = await repair(self.server, cmd.schema, cmd.table, user)
+            message = await repair(self.runtime, cmd.schema, cmd.table, user)
             return text_result(["schema", "table", "action", "message"],
                                [[cmd.schema, cmd.table.lower(), "nothing" if message.startswith(NOTHING)
                                  else "repaired", message]])
@@ -170,26 +171,26 @@ class Manager:
             await self.reload(cmd.filter)
             return "reload metadata success"
         if isinstance(cmd, CheckMetadata):
-            return text_result(["TIMESTAMP"], [[self.server.registry.last_load_time_text()]])
+            return text_result(["TIMESTAMP"], [[self.runtime.registry.last_load_time_text()]])
         if isinstance(cmd, CheckFullMetadata):
             return await self.check_full(cmd)
         if isinstance(cmd, ShowDdl):
             return await self.show_ddl()
         if isinstance(cmd, KillDdlLock):
-            await self.server.kill_ddl_lock(cmd.schema, cmd.table, cmd.force)
+            await self.runtime.kill_ddl_lock(cmd.schema, cmd.table, cmd.force)
             return "release ddl lock success"
         if isinstance(cmd, ShowCluster):
             return text_result(["NAME", "ADDRESS", "META_VERSION", "SESSION_STATE"],
-                               [list(row) for row in await self.server.cluster_rows()])
+                               [list(row) for row in await self.runtime.cluster_rows()])
         if isinstance(cmd, ShowDdlHistory):
             return self.ddl_history()
         if isinstance(cmd, ShowXa):
             from .xa import XA_COLUMNS, in_doubt_rows
-            xa = self.server.xa
+            xa = self.runtime.xa
             return text_result(XA_COLUMNS, in_doubt_rows(await xa.in_doubt(), xa.inflight))
         if isinstance(cmd, ShowBackend):
             rows = []
-            for name, pool in self.server.backends.pools.items():
+            for name, pool in self.runtime.backends.pools.items():
                 st = pool.stats()
                 rows.append([name, f"{pool.group.host}:{pool.group.port}", pool.group.max_con, st["total"],
                              st["in_use"], st["idle"], st["waiting"]])
@@ -199,7 +200,7 @@ class Manager:
         raise ProxyError("Unsupported statement, see: show @@help", 1064, "42000")
 
     def _keys(self, f: TableFilter) -> tuple[list[tuple[str, str]] | None, str | None]:
-        cfg = self.server.config
+        cfg = self.runtime.config
         if f.tables is not None:
             for s, _ in f.tables:
                 if s not in cfg.schemas:
@@ -216,24 +217,24 @@ class Manager:
     async def reload(self, f: TableFilter) -> LoadResult:
         """Reload metadata (all or some tables) while queries go on; refused while a DDL runs on them."""
         keys, schema = self._keys(f)
-        busy = [lk for lk in self.server.ddl.locks.all()
+        busy = [lk for lk in self.runtime.ddl.locks.all()
                 if (keys is None or (lk.schema, lk.table) in keys) and (schema is None or lk.schema == schema)]
         if busy:
             raise DdlInProgress("There is other session is doing DDL\n" + "\n".join(lk.sql for lk in busy))
-        base = self.server.registry.version
-        result = await load_tables(self.server.config, keys, schema, backend=self.server.meta_backend)
-        self.server.registry.apply(result, base_version=base)  # a DDL refresh meanwhile is newer: kept
-        self.server.metrics.meta_load_seconds.labels(result.scope.kind).observe(result.seconds)
-        log.info("metadata reloaded", instance=self.server.config.server.instance, scope=result.scope.describe(),
+        base = self.runtime.registry.version
+        result = await load_tables(self.runtime.config, keys, schema, backend=self.runtime.meta_backend)
+        self.runtime.registry.apply(result, base_version=base)  # a DDL refresh meanwhile is newer: kept
+        self.runtime.metrics.meta_load_seconds.labels(result.scope.kind).observe(result.seconds)
+        log.info("metadata reloaded", instance=self.runtime.config.server.instance, scope=result.scope.describe(),
                  tables=len(result.tables), seconds=round(result.seconds, 3), failed_nodes=result.failed_nodes)
         return result
 
     async def check_full(self, cmd: CheckFullMetadata) -> ResultSet:
         """Every table's memory next to a fresh fetch from its nodes."""
         keys, schema = self._keys(cmd.filter)
-        fresh = await load_tables(self.server.config, keys, schema, backend=self.server.meta_backend)
-        snap = self.server.registry.snapshot
-        cfg = self.server.config
+        fresh = await load_tables(self.runtime.config, keys, schema, backend=self.runtime.meta_backend)
+        snap = self.runtime.registry.snapshot
+        cfg = self.runtime.config
         if keys is not None and cmd.filter.table is not None:
             s, t = keys[0]
             if cfg.table(s, t) is None and (s, t) not in snap.tables and (s, t) not in fresh.tables:
@@ -290,7 +291,7 @@ class Manager:
                  ",".join(e.nodes), e.outcome, e.message, e.phases_ms.get("total"),
                  json.dumps(e.phases_ms, separators=(",", ":")), e.meta_version, ",".join(e.laggards),
                  ",".join(e.succeeded_nodes), ",".join(e.failed_nodes), e.repair_of or None]
-                for e in self.server.history.entries()]
+                for e in self.runtime.history.entries()]
         return text_result(["id", "started", "instance", "user", "tables", "sql", "nodes", "outcome", "message",
                             "total_ms", "phases_ms", "meta_version", "laggards", "succeeded_nodes", "failed_nodes",
                             "repair_of"], rows)
@@ -298,5 +299,5 @@ class Manager:
     async def show_ddl(self) -> ResultSet:
         """DDLs in flight in the whole cluster."""
         rows = [[schema, table, sql, instance, phase, format_check_time(since)]
-                for schema, table, sql, instance, phase, since in await self.server.ddl_in_flight()]
+                for schema, table, sql, instance, phase, since in await self.runtime.ddl_in_flight()]
         return text_result(["schema", "table", "sql", "instance", "phase", "since"], rows)

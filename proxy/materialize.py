@@ -207,9 +207,9 @@ class Materialize:
 
     def __init__(self, executor: ExecContext, sql: str) -> None:
         self.ex = executor
-        self.server = executor.server
+        self.runtime = executor.runtime
         session = executor.session
-        router = self.server.router
+        router = self.runtime.router
         for _ in range(MAX_VIEW_DEPTH):
             if router.views is not None:    # views pydble keeps become derived tables, their grants checked
                 sql = router.views.expand(router, sql, session.schema, session.grants)
@@ -284,7 +284,7 @@ class Materialize:
     def _inline_node_views(self, sql: str, toks: list[Token], refs: list[Ref]) -> str | None:
         """The statement with each view that lives on a node replaced by its SELECT (a derived table over
         its tables, whose rows are copied like any table's); None when it reads no such view."""
-        views = self.server.router.views
+        views = self.runtime.router.views
         if views is None:
             return None
         spans = []
@@ -301,7 +301,7 @@ class Materialize:
         return splice(sql, sorted(spans)) if spans else None
 
     def _copy_of(self, schema: str, table: str) -> Copy:
-        meta = self.server.registry.get(schema, table)
+        meta = self.runtime.registry.get(schema, table)
         if meta is None or meta.structure is None:
             raise _refuse(f"pydble has no definition of {schema}.{table} in memory (a view on a node, or a "
                           f"table whose metadata is not loaded)")
@@ -349,7 +349,7 @@ class Materialize:
     # -- running -----------------------------------------------------------------------------------
     async def run(self, r: Reply, more: bool) -> None:
         """Copy the rows, answer the statement on the scratch connection, send its result."""
-        budget = Budget(self.server.config.server.merge_memory_mb << 20)
+        budget = Budget(self.runtime.config.server.merge_memory_mb << 20)
         try:
             await self._run(budget, r, more)
         except BudgetExceeded:
@@ -383,7 +383,7 @@ class Materialize:
     async def _run(self, budget: Budget, r: Reply, more: bool) -> None:
         ex = self.ex
         session = ex.session
-        backends = self.server.backends
+        backends = self.runtime.backends
         timeout = backends.timeout_s
         data = {key: await self._read(copy, budget) for key, copy in self.copies.items()}
         conn = await backends.acquire(self.node, session.format_flags)

@@ -40,7 +40,7 @@ def explained(sql: str) -> str | None:
 async def build(ctx: ExecContext, sql: str, *, explain: bool = False) -> Primitive:
     """The plan of one statement in this session. explain: only to show it (nothing is drawn from a
     sequence, the session's warnings stay)."""
-    seqs = ctx.server.sequences
+    seqs = ctx.runtime.sequences
     if seqs.columns and first_keyword(sql) in ("INSERT", "REPLACE") and ctx.temp.shadow_for(sql) is None and not (
             explain and seqs.nothing_to_fill(ctx.session, sql)):
         async def plan_filled(text: str) -> Primitive:
@@ -60,7 +60,7 @@ async def _build(ctx: ExecContext, sql: str, explain: bool) -> Primitive:
         if shadow is not None:
             plan, temps = ctx.temp.route(sql, shadow)
         else:
-            plan = ctx.server.router.route(sql, s.schema, s.grants)
+            plan = ctx.runtime.router.route(sql, s.schema, s.grants)
     except NotSupported as e:
         if shadow is not None:
             raise   # (neither EXPLAIN's verdict, the proxy's join nor copies: they would read other tables)
@@ -89,7 +89,7 @@ async def _build(ctx: ExecContext, sql: str, explain: bool) -> Primitive:
     if plan.kind == "select" and "last_insert_id" in sql.lower() and sets_insert_id(sql) is not None:
         return SelectInsertId(plan, sql)
     if plan.kind in ("select", *WRITES) and not plan.hint:
-        require_meta(ctx.server, plan)
+        require_meta(ctx.runtime, plan)
     if plan.kind == "ddl" and temps:
         return TempDdl(plan, temps, sql)
     if plan.kind == "ddl":
@@ -113,7 +113,7 @@ def _join(ctx: ExecContext, join: object, explain: bool) -> Join:
     from .join import _side_sql
     sides = []
     for side in join.sides:  # type: ignore[attr-defined]
-        plan: Plan = ctx.server.router.route(_side_sql(side, None)[0], ctx.session.schema, ctx.session.grants)
+        plan: Plan = ctx.runtime.router.route(_side_sql(side, None)[0], ctx.session.schema, ctx.session.grants)
         sides.append(plan)
     return Join(join, sides[0], sides[1])  # type: ignore[arg-type]
 
@@ -125,13 +125,13 @@ async def _syntax_verdict(ctx: ExecContext, sql: str) -> None:
     anything else leaves the proxy's own 1235 to explain what cannot be routed."""
     if first_keyword(sql) not in ("SELECT", "WITH", "("):
         return
-    node = ctx.server.any_node(ctx.session.schema)
+    node = ctx.runtime.any_node(ctx.session.schema)
     try:
         conn = await ctx._get(node)
     except ProxyError:
         return
     try:
-        sc = await conn.run(com_query("EXPLAIN " + sql), ctx.server.backends.timeout_s, collect=True)
+        sc = await conn.run(com_query("EXPLAIN " + sql), ctx.runtime.backends.timeout_s, collect=True)
     except ProxyError:
         return
     finally:

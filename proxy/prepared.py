@@ -256,8 +256,8 @@ class PreparedStatements:
             raise NotSupported("GET_LOCK and the other user-lock functions are not supported by pydble in "
                                "prepared statements: run them as plain statements")
         s = self.session
-        cache = cache_of(s.server)
-        version = s.server.registry.version
+        cache = cache_of(s.runtime)
+        version = s.runtime.registry.version
         scope = (s.user, s.schema)   # another user's shape was learned under other grants
         if s.executor.temp.shadow_for(sql) is not None:   # the session's own tables: learned for it alone
             return await self._learn(sql, version)
@@ -321,7 +321,7 @@ class PreparedStatements:
 
     def _route_for_prepare(self, sql: str, positions: tuple[tuple[int, int], ...]) -> Plan | None:
         """A plan for the statement with its placeholders unbound: as is, or with NULL or 1 standing in."""
-        router = self.session.server.router
+        router = self.session.runtime.router
         schema = self.session.schema
         candidates = [sql]
         if positions:
@@ -340,7 +340,7 @@ class PreparedStatements:
     async def _prepare_on(self, node: str, sql: str) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
         """PREPARE sql on one node (a pooled connection) and close it there; (param defs, column defs)."""
         s = self.session
-        backends = s.server.backends
+        backends = s.runtime.backends
         conn = await backends.acquire(node, s.format_flags)
         try:
             sink = _Collector()
@@ -445,7 +445,7 @@ class PreparedStatements:
         if param >= stmt.params:
             return
         buf = stmt.long_data.setdefault(param, bytearray())
-        if len(buf) + len(data) > self.session.server.max_packet:
+        if len(buf) + len(data) > self.session.runtime.max_packet:
             raise ProxyError("Parameter of prepared statement which is set through mysql_send_long_data() "
                              "is longer than 'max_allowed_packet' bytes", 1153, "08S01")
         buf += data

@@ -427,7 +427,7 @@ class Ddl:
         ctx.session.route = "ddl"
         await ctx.commit_all()
         ctx.session.explicit_txn = False
-        await ctx.server.run_ddl(ctx.session, self.plan, self.sql, r, more)
+        await ctx.runtime.run_ddl(ctx.session, self.plan, self.sql, r, more)
         return False
 
     def explain(self, out: Explainer) -> str:
@@ -444,7 +444,7 @@ class SequenceInsert:
     plan_filled: Callable[[str], Awaitable[Primitive]]
 
     async def run(self, ctx: ExecContext, r: Reply, more: bool, may_relay: bool) -> bool:
-        filled = await ctx.server.sequences.fill(ctx.session, self.sql)
+        filled = await ctx.runtime.sequences.fill(ctx.session, self.sql)
         if filled is None:
             return await (await self.plan_filled(self.sql)).run(ctx, r, more, may_relay)
         ctx.insert_id = filled.first  # the answer is re-encoded: its OK carries the first value filled in

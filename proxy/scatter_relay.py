@@ -251,7 +251,7 @@ async def relay_concat(ex: ExecContext, plan: Plan) -> bool:
         ex.streaming.add(c)
         if paused:
             c.pause_reading()
-    timeout = ex.server.backends.timeout_s
+    timeout = ex.runtime.backends.timeout_s
     try:
         results = await asyncio.gather(*(c.run(com_query(sql), timeout, sink=nd)
                                          for c, nd, (_, sql) in zip(conns, nodes, targets)),

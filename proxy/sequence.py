@@ -56,18 +56,18 @@ class Filled:
 class Sequences:
     """The global sequences of one instance: which tables have one, the blocks held, the store."""
 
-    def __init__(self, server: Runtime) -> None:
-        self.server = server
-        cfg = server.config
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        cfg = runtime.config
         self.columns: dict[tuple[str, str], str] = {
             (s, t.name): t.increment_column for s, sc in cfg.schemas.items() for t in sc.tables.values()
             if t.increment_column}
         self.block = cfg.server.sequence_block
         self._blocks: dict[tuple[str, str], _Block] = {}
         self.store: Store
-        if server.cluster is not None:
+        if runtime.cluster is not None:
             from zk.sequence import ZkSequences
-            cluster = server.cluster
+            cluster = runtime.cluster
             self.store = ZkSequences(lambda: cluster.zk, cluster.paths)
         else:
             self.store = SequenceFile(cfg.server.data_dir or None)
@@ -114,9 +114,9 @@ class Sequences:
         """1 + the largest value of the column on any node of the table (1 for an empty table)."""
         schema, name = table
         col = self.columns[table]
-        cfg = self.server.config.table(schema, name)
+        cfg = self.runtime.config.table(schema, name)
         assert cfg is not None
-        backends = self.server.backends
+        backends = self.runtime.backends
         sql = f"SELECT MAX(`{col}`) FROM `{name}`"
 
         async def one(node: str) -> int:
@@ -149,8 +149,8 @@ class Sequences:
             toks.pop()
         zero_fills = "NO_AUTO_VALUE_ON_ZERO" not in session.vars.get("sql_mode", "").upper()
         try:
-            plan = plan_fill(Parser(self.server.router.analyzer.resolve, toks, session.schema), sql, table,
-                             self.columns[table], self.server._table_columns(*table), zero_fills)
+            plan = plan_fill(Parser(self.runtime.router.analyzer.resolve, toks, session.schema), sql, table,
+                             self.columns[table], self.runtime.table_columns(*table), zero_fills)
         except ProxyError:
             return False   # the task answers it
         if any(e[2] for e in plan.edits):
@@ -176,8 +176,8 @@ class Sequences:
         while toks and toks[-1][0] == "o" and toks[-1][1] == ";":
             toks.pop()
         zero_fills = "NO_AUTO_VALUE_ON_ZERO" not in session.vars.get("sql_mode", "").upper()
-        known = self.server._table_columns(*table)
-        plan = plan_fill(Parser(self.server.router.analyzer.resolve, toks, session.schema), sql, table, col,
+        known = self.runtime.table_columns(*table)
+        plan = plan_fill(Parser(self.runtime.router.analyzer.resolve, toks, session.schema), sql, table, col,
                          known, zero_fills)
         if plan.explicit is not None:
             await self.observe(table, plan.explicit)
@@ -215,7 +215,7 @@ class Sequences:
         if not parts or len(parts) > 2:
             return None
         try:
-            t = self.server.router.analyzer.resolve(parts, schema)
+            t = self.runtime.router.analyzer.resolve(parts, schema)
         except ProxyError:
             return None   # routing reports it
         key = (t.schema, t.name)

@@ -62,8 +62,8 @@ def _feed(protocol: asyncio.BaseProtocol, data: bytes) -> None:
 class ClientProtocol(asyncio.Protocol):
     """Thin asyncio adapter: bytes in to the session's framer, bytes out to the socket, with backpressure."""
 
-    def __init__(self, server: Runtime, session_cls: Callable[[Runtime, ClientProtocol], Any] | None = None) -> None:
-        self.server = server
+    def __init__(self, runtime: Runtime, session_cls: Callable[[Runtime, ClientProtocol], Any] | None = None) -> None:
+        self.runtime = runtime
         self.session_cls = session_cls or Session
         self.transport: asyncio.Transport | None = None
         self.framer = PacketFramer(max_payload=LOGIN_PACKET_MAX)  # raised to max_allowed_packet after login
@@ -80,22 +80,22 @@ class ClientProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        limit = self.server.config.server.max_connections
-        if self.session_cls is Session and self.server.client_sessions() >= limit:
-            self.server.metrics.refused.inc()
+        limit = self.runtime.config.server.max_connections
+        if self.session_cls is Session and self.runtime.client_sessions() >= limit:
+            self.runtime.metrics.refused.inc()
             # like MySQL: an ERR instead of the greeting, then close; everyone else keeps going
             transport.write(frame(0, err_packet(1040, "08004", f"Too many connections (max_connections={limit})")))
             transport.close()
             self.closed = True
             return
         self._buffer_limits(transport)
-        self.session = self.session_cls(self.server, self)
-        self.server.track(self.session)
-        self.server.metrics.connections.inc()
+        self.session = self.session_cls(self.runtime, self)
+        self.runtime.track(self.session)
+        self.runtime.metrics.connections.inc()
 
     def _buffer_limits(self, transport: asyncio.BaseTransport) -> None:
         """Past client_buffer_kb queued for the client, the backends streaming to it are paused."""
-        buffer = self.server.config.server.client_buffer_kb << 10
+        buffer = self.runtime.config.server.client_buffer_kb << 10
         transport.set_write_buffer_limits(high=buffer, low=buffer // 4)  # type: ignore[attr-defined]
 
     def _feed(self, data: bytes) -> bool:
@@ -114,7 +114,7 @@ class ClientProtocol(asyncio.Protocol):
             self._read_paused = True
             self.transport.pause_reading()
         if self._stall is None and framer.buffered:
-            self._stall = asyncio.get_running_loop().call_later(self.server.config.server.packet_timeout_s,
+            self._stall = asyncio.get_running_loop().call_later(self.runtime.config.server.packet_timeout_s,
                                                                 self._check_stall, self._rx)
         return True
 
@@ -129,7 +129,7 @@ class ClientProtocol(asyncio.Protocol):
             self.close()
             self.connection_lost(None)
             return
-        self._stall = asyncio.get_running_loop().call_later(self.server.config.server.packet_timeout_s,
+        self._stall = asyncio.get_running_loop().call_later(self.runtime.config.server.packet_timeout_s,
                                                             self._check_stall, self._rx)
 
     def _resume_reading(self) -> None:
@@ -282,10 +282,10 @@ class ClientProtocol(asyncio.Protocol):
 class Session:
     """The state of one client session and the dispatch of its commands."""
 
-    def __init__(self, server: Runtime, client: ClientProtocol) -> None:
-        self.server = server
+    def __init__(self, runtime: Runtime, client: ClientProtocol) -> None:
+        self.runtime = runtime
         self.client = client
-        self.conn_id = server.next_conn_id()
+        self.conn_id = runtime.next_conn_id()
         self.user = ""
         self.schema: str | None = None
         self.schemas: tuple[str, ...] = ()
@@ -359,7 +359,7 @@ class Session:
             self.executor.abort_all()
             self.prepared.close_all()  # long data included: freed now, not when the cycle is collected
             self.client.close()
-            self.server.untrack(self)
+            self.runtime.untrack(self)
 
     # -- the fast path --------------------------------------------------------------------------
     def fast_command(self, data: bytes | None = None) -> bool:
@@ -401,7 +401,7 @@ class Session:
             sql = payload[1:].decode("utf-8", "surrogateescape")
         if ";" in sql:
             return False
-        server = self.server
+        server = self.runtime
         try:
             point = server.router.point_read(sql, self.schema, self.grants)
         except ProxyError:
@@ -494,7 +494,7 @@ class Session:
                 ex = self.executor
                 own = await ex._get(self._fast_node)
                 try:
-                    again = await own.run(self._fast_packet, self.server.backends.timeout_s, collect=True)
+                    again = await own.run(self._fast_packet, self.runtime.backends.timeout_s, collect=True)
                     await ex.keep_warnings([(own, again)])
                 finally:
                     ex._done_with(self._fast_node, own)
@@ -525,7 +525,7 @@ class Session:
                 ok = sc.ok  # type: ignore[attr-defined]
                 if ok is not None and ok.last_insert_id:
                     self.last_insert_id = ok.last_insert_id
-            self.server.metrics.observe("single", self._fast_started)
+            self.runtime.metrics.observe("single", self._fast_started)
         except Exception:  # noqa: BLE001 - never leave the client waiting on a bug here
             self.log.exception("fast path completion failed")
             client.close()
@@ -535,8 +535,8 @@ class Session:
     # -- login ----------------------------------------------------------------------------------
     async def handshake(self) -> bool:
         """Greet, authenticate with mysql_native_password, pick the schema; False if refused."""
-        got = await login(self.client, self.conn_id, self.server.version, self.server.tls,
-                          self.server.login_timeout_s, self.authenticate, self.log)
+        got = await login(self.client, self.conn_id, self.runtime.version, self.runtime.tls,
+                          self.runtime.login_timeout_s, self.authenticate, self.log)
         if got is None:
             return False
         self.salt = got.salt
@@ -545,7 +545,7 @@ class Session:
         self.format_flags = self.capabilities & C.FORMAT_FLAGS
         self.client_charset(got.charset)
         self.log = self.log.bind(user=self.user)
-        self.client.framer.max_payload = self.server.max_packet
+        self.client.framer.max_payload = self.runtime.max_packet
         self.command = "Sleep"
         r = Reply(self.deprecate_eof)
         r.seq = got.seq
@@ -554,7 +554,7 @@ class Session:
         return True
 
     async def _native_auth(self, plugin: str | None, auth: bytes, seq: int, caps: int) -> tuple[int, bytes] | None:
-        return await native_auth(self.client, self.salt, plugin, auth, seq, caps, self.server.login_timeout_s)
+        return await native_auth(self.client, self.salt, plugin, auth, seq, caps, self.runtime.login_timeout_s)
 
     async def change_user(self, payload: bytes) -> bool:
         """COM_CHANGE_USER: log in again as another user (checked against the handshake's salt), then start
@@ -566,7 +566,7 @@ class Session:
         seq, auth = switched
         await self.reset_state()
         if self.user:  # the old login no longer counts against its user's max_con
-            self.server.count_user(self.user, -1)
+            self.runtime.count_user(self.user, -1)
         self.user, self.schema = "", None
         r = Reply(self.deprecate_eof)
         r.seq = seq
@@ -594,13 +594,13 @@ class Session:
 
     def authenticate(self, user: str, auth: bytes, salt: bytes, database: str | None) -> None:
         """Check the user's password and schema grant, raising 1045/1044/1049 as MySQL does."""
-        u = self.server.config.users.get(user)
+        u = self.runtime.config.users.get(user)
         pw_note = "YES" if auth else "NO"
         # an unknown user costs the same check as a known one: the time does not tell which names exist
         stored = parse_stored_password(u.password if u is not None else "\x00")
         if not verify_native_password(auth, salt, stored) or u is None:
             raise AccessDenied(f"Access denied for user '{user}'@'{self.peer}' (using password: {pw_note})")
-        if not self.server.user_may_connect(u):
+        if not self.runtime.user_may_connect(u):
             raise ProxyError(f"Too many connections for user '{user}'", 1203, "42000")
         if database and database not in u.schemas:
             raise DbAccessDenied(f"Access denied for user '{user}'@'{self.peer}' to database '{database}'")
@@ -608,11 +608,11 @@ class Session:
         self.user = user
         self.schemas = u.schemas
         self.read_only = u.read_only
-        self.grants = Grants(u, self.peer, self.server.config)
+        self.grants = Grants(u, self.peer, self.runtime.config)
         self.admin = u.admin
         if database:
             self.schema = database
-        self.server.count_user(u.name, +1)
+        self.runtime.count_user(u.name, +1)
 
     # -- state ----------------------------------------------------------------------------------
     def status(self) -> int:
@@ -698,7 +698,7 @@ class Session:
                     raise UnknownCommand("Unknown COM_SET_OPTION value")
                 r.raw(frame(1, eof_packet(0, self.status())))
             elif cmd == C.COM_STATISTICS:
-                r.raw(frame(1, f"Uptime: {self.server.uptime():.0f}  Threads: {len(self.server.sessions)}".encode()))
+                r.raw(frame(1, f"Uptime: {self.runtime.uptime():.0f}  Threads: {len(self.runtime.sessions)}".encode()))
             elif cmd in STMT_COMMANDS:
                 await self.prepared.dispatch(payload)  # answers (or not) itself
                 return True
@@ -719,7 +719,7 @@ class Session:
         try:
             await self._query(sql, r)
         finally:
-            self.server.metrics.observe(self.route, started)
+            self.runtime.metrics.observe(self.route, started)
             self.command, self.info, self.since = "Sleep", None, time.perf_counter()
 
     async def _query(self, sql: str, r: Reply) -> None:
@@ -811,7 +811,7 @@ class Session:
         if kw in views.KEYWORDS and (view := views.parse(sql)) is not None:
             if view.op in ("CREATE", "ALTER") and view.select:
                 self.executor.temp.refuse_in_view(view.select)   # MySQL's 1352
-            if await self.server.views.run(self, view, r, more):
+            if await self.runtime.views.run(self, view, r, more):
                 return False
         return await self.executor.execute(sql, r, more, may_relay)
 
@@ -867,11 +867,11 @@ class Session:
 
     async def _table_status(self, schema: str, like: str | None) -> ResultSet:
         """SHOW TABLE STATUS: the tables SHOW TABLES lists, each as one row under its logical name."""
-        names = [t for t in await self.server.tables_of(schema) if like is None or local.like_match(like, t)]
-        homes = {t: self.server.nodes_of_table(schema, t) for t in names}
+        names = [t for t in await self.runtime.tables_of(schema) if like is None or local.like_match(like, t)]
+        homes = {t: self.runtime.nodes_of_table(schema, t) for t in names}
         nodes = list(dict.fromkeys(n for ns in homes.values() for n in ns))
         if not nodes:
-            nodes = [self.server.any_node(schema)]
+            nodes = [self.runtime.any_node(schema)]
         scanners = await self.executor._run_on([(n, "SHOW TABLE STATUS") for n in nodes])
         for sc in scanners:
             if sc.error is not None:
@@ -880,7 +880,7 @@ class Session:
                    for n, sc in zip(nodes, scanners)}
         rows = {t: [by_node[n][t] for n in homes[t] if t in by_node[n]] for t in names}
         columns = scanners[0].results[0].columns
-        rows.update(self.server.views.status_rows(schema, like, columns))   # views: Comment 'VIEW', as MySQL
+        rows.update(self.runtime.views.status_rows(schema, like, columns))   # views: Comment 'VIEW', as MySQL
         return local.table_status_result(columns, {t: r for t, r in rows.items() if r})
 
     async def show(self, sql: str) -> ResultSet | None:
@@ -891,8 +891,8 @@ class Session:
         st = local.parse_show_tables(sql)
         if st is not None:
             schema = self._show_schema(st.schema)
-            tables = await self.server.tables_of(schema)
-            rs = local.show_tables_result(st, schema, tables, self.server.views.names_of(schema))
+            tables = await self.runtime.tables_of(schema)
+            rs = local.show_tables_result(st, schema, tables, self.runtime.views.names_of(schema))
             return rs if st.where is None else await show_where.where_filter(self, rs, st.where)
         ts = local.parse_show_table_status(sql)
         if ts is not None:
@@ -917,13 +917,13 @@ class Session:
         if who is not None:
             if who not in ("", self.user):  # as MySQL answers a user without access to the mysql database
                 raise DbAccessDenied(f"Access denied for user '{self.user}'@'{self.peer}' to database 'mysql'")
-            u = self.server.config.users[self.user]
+            u = self.runtime.config.users[self.user]
             return local.show_grants(u.name, u.schemas, u.privileges, u.read_only)
         return None
 
     def client_sessions(self) -> list[Session]:
         """The client port's sessions (not the manager's): what the processlist and KILL speak of."""
-        return [s for s in self.server.sessions if type(s) is Session]
+        return [s for s in self.runtime.sessions if type(s) is Session]
 
     async def kill(self, sql: str) -> None:
         """KILL [CONNECTION | QUERY] id on pydble's own sessions (the user's own unless admin), never a
@@ -948,14 +948,14 @@ class Session:
         conns |= set(ex.locked.values()) | ({ex.user_locks.conn} if ex.user_locks.conn is not None else set())
         conns |= set(ex.temp.conns.values())
         for conn in conns:
-            node = next((n for n, c in self.server.config.sharding_nodes.items() if c.db_group == conn.group.name), None)
+            node = next((n for n, c in self.runtime.config.sharding_nodes.items() if c.db_group == conn.group.name), None)
             if node is None or not conn.thread_id:
                 continue
-            killer = await self.server.backends.acquire(node, 0)
+            killer = await self.runtime.backends.acquire(node, 0)
             try:
-                await killer.query(f"KILL QUERY {int(conn.thread_id)}", self.server.backends.timeout_s)
+                await killer.query(f"KILL QUERY {int(conn.thread_id)}", self.runtime.backends.timeout_s)
             finally:
-                self.server.backends.release(node, killer)
+                self.runtime.backends.release(node, killer)
 
 
 def _is_lock_tables(sql: str) -> bool:

@@ -73,7 +73,7 @@ def filter_sql(rs: ResultSet, where: str) -> str:
 async def where_filter(session: SessionPort, rs: ResultSet, where: str) -> ResultSet:
     """The rows of a SHOW that its WHERE keeps, judged by a backend (in the session's sql_mode)."""
     ex = session.executor
-    node = next(iter(ex.pinned), None) or next(iter(ex.locked), None) or session.server.any_node(session.schema)
+    node = next(iter(ex.pinned), None) or next(iter(ex.locked), None) or session.runtime.any_node(session.schema)
     sc = (await ex._run_on([(node, filter_sql(rs, where))]))[0]
     if sc.error is not None:
         raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
@@ -89,7 +89,7 @@ def parse_show_open_tables(sql: str) -> tuple[str | None, str | None, str | None
 
 async def open_tables(session: SessionPort, schemas: list[str], like: str | None) -> ResultSet:
     """SHOW OPEN TABLES: each logical table open on any of its nodes, once, In_use summed over them."""
-    server = session.server
+    server = session.runtime
     homes: dict[tuple[str, str], tuple[str, ...]] = {}
     for schema in schemas:
         for t in await server.tables_of(schema):

@@ -185,7 +185,7 @@ class _Values:
         """SELECT the expressions on a connection in the session's state (the session's variables replayed)."""
         s = self.session
         ex = s.executor
-        node = next(iter(ex.pinned), None) or s.server.any_node(s.schema)
+        node = next(iter(ex.pinned), None) or s.runtime.any_node(s.schema)
         sc = (await ex._run_on([(node, "SELECT " + ", ".join(exprs))]))[0]
         if sc.error is not None:
             raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)

@@ -87,11 +87,11 @@ class TempTables:
         metadata and grants know nothing of) and the temporary tables it names."""
         ex = self.executor
         s = ex.session
-        plan = ex.server.router.route_shadowed(sql, s.schema, s.grants, shadow)
+        plan = ex.runtime.router.route_shadowed(sql, s.schema, s.grants, shadow)
         temps = tuple(t for t in plan.tables if t in self.tables)
         real = tuple(t for t in plan.tables if t not in self.tables)
         self._refuse_hidden(real)
-        if temps and plan.kind in ("insert", "replace") and any(t in ex.server.sequences.columns for t in real):
+        if temps and plan.kind in ("insert", "replace") and any(t in ex.runtime.sequences.columns for t in real):
             raise NotSupported("an INSERT reading a temporary table into a table filled from a global sequence "
                                "is not supported by pydble")
         return replace(plan, tables=real), temps
@@ -120,7 +120,7 @@ class TempTables:
 
     def _nodes_of(self, schema: str, name: str) -> tuple[str, ...]:
         try:
-            return self.executor.server.router.analyzer.resolve([schema, name], None).nodes
+            return self.executor.runtime.router.analyzer.resolve([schema, name], None).nodes
         except ProxyError:
             return ()
 
@@ -128,7 +128,7 @@ class TempTables:
         """Where a new temporary table of a schema goes: a node holding every global table of the schema
         (so it joins with them), the node of the session's other temporary tables of the schema when it
         does, the default node when it does; with no global tables, the schema's default (home) node."""
-        cfg = self.executor.server.config
+        cfg = self.executor.runtime.config
         sc = cfg.schemas[schema]
         glob = [t.nodes for t in sc.tables.values() if t.type == "global"]
         common = [n for n in glob[0] if all(n in g for g in glob[1:])] if glob else []
@@ -171,7 +171,7 @@ class TempTables:
             k += 2
         ex = self.executor
         if len(parts) == 2:
-            schema = next((s for s in ex.server.config.schemas if s.lower() == parts[0].lower()), None)
+            schema = next((s for s in ex.runtime.config.schemas if s.lower() == parts[0].lower()), None)
             if schema is None or schema not in ex.session.schemas:
                 grants = ex.session.grants
                 if grants is not None:
@@ -250,7 +250,7 @@ class TempTables:
         node, text = plan.targets[0].node, plan.targets[0].sql
         # reading only global tables (and temporary tables there): the table goes where the session's others are
         home = self.tables.get(key) or self._home(schema)
-        cfg = self.executor.server.config
+        cfg = self.executor.runtime.config
         if home != node and all(self.tables[t] == home for t in temps) and all(
                 (c := cfg.table(*t)) is not None and c.type == "global" and home in c.nodes for t in plan.tables):
             node = home
@@ -313,7 +313,7 @@ class TempTables:
         mine = self.conns.get(node) is conn
         conn.held = True   # from now on never given back to the pool with a temporary table on it
         try:
-            sc = await conn.run(_com_query(phys), ex.server.backends.timeout_s, collect=True)
+            sc = await conn.run(_com_query(phys), ex.runtime.backends.timeout_s, collect=True)
             await ex.keep_warnings([(conn, sc)])
         except BaseException:
             if not mine:
@@ -341,7 +341,7 @@ class TempTables:
         conn.held = False
         ex = self.executor
         if ex.pinned.get(node) is not conn:
-            ex.server.backends.release(node, conn)
+            ex.runtime.backends.release(node, conn)
 
     def _forget(self, node: str) -> None:
         """A lost connection: its tables are gone with it."""
@@ -351,11 +351,11 @@ class TempTables:
             conn.held = False
             conn.close()
             if self.executor.pinned.get(node) is not conn:
-                self.executor.server.backends.release(node, conn)
+                self.executor.runtime.backends.release(node, conn)
 
     async def release(self) -> None:
         """COM_RESET_CONNECTION / COM_CHANGE_USER: the temporary tables are dropped, the connections go back."""
-        timeout = self.executor.server.backends.timeout_s
+        timeout = self.executor.runtime.backends.timeout_s
         for node in list(self.conns):
             conn = self.conns[node]
             names = [k for k, n in self.tables.items() if n == node]

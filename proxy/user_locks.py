@@ -51,7 +51,7 @@ def _longest_wait(sql: str) -> float:
 
 def lock_node(executor: ExecContext) -> str:
     """The shardingNode every session runs its lock functions on: its server holds the lock namespace."""
-    return min(executor.server.config.sharding_nodes)
+    return min(executor.runtime.config.sharding_nodes)
 
 
 def _is_used_columns(sql: str) -> list[int] | None:
@@ -123,15 +123,15 @@ class UserLocks:
                                      f"locks (GET_LOCK) was lost: they were released")
         if self.conn is None:
             self.node = lock_node(ex)
-            self.conn = await ex.server.backends.acquire(self.node, ex.session.format_flags)
+            self.conn = await ex.runtime.backends.acquire(self.node, ex.session.format_flags)
         await ex.run_single(self.node, packet, r, more, False, conn=self.conn, rewrite=(
             (lambda rows: self._map_ids(rows, mapped)) if mapped else None),
-            timeout=ex.server.backends.timeout_s + _longest_wait(sql))
+            timeout=ex.runtime.backends.timeout_s + _longest_wait(sql))
 
     def _map_ids(self, rows: list, cols: list[int]) -> None:
         """IS_USED_LOCK's backend thread ids become the ids of the pydble sessions holding the locks."""
         owners = {}
-        for s in self.executor.server.sessions:
+        for s in self.executor.runtime.sessions:
             held = getattr(getattr(s, "executor", None), "user_locks", None)
             if held is not None and held.conn is not None and not held.conn.broken:
                 owners[str(held.conn.thread_id).encode()] = str(s.conn_id).encode()
@@ -148,18 +148,18 @@ class UserLocks:
         ex = self.executor
         try:
             if not conn.broken:
-                await conn.query("SELECT RELEASE_ALL_LOCKS()", ex.server.backends.timeout_s)
+                await conn.query("SELECT RELEASE_ALL_LOCKS()", ex.runtime.backends.timeout_s)
         except BaseException:  # noqa: BLE001 - a connection that may still hold locks is dropped
             conn.close()
         finally:
-            ex.server.backends.release(self.node, conn)
+            ex.runtime.backends.release(self.node, conn)
 
     def drop(self) -> None:
         """The session is gone: closing the connection releases its locks on the server."""
         conn, self.conn = self.conn, None
         if conn is not None:
             conn.close()
-            self.executor.server.backends.release(self.node, conn)
+            self.executor.runtime.backends.release(self.node, conn)
 
 
 

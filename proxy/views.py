@@ -71,21 +71,21 @@ def _refs(an: Analysis) -> list[Ref]:
 class ViewService:
     """The instance's views: the catalog queries consult, and the statements that change it."""
 
-    def __init__(self, server: Runtime) -> None:
-        self.server = server
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self.catalog = ViewCatalog()
-        self.file = ViewFile(server.config.server.data_dir or None)
+        self.file = ViewFile(runtime.config.server.data_dir or None)
         self.sync: Any = None            # zk.views.ViewSync in a cluster
         self._pattern: re.Pattern[str] | None = None
         self._plain: set[tuple[str | None, str]] = set()   # statement shapes that read no view
         self._named: list[tuple[str, tuple[str, str]]] = []   # (dbGroup, (database, view)) entries of its names
         self._expanded: dict[tuple[str | None, str], tuple[str, tuple[tuple[str, int, str, str], ...]]] = {}
         self._lock = asyncio.Lock()      # one view change at a time on this instance
-        if server.cluster is not None:
+        if runtime.cluster is not None:
             from zk.views import ViewSync
-            self.sync = ViewSync(server.cluster, self._install)
-        server.router.views = self
-        server.router.analyzer.views = self
+            self.sync = ViewSync(runtime.cluster, self._install)
+        runtime.router.views = self
+        runtime.router.analyzer.views = self
 
     # -- the catalog ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -96,7 +96,7 @@ class ViewService:
             except BadView as e:
                 raise StartRefused(str(e)) from None
             return
-        cluster = self.server.cluster
+        cluster = self.runtime.cluster
         assert cluster is not None
         if cluster.zk is not None and cluster.zk.connected:
             try:
@@ -116,14 +116,14 @@ class ViewService:
                          if names else None)
         self._expanded = {}
         self._plain = set()
-        self.server.router.forget()
+        self.runtime.router.forget()
         self._name_views()
 
     def _name_views(self) -> None:
         """Column definitions of a view's rows name the view's logical schema, never the node's database
         (a kept view's rows come from a derived table of the view's name on each node it reads)."""
-        cfg = self.server.config
-        pools = self.server.backends.pools
+        cfg = self.runtime.config
+        pools = self.runtime.backends.pools
         for group, key in self._named:
             pools[group].names.by_table.pop(key, None)   # type: ignore[union-attr]
         self._named = []
@@ -190,7 +190,7 @@ class ViewService:
                 toks.pop()
             if not toks or toks[0][0] == "h" or any(t[:2] == ("o", ";") for t in toks):
                 break   # hinted (sent as is) or several statements: the router decides
-            if schema is not None and schema not in self.server.config.schemas:
+            if schema is not None and schema not in self.runtime.config.schemas:
                 break   # the router reports the unknown database
             an = router.analyzer.analyze(out, toks, schema)
             kept = self._check(an, access)
@@ -268,7 +268,7 @@ class ViewService:
         """Answer a view statement; False for SHOW CREATE TABLE of something that is not a view."""
         if st.op == "SHOW":
             parts = st.names[0]
-            if len(parts) == 2 and parts[0].lower() not in {x.lower() for x in self.server.config.schemas}:
+            if len(parts) == 2 and parts[0].lower() not in {x.lower() for x in self.runtime.config.schemas}:
                 if st.show_table:
                     return False   # the router answers (and refuses) names outside the logical schemas
                 raise NoSuchTable(f"Table '{parts[0]}.{parts[1]}' doesn't exist")
@@ -287,7 +287,7 @@ class ViewService:
         if st.op == "DESC":
             return await self._describe(session, st, r, more)
         if st.op == "DROP_TABLE":   # DROP TABLE IF EXISTS of views only (a dump's placeholder): nothing to do
-            cfg = self.server.config.schemas
+            cfg = self.runtime.config.schemas
             if any(len(p) == 2 and p[0] not in cfg for p in st.names) or (session.schema is None and
                                                                           any(len(p) == 1 for p in st.names)):
                 return False
@@ -324,7 +324,7 @@ class ViewService:
         node runs it (every node's tables have the same structure), from a view made for the moment on a
         connection of its own; False for anything else (the router routes it)."""
         parts = st.names[0]
-        if len(parts) == 2 and parts[0].lower() not in {x.lower() for x in self.server.config.schemas}:
+        if len(parts) == 2 and parts[0].lower() not in {x.lower() for x in self.runtime.config.schemas}:
             return False
         if len(parts) == 1 and session.schema is None:
             return False
@@ -332,10 +332,10 @@ class ViewService:
         v = self.catalog.get(schema, name)
         if v is None or v.node is not None:
             return False
-        plan = self.server.router.route(f"SELECT * FROM {_q(schema)}.{_q(name)}", schema, session.grants)
+        plan = self.runtime.router.route(f"SELECT * FROM {_q(schema)}.{_q(name)}", schema, session.grants)
         node, sql = plan.targets[0].node, plan.targets[0].sql
         scratch = _q(f"_pydble_desc_{uuid.uuid4().hex[:16]}")
-        backends = self.server.backends
+        backends = self.runtime.backends
         conn = await backends.acquire(node, session.format_flags)
         try:
             sc = await conn.query(f"CREATE VIEW {scratch} AS {sql};{st.select.format(scratch)};DROP VIEW {scratch}",
@@ -354,7 +354,7 @@ class ViewService:
 
     def _target(self, session: SessionPort, parts: list[str], granted: bool = True) -> tuple[str, str]:
         """The (schema, name) a view statement is about, checked against the user's schemas."""
-        cfg = self.server.config
+        cfg = self.runtime.config
         if len(parts) == 2:
             real = {s.lower(): s for s in cfg.schemas}.get(parts[0].lower())
             if real is None:
@@ -369,8 +369,8 @@ class ViewService:
         return schema, parts[-1].lower()
 
     def _is_table(self, schema: str, name: str) -> bool:
-        return (self.server.config.table(schema, name) is not None
-                or name in {t.lower() for t in self.server.registry.tables_of(schema)})
+        return (self.runtime.config.table(schema, name) is not None
+                or name in {t.lower() for t in self.runtime.registry.tables_of(schema)})
 
     async def _create(self, session: SessionPort, st: ViewStmt) -> list[tuple[str, int, str]]:
         schema, name = self._target(session, st.names[0])
@@ -412,7 +412,7 @@ class ViewService:
 
     async def _define(self, session: SessionPort, st: ViewStmt, schema: str, name: str) -> ViewDef:
         """Where the view lives and what it reads; a kept view is tried once (LIMIT 0) for its columns."""
-        router = self.server.router
+        router = self.runtime.router
         toks = tokenize(st.select)
         if not toks or (toks[0][1].upper() if toks[0][0] == "w" else toks[0][1]) not in ("SELECT", "WITH", "("):
             raise ParseError(f"You have an error in your SQL syntax; a view is defined by a SELECT, near "
@@ -473,7 +473,7 @@ class ViewService:
         """The node a view is pushed down to: the one node every table it reads lives on (a view that
         reads no table goes to the schema's default node); None: pydble keeps it."""
         if not refs:
-            return self.server.config.schemas[schema].default_node
+            return self.runtime.config.schemas[schema].default_node
         nodes = set()
         for r in refs:
             t = r.table
@@ -484,7 +484,7 @@ class ViewService:
 
     def _physical_create(self, st: ViewStmt, view: ViewDef, again: bool) -> str:
         """The CREATE sent to the node: logical schema names dropped (every table is in its database)."""
-        router = self.server.router
+        router = self.runtime.router
         toks = tokenize(st.select)
         select = router._render(st.select, toks, tuple(router.analyzer.strips(toks)))
         head = ("CREATE OR REPLACE" if again else "CREATE") + (f" ALGORITHM={st.algorithm}" if st.algorithm else "")
@@ -542,7 +542,7 @@ class ViewService:
             self.catalog.put(view)
         self._changed()
         if self.sync is not None:
-            cc = self.server.config.cluster
+            cc = self.runtime.config.cluster
             assert cc is not None
             laggards = await self.sync.wait_acks(revision, cc.ack_timeout_s)
             if laggards:
@@ -625,12 +625,12 @@ class ViewService:
                 per_node.setdefault(v.node, []).append((v.name, v.name, None))
                 continue
             try:
-                plan = self.server.router.route(f"SELECT * FROM {_q(schema)}.{_q(v.name)}", schema)
+                plan = self.runtime.router.route(f"SELECT * FROM {_q(schema)}.{_q(v.name)}", schema)
             except ProxyError:
                 continue   # a view whose tables are gone has no columns to list
             t = plan.targets[0]
             per_node.setdefault(t.node, []).append((v.name, f"_pydble_desc_{uuid.uuid4().hex[:16]}", t.sql))
-        backends = self.server.backends
+        backends = self.runtime.backends
         out: list[list[bytes | None]] = []
         for node, items in per_node.items():
             db = backends.database_of(node).replace("\\", "\\\\").replace("'", "''")
