@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
@@ -16,7 +17,7 @@ from .backend import BackendConnection, Sink
 from .planner import build, explained
 from .primitives import explain_result
 from .protocol import constants as C
-from .protocol.messages import ColumnDef, OkInfo, ResultSet
+from .protocol.messages import ColumnDef, OkInfo, ResultSet, err_packet
 from .protocol.packets import com_query as _com_query, frame
 from .protocol.response import Budget, ResponseScanner
 from .reply import Reply
@@ -78,6 +79,12 @@ class Executor:
         self.xa = XaBranches(self.runtime.xa)   # the open XA transaction's branches (SET xa = on)
         self.user_locks = UserLocks(self)      # GET_LOCK and kin: the connection holding them (proxy/user_locks.py)
         self.temp = TempTables(self)           # temporary tables: the connections holding them (proxy/temp_tables.py)
+        # a command started from the data callback (start_single) while its answer is relayed
+        self.relaying: BackendConnection | None = None
+        self._single_node = ""
+        self._single_packet = b""
+        self._single_started = 0.0
+        self._warn_task: asyncio.Task | None = None
 
     # -- transaction state ----------------------------------------------------------------------
     def in_trans(self) -> bool:
@@ -251,6 +258,101 @@ class Executor:
             self.runtime.backends.release(node, conn)
             return None
         return conn
+
+    # -- one node, from the data callback (Route.start) -----------------------------------------------
+    def start_single(self, node: str, packet: bytes, sink: Sink | None, any_db: bool, shared: bool, shown: str
+                     ) -> bool:
+        """Send a command to one node now, from the client connection's data callback, if a connection can
+        take it with no round trip first: its answer is relayed to sink (the client when None) by the
+        connection's own callbacks, with no task, future or timer per query; _single_done then releases,
+        counts and lets the client connection go on. False: nothing was sent (run_single does it on the task)."""
+        s = self.session
+        client = s.client
+        conn = self.fast_conn(node, any_db, shared and not client.write_paused)
+        if conn is None:
+            return False
+        s.warnings = []
+        s.requests += 1
+        s.route = "single"
+        self._single_started = s.since = time.perf_counter()
+        s.command, s.info = "Query", shown
+        self.relaying = conn
+        self._single_node = node
+        self.last_node = node
+        if not conn.shared:
+            self.streaming.add(conn)
+            if client.write_paused:
+                conn.pause_reading()
+        client.busy = True
+        try:
+            if conn.shared:
+                self._single_packet = packet   # run again alone if it has warnings (_single_warnings)
+                conn.pipe(packet, client if sink is None else sink, self._single_done, self.runtime.backends.timeout_s)
+            else:
+                conn.start(packet, sink=client if sink is None else sink, timeout=self.runtime.backends.timeout_s,
+                           on_done=self._single_done)
+        except ProxyError:
+            client.busy = False
+            self.streaming.discard(conn)
+            self.relaying = None
+            self._done_with(node, conn)
+            return False
+        return True
+
+    def _single_done(self, sc: object, exc: ProxyError | None) -> None:
+        """The backend's answer has been relayed (or failed): release, count, go on with the client; when
+        the backend reported warnings or an error, SHOW WARNINGS learns them first, on a task (the client
+        waits meanwhile)."""
+        scanner: ResponseScanner = sc  # type: ignore[assignment]
+        if exc is None and (scanner.warnings or scanner.error is not None) and self.relaying is not None:
+            self._warn_task = asyncio.get_running_loop().create_task(self._single_warnings(scanner))  # referenced
+            return
+        self._single_end(scanner, exc)
+
+    async def _single_warnings(self, sc: ResponseScanner) -> None:
+        try:
+            conn = self.relaying
+            if conn is not None and conn.shared and sc.warnings:
+                # SHOW WARNINGS there would follow other sessions' reads: the read runs again alone first
+                own = await self._get(self._single_node)
+                try:
+                    again = await own.run(self._single_packet, self.runtime.backends.timeout_s, collect=True)
+                    await self.keep_warnings([(own, again)])
+                finally:
+                    self._done_with(self._single_node, own)
+            else:
+                await self.keep_warnings([(conn, sc)])  # type: ignore[list-item]
+        except ProxyError as e:
+            self.session.log.info("cannot fetch a point read's warnings", error=e.message)
+        finally:
+            self._single_end(sc, None)
+
+    def _single_end(self, sc: ResponseScanner, exc: ProxyError | None) -> None:
+        conn, node = self.relaying, self._single_node
+        self.relaying = None
+        s = self.session
+        s.command, s.info = "Sleep", None
+        client = s.client
+        try:
+            if conn is not None:
+                self.streaming.discard(conn)
+                self._done_with(node, conn)
+            if exc is not None:
+                if conn is not None and conn.relayed_any:
+                    client.close()  # half an answer was sent; the client must not trust it
+                else:
+                    e = _on_node(node, exc) if isinstance(exc, BackendUnavailable) else exc
+                    client.write(frame(1, err_packet(e.code, e.sqlstate, e.message)))
+            else:
+                ok = sc.ok
+                if ok is not None and ok.last_insert_id:
+                    s.last_insert_id = ok.last_insert_id
+            self.runtime.metrics.observe("single", self._single_started)
+        except Exception:  # noqa: BLE001 - never leave the client waiting on a bug here
+            s.log.exception("fast path completion failed")
+            client.close()
+        finally:
+            client.kick()
 
     async def commit_all(self) -> None:
         """COMMIT on every node this transaction touched (each node commits on its own)."""

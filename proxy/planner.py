@@ -14,6 +14,7 @@ from meta.errors import BackendError, NotSupported, ProxyError, ReadOnly
 
 from .analyzer import Refused
 from .ddl import require_meta
+from .local import calls_session_functions
 from .primitives import (Concatenate, Ddl, Join, MultiWrite, OrCopies, OverCopies, Primitive, Route, Scatter,
                          SelectInsertId, SequenceInsert, TempDdl, TempStatement, UserLockCall)
 from .temp_tables import is_temporary_ddl
@@ -26,6 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .runtime import ExecContext
 
 WRITES = ("insert", "replace", "update", "delete")
+WRITES_AND_SELECT = ("SELECT", "INSERT", "UPDATE", "DELETE", "REPLACE")
 # EXPLAIN <statement> answers pydble's plan (DBLE's EXPLAIN); EXPLAIN FORMAT=..., EXTENDED, PARTITIONS,
 # ANALYZE and EXPLAIN <table> go on to MariaDB as before.
 _EXPLAIN = re.compile(r"\s*EXPLAIN\s+(?=(?:SELECT|WITH|INSERT|REPLACE|UPDATE|DELETE|TABLE)\b|\()", re.I)
@@ -104,6 +106,50 @@ async def _build(ctx: ExecContext, sql: str, explain: bool) -> Primitive:
         return MultiWrite(plan, ctx._global_only(plan))
     scatter = Scatter(plan, ctx._global_only(plan))
     return OrCopies(scatter, sql) if plan.kind == "select" and plan.merge is not None and shadow is None else scatter
+
+
+def quick_route(ctx: ExecContext, sql: str) -> Route | None:
+    """The plan of a statement that the client connection's data callback may start itself (Route.start):
+    one node, and nothing build() would check or substitute first (grants refused, read-only user, a
+    sequence to draw from, metadata not usable, session functions, information_schema); else None, and
+    build() plans it on the session's task. The sysbench point select is the case it is made for."""
+    if ";" in sql:
+        return None
+    s = ctx.session
+    rt = ctx.runtime
+    try:
+        point = rt.router.point_read(sql, s.schema, s.grants)
+    except ProxyError:
+        return None  # the task answers the refusal
+    if point is not None:
+        node, (schema, table), at = point
+        if rt.config.table(schema, table) is not None and rt.registry.unusable(schema, table):
+            return None  # memory cannot route it: the task answers 1146 or 3009
+        # Name the node's database in the statement: any pooled connection to the dbGroup can then run it, so
+        # a few hot backend connections serve all shardingNodes of a server instead of one set per database,
+        # each waking up cold.
+        return Route(node, f"{sql[:at]}`{rt.backends.database_of(node)}`.{sql[at:]}", True, True)
+    head = sql[:6].upper()
+    kw = head if head in ("SELECT", "INSERT", "UPDATE", "DELETE") else first_keyword(sql)
+    low = sql.lower()
+    if "information_schema" in low or "_lock" in low or ":=" in low or "last_insert_id" in low:
+        return None  # answered from the logical schemas by the task (proxy.infoschema)
+    if kw == "SELECT" and " from " not in low:
+        return None  # local probes are the task's business
+    if kw not in WRITES_AND_SELECT or calls_session_functions(sql, low):
+        return None  # DATABASE(), USER(), CONNECTION_ID() ... are substituted by the task
+    try:
+        plan = rt.router.route(sql, s.schema, s.grants)
+        if len(plan.targets) != 1 or plan.kind == "ddl" or (s.read_only and plan.is_write):
+            return None
+        if (plan.kind in ("insert", "replace") and plan.tables and plan.tables[0] in rt.sequences.columns
+                and not rt.sequences.nothing_to_fill(s, sql)):
+            return None  # its increment column needs values from the global sequence
+        if not plan.hint and plan.kind in ("select", *WRITES):
+            require_meta(rt, plan)
+    except ProxyError:
+        return None  # the task plans it again and answers the error
+    return Route(plan.targets[0].node, plan.targets[0].sql)
 
 
 def _join(ctx: ExecContext, join: object, explain: bool) -> Join:

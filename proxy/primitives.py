@@ -22,6 +22,7 @@ from .scatter_relay import relay_concat, streamable
 from .xa import refuse_implicit_commit
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .backend import Sink
     from .join import JoinPlan
     from .plan import Plan
     from .protocol.response import ResponseScanner
@@ -117,15 +118,26 @@ def explain_merge(out: Explainer, refs: Sequence[Any], merge: Any) -> str:
 
 # -- one node --------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Route:
-    """A statement for one node: relayed byte for byte when the client may take it so."""
+    """A statement for one node, relayed byte for byte when the client may take it so. It runs on the
+    session's task (run), or straight from the client connection's data callback when a connection can take
+    it at once (start: the point select's way, no task switch, no future)."""
 
     node: str
     sql: str
+    any_db: bool = False   # the SQL names the node's database: a connection of its dbGroup on another will do
+    shared: bool = False   # a point read: it may go on a pipelined shared connection (proxy.pool)
 
     async def run(self, ctx: ExecContext, r: Reply, more: bool, may_relay: bool) -> bool:
         return await ctx.run_single(self.node, com_query(self.sql), r, more, may_relay)
+
+    def start(self, ctx: ExecContext, packet: bytes | None, sink: Sink | None, shown: str) -> bool:
+        """Send it now if a connection can take it with no round trip first; the answer is relayed to sink
+        (the client when None) and the session goes on when it has been. packet: the client's own framed
+        command, when it may go on unchanged; shown: the statement as SHOW PROCESSLIST shows it. False:
+        nothing was sent, run() on the session's task serves it."""
+        return ctx.start_single(self.node, packet or com_query(self.sql), sink, self.any_db, self.shared, shown)
 
     def explain(self, out: Explainer) -> str:
         return out.base(self.node, self.sql)  # type: ignore[return-value]

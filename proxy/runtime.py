@@ -243,6 +243,10 @@ class SessionPort(Protocol):
     last_insert_id: int
     warnings: list[tuple[str, int, str]]
     route: str
+    requests: int
+    command: str
+    info: str | None
+    since: float
     format_flags: int
     deprecate_eof: bool
     log: Any
@@ -275,6 +279,8 @@ class ExecContext(Protocol):
                       keep: list[BackendConnection] | None = None, budget: Budget | None = None
                       ) -> list[ResponseScanner]: ...
     async def keep_warnings(self, done: list[tuple[BackendConnection, object]], copies: bool = False) -> None: ...
+    def start_single(self, node: str, packet: bytes, sink: Sink | None, any_db: bool, shared: bool, shown: str
+                     ) -> bool: ...
     async def run_single(self, node: str, packet: bytes, r: Reply, more: bool, may_relay: bool,
                          kind: str = "query", conn: BackendConnection | None = None, rewrite: Any = None,
                          timeout: float | None = None) -> bool: ...

@@ -11,24 +11,23 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import structlog
 
-from meta.errors import (AccessDenied, BackendError, BackendUnavailable, DbAccessDenied, NoDatabaseSelected,
+from meta.errors import (AccessDenied, BackendError, DbAccessDenied, NoDatabaseSelected,
                          NotSupported, ParseError, ProxyError, UnknownCommand)
 
 from . import infoschema, local, show_where, sql_prepare, views
-from .backend import BackendConnection, Sink
+from .backend import Sink
 from .connection import login, native_auth, run_statements
-from .ddl import require_meta
 from .analysis import ANY
 from .analyzer import Grants
-from .executor import Executor, _com_query, _on_node as on_node
+from .executor import Executor
 from .log import REQUEST_ID
+from .planner import quick_route
 from .prepared import COMMANDS as STMT_COMMANDS, PreparedStatements
 from .protocol import constants as C
 from .protocol.collations import COLLATIONS, charset_of
 from .protocol.handshake import parse_change_user, parse_stored_password, verify_native_password
 from .protocol.messages import ResultSet, eof_packet, err_packet
 from .protocol.packets import PacketFramer, PacketTooBig, ProtocolError, frame
-from .protocol.response import ResponseScanner
 from .reply import Reply
 from .sqltok import first_keyword, tokenize
 from .user_locks import calls as user_lock_calls
@@ -307,11 +306,6 @@ class Session:
         self.requests = 0        # COM_QUERYs so far: with conn_id, the request id in the logs
         self.route = "local"     # how the last statement was served: local | single | multi | ddl
         self.ready = False       # logged in: the fast path may serve commands from the data callback
-        self._fast_conn: BackendConnection | None = None
-        self._fast_packet = b""
-        self._fast_node = ""
-        self._fast_started = 0.0
-        self._warn_task: asyncio.Task | None = None
         self.peer = "?"
         self.log = log.bind(session=self.conn_id)
         self.executor = Executor(self)
@@ -395,142 +389,20 @@ class Session:
 
     def _fast_query(self, payload: bytes, packet: bytes | None, sql: str | None = None,
                     sink: Sink | None = None) -> bool:
-        """Start a COM_QUERY on its node if nothing about it needs the task; packet: the framed bytes.
-        sql and sink: the bound text of a COM_STMT_EXECUTE and the sink turning its answer binary."""
+        """Start a statement from the data callback when its plan is a Route that needs nothing of the task
+        (planner.quick_route, Route.start); packet: the framed bytes. sql and sink: the bound text of a
+        COM_STMT_EXECUTE and the sink turning its answer binary."""
         if sql is None:
             sql = payload[1:].decode("utf-8", "surrogateescape")
-        if ";" in sql:
+        route = quick_route(self.executor, sql)
+        if route is None:
             return False
-        server = self.runtime
-        try:
-            point = server.router.point_read(sql, self.schema, self.grants)
-        except ProxyError:
-            return False  # the task answers the refusal
-        any_db = point is not None
-        if point is not None:
-            node, (schema, table), at = point
-            if server.config.table(schema, table) is not None and server.registry.unusable(schema, table):
-                return False  # memory cannot route it: the task answers 1146 or 3009
-            # Name the node's database in the statement: any pooled connection to the dbGroup can then
-            # run it, so a few hot backend connections serve all shardingNodes of a server instead of
-            # one set per database, each waking up cold.
-            packet = _com_query(f"{sql[:at]}`{server.backends.database_of(node)}`.{sql[at:]}")
+        if sink is None and route.sql == sql:   # the client's own packet goes on unchanged
+            if packet is None or packet[3] != 0:
+                packet = frame(0, payload)
         else:
-            head = sql[:6].upper()
-            kw = head if head in ("SELECT", "INSERT", "UPDATE", "DELETE") else first_keyword(sql)
-            low = sql.lower()
-            if "information_schema" in low or "_lock" in low or ":=" in low or "last_insert_id" in low:
-                return False  # answered from the logical schemas by the task (proxy.infoschema)
-            if kw == "SELECT" and " from " not in low:
-                return False  # local probes are the task's business
-            if kw not in ("SELECT", "INSERT", "UPDATE", "DELETE", "REPLACE") or local.calls_session_functions(sql, low):
-                return False  # DATABASE(), USER(), CONNECTION_ID() ... are substituted by the task
-            try:
-                plan = server.router.route(sql, self.schema, self.grants)
-                if len(plan.targets) != 1 or plan.kind == "ddl" or (self.read_only and plan.is_write):
-                    return False
-                if (plan.kind in ("insert", "replace") and plan.tables and plan.tables[0] in server.sequences.columns
-                        and not server.sequences.nothing_to_fill(self, sql)):
-                    return False  # its increment column needs values from the global sequence
-                if not plan.hint and plan.kind in ("select", "insert", "replace", "update", "delete"):
-                    require_meta(server, plan)
-            except ProxyError:
-                return False  # the task plans it again and answers the error
-            node = plan.targets[0].node
-            if plan.targets[0].sql != sql:
-                packet = _com_query(plan.targets[0].sql)
-        ex = self.executor
-        shared = point is not None and not self.client.write_paused   # a point read may share (pipe)
-        conn = ex.fast_conn(node, any_db, shared)
-        if conn is None:
-            return False
-        self.warnings = []
-        self.requests += 1
-        self.route = "single"
-        self._fast_started = self.since = time.perf_counter()
-        self.command, self.info = "Query", sql
-        self._fast_conn = conn
-        self._fast_node = node
-        ex.last_node = node
-        client = self.client
-        if not conn.shared:
-            ex.streaming.add(conn)
-            if client.write_paused:
-                conn.pause_reading()
-        client.busy = True
-        # the client's own packet goes on unchanged when the router did not rewrite the statement
-        if packet is None or packet[3] != 0:
-            packet = frame(0, payload) if sink is None else _com_query(sql)
-        try:
-            if conn.shared:
-                self._fast_packet = packet   # run again alone if it has warnings (_fast_warnings)
-                conn.pipe(packet, client if sink is None else sink, self._fast_done, server.backends.timeout_s)
-            else:
-                conn.start(packet, sink=client if sink is None else sink, timeout=server.backends.timeout_s,
-                           on_done=self._fast_done)
-        except ProxyError:
-            client.busy = False
-            ex.streaming.discard(conn)
-            self._fast_conn = None
-            ex._done_with(node, conn)
-            return False
-        return True
-
-    def _fast_done(self, sc: object, exc: ProxyError | None) -> None:
-        """The backend's answer has been relayed (or failed): release, count, go on with the client; when
-        the backend reported warnings or an error, SHOW WARNINGS learns them first, on a task (the client
-        waits meanwhile)."""
-        scanner: ResponseScanner = sc  # type: ignore[assignment]
-        if exc is None and (scanner.warnings or scanner.error is not None) and self._fast_conn is not None:
-            self._warn_task = asyncio.get_running_loop().create_task(self._fast_warnings(sc))  # referenced: not GCed
-            return
-        self._fast_end(sc, exc)
-
-    async def _fast_warnings(self, sc: object) -> None:
-        try:
-            conn = self._fast_conn
-            if conn is not None and conn.shared and sc.warnings:  # type: ignore[attr-defined]
-                # SHOW WARNINGS there would follow other sessions' reads: the read runs again alone first
-                ex = self.executor
-                own = await ex._get(self._fast_node)
-                try:
-                    again = await own.run(self._fast_packet, self.runtime.backends.timeout_s, collect=True)
-                    await ex.keep_warnings([(own, again)])
-                finally:
-                    ex._done_with(self._fast_node, own)
-            else:
-                await self.executor.keep_warnings([(conn, sc)])  # type: ignore[list-item]
-        except ProxyError as e:
-            self.log.info("cannot fetch a point read's warnings", error=e.message)
-        finally:
-            self._fast_end(sc, None)
-
-    def _fast_end(self, sc: object, exc: ProxyError | None) -> None:
-        conn, node = self._fast_conn, self._fast_node
-        self._fast_conn = None
-        self.command, self.info = "Sleep", None
-        client = self.client
-        try:
-            ex = self.executor
-            if conn is not None:
-                ex.streaming.discard(conn)
-                ex._done_with(node, conn)
-            if exc is not None:
-                if conn is not None and conn.relayed_any:
-                    client.close()  # half an answer was sent; the client must not trust it
-                else:
-                    e = on_node(node, exc) if isinstance(exc, BackendUnavailable) else exc
-                    client.write(frame(1, err_packet(e.code, e.sqlstate, e.message)))
-            else:
-                ok = sc.ok  # type: ignore[attr-defined]
-                if ok is not None and ok.last_insert_id:
-                    self.last_insert_id = ok.last_insert_id
-            self.runtime.metrics.observe("single", self._fast_started)
-        except Exception:  # noqa: BLE001 - never leave the client waiting on a bug here
-            self.log.exception("fast path completion failed")
-            client.close()
-        finally:
-            client.kick()
+            packet = None
+        return route.start(self.executor, packet, sink, sql)
 
     # -- login ----------------------------------------------------------------------------------
     async def handshake(self) -> bool:
@@ -943,7 +815,7 @@ class Session:
         if target.command != "Query" or target is self:
             return
         ex = target.executor
-        fast = target._fast_conn
+        fast = ex.relaying
         conns = set(ex.streaming) | set(ex.pinned.values()) | ({fast} if fast and not fast.shared else set())
         conns |= set(ex.locked.values()) | ({ex.user_locks.conn} if ex.user_locks.conn is not None else set())
         conns |= set(ex.temp.conns.values())
