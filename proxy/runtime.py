@@ -33,16 +33,10 @@ if TYPE_CHECKING:  # pragma: no cover - names for type checkers only, all below 
 
     from .analyzer import Grants
     from .backend import BackendConnection, Sink
-    from .ddl import DdlRunner
-    from .manager import Manager
-    from .metrics import Metrics
     from .plan import Plan
     from .pool import Backends
     from .protocol.response import Budget, ResponseScanner
     from .reply import Reply
-    from .sequence import Sequences
-    from .views import ViewService
-    from .xa import XaCoordinator
 
 log = structlog.get_logger("pydble.server")
 
@@ -73,15 +67,16 @@ class Runtime:
     history: DdlHistory
     tls: ssl.SSLContext | None = None
     version: str = DEFAULT_VERSION
-    # built over the parts above, each given the runtime it belongs to (set once by proxy.server.assemble)
+    # built over the parts above, each given the runtime it belongs to (set once by proxy.server.assemble);
+    # named by their modules, which sit above this one
     router: Planner = None          # type: ignore[assignment]  # proxy.router.Router
-    metrics: Metrics = None         # type: ignore[assignment]
-    ddl: DdlRunner = None           # type: ignore[assignment]
+    metrics: Any = None             # proxy.metrics.Metrics
+    ddl: Any = None                 # proxy.ddl.DdlRunner
     cluster: Cluster | None = None  # absent: single-instance mode
-    xa: XaCoordinator = None        # type: ignore[assignment]
-    views: ViewService = None       # type: ignore[assignment]
-    sequences: Sequences = None     # type: ignore[assignment]
-    manager: Manager = None         # type: ignore[assignment]
+    xa: Any = None                  # proxy.xa.XaCoordinator
+    views: Any = None               # proxy.views.ViewService
+    sequences: Any = None           # proxy.sequence.Sequences
+    manager: Any = None             # proxy.manager.Manager
     sessions: set = field(default_factory=set)           # the client port's
     manager_sessions: set = field(default_factory=set)   # the manager port's
     user_counts: dict[str, int] = field(default_factory=dict)
