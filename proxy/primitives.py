@@ -118,11 +118,12 @@ def explain_merge(out: Explainer, refs: Sequence[Any], merge: Any) -> str:
 
 # -- one node --------------------------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Route:
     """A statement for one node, relayed byte for byte when the client may take it so. It runs on the
     session's task (run), or straight from the client connection's data callback when a connection can take
-    it at once (start: the point select's way, no task switch, no future)."""
+    it at once (start: the point select's way, no task switch, no future). Not frozen: one is made per
+    point read, and a frozen dataclass costs twice as much to build."""
 
     node: str
     sql: str
@@ -303,7 +304,7 @@ class Concatenate:
         return False
 
     def explain(self, out: Explainer) -> str:
-        from .setops import Ordered, SetNode
+        from .setplan import Ordered, SetNode
         sp = self.plan.setop
         names = {id(lf): leaf_primitive(lf.plan).explain(out) for lf in sp.leaves}
         leaves = iter(sp.leaves)
