@@ -140,7 +140,7 @@ class Router:
             except NotSupported:
                 if an.kind != "select" or an.top is None or not an.top.union:
                     raise
-                from proxy.setops import plan_set_operation   # each branch on its own, combined in the proxy
+                from proxy.setplan import plan_set_operation   # each branch on its own, combined in the proxy
                 return plan_set_operation(self, sql, toks, schema, grants, an.tables)
             if an.returning and len(plan.targets) > 1 and plan.row_order is None:
                 written = [an.target] if an.target is not None else [r.table for r in an.modified or ()]

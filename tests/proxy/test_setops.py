@@ -15,7 +15,8 @@ from meta.errors import NotSupported, ProxyError
 from proxy.protocol.constants import T_LONG, T_VAR_STRING
 from proxy.protocol.messages import ColumnDef
 from proxy.router import Router
-from proxy.setops import Leaf, Ordered, SetNode, _aggregate_collation, _evaluate, _Result
+from proxy.setops import _aggregate_collation, _evaluate, _Result
+from proxy.setplan import Leaf, Ordered, SetNode
 from proxy.variance import variance_result
 
 CONFIG = {
