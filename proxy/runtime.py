@@ -31,12 +31,12 @@ if TYPE_CHECKING:  # pragma: no cover - names for type checkers only, all below 
     from meta.registry import Registry
     from zk.cluster import Cluster
 
-    from .analyzer import Grants
-    from .backend import BackendConnection, Sink
-    from .plan import Plan
-    from .pool import Backends
-    from .protocol.response import Budget, ResponseScanner
-    from .reply import Reply
+    from proxy.plan.analyzer import Grants
+    from proxy.backends.backend import BackendConnection, Sink
+    from proxy.plan.plan import Plan
+    from proxy.backends.pool import Backends
+    from proxy.wire.response import Budget, ResponseScanner
+    from proxy.wire.reply import Reply
 
 log = structlog.get_logger("pydble.server")
 
@@ -44,7 +44,7 @@ DEFAULT_VERSION = "5.7.21-pydble"
 
 
 class Planner(Protocol):
-    """Turns one statement into a Plan (proxy.router.Router)."""
+    """Turns one statement into a Plan (proxy.plan.router.Router)."""
 
     analyzer: Any
     views: Any
@@ -69,14 +69,14 @@ class Runtime:
     version: str = DEFAULT_VERSION
     # built over the parts above, each given the runtime it belongs to (set once by proxy.server.assemble);
     # named by their modules, which sit above this one
-    router: Planner = None          # type: ignore[assignment]  # proxy.router.Router
+    router: Planner = None          # type: ignore[assignment]  # proxy.plan.router.Router
     metrics: Any = None             # proxy.metrics.Metrics
-    ddl: Any = None                 # proxy.ddl.DdlRunner
+    ddl: Any = None                 # proxy.ddl.ddl.DdlRunner
     cluster: Cluster | None = None  # absent: single-instance mode
-    xa: Any = None                  # proxy.xa.XaCoordinator
-    views: Any = None               # proxy.views.ViewService
-    sequences: Any = None           # proxy.sequence.Sequences
-    manager: Any = None             # proxy.manager.Manager
+    xa: Any = None                  # proxy.exec.xa.XaCoordinator
+    views: Any = None               # proxy.session.views.ViewService
+    sequences: Any = None           # proxy.exec.sequence.Sequences
+    manager: Any = None             # proxy.manager.manager.Manager
     sessions: set = field(default_factory=set)           # the client port's
     manager_sessions: set = field(default_factory=set)   # the manager port's
     user_counts: dict[str, int] = field(default_factory=dict)
@@ -206,7 +206,7 @@ class Runtime:
 
 
 class ClientPort(Protocol):
-    """The client connection a session answers on (proxy.session.ClientProtocol)."""
+    """The client connection a session answers on (proxy.session.session.ClientProtocol)."""
 
     closed: bool
     write_paused: bool
@@ -217,7 +217,7 @@ class ClientPort(Protocol):
 
 
 class SessionPort(Protocol):
-    """One client session's state, as the statements it runs read and change it (proxy.session.Session)."""
+    """One client session's state, as the statements it runs read and change it (proxy.session.session.Session)."""
 
     runtime: Runtime
     client: ClientPort
@@ -251,7 +251,7 @@ class SessionPort(Protocol):
 
 
 class ExecContext(Protocol):
-    """What a plan's primitives run with: the session's backend connections (proxy.executor.Executor)."""
+    """What a plan's primitives run with: the session's backend connections (proxy.exec.executor.Executor)."""
 
     session: SessionPort
     runtime: Runtime
@@ -261,9 +261,9 @@ class ExecContext(Protocol):
     locked: dict[str, BackendConnection]
     locked_tables: Any
     pinned: dict[str, BackendConnection]
-    xa: Any           # proxy.xa.XaBranches
-    user_locks: Any   # proxy.user_locks.UserLocks
-    temp: Any         # proxy.temp_tables.TempTables: the session's temporary tables
+    xa: Any           # proxy.exec.xa.XaBranches
+    user_locks: Any   # proxy.exec.user_locks.UserLocks
+    temp: Any         # proxy.exec.temp_tables.TempTables: the session's temporary tables
     insert_id: int    # while an INSERT whose increment column pydble filled runs: its first value
 
     async def _get(self, node: str) -> BackendConnection: ...

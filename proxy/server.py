@@ -14,19 +14,19 @@ from meta.history import DdlHistory
 from meta.registry import Registry
 from zk.cluster import Cluster
 
-from .backend import open_connection
-from .ddl import DdlRunner
-from .deadlock import DeadlockDetector
-from .manager import Manager, ManagerSession
-from .metrics import Metrics
-from .pool import Backends
-from .router import Router
-from .runtime import DEFAULT_VERSION, Runtime
-from .sequence import Sequences
-from .session import ClientProtocol
-from .sqltok import set_server_version
-from .xa import XaCoordinator
-from .views import ViewService
+from proxy.backends.backend import open_connection
+from proxy.ddl.ddl import DdlRunner
+from proxy.backends.deadlock import DeadlockDetector
+from proxy.manager.manager import Manager, ManagerSession
+from proxy.metrics import Metrics
+from proxy.backends.pool import Backends
+from proxy.plan.router import Router
+from proxy.runtime import DEFAULT_VERSION, Runtime
+from proxy.exec.sequence import Sequences
+from proxy.session.session import ClientProtocol
+from proxy.plan.sqltok import set_server_version
+from proxy.exec.xa import XaCoordinator
+from proxy.session.views import ViewService
 
 log = structlog.get_logger("pydble.server")
 

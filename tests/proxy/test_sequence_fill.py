@@ -18,8 +18,8 @@ import pytest
 from meta.config import parse_config
 from meta.errors import NotSupported, ProxyError
 from meta.sequence_file import SequenceFile
-from proxy.router import Router
-from proxy.sequence import Sequences
+from proxy.plan.router import Router
+from proxy.exec.sequence import Sequences
 
 from test_router import EXAMPLE
 

@@ -32,7 +32,7 @@ class SimBug(RuntimeError):
 class Variant:
     """Which protocol the simulated cluster runs: production's as is ("fixed"), or with one fix reverted by
     the test (a broken subclass of a core or driver class passed in, or a knob of the simulator's own
-    stand-ins for proxy/ddl.py and meta.loader)."""
+    stand-ins for proxy/ddl/ddl.py and meta.loader)."""
 
     name: str = "fixed"
     originator_core: type = OriginatorCore
