@@ -4,9 +4,9 @@
 (router, DDL, XA, views, sequences, manager); proxy.server.assemble builds it, and the server, which only
 accepts connections and starts and stops things, hands it to each session. The session hands itself and
 its executor to the primitives that run its statements; those name what they use by the narrow Protocols
-below, never by importing the session or executor module: imports flow one way (server -> session ->
-execution -> planning -> wire), and none of them runs back up. This module imports none of them at run
-time.
+below, never by importing the session or executor module: imports flow one way (server -> manager ->
+session -> exec -> ddl -> runtime -> plan -> backends -> wire), and none of them runs back up. This
+module names only plan, backends and wire, for types.
 """
 
 from __future__ import annotations

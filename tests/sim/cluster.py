@@ -41,7 +41,7 @@ class Variant:
     listener_class: type | None = None         # zk/listener.py's DdlListener unless a subclass is given
     # DdlRunner.running as the reconciler and release_table ask it; False: finds nothing (reads at once)
     reconciler_looks: bool = True
-    # `kill @@ddl_lock`: proxy/server.py's holder check and production's release_table; False: the old
+    # `kill @@ddl_lock`: proxy/runtime.py's holder check and production's release_table; False: the old
     # release (whatever record and lock are there by then, deleted recursively)
     kill_refuses_live_holder: bool = True
     # a node unreachable also fails metadata reads (a subscriber's reload, a catch-up); False: only new DDL
