@@ -45,7 +45,7 @@ def assemble(config: Config) -> Runtime:
     if config.cluster is not None:
         rt.cluster = Cluster(config, registry, rt.ddl.locks, rt.load_metadata, rt.ddl.refresh, rt.ddl.refresh_now,
                              rt.ddl.running)
-    rt.xa = XaCoordinator(rt)
+    rt.xa = XaCoordinator(config, rt.backends, rt.cluster)
     rt.views = ViewService(rt)
     rt.sequences = Sequences(rt)   # after the cluster: ZooKeeper holds them there
     return rt

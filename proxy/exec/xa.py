@@ -25,7 +25,9 @@ from meta.xa_log import COMMIT, ROLLBACK, LocalXaLog, XaDecision, XaLog, make_gt
 from proxy.backends.backend import BackendConnection, open_connection
 
 if TYPE_CHECKING:
-    from proxy.runtime import Runtime
+    from meta.config import Config
+    from proxy.backends.pool import Backends
+    from zk.cluster import Cluster
 
 log = structlog.get_logger("pydble.xa")
 
@@ -131,12 +133,14 @@ class InDoubt:
 class XaCoordinator:
     """The instance's XA side: gtrids, the decision log, commits, and recovery of what crashes left."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-        self.instance = runtime.config.server.instance
+    def __init__(self, config: Config, backends: Backends, cluster: Cluster | None) -> None:
+        self.config = config
+        self.backends = backends
+        self.cluster = cluster   # None: single-instance mode
+        self.instance = config.server.instance
         self.boot = f"{int(time.time()):x}{secrets.token_hex(3)}"   # a new one at every start
         self._n = 0
-        self.log: XaLog = LocalXaLog(runtime.config.server.data_dir or None)
+        self.log: XaLog = LocalXaLog(config.server.data_dir or None)
         self.inflight: set[str] = set()   # gtrids this process is preparing or committing now
         self._tasks: set[asyncio.Task] = set()
         self._loop: asyncio.Task | None = None
@@ -154,14 +158,14 @@ class XaCoordinator:
     def use_cluster(self) -> None:
         """In a cluster the decisions live in ZooKeeper, where survivors read them."""
         from zk.xa_log import ZkXaLog
-        assert self.runtime.cluster is not None
-        self.log = ZkXaLog(self.runtime.cluster)
+        assert self.cluster is not None
+        self.log = ZkXaLog(self.cluster)
 
     def usable(self) -> str | None:
         """Why `SET xa = on` cannot work here (None when it can)."""
         if len(self.instance.encode()) > INSTANCE_MAX:
             return f"the instance name is longer than {INSTANCE_MAX} bytes, too long for an XA transaction id"
-        long = [n for n in self.runtime.config.sharding_nodes if len(n.encode()) > XID_MAX]
+        long = [n for n in self.config.sharding_nodes if len(n.encode()) > XID_MAX]
         if long:
             return f"shardingNode name {long[0]} is longer than {XID_MAX} bytes, too long for an XA branch id"
         return None
@@ -193,7 +197,7 @@ class XaCoordinator:
             except BaseException as e:  # noqa: BLE001 - reported by the caller
                 errors.append(e)
             finally:
-                self.runtime.backends.release(node, conn)
+                self.backends.release(node, conn)
 
         await asyncio.gather(*(one(n, c) for n, c in pinned.items()))
         return errors
@@ -203,7 +207,7 @@ class XaCoordinator:
         a prepared one is left to recovery, which finds no COMMIT decision and rolls it back)."""
         if conn.broken:
             return
-        timeout = self.runtime.backends.timeout_s
+        timeout = self.backends.timeout_s
         x = xid_sql(gtrid, node)
         try:
             if not ended:
@@ -220,7 +224,7 @@ class XaCoordinator:
     async def commit(self, gtrid: str, pinned: dict[str, BackendConnection]) -> None:
         """One phase on one node; else prepare all, record the decision, commit all, forget it."""
         nodes = sorted(pinned)
-        timeout = self.runtime.backends.timeout_s
+        timeout = self.backends.timeout_s
         held = dict(pinned)   # connections not yet given back
 
         def give_back(node: str, close: bool = False) -> None:
@@ -228,7 +232,7 @@ class XaCoordinator:
             if conn is not None:
                 if close:
                     conn.close()
-                self.runtime.backends.release(node, conn)
+                self.backends.release(node, conn)
 
         try:
             if len(nodes) == 1:
@@ -269,7 +273,7 @@ class XaCoordinator:
 
     async def _prepare(self, gtrid: str, nodes: list[str], held: dict[str, BackendConnection], give_back) -> None:  # noqa: ANN001
         """XA END + XA PREPARE on every node at once; any failure rolls the whole transaction back."""
-        timeout = self.runtime.backends.timeout_s
+        timeout = self.backends.timeout_s
         results = await asyncio.gather(
             *(held[n].query(f"XA END {xid_sql(gtrid, n)};XA PREPARE {xid_sql(gtrid, n)}", timeout) for n in nodes),
             return_exceptions=True)
@@ -324,7 +328,7 @@ class XaCoordinator:
     async def _commit_branches(self, gtrid: str, nodes: list[str], held: dict[str, BackendConnection],
                                give_back) -> list[tuple[str, BaseException]]:  # noqa: ANN001
         """XA COMMIT the first branch, then the others at once; the failures (their connections closed)."""
-        timeout = self.runtime.backends.timeout_s
+        timeout = self.backends.timeout_s
         failed: list[tuple[str, BaseException]] = []
 
         async def one(node: str) -> None:
@@ -343,7 +347,7 @@ class XaCoordinator:
     # -- recovery -------------------------------------------------------------------------------
     async def start(self) -> None:
         """Finish what a crash left (bounded), then keep watching in the background."""
-        if self.runtime.cluster is not None:
+        if self.cluster is not None:
             self.use_cluster()
         try:
             await asyncio.wait_for(self.recover(), START_PASS_TIMEOUT_S)
@@ -359,7 +363,7 @@ class XaCoordinator:
             self._loop.cancel()
             await asyncio.gather(self._loop, return_exceptions=True)
         if self._tasks:   # commits in flight end (bounded by the backend timeout) rather than be cut
-            await asyncio.wait(list(self._tasks), timeout=self.runtime.backends.timeout_s)
+            await asyncio.wait(list(self._tasks), timeout=self.backends.timeout_s)
 
     async def _run(self) -> None:
         failures = 0
@@ -383,7 +387,7 @@ class XaCoordinator:
 
     async def _offline_check(self):  # noqa: ANN202
         """A predicate on coordinator names: may this instance finish that coordinator's transactions?"""
-        cluster = self.runtime.cluster
+        cluster = self.cluster
         if cluster is None:
             return lambda owner: owner == self.instance
         if cluster.zk is None or not cluster.zk.connected:
@@ -403,13 +407,13 @@ class XaCoordinator:
 
         async def one(name: str) -> None:
             try:
-                conn = await open_connection(self.runtime.config.db_groups[name], 0, None)
+                conn = await open_connection(self.config.db_groups[name], 0, None)
             except ProxyError as e:
                 log.info("XA recovery cannot reach a dbGroup", db_group=name, error=e.message)
                 unreachable.append(name)
                 return
             try:
-                sc = await conn.query("XA RECOVER", self.runtime.backends.timeout_s)
+                sc = await conn.query("XA RECOVER", self.backends.timeout_s)
             except ProxyError as e:
                 log.warning("XA RECOVER failed (the backend user needs XA_RECOVER_ADMIN on MariaDB 10.5+)",
                             db_group=name, error=e.message)
@@ -424,7 +428,7 @@ class XaCoordinator:
                     continue
                 prepared.setdefault(gtrid, []).append(Branch(name, data[glen:glen + blen]))
 
-        await asyncio.gather(*(one(n) for n in self.runtime.config.db_groups))
+        await asyncio.gather(*(one(n) for n in self.config.db_groups))
         return prepared, sorted(unreachable)
 
     async def recover(self) -> None:
@@ -441,7 +445,7 @@ class XaCoordinator:
             if gtrid in self.inflight or owner is None or not mine(owner):
                 continue
             d = decisions.get(gtrid)
-            if d is None and self.runtime.cluster is not None:
+            if d is None and self.cluster is not None:
                 # claim the outcome first: a coordinator we took for dead then reads it instead of committing
                 d = await self.log.decide(XaDecision(gtrid, ROLLBACK, owner, sorted({b.bqual.decode("utf-8", "replace")
                                                                                      for b in branches})))
@@ -476,7 +480,7 @@ class XaCoordinator:
         """Run XA COMMIT/ROLLBACKs on one dbGroup; False if any did not go through (tried next pass).
         XAER_NOTA means the branch is gone, or still attached to a live connection: the next scan tells."""
         try:
-            conn = await open_connection(self.runtime.config.db_groups[group], 0, None)
+            conn = await open_connection(self.config.db_groups[group], 0, None)
         except ProxyError as e:
             log.info("XA recovery cannot reach a dbGroup", db_group=group, error=e.message)
             return False
@@ -484,7 +488,7 @@ class XaCoordinator:
         try:
             for _, sql in work:
                 try:
-                    await conn.query(sql, self.runtime.backends.timeout_s)
+                    await conn.query(sql, self.backends.timeout_s)
                 except BackendError as e:
                     if e.code != ER_XAER_NOTA:
                         log.warning("XA recovery statement failed", db_group=group, sql=sql, error=e.message)
