@@ -18,7 +18,7 @@ proxy (goals: RSS <= 1 GB at 5,000 clients, p99 at 5,000 <= 2 x p99 at 100), eac
                                            [--txn-share 0.1] [--idle-every 20] [--mysql-port 3306]
                                            [--profile out.txt] [--baseline /tmp/base]
 
-The clients are asyncio connections of the proxy's own backend protocol code (proxy/backend.py), one
+The clients are asyncio connections of the proxy's own backend protocol code (proxy/backends/backend.py), one
 process, uvloop; RLIMIT_NOFILE is raised to its hard limit here (the proxy raises its own).
 """
 
@@ -49,7 +49,7 @@ from attack_rss import rss_mb  # noqa: E402 - after the path set-up
 from meta.config import DbGroupConfig  # noqa: E402
 from meta.errors import ProxyError  # noqa: E402
 from point_select import DIRECT_DB, Bench, flat_profile, loadavg, user_sys  # noqa: E402
-from proxy.backend import BackendConnection, open_connection  # noqa: E402
+from proxy.backends.backend import BackendConnection, open_connection  # noqa: E402
 
 GOAL_RSS_MB = 1024
 GOAL_P99 = 2.0
