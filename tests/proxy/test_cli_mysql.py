@@ -19,7 +19,8 @@ def _drop_our_tables(proxy) -> Iterator[None]:
     not listed); the shared backends are left without the tables this module made."""
     made = [(db, t) for db, t in (("schema2", "sing"), ("schema1", "sharding_2_t1"), ("schema1", "sharding_4_t1"))
             if t not in [r[0] for r in proxy.query("SHOW TABLES", database=db)]]
-    for db, t in made:
+    for db, t in made:   # not listed, yet maybe left on some node by an earlier module: made whole here
+        proxy.query(f"DROP TABLE IF EXISTS {t}", database=db)
         proxy.query(f"CREATE TABLE {t} (id INT PRIMARY KEY, name VARCHAR(20))", database=db)
     yield from drop_after(proxy, 'sharding_4_t1', 'cli_e', 'cli_tab')
     for db, t in made:
