@@ -8,6 +8,9 @@ PYTHON      ?= python3
 VENV        ?= .venv
 CONFIG      ?= conf/pydble.toml
 TEST_TIMEOUT ?= 300
+# the suite's modules run on TEST_WORKERS processes (pytest-xdist), a module's tests together in one, each
+# process with its own MariaDB, ZooKeeper and proxy servers; TEST_WORKERS=0 runs everything in this process
+TEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 # Debian packages the tests and tools need (mariadb-server: mariadbd for the test harness;
 # python3-venv: `python3 -m venv` on Debian; libmariadb-dev + pkg-config: building mysqlclient;
@@ -77,7 +80,7 @@ run: deps cert
 
 ## test: the suite without slow soak/benchmark tests (CI)
 test: deps
-	$(VENV)/bin/python -m pytest -m "not slow" -q --timeout=$(TEST_TIMEOUT) $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -m "not slow" -q --timeout=$(TEST_TIMEOUT) -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 clean:
 	rm -rf .pytest_cache .hypothesis build dist run *.egg-info
