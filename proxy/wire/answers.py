@@ -81,7 +81,8 @@ def py_text_answer_end(data: bytes, pos: int, stop: int, deprecate_eof: bool) ->
 text_answer_end: Callable[[bytes, int, int, bool], int] = py_text_answer_end
 COMPILED = False
 try:  # the compiled loop, when `make compiled` built it
-    from proxy.wire._answers import text_answer_end  # type: ignore[no-redef]  # noqa: F811
+    from proxy.wire import _answers  # type: ignore[attr-defined]
+    text_answer_end = _answers.text_answer_end
     COMPILED = True
 except ImportError:  # pragma: no cover - a checkout without the build runs the loop above
     pass
