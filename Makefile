@@ -13,17 +13,16 @@ PYTEST_ARGS ?=
 # python3-venv: `python3 -m venv` on Debian; libmariadb-dev + pkg-config: building mysqlclient;
 # default-jdk-headless: javac for the plain-JDBC compatibility test, java for Spark;
 # docker-compose: `docker-compose config` validates docker/compose.yml, no Docker engine needed;
-# openssl: `make cert` and the TLS tests; nodejs (+ npm, separate on stock Debian): the mysql2 test;
-# gcc + python3-dev: `make compiled`).
+# openssl: `make cert` and the TLS tests; nodejs (+ npm, separate on stock Debian): the mysql2 test).
 APT_PACKAGES := zookeeper libmariadb-java sysbench mariadb-client mariadb-server python3-venv \
-                libmariadb-dev pkg-config default-jdk-headless docker-compose openssl nodejs gcc python3-dev
+                libmariadb-dev pkg-config default-jdk-headless docker-compose openssl nodejs
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 MARIADB_PING := mariadb-admin --host=127.0.0.1 --port=3306 --user=root --connect-timeout=2 ping
 
-.PHONY: deps apt venv compiled system-mariadb cert run test clean distclean
+.PHONY: deps apt venv system-mariadb cert run test clean distclean
 
 ## deps: idempotent machine set-up (apt packages, .venv, the system MariaDB on 127.0.0.1:3306)
-deps: apt venv compiled system-mariadb
+deps: apt venv system-mariadb
 
 apt:
 	@missing=""; \
@@ -50,19 +49,8 @@ $(VENV)/bin/python:
 
 # Reinstall when pyproject.toml changes (the stamp is older than it).
 $(VENV)/.stamp: pyproject.toml | $(VENV)/bin/python
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[test,spark,compiled]'
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[test,spark]'
 	touch $@
-
-## compiled: the point select's relay check compiled with Cython (proxy/wire/_answers.pyx, built in place);
-## without it the pure-Python loop of proxy/wire/answers.py serves, and tests run both where it is built
-COMPILED_PYX := proxy/wire/_answers.pyx
-compiled: venv
-	@command -v cc >/dev/null || { echo "make compiled: no C compiler (cc); install gcc (make apt)" >&2; exit 1; }
-	@$(VENV)/bin/python -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
-	  || { echo "make compiled: Python.h of $$($(VENV)/bin/python -V) is missing; install python3-dev (make apt)" >&2; exit 1; }
-	@test -x $(VENV)/bin/cythonize || { echo "make compiled: cython is not in $(VENV) (pyproject's [compiled] extra)" >&2; exit 1; }
-	$(VENV)/bin/cythonize -i -3 -q $(COMPILED_PYX)
-	$(VENV)/bin/python -c 'from proxy.wire import answers; assert answers.COMPILED, "proxy.wire._answers did not import"'
 
 system-mariadb:
 	@if ! $(MARIADB_PING) >/dev/null 2>&1; then \
@@ -93,7 +81,6 @@ test: deps
 
 clean:
 	rm -rf .pytest_cache .hypothesis build dist run *.egg-info
-	rm -f proxy/wire/_answers.c proxy/wire/_answers.*.so
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean

@@ -2,14 +2,11 @@
 
 A backend's answers to pipelined point reads arrive several to one read; this finds each whole answer's
 end and final status in one tight loop, so each is relayed as one slice with no packet-by-packet scan
-(the general ResponseScanner decides everything else). `text_answer_end` is the compiled one
-(proxy/wire/_answers.pyx, built by `make compiled`) when it was built, else the pure-Python one below;
-both answer the same, which tests/proxy/protocol/test_answers.py checks of both.
+(the general ResponseScanner decides everything else). A Cython build of this loop was measured and
+dropped (bench/RESULTS.md, issue 20 item 1: ~1.5 µs per answer, within the noise end to end).
 """
 
 from __future__ import annotations
-
-from typing import Callable
 
 _MORE = 0x0008   # SERVER_MORE_RESULTS_EXISTS (proxy.wire.constants.STATUS_MORE_RESULTS)
 
@@ -24,7 +21,7 @@ def _after_lenencs(data: bytes, pos: int, count: int, n: int) -> int:
     return pos
 
 
-def py_text_answer_end(data: bytes, pos: int, stop: int, deprecate_eof: bool) -> int:
+def text_answer_end(data: bytes, pos: int, stop: int, deprecate_eof: bool) -> int:
     """When data[pos:] starts with one whole answer that ends a COM_QUERY (one OK, or one text result set)
     ending at or before stop: its end << 32 | warning count << 16 | final status flags; else -1 (an
     ERR, a partial answer, more results, anything unusual: the general scanner decides)."""
@@ -77,12 +74,3 @@ def py_text_answer_end(data: bytes, pos: int, stop: int, deprecate_eof: bool) ->
         pos = end
     return -1
 
-
-text_answer_end: Callable[[bytes, int, int, bool], int] = py_text_answer_end
-COMPILED = False
-try:  # the compiled loop, when `make compiled` built it
-    from proxy.wire import _answers  # type: ignore[attr-defined]
-    text_answer_end = _answers.text_answer_end
-    COMPILED = True
-except ImportError:  # pragma: no cover - a checkout without the build runs the loop above
-    pass

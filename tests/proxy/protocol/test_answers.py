@@ -1,16 +1,10 @@
-"""Where a small text answer ends (proxy/wire/answers.py): the pure-Python loop and the compiled one
-(proxy/wire/_answers.pyx, built by `make compiled`) answer the same, and what they accept is what the
-ResponseScanner reads; the backend relays several pipelined answers of one read each to its own client.
-
-The compiled module is required under CI (`make test` builds it through `make deps`); on a checkout
-without the build only the pure-Python loop runs here.
+"""Where a small text answer ends (proxy/wire/answers.py): what it accepts is what the ResponseScanner
+reads, and the backend relays several pipelined answers of one read each to its own client.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-from typing import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -24,23 +18,6 @@ from proxy.wire.constants import STATUS_MORE_RESULTS
 from proxy.wire.messages import ColumnDef, ResultSet, encode_resultset, err_packet, ok_packet
 from proxy.wire.packets import frame, lenenc_int, lenenc_str
 from proxy.wire.response import ResponseScanner
-
-
-def _compiled() -> Callable[[bytes, int, int, bool], int]:
-    try:
-        from proxy.wire._answers import text_answer_end
-    except ImportError:
-        if os.environ.get("CI"):
-            pytest.fail("the compiled proxy.wire._answers is missing: `make compiled` did not build it")
-        pytest.skip("not built here (`make compiled`)")
-    return text_answer_end
-
-
-def _impl(which: str) -> Callable[[bytes, int, int, bool], int]:
-    return answers.py_text_answer_end if which == "python" else _compiled()
-
-
-BOTH = pytest.mark.parametrize("which", ["python", "compiled"])
 
 
 def _coldef(name: bytes) -> bytes:
@@ -86,13 +63,11 @@ def _reads(draw: st.DrawFn) -> tuple[bytes, int, int, bool]:
     return data, pos, stop, de
 
 
-@BOTH
-@settings(max_examples=250, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(_reads())
-def test_what_is_accepted_is_one_whole_final_answer(which: str, case: tuple[bytes, int, int, bool]) -> None:
-    impl = _impl(which)
+def test_what_is_accepted_is_one_whole_final_answer(case: tuple[bytes, int, int, bool]) -> None:
     data, pos, stop, de = case
-    got = impl(data, pos, stop, de)
+    got = answers.text_answer_end(data, pos, stop, de)
     if got < 0:
         return
     end = got >> 32
@@ -102,17 +77,9 @@ def test_what_is_accepted_is_one_whole_final_answer(which: str, case: tuple[byte
     assert got & 0xFFFF == sc.status and not got & STATUS_MORE_RESULTS and (got >> 16) & 0xFFFF == sc.warnings
 
 
-@settings(max_examples=250, deadline=None)
-@given(_reads())
-def test_compiled_and_python_agree(case: tuple[bytes, int, int, bool]) -> None:
-    data, pos, stop, de = case
-    assert _compiled()(data, pos, stop, de) == answers.py_text_answer_end(data, pos, stop, de)
-
-
-@BOTH
 @pytest.mark.parametrize("de", [False, True])
-def test_common_answers_are_recognised_one_after_another(which: str, de: bool) -> None:
-    impl = _impl(which)
+def test_common_answers_are_recognised_one_after_another(de: bool) -> None:
+    impl = answers.text_answer_end
     rs = encode_resultset(ResultSet([ColumnDef("c")], [[b"x" * 120]]), 1, 0x0002, de)[0]
     ok = frame(1, ok_packet(1, 0, 0x0003, 2))
     data = rs + ok + frame(1, err_packet(1146, "42S02", "no table"))
