@@ -43,7 +43,7 @@ OnDone = Callable[["ResponseScanner | None", "ProxyError | None"], None]
 WATCH_STEPS = 4   # the silence watchdog looks this many times per timeout period
 
 
-_QUICK_MAX = 16384   # answers up to this size, whole in one read, skip the packet-by-packet scanner
+_QUICK_MAX = 16384   # answers up to this size, whole in a read, skip the packet-by-packet scanner
 def whole_text_answer(data: bytes, deprecate_eof: bool) -> int:
     """The final status flags (low 16 bits) and warning count (shifted by 16) when data is exactly one whole
     answer that ends a COM_QUERY (one OK, or one text result set), else -1 and the general ResponseScanner
