@@ -15,6 +15,7 @@ from meta.errors import BackendError, BackendUnavailable, ProxyError
 from proxy.wire import constants as C
 from proxy.wire.handshake import build_handshake_response, parse_auth_switch, parse_greeting, scramble_native_password
 from proxy.wire.messages import err_packet, parse_err, parse_ok
+from proxy.wire.answers import text_answer_end
 from proxy.wire.packets import PacketFramer, ProtocolError, frame
 from proxy.wire.response import Budget, BudgetExceeded, ResponseScanner
 
@@ -42,71 +43,13 @@ OnDone = Callable[["ResponseScanner | None", "ProxyError | None"], None]
 WATCH_STEPS = 4   # the silence watchdog looks this many times per timeout period
 
 
-_QUICK_MAX = 16384   # answers up to this size, whole in one read, skip the packet-by-packet scanner
-_MORE = C.STATUS_MORE_RESULTS
-
-
-def _after_lenencs(data: bytes, pos: int, count: int) -> int:
-    """The offset after count length-encoded integers starting at pos."""
-    for _ in range(count):
-        b = data[pos]
-        pos += 1 if b < 0xFB else 3 if b == 0xFC else 4 if b == 0xFD else 9
-    return pos
-
-
+_QUICK_MAX = 16384   # answers up to this size, whole in a read, skip the packet-by-packet scanner
 def whole_text_answer(data: bytes, deprecate_eof: bool) -> int:
     """The final status flags (low 16 bits) and warning count (shifted by 16) when data is exactly one whole
     answer that ends a COM_QUERY (one OK, or one text result set), else -1 and the general ResponseScanner
-    decides. Reads packet headers only, like the scanner, but in one tight loop for the small answers
-    point queries get."""
-    n = len(data)
-    if n < 5:
-        return -1
-    length = data[0] | data[1] << 8 | data[2] << 16
-    end = 4 + length
-    if length == 0 or end > n:
-        return -1
-    first = data[4]
-    if first == 0:  # OK
-        if end != n or length < 7:
-            return -1
-        pos = _after_lenencs(data, 5, 2)
-        if pos + 4 > end:
-            return -1
-        status = data[pos] | data[pos + 1] << 8
-        return -1 if status & _MORE else status | (data[pos + 2] | data[pos + 3] << 8) << 16
-    if first >= 0xFB:  # ERR, LOCAL INFILE, or a column count past 250: the scanner's business
-        return -1
-    pos = end
-    for _ in range(first if deprecate_eof else first + 1):  # column definitions (and their EOF)
-        if pos + 4 > n:
-            return -1
-        pos += 4 + (data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16)
-    while pos + 4 < n:  # rows, then the EOF (or OK with 0xFE) that ends them
-        length = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
-        end = pos + 4 + length
-        if length >= 0xFFFFFF or end > n:
-            return -1
-        b = data[pos + 4]
-        if b == 0xFE and (length < 9 or deprecate_eof):
-            if end != n:
-                return -1
-            if deprecate_eof:
-                at = _after_lenencs(data, pos + 5, 2)
-                if at + 4 > end:
-                    return -1
-                status = data[at] | data[at + 1] << 8
-                warnings = data[at + 2] | data[at + 3] << 8
-            else:
-                if length < 5:
-                    return -1
-                status = data[pos + 7] | data[pos + 8] << 8
-                warnings = data[pos + 5] | data[pos + 6] << 8
-            return -1 if status & _MORE else status | warnings << 16
-        if b == 0xFF:
-            return -1
-        pos = end
-    return -1
+    decides."""
+    r = text_answer_end(data, 0, len(data), deprecate_eof)
+    return r & 0xFFFFFFFF if r >= 0 and r >> 32 == len(data) else -1
 
 
 class Sink(Protocol):
@@ -182,21 +125,13 @@ class BackendConnection(asyncio.Protocol):
                 return  # still inside one large packet: wait for the rest before scanning
             data = bytes(self._buf)
             self._buf.clear()
-        elif (self._sink is not None and not scanner.packets and len(data) <= _QUICK_MAX and not scanner.collect
-              and not scanner.binary and scanner.state == 0):
-            status = whole_text_answer(data, scanner.deprecate_eof)
-            if status >= 0:  # the usual small answer, whole in one read: no packet-by-packet scan
-                scanner.done = True
-                scanner.status = status & 0xFFFF
-                scanner.warnings = status >> 16
-                if data[4] == 0:
-                    scanner.ok = parse_ok(data[4:])
-                elif self.names is not None:
-                    data = self.names.answer(data)
-                self._sink.write(data)
-                self.relayed_any = True
-                self._complete(scanner)
-                return
+        elif self._sink is not None and not scanner.packets and not scanner.collect and not scanner.binary:
+            pos = self._relay_whole(data, scanner)
+            if pos:
+                if pos == len(data):
+                    return
+                scanner = self._scanner  # type: ignore[assignment]  # the next pipelined command's
+                data = data[pos:]
         try:
             end = scanner.scan(data)
         except ProtocolError as e:
@@ -228,6 +163,45 @@ class BackendConnection(asyncio.Protocol):
             self._need = 4 + (b[0] | (b[1] << 8) | (b[2] << 16)) if len(b) >= 4 else 4
         if scanner.done:
             self._complete(scanner)
+
+    def _relay_whole(self, data: bytes, scanner: ResponseScanner) -> int:
+        """Relay the small answers that lie whole in data, each as one slice, no packet-by-packet scan:
+        the usual point read, and the pipelined ones' answers that one read brings together. Returns the
+        offset where the general scanner takes over with the command now answered (0: at once), or
+        len(data) when all is done (relayed, or the connection failed)."""
+        pos = 0
+        n = len(data)
+        while True:
+            sink = self._sink
+            r = text_answer_end(data, pos, pos + _QUICK_MAX, scanner.deprecate_eof) if scanner.state == 0 else -1
+            if r < 0 or sink is None:
+                return pos
+            end = r >> 32
+            chunk = data if pos == 0 and end == n else data[pos:end]
+            scanner.done = True
+            scanner.status = r & 0xFFFF
+            scanner.warnings = (r >> 16) & 0xFFFF
+            if chunk[4] == 0:
+                scanner.ok = parse_ok(chunk[4:])
+            elif self.names is not None:
+                chunk = self.names.answer(chunk)
+            sink.write(chunk)
+            self.relayed_any = True
+            queued = bool(self._queue)
+            self._complete(scanner)
+            if end == n:
+                return n
+            if not queued:   # (a command the completion started since cannot have its answer here yet)
+                if not self.broken:
+                    self._fail(BackendUnavailable(f"dbGroup[{self.group.name}] sent bytes after the response"))
+                return n
+            nxt = self._scanner
+            if nxt is None:   # the completion closed the connection; the commands behind have failed
+                return n
+            pos = end
+            if nxt.packets or nxt.collect or nxt.binary:
+                return pos
+            scanner = nxt
 
     def _victim_answer(self, data: bytes) -> bytes:
         """The deadlock detector interrupted this statement (KILL QUERY, 1317): answer 1213 instead, as
