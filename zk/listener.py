@@ -33,10 +33,7 @@ log = structlog.get_logger("pydble.cluster.listener")
 LOCAL_LOCK_WAIT_S = 3.0   # how long INIT waits for a local DDL on the same table to give up
 CATCH_UP_EVERY_S = 1.0    # ddl_history is read at most this often, unless a record vanished unseen
 CATCH_UP_BACKOFF_MAX_S = 30.0   # an entry whose refresh keeps missing a node: retried at most this far apart
-# with the peer channel on, watch events are coalesced this long (a safety net only: the steps come over the
-# channel); every DDL's record fires the watch twice on every instance, and at 0.1 s ten instances read
-# ZooKeeper ~20 times per DDL in these passes
-SETTLE_S = 0.3
+SETTLE_S = 0.1            # with the peer channel on, watch events are coalesced this long (safety net only)
 # a step answered on the peer channel is acked in ZooKeeper this much later: after the DDLs that a loaded
 # box runs in tens of ms (an ack landing mid-DDL makes the originator's removal fail once, read the acks
 # and write it again), and before an originator that missed the reply reads ZooKeeper (PEER_GRACE_S)
