@@ -34,10 +34,7 @@ LOCAL_LOCK_WAIT_S = 3.0   # how long INIT waits for a local DDL on the same tabl
 CATCH_UP_EVERY_S = 1.0    # ddl_history is read at most this often, unless a record vanished unseen
 CATCH_UP_BACKOFF_MAX_S = 30.0   # an entry whose refresh keeps missing a node: retried at most this far apart
 SETTLE_S = 0.1            # with the peer channel on, watch events are coalesced this long (safety net only)
-# a step answered on the peer channel is acked in ZooKeeper this much later: after the DDLs that a loaded
-# box runs in tens of ms (an ack landing mid-DDL makes the originator's removal fail once, read the acks
-# and write it again), and before an originator that missed the reply reads ZooKeeper (PEER_GRACE_S)
-ACK_AFTER_REPLY_S = 0.15
+ACK_AFTER_REPLY_S = 0.05  # a step answered on the peer channel is acked in ZooKeeper this much later
 GONE_GRACE_S = 0.5        # a record removed before we saw its outcome: how long the outcome may still be
                           # on its way over the peer channel before we read the backends ourselves
 
