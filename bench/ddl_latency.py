@@ -665,9 +665,13 @@ def main(argv: list[str] | None = None) -> int:
             summary["profile_ms"] = profile(through, proxies[1:args.instances], s, args.runs)
         elif args.phases:
             summary["phases_ms"] = own_phases(through, args.runs)
+            base_phases = own_phases(b_through, args.runs) if bases else {}
+            if base_phases:
+                summary["base_phases_ms"] = base_phases
             out()
+            out(f"  {'':<40}{'cluster':>9}" + (f"{'base':>9}" if base_phases else ""))
             for k, v in summary["phases_ms"].items():
-                out(f"  {k:<40}{v:>7.2f}")
+                out(f"  {k:<40}{v:>9.2f}" + (f"{base_phases.get(k, float('nan')):>9.2f}" if base_phases else ""))
         if args.selects_s:
             summary["point_selects"] = point_selects(proxies[:min(2, args.instances)], p1, direct, args.selects_s)
         if args.migration:

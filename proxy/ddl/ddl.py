@@ -331,8 +331,8 @@ class DdlRunner:
             # unreachable node then refuses the DDL under the lock, which the cleanup decides FAILED)
             reaching = asyncio.get_running_loop().create_task(work.reach([t.node for t in plan.targets]))
             async with ClusterDdl(cluster, keys, sql, plan.ddl or "UNKNOWN", work.marker) as cd:
-                trace.mark("cluster_init")
                 await reaching
+                trace.mark("cluster_init")   # the INIT write and the pings, as before they overlapped
                 await cd.ensure_held()
                 if not trace.repair_of:   # under the cluster lock: no DDL on the table runs meanwhile
                     await refuse_on_differing(self.runtime, plan)
