@@ -21,11 +21,6 @@ from .loops import SAFETY_POLL_S, ZK_ERRORS, Waker, clock, retry
 from .reads import read
 from .records import DdlLockInfo, OnlineInfo
 
-# online/{instance}'s meta_version (only `show @@cluster` reads it) is rewritten at most this often: every
-# instance rewrites it after each DDL, and at 0.2 s ten instances wrote ZooKeeper 50 times a second during a
-# run of DDLs, competing with the DDLs' own writes
-META_PUBLISH_S = 1.0
-
 
 class Membership:
     """The join of a Cluster and its view of the online instances (a part of zk.cluster.Cluster)."""
@@ -209,7 +204,7 @@ class Membership:
         while not self._stopping:
             await self._meta_dirty.wait()
             self._meta_dirty.clear()
-            await asyncio.sleep(META_PUBLISH_S)
+            await asyncio.sleep(0.2)
             if not self.ready or self.zk is None:
                 continue
             info = self._online_info()
