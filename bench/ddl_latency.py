@@ -291,6 +291,7 @@ def migration(proxy: ProxyProcess, backends: list[MariaDBServer], n: int,
         c.autocommit(True)
     prefix = {"direct": "mig_d", "cluster": "mig_c", "base": "mig_b"}
     took: dict[str, dict[str, float]] = {p: {"create": 0.0, "drop": 0.0} for p in conns}
+    create_phases: dict[str, float] = {}
     try:
         for stmt in ("create", "drop"):
             for k, start in enumerate(range(0, n, MIGRATION_CHUNK)):
@@ -303,11 +304,13 @@ def migration(proxy: ProxyProcess, backends: list[MariaDBServer], n: int,
                             name = f"{prefix[path]}{i}"
                             cur.execute(MIGRATION_DDL.format(name=name) if stmt == "create" else f"DROP TABLE {name}")
                         took[path][stmt] += time.perf_counter() - t0
+            if stmt == "create":   # before the DROPs: show @@ddl_history keeps only the newest entries
+                create_phases = history_phases(proxy, lambda sql: sql.startswith("CREATE TABLE mig_c"), n)
     finally:
         for c in conns.values():
             c.close()
     summary: dict[str, Any] = {"tables": n, "seconds": {p: {k: round(v, 2) for k, v in t.items()} for p, t in took.items()},
-                               "create_phases_ms": history_phases(proxy, lambda sql: sql.startswith("CREATE TABLE mig_c"), n)}
+                               "create_phases_ms": create_phases}
     out()
     out(f"migration: {n} CREATE TABLEs then {n} DROP TABLEs, one after the other, through {proxy.name} vs straight "
         f"to dn5")
