@@ -19,6 +19,10 @@ other through instance 1 vs the same statements straight to dn5, in alternating 
     .venv/bin/python bench/ddl_latency.py [--instances 3] [--runs 50] [--rows 1000] [--json FILE]
                                           [--selects-s 20] [--migration 1000]
 
+A/B in one invocation: --baseline DIR also starts a second cluster of --instances proxies running the
+code of another checkout (`git archive main | tar -x -C DIR`), on the same ZooKeeper (its own root) and
+backends; its ALTERs rotate with the others' (column c_base) and the migration runs through it too.
+
 Profiling: --profile splits a cluster DDL into phases from the instances' JSON logs; --trace (with
 --logs DIR) also logs every ZooKeeper call and watch wait.
 """
@@ -174,6 +178,12 @@ def report(times: dict[str, dict[str, list[float]]], runs: int, rows: int, zk_wa
             f"  (target <= {goal}: {'met' if r['both'] <= goal else 'NOT met'})")
         out(f"p50 ratio {p} / direct: add {r['add']:.2f}, drop {r['drop']:.2f}, both {r['both']:.2f}; "
             f"p95 ratio {r95:.2f}{verdict}")
+    cl = [p for p in times if p.startswith("cluster")]
+    bs = [p for p in times if p.startswith("base")]
+    if cl and bs:   # --baseline: this checkout against the other, same invocation
+        c, b = summary["paths"][cl[0]]["both"], summary["paths"][bs[0]]["both"]
+        summary["vs_baseline"] = {"p50": round(c["p50_ms"] / b["p50_ms"], 2), "p95": round(c["p95_ms"] / b["p95_ms"], 2)}
+        out(f"cluster / baseline cluster: p50 {summary['vs_baseline']['p50']:.2f}, p95 {summary['vs_baseline']['p95']:.2f}")
     return summary
 
 
@@ -268,19 +278,25 @@ def point_selects(readers: list[ProxyProcess], ddl_proxy: ProxyProcess, direct: 
 
 # -- a migration: many CREATE TABLEs one after the other ----------------------------------------------
 
-def migration(proxy: ProxyProcess, backends: list[MariaDBServer], n: int) -> dict[str, Any]:
+def migration(proxy: ProxyProcess, backends: list[MariaDBServer], n: int,
+              base: ProxyProcess | None = None) -> dict[str, Any]:
     """n CREATE TABLEs (then n DROP TABLEs) one after the other, as a migration tool sends them: through
     the cluster (unconfigured tables: schema1's default node dn5) vs straight to dn5 (db3 of the first
-    server), MIGRATION_CHUNK at a time, alternating which path goes first."""
+    server), MIGRATION_CHUNK at a time, rotating which path goes first (`base`: the --baseline cluster's
+    instance 1 as a third path)."""
     conns = {"direct": backends[0].connect("db3"), "cluster": proxy.connect()}
+    if base is not None:
+        conns["base"] = base.connect()
     for c in conns.values():
         c.autocommit(True)
-    prefix = {"direct": "mig_d", "cluster": "mig_c"}
+    prefix = {"direct": "mig_d", "cluster": "mig_c", "base": "mig_b"}
     took: dict[str, dict[str, float]] = {p: {"create": 0.0, "drop": 0.0} for p in conns}
+    create_phases: dict[str, float] = {}
     try:
         for stmt in ("create", "drop"):
             for k, start in enumerate(range(0, n, MIGRATION_CHUNK)):
-                order = ["direct", "cluster"] if k % 2 == 0 else ["cluster", "direct"]
+                names = list(conns)
+                order = names[k % len(names):] + names[:k % len(names)]
                 for path in order:
                     with conns[path].cursor() as cur:
                         t0 = time.perf_counter()
@@ -288,11 +304,13 @@ def migration(proxy: ProxyProcess, backends: list[MariaDBServer], n: int) -> dic
                             name = f"{prefix[path]}{i}"
                             cur.execute(MIGRATION_DDL.format(name=name) if stmt == "create" else f"DROP TABLE {name}")
                         took[path][stmt] += time.perf_counter() - t0
+            if stmt == "create":   # before the DROPs: show @@ddl_history keeps only the newest entries
+                create_phases = history_phases(proxy, lambda sql: sql.startswith("CREATE TABLE mig_c"), n)
     finally:
         for c in conns.values():
             c.close()
     summary: dict[str, Any] = {"tables": n, "seconds": {p: {k: round(v, 2) for k, v in t.items()} for p, t in took.items()},
-                               "create_phases_ms": history_phases(proxy, lambda sql: sql.startswith("CREATE TABLE mig_c"), n)}
+                               "create_phases_ms": create_phases}
     out()
     out(f"migration: {n} CREATE TABLEs then {n} DROP TABLEs, one after the other, through {proxy.name} vs straight "
         f"to dn5")
@@ -301,6 +319,11 @@ def migration(proxy: ProxyProcess, backends: list[MariaDBServer], n: int) -> dic
         out(f"{p:<10}{t['create']:>10.2f}{t['create'] * 1000 / n:>9.2f}{t['drop']:>10.2f}{t['drop'] * 1000 / n:>9.2f}")
     summary["create_ratio"] = round(took["cluster"]["create"] / took["direct"]["create"], 2)
     summary["drop_ratio"] = round(took["cluster"]["drop"] / took["direct"]["drop"], 2)
+    if base is not None:
+        summary["base_create_ratio"] = round(took["base"]["create"] / took["direct"]["create"], 2)
+        summary["base_drop_ratio"] = round(took["base"]["drop"] / took["direct"]["drop"], 2)
+        out(f"baseline (--baseline) CREATE ratio / direct: {summary['base_create_ratio']:.2f}; "
+            f"DROP ratio {summary['base_drop_ratio']:.2f}")
     met = "met" if summary["create_ratio"] <= MIGRATION_TARGET else "NOT met"
     out(f"CREATE ratio cluster / direct: {summary['create_ratio']:.2f} (target <= {MIGRATION_TARGET}: {met}); "
         f"DROP ratio {summary['drop_ratio']:.2f}")
@@ -554,6 +577,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="point selects on another table without / while DDLs run, in total (0: skip)")
     ap.add_argument("--migration", type=int, default=1000, metavar="N",
                     help="CREATE TABLEs of the migration run, through the cluster and direct (0: skip)")
+    ap.add_argument("--baseline", metavar="DIR",
+                    help="also run a cluster of another checkout's proxies (A/B in one invocation)")
     ap.add_argument("--cpu", type=int, default=0, metavar="PAIRS",
                     help="after the timed rounds, CPU time per DDL of every process over PAIRS ADD+DROP pairs")
     args = ap.parse_args(argv)
@@ -601,6 +626,21 @@ def main(argv: list[str] | None = None) -> int:
                 cur.execute(f"INSERT INTO {SELECT_TABLE} VALUES " + ",".join(f"({i},{i})" for i in range(SELECT_ROWS)))
         conn.close()
 
+        bases: list[ProxyProcess] = []
+        if args.baseline:   # another checkout's proxies: its own cli package first on the path
+            root = str(Path(args.baseline).resolve())
+            base_argv = [sys.executable, "-c", f"import runpy, sys; sys.path.insert(0, {root!r}); "
+                         "runpy.run_module('cli', run_name='__main__')", "serve", "--config", "{config}"]
+            base_section = cluster_section(zk, root=f"/bench-base-{uuid.uuid4().hex[:8]}", session_timeout_s=10,
+                                           ack_timeout_s=30)
+            for i in range(args.instances):
+                b = ProxyProcess(proxy_config(backends, free_port(), free_port(), instance=f"base-{i + 1}",
+                                              cluster=base_section), name=f"base-{i + 1}", release_ports=True,
+                                 argv=base_argv)
+                proxies.append(b)
+                bases.append(b)
+                b.start(60)
+
         direct = Direct(backends)
         closers.append(direct.close)
         through = Through(p1)
@@ -610,6 +650,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.instances != 3:
             paths[f"cluster ({args.instances} instances)"] = paths.pop("cluster (3 instances)")
             cols[f"cluster ({args.instances} instances)"] = cols.pop("cluster (3 instances)")
+        if bases:
+            b_through = Through(bases[0])
+            closers.append(b_through.close)
+            paths[f"base ({args.instances} instances)"] = b_through.run
+            cols[f"base ({args.instances} instances)"] = "c_base"
         s = None
         if single is not None:
             s = Through(single)
@@ -623,13 +668,17 @@ def main(argv: list[str] | None = None) -> int:
             summary["profile_ms"] = profile(through, proxies[1:args.instances], s, args.runs)
         elif args.phases:
             summary["phases_ms"] = own_phases(through, args.runs)
+            base_phases = own_phases(b_through, args.runs) if bases else {}
+            if base_phases:
+                summary["base_phases_ms"] = base_phases
             out()
+            out(f"  {'':<40}{'cluster':>9}" + (f"{'base':>9}" if base_phases else ""))
             for k, v in summary["phases_ms"].items():
-                out(f"  {k:<40}{v:>7.2f}")
+                out(f"  {k:<40}{v:>9.2f}" + (f"{base_phases.get(k, float('nan')):>9.2f}" if base_phases else ""))
         if args.selects_s:
             summary["point_selects"] = point_selects(proxies[:min(2, args.instances)], p1, direct, args.selects_s)
         if args.migration:
-            summary["migration"] = migration(p1, backends, args.migration)
+            summary["migration"] = migration(p1, backends, args.migration, bases[0] if bases else None)
         if args.cpu:
             procs = {p.name: p.pid for p in proxies}
             procs.update({"zookeeper": zk.pid, "mariadb-1": backends[0].pid, "mariadb-2": backends[1].pid})

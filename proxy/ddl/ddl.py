@@ -317,17 +317,22 @@ class DdlRunner:
         err: ProxyError | None = None
         warning: str | None = None
         work = self.active[owner] = NodeWork(self.runtime.backends, started)
+        reaching: asyncio.Task | None = None
         try:
             self._precheck(plan)
-            await work.reach([t.node for t in plan.targets])
             cluster = self.runtime.cluster
             if cluster is None:
+                await work.reach([t.node for t in plan.targets])
                 if not trace.repair_of:
                     await refuse_on_differing(self.runtime, plan)
                 err = await self._apply(plan, keys, dlog, started, owner, trace)
                 return err, None
+            # the nodes' pings overlap the INIT write (nothing runs on a node before both are done; an
+            # unreachable node then refuses the DDL under the lock, which the cleanup decides FAILED)
+            reaching = asyncio.get_running_loop().create_task(work.reach([t.node for t in plan.targets]))
             async with ClusterDdl(cluster, keys, sql, plan.ddl or "UNKNOWN", work.marker) as cd:
-                trace.mark("cluster_init")
+                await reaching
+                trace.mark("cluster_init")   # the INIT write and the pings, as before they overlapped
                 await cd.ensure_held()
                 if not trace.repair_of:   # under the cluster lock: no DDL on the table runs meanwhile
                     await refuse_on_differing(self.runtime, plan)
@@ -349,6 +354,10 @@ class DdlRunner:
             err = ProxyError("DDL failed: an internal error in pydble (its log has the details)")  # no Python text
             return err, None
         finally:
+            if reaching is not None and not reaching.done():   # INIT failed first: its connections back too
+                await asyncio.wait([reaching])
+            if reaching is not None and not reaching.cancelled():
+                reaching.exception()   # retrieved: the INIT's error is the answer
             work.release()
             self.active.pop(owner, None)
             for s, t in keys:

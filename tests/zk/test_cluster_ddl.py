@@ -150,3 +150,29 @@ def test_back_to_back_ddls_from_alternating_instances_find_the_table_free(cluste
         for c in conns:
             c.close()
     assert all("b2b_" not in full_meta(p)[3] and full_meta(p)[4:] == (1, 1) for p in procs)
+
+
+def test_a_ddl_with_an_unreachable_node_is_refused_and_leaves_no_lock_anywhere(cluster, backends):
+    """The nodes' pings run beside the INIT write: an unreachable node still refuses the DDL before any
+    node runs it, and the record and locks it took are gone everywhere (the next try gets the same
+    refusal, not 4006)."""
+    from harness import free_port, proxy_config
+
+    def config(name: str) -> dict:
+        cfg = proxy_config(backends, free_port(), free_port(), instance=name, cluster=cluster.section)
+        cfg["db_groups"]["ha_dead"] = {"host": "127.0.0.1", "port": free_port(), "user": "root", "password": "",
+                                       "connect_timeout_s": 1}
+        cfg["sharding_nodes"]["dn6"] = {"db_group": "ha_dead", "database": "db1"}
+        cfg["schemas"]["schema1"]["tables"]["half_dead"] = {"type": "global", "nodes": ["dn1", "dn6"]}
+        return cfg
+
+    backends[0].query("DROP TABLE IF EXISTS half_dead", database="db1")
+    p1, p2 = (cluster.make(config(f"dble-{i}"), instance=f"dble-{i}", cluster=cluster.section) for i in (1, 2))
+    for p in (p1, p2, p1):
+        with pytest.raises(pymysql.MySQLError) as e:
+            p.query("CREATE TABLE half_dead (id INT PRIMARY KEY)")
+        code, msg = e.value.args
+        assert code == 1105 and "shardingNode[dn6]" in msg and "unreachable" in msg, e.value.args
+    assert not backends[0].query("SHOW TABLES LIKE 'half_dead'", database="db1")   # not half-created
+    assert not cluster.zk_children("ddl") and not cluster.zk_children("lock/ddl_lock")
+    assert not show_ddl(p2)
