@@ -1,4 +1,4 @@
-"""What answering a cross-node read over copies of its rows costs (proxy/materialize.py): a window function
+"""What answering a cross-node read over copies of its rows costs (proxy/exec/materialize.py): a window function
 over a sharding table on 4 nodes and a 3-table non-equi join, through pydble and on one MariaDB holding the
 same rows (the baseline, measured in the same run). Own MariaDB servers and proxy (harness classes).
 

@@ -210,8 +210,8 @@ def ddl_release(ops: ZkOps, target: Target, out: Output, args: argparse.Namespac
 
 async def _release(target: Target, key: tuple[str, str], args: argparse.Namespace) -> Released:
     """One ZooKeeper session and, with --config, the backends (to find and stop the DDL) for the release."""
-    from proxy.ddl_marker import ddl_running
-    from proxy.pool import Backends
+    from proxy.ddl.ddl_marker import ddl_running
+    from proxy.backends.pool import Backends
 
     config = target.config
     zk = Zk(target.hosts, args.timeout, asyncio.get_running_loop(),
@@ -319,7 +319,7 @@ def reconcile(config: Config, tables: list[TableDdl]) -> dict[tuple[str, str], F
 
 
 def still_running(config: Config, tables: list[TableDdl]) -> dict[tuple[str, str], list[str]]:
-    """The dbGroups where each table's DDL (its record's marker) still runs (proxy/ddl_marker.py): gc
+    """The dbGroups where each table's DDL (its record's marker) still runs (proxy/ddl/ddl_marker.py): gc
     keeps those, since the structure read now would miss what the DDL is about to change."""
     marked = [(t, t.record.record.marker) for t in tables
               if t.record is not None and t.record.record is not None and t.record.record.ddl_id]
@@ -327,8 +327,8 @@ def still_running(config: Config, tables: list[TableDdl]) -> dict[tuple[str, str
         return {}
 
     async def ask() -> dict[tuple[str, str], list[str]]:
-        from proxy.ddl_marker import ddl_running
-        from proxy.pool import Backends
+        from proxy.ddl.ddl_marker import ddl_running
+        from proxy.backends.pool import Backends
 
         backends = Backends(config)
         try:
@@ -423,7 +423,7 @@ def ddl_repair(args: argparse.Namespace) -> int:
     """Ask a running instance (its manager port) to re-run a table's half-applied DDL: `repair @@ddl`."""
     import pymysql
 
-    from proxy.ddl_repair import NOTHING
+    from proxy.ddl.ddl_repair import NOTHING
 
     quiet_logs(args.verbose)
     out = Output(args.json)

@@ -61,9 +61,9 @@ def serve_instance(config: Config, worker: WorkerInfo | None = None) -> int:
             raise SystemExit(2) from None
         pause = pause_hook_from_env()
         if pause is not None:   # tests only: it pauses at a named phase, the path stays production's
-            server.xa.pause = pause
-            if server.cluster is not None:
-                server.cluster.pause = pause
+            server.runtime.xa.pause = pause
+            if server.runtime.cluster is not None:
+                server.runtime.cluster.pause = pause
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

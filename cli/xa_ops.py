@@ -11,7 +11,7 @@ from dataclasses import asdict
 
 from meta.config import Config, ConfigError, load_config
 from meta.xa_log import BadXaRecord, LocalXaLog, XaDecision, owner_of
-from proxy.xa import XA_COLUMNS, Branch, InDoubt, in_doubt_rows
+from proxy.exec.xa import XA_COLUMNS, Branch, InDoubt, in_doubt_rows
 from zk.ops import ZkOps, ZkUnreachable
 from zk.paths import Paths
 

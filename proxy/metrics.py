@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily
 
 if TYPE_CHECKING:
-    from .runtime import Runtime
+    from proxy.runtime import Runtime
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 DDL_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -19,8 +19,8 @@ ZK_STATES = ("CONNECTED", "SUSPENDED", "LOST", "NOT_CONNECTED")
 class Metrics:
     """Counters and histograms updated on the paths that matter; gauges read at scrape time."""
 
-    def __init__(self, server: Runtime) -> None:
-        self.server = server
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.queries = Counter("pydble_queries", "Statements answered, by route kind", ["route"], registry=r)
@@ -34,7 +34,7 @@ class Metrics:
         self.connections = Counter("pydble_client_connections", "Client connections accepted", registry=r)
         self.refused = Counter("pydble_client_connections_refused", "Connections refused (max_connections)",
                                registry=r)
-        r.register(_StateCollector(server))
+        r.register(_StateCollector(runtime))
         # children created once, so the hot path does no label lookups
         self._route = {k: (self.queries.labels(k), self.query_seconds.labels(k))
                        for k in ("single", "multi", "local", "ddl", "prepared")}
@@ -61,14 +61,14 @@ class Metrics:
 class _StateCollector:
     """Gauges computed when Prometheus scrapes: pools, sessions, metadata, ZooKeeper session."""
 
-    def __init__(self, server: Runtime) -> None:
-        self.server = server
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
 
     def describe(self) -> list:
         return []
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        s = self.server
+        s = self.runtime
         pool = GaugeMetricFamily("pydble_backend_pool_connections", "Backend connections per dbGroup, by state",
                                  labels=["db_group", "state"])
         for name, p in list(s.backends.pools.items()):

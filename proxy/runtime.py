@@ -1,35 +1,50 @@
-"""What the pieces of an instance reach of each other, as narrow Protocols in a leaf module.
+"""The runtime of one instance and what the pieces of it reach of each other.
 
-The server builds the instance (config, metadata registry, pools, cluster, router, DDL, XA, views,
-sequences) and hands it to the sessions and services it makes; the session hands itself and its executor
-to the primitives that run its statements. Those pieces name what they use by these Protocols, never by
-importing the server, session or executor module: imports flow one way (server -> session -> execution
--> planning -> wire), and none of them runs back up.
+`Runtime` owns config, metadata registry, backend pools, cluster handle and the services built over them
+(router, DDL, XA, views, sequences, manager); proxy.server.assemble builds it, and the server, which only
+accepts connections and starts and stops things, hands it to each session. The session hands itself and
+its executor to the primitives that run its statements; those name what they use by the narrow Protocols
+below, never by importing the session or executor module: imports flow one way (server -> manager ->
+session -> exec -> ddl -> runtime -> plan -> backends -> wire), and none of them runs back up. This
+module names only plan, backends and wire, for types.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator, Protocol
+
+import structlog
+
+from meta.errors import ProxyError
+from meta.loader import load_all
+from zk.release import ReleaseRefused
 
 if TYPE_CHECKING:  # pragma: no cover - names for type checkers only, all below this module
     import ssl
 
     from meta.backend_query import PooledMetaBackend
-    from meta.config import Config
+    from meta.config import Config, UserConfig
     from meta.history import DdlHistory
     from meta.registry import Registry
     from zk.cluster import Cluster
 
-    from .analyzer import Grants
-    from .backend import BackendConnection, Sink
-    from .plan import Plan
-    from .pool import Backends
-    from .protocol.response import Budget, ResponseScanner
-    from .reply import Reply
+    from proxy.plan.analyzer import Grants
+    from proxy.backends.backend import BackendConnection, Sink
+    from proxy.plan.plan import Plan
+    from proxy.backends.pool import Backends
+    from proxy.wire.response import Budget, ResponseScanner
+    from proxy.wire.reply import Reply
+
+log = structlog.get_logger("pydble.server")
+
+DEFAULT_VERSION = "5.7.21-pydble"
 
 
 class Planner(Protocol):
-    """Turns one statement into a Plan (proxy.router.Router)."""
+    """Turns one statement into a Plan (proxy.plan.router.Router)."""
 
     analyzer: Any
     views: Any
@@ -40,50 +55,163 @@ class Planner(Protocol):
     def _render(self, sql: str, toks: list, strips: tuple) -> str: ...
 
 
-class Runtime(Protocol):
-    """One proxy instance as its sessions and services see it (proxy.server.ProxyServer builds it)."""
+@dataclass(eq=False)
+class Runtime:
+    """One proxy instance's parts, owned in one place: proxy.server.assemble builds it, the server hands it to
+    every session it accepts (client and manager port); sessions and services take from it what they use."""
 
     config: Config
-    tls: ssl.SSLContext | None
     registry: Registry
     backends: Backends
     meta_backend: PooledMetaBackend
     history: DdlHistory
-    cluster: Cluster | None
-    router: Planner
-    metrics: Any      # proxy.metrics.Metrics
-    ddl: Any          # proxy.ddl.DdlRunner
-    xa: Any           # proxy.xa.XaCoordinator
-    views: Any        # proxy.views.ViewService
-    sequences: Any    # proxy.sequence.Sequences
-    manager: Any      # proxy.manager.Manager
-    kill_channel: Any  # proxy.workers.KillChannel of a `serve --workers N` worker, else None
-    sessions: set
-    version: str
-    max_packet: int
-    login_timeout_s: float
+    tls: ssl.SSLContext | None = None
+    version: str = DEFAULT_VERSION
+    # built over the parts above, each given the runtime it belongs to (set once by proxy.server.assemble);
+    # named by their modules, which sit above this one
+    router: Planner = None          # type: ignore[assignment]  # proxy.plan.router.Router
+    metrics: Any = None             # proxy.metrics.Metrics
+    ddl: Any = None                 # proxy.ddl.ddl.DdlRunner
+    cluster: Cluster | None = None  # absent: single-instance mode
+    xa: Any = None                  # proxy.exec.xa.XaCoordinator
+    views: Any = None               # proxy.session.views.ViewService
+    sequences: Any = None           # proxy.exec.sequence.Sequences
+    manager: Any = None             # proxy.manager.manager.Manager
+    worker: Any = None              # proxy.workers.WorkerInfo of a `serve --workers N` worker, else None
+    kill_channel: Any = None        # proxy.workers.KillChannel of such a worker (KILL across workers)
+    sessions: set = field(default_factory=set)           # the client port's
+    manager_sessions: set = field(default_factory=set)   # the manager port's
+    user_counts: dict[str, int] = field(default_factory=dict)
+    login_timeout_s: float = 10.0
+    started: float = field(default_factory=time.monotonic)
+    _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
-    def any_node(self, schema: str | None) -> str: ...
-    def node_of_table(self, schema: str, table: str) -> str | None: ...
-    def nodes_of_table(self, schema: str, table: str) -> tuple[str, ...]: ...
-    def _table_columns(self, schema: str, table: str) -> tuple[str, ...] | None: ...
-    async def tables_of(self, schema: str) -> list[str]: ...
-    async def run_ddl(self, session: SessionPort, plan: Plan, sql: str, r: Reply, more: bool) -> None: ...
-    def next_conn_id(self) -> int: ...
-    def track(self, session: Any) -> None: ...
-    def untrack(self, session: Any) -> None: ...
-    def count_user(self, user: str, delta: int) -> None: ...
-    def user_may_connect(self, u: Any) -> bool: ...
-    def client_sessions(self) -> int: ...
-    def uptime(self) -> float: ...
-    async def load_metadata(self) -> None: ...
-    async def ddl_in_flight(self) -> list[tuple[str, str, str, str, str, float]]: ...
-    async def kill_ddl_lock(self, schema: str, table: str, force: bool = False) -> None: ...
-    async def cluster_rows(self) -> list[tuple[object, ...]]: ...
+    @property
+    def max_packet(self) -> int:
+        return self.config.server.max_allowed_packet
+
+    @property
+    def log(self) -> Any:
+        return log.bind(instance=self.config.server.instance)
+
+    # -- sessions -------------------------------------------------------------------------------
+    def next_conn_id(self) -> int:
+        """Connection ids as clients see them (CONNECTION_ID()); a worker's carry its index (KILL finds it)."""
+        if self.worker is None:
+            return next(self._ids)
+        return self.worker.conn_id(next(self._ids), lambda: {s.conn_id for s in (*self.sessions,
+                                                                                 *self.manager_sessions)})
+
+    def track(self, session: Any) -> None:
+        """A session the port just made (a manager-port session says so: `manager_port`)."""
+        (self.manager_sessions if getattr(session, "manager_port", False) else self.sessions).add(session)
+
+    def untrack(self, session: Any) -> None:
+        if getattr(session, "manager_port", False):
+            self.manager_sessions.discard(session)
+        elif session in self.sessions:
+            self.sessions.discard(session)
+            if session.user:
+                self.count_user(session.user, -1)
+
+    def client_sessions(self) -> int:
+        """Open client-port sessions (the manager port does not count against max_connections)."""
+        return len(self.sessions)
+
+    def count_user(self, user: str, delta: int) -> None:
+        self.user_counts[user] = self.user_counts.get(user, 0) + delta
+
+    def user_may_connect(self, u: UserConfig) -> bool:
+        """Per-user max_con (0 = unlimited)."""
+        return not u.max_con or self.user_counts.get(u.name, 0) < u.max_con
+
+    def uptime(self) -> float:
+        return time.monotonic() - self.started
+
+    # -- knowledge of tables --------------------------------------------------------------------
+    async def load_metadata(self) -> None:
+        """Load all tables from every shardingNode; nodes that fail are logged, never fatal."""
+        result = await load_all(self.config, backend=self.meta_backend)
+        self.registry.apply(result)
+        self.metrics.meta_load_seconds.labels("all").observe(result.seconds)
+        self.log.info("metadata loaded", tables=len(result.tables), seconds=round(result.seconds, 3),
+                      failed_nodes=result.failed_nodes or None)
+
+    def any_node(self, schema: str | None) -> str:
+        """A node to run schema-less statements on: the schema's default node, else its first node."""
+        node = self.config.home_node(schema)
+        if node is None:
+            raise ProxyError("no shardingNode is configured", 1105, "HY000")
+        return node
+
+    def node_of_table(self, schema: str, table: str) -> str | None:
+        """One node holding a table (its first node, or the schema's default node)."""
+        t = self.config.table(schema, table)
+        if t is not None:
+            return t.nodes[0]
+        return self.config.schemas[schema].default_node
+
+    def nodes_of_table(self, schema: str, table: str) -> tuple[str, ...]:
+        """Every node holding a table (its configured nodes, or the schema's default node)."""
+        t = self.config.table(schema, table)
+        if t is not None:
+            return tuple(t.nodes)
+        node = self.config.schemas[schema].default_node
+        return (node,) if node is not None else ()
+
+    def table_columns(self, schema: str, table: str) -> tuple[str, ...] | None:
+        """Column order from memory, for INSERTs without a column list."""
+        meta = self.registry.get(schema, table)
+        parsed = meta.parsed if meta is not None else None
+        return parsed.column_names if parsed is not None else None
+
+    async def tables_of(self, schema: str) -> list[str]:
+        """What SHOW TABLES lists, from memory: configured tables plus those found on the default node."""
+        return self.registry.tables_of(schema)
+
+    # -- DDL ------------------------------------------------------------------------------------
+    async def run_ddl(self, session: SessionPort, plan: Plan, sql: str, r: Reply, more: bool) -> None:
+        """DDL goes through the per-table lock and ends with the metadata refreshed."""
+        await self.ddl.run(session, plan, sql, r, more)
+
+    async def ddl_in_flight(self) -> list[tuple[str, str, str, str, str, float]]:
+        """DDLs running now in the whole cluster: (schema, table, sql, instance, phase, since)."""
+        rows = {(lk.schema, lk.table): (lk.schema, lk.table, lk.sql, lk.instance, lk.phase, lk.since)
+                for lk in self.ddl.locks.all()}
+        if self.cluster is not None:
+            for row in await self.cluster.ddl_rows():
+                rows[(row[0], row[1])] = row
+        return sorted(rows.values(), key=lambda r: r[5])
+
+    async def kill_ddl_lock(self, schema: str, table: str, force: bool = False) -> None:
+        """Operator release of a table's DDL lock, here and in the cluster. Refused while this instance's
+        own DDL holds it; in a cluster zk/release.py decides (the procedure `pydble ddl release` runs:
+        refused while the holder is online or the DDL still runs on a node unless `force`, which stops it
+        on the nodes first and makes every instance reload the table)."""
+        lk = self.ddl.locks.get(schema, table)
+        if not force and lk is not None and lk.instance == self.config.server.instance:
+            raise ProxyError(f"refusing to release {schema}.{table}: its DDL belongs to online instance(s) "
+                             f"{lk.instance}; wait for it, or add `force`", 1105, "HY000")
+        if self.cluster is not None:
+            try:
+                await self.cluster.release_table(schema, table, force)   # refused: nothing is released
+            except ReleaseRefused as e:
+                raise ProxyError(e.message, 1105, "HY000") from None
+        released = self.ddl.locks.release(schema, table)
+        if self.cluster is None and not released:
+            raise ProxyError(f"there is no ddl lock on {schema}.{table}", 1105, "HY000")
+        self.log.warning("ddl lock released by operator", table=f"{schema}.{table}")
+
+    async def cluster_rows(self) -> list[tuple[object, ...]]:
+        """`show @@cluster`: every online instance (just this one without a cluster)."""
+        if self.cluster is not None:
+            return list(await self.cluster.instance_rows())
+        srv = self.config.server
+        return [(srv.instance, f"{srv.bind}:{srv.port}", self.registry.version, "standalone")]
 
 
 class ClientPort(Protocol):
-    """The client connection a session answers on (proxy.session.ClientProtocol)."""
+    """The client connection a session answers on (proxy.session.session.ClientProtocol)."""
 
     closed: bool
     write_paused: bool
@@ -94,9 +222,9 @@ class ClientPort(Protocol):
 
 
 class SessionPort(Protocol):
-    """One client session's state, as the statements it runs read and change it (proxy.session.Session)."""
+    """One client session's state, as the statements it runs read and change it (proxy.session.session.Session)."""
 
-    server: Runtime
+    runtime: Runtime
     client: ClientPort
     executor: ExecContext
     prepared: Any
@@ -115,6 +243,10 @@ class SessionPort(Protocol):
     last_insert_id: int
     warnings: list[tuple[str, int, str]]
     route: str
+    requests: int
+    command: str
+    info: str | None
+    since: float
     format_flags: int
     deprecate_eof: bool
     log: Any
@@ -124,19 +256,19 @@ class SessionPort(Protocol):
 
 
 class ExecContext(Protocol):
-    """What a plan's primitives run with: the session's backend connections (proxy.executor.Executor)."""
+    """What a plan's primitives run with: the session's backend connections (proxy.exec.executor.Executor)."""
 
     session: SessionPort
-    server: Runtime
+    runtime: Runtime
     streaming: set
     last_node: str
     relay_sink: Sink | None
     locked: dict[str, BackendConnection]
     locked_tables: Any
     pinned: dict[str, BackendConnection]
-    xa: Any           # proxy.xa.XaBranches
-    user_locks: Any   # proxy.user_locks.UserLocks
-    temp: Any         # proxy.temp_tables.TempTables: the session's temporary tables
+    xa: Any           # proxy.exec.xa.XaBranches
+    user_locks: Any   # proxy.exec.user_locks.UserLocks
+    temp: Any         # proxy.exec.temp_tables.TempTables: the session's temporary tables
     insert_id: int    # while an INSERT whose increment column pydble filled runs: its first value
 
     async def _get(self, node: str) -> BackendConnection: ...
@@ -147,6 +279,8 @@ class ExecContext(Protocol):
                       keep: list[BackendConnection] | None = None, budget: Budget | None = None
                       ) -> list[ResponseScanner]: ...
     async def keep_warnings(self, done: list[tuple[BackendConnection, object]], copies: bool = False) -> None: ...
+    def start_single(self, node: str, packet: bytes, sink: Sink | None, any_db: bool, shared: bool, shown: str
+                     ) -> bool: ...
     async def run_single(self, node: str, packet: bytes, r: Reply, more: bool, may_relay: bool,
                          kind: str = "query", conn: BackendConnection | None = None, rewrite: Any = None,
                          timeout: float | None = None) -> bool: ...

@@ -93,7 +93,7 @@ class ClusterDdl:
         self.details: dict = {}   # user, nodes, phases_ms, meta_version, started_at for ddl_history
         self.log = log.bind(instance=cluster.instance, tables=[f"{s}.{t}" for s, t in keys])
 
-    # what proxy/ddl.py and the manager read
+    # what proxy/ddl/ddl.py and the manager read
     @property
     def laggards(self) -> set[str]:
         return self.core.laggards

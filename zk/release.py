@@ -29,7 +29,7 @@ RELEASE_WAIT_S = 30.0   # how long a forced release waits for a stopped DDL to e
 RELEASE_POLL_S = 0.25
 
 # running(marker, kill): the dbGroups whose processlist still shows the marker (or cannot be asked);
-# kill: KILL QUERY each statement found first (proxy/ddl_marker.py)
+# kill: KILL QUERY each statement found first (proxy/ddl/ddl_marker.py)
 Running = Callable[[str, bool], Awaitable[list[str]]]
 
 

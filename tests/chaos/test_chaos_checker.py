@@ -91,7 +91,11 @@ def test_two_alters_at_once_are_seen(logged_backend: MariaDBServer) -> None:
     threads = [threading.Thread(target=alter, args=(f"ALTER TABLE chaos_t1 ADD COLUMN c{i} INT",)) for i in (1, 2)]
     for t in threads:
         t.start()
-        time.sleep(0.3)
+    deadline = time.monotonic() + 30   # both ALTERs queued behind the lock before it goes
+    while len(logged_backend.query("SELECT id FROM information_schema.PROCESSLIST WHERE info LIKE "
+                                   "'ALTER TABLE chaos_t1 ADD COLUMN c%' AND state LIKE '%metadata lock%'")) < 2:
+        assert time.monotonic() < deadline, "the two ALTERs never both waited on the metadata lock"
+        time.sleep(0.05)
     holder.rollback()
     holder.close()
     for t in threads:

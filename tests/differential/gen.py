@@ -613,7 +613,7 @@ _BOUND_AFTER = frozenset({"=", "<", ">", "<=", ">=", "<>", "!="})
 def as_prepared(sql: str, limit: int = 8) -> tuple[str, list[str]]:
     """A SELECT as an SQL-level prepared statement: literals compared with an operator (and LIMIT /
     OFFSET counts) become `?`, their texts the USING list; the meaning is the same either way."""
-    from proxy.sqltok import tokenize
+    from proxy.plan.sqltok import tokenize
 
     toks = tokenize(sql)
     out: list[str] = []

@@ -147,7 +147,7 @@ def agree(both: tuple[Any, Any], sql: str, ordered: bool = True) -> list[tuple[A
 
 
 def over_copies(both: tuple[Any, Any], sql: str) -> None:
-    """What the proxy cannot merge exactly, one MariaDB answers over copies of the rows (proxy/materialize.py):
+    """What the proxy cannot merge exactly, one MariaDB answers over copies of the rows (proxy/exec/materialize.py):
     pydble answers as the reference does."""
     same(both, sql, rows(both[1], sql))
 
@@ -198,7 +198,7 @@ def test_set_operation_names_come_from_the_first_branch(both):
 
 def test_set_operation_of_int_and_varchar_branches_is_answered_over_copies(both):
     # found by the differential test: the INT key was applied to text values and the connection dropped;
-    # MariaDB's own type unification now answers it over copies of the rows (proxy/materialize.py)
+    # MariaDB's own type unification now answers it over copies of the rows (proxy/exec/materialize.py)
     sql = "SELECT id FROM rg WHERE id = 1 UNION SELECT b FROM rg ORDER BY id LIMIT 9"
     over_copies(both, sql)
     assert [f[7:] for f in _fields(both[0], sql)] == [f[7:] for f in _fields(both[1], sql)]
@@ -268,7 +268,7 @@ def test_rollup_with_order_by_is_mariadbs_error(both):
 
 
 def test_rollup_of_an_expression_over_a_key_is_answered_over_copies(both):
-    """The merge cannot roll it up; proxy/materialize.py lets one MariaDB do it over copies of the rows."""
+    """The merge cannot roll it up; proxy/exec/materialize.py lets one MariaDB do it over copies of the rows."""
     sql = "SELECT id % 2 AS g, (id % 2) + 1, COUNT(*) FROM rg GROUP BY g WITH ROLLUP"
     same(both, sql, rows(both[1], sql))
 
@@ -308,7 +308,7 @@ def test_set_operation_inside_a_transaction_reads_its_own_writes(both):
 
 def test_rollup_by_a_json_key_is_answered_over_copies(both):
     # found by the differential test: MariaDB sends a JSON (LONGTEXT) key of a ROLLUP as LONGBLOB (251);
-    # one MariaDB over copies of the rows does the same (proxy/materialize.py)
+    # one MariaDB over copies of the rows does the same (proxy/exec/materialize.py)
     sql = "SELECT j, COUNT(*) FROM rgj GROUP BY j WITH ROLLUP"
     over_copies(both, sql)
     assert [f[7] for f in _fields(both[0], sql)] == [f[7] for f in _fields(both[1], sql)]
@@ -323,7 +323,7 @@ def test_arithmetic_over_aggregates_across_nodes(both):
 
 
 def test_arithmetic_over_aggregates_of_doubles_or_division_is_answered_over_copies(both):
-    """Not mergeable from partial results; answered by one MariaDB over copies (proxy/materialize.py)."""
+    """Not mergeable from partial results; answered by one MariaDB over copies (proxy/exec/materialize.py)."""
     for sql in ("SELECT MAX(id / 3e0) - MIN(id) FROM rg", "SELECT SUM(id) / COUNT(*) FROM rg"):
         same(both, sql, rows(both[1], sql))
 # --- the 1,000,000-statement run (bench/RESULTS.md, 2026-11-25, h4)
@@ -372,6 +372,6 @@ def test_limit_0_over_several_nodes_has_the_column_types_of_limit_0(both):
 def test_a_variance_halfway_between_two_printed_values_is_answered_over_copies(both):
     # seed 111 #20435: VAR_SAMP exactly ...0125 at 6 decimals: pydble printed 5.250013, MariaDB's row-by-row
     # double arithmetic 5.250012; which way a tie goes there cannot be known from the partial sums, so the
-    # merge refuses and one MariaDB answers over copies of the rows (proxy/materialize.py)
+    # merge refuses and one MariaDB answers over copies of the rows (proxy/exec/materialize.py)
     over_copies(both, "SELECT VAR_POP(CASE WHEN id = 4 THEN 0.1 ELSE 0 END) FROM rg WHERE id <= 4")  # 0.001875
     agree(both, "SELECT VAR_POP(CASE WHEN id = 4 THEN 0 ELSE 0.02 END), VAR_SAMP(id) FROM rg WHERE id <= 4")

@@ -22,13 +22,13 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 with atheris.instrument_imports():
-    from proxy.protocol import constants as C
-    from proxy.protocol.binary import (BinaryResultConverter, ParamType, decode_param, parse_execute,
+    from proxy.wire import constants as C
+    from proxy.wire.binary import (BinaryResultConverter, ParamType, decode_param, parse_execute,
                                        parse_prepare_response, parse_send_long_data, stmt_id_of)
-    from proxy.protocol.handshake import parse_auth_switch, parse_greeting, parse_handshake_response
-    from proxy.protocol.messages import decode_text_row, parse_column_def, parse_err, parse_ok
-    from proxy.protocol.packets import PacketFramer, ProtocolError, read_lenenc_int, read_lenenc_str
-    from proxy.protocol.response import ResponseScanner
+    from proxy.wire.handshake import parse_auth_switch, parse_greeting, parse_handshake_response
+    from proxy.wire.messages import decode_text_row, parse_column_def, parse_err, parse_ok
+    from proxy.wire.packets import PacketFramer, ProtocolError, read_lenenc_int, read_lenenc_str
+    from proxy.wire.response import ResponseScanner
 
 KINDS = ("query", "execute", "field_list", "prepare")
 TYPES = (C.T_TINY, C.T_SHORT, C.T_LONG, C.T_LONGLONG, C.T_INT24, C.T_YEAR, C.T_FLOAT, C.T_DOUBLE, C.T_NULL,
@@ -105,7 +105,7 @@ def one_input(data: bytes) -> None:
                 conv.feed(rest[:len(rest) // 2])
                 conv.feed(rest[len(rest) // 2:])
             except (ValueError, struct.error):
-                pass  # "cannot convert this row": the EXECUTE relay closes the client (proxy/prepared.py)
+                pass  # "cannot convert this row": the EXECUTE relay closes the client (proxy/session/prepared.py)
     except ProtocolError:
         pass
 

@@ -27,10 +27,10 @@ for p in (str(REPO), str(Path(__file__).resolve().parent)):
 
 with atheris.instrument_imports():
     from meta.errors import ProxyError
-    from proxy import local
-    from proxy.manager_parse import parse_manager
-    from proxy.router import Router
-    from proxy.sqltok import first_keyword, split_statements, tokenize
+    from proxy.plan import local
+    from proxy.manager.manager_parse import parse_manager
+    from proxy.plan.router import Router
+    from proxy.plan.sqltok import first_keyword, split_statements, tokenize
 
 import fuzzlib  # noqa: E402  (the example config and the vocabulary; not instrumented)
 

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from meta.config import Config, parse_config
-from proxy.protocol import constants as C
-from proxy.protocol.packets import lenenc_int
+from proxy.wire import constants as C
+from proxy.wire.packets import lenenc_int
 
 F = TypeVar("F", bound=Callable[..., Any])
 

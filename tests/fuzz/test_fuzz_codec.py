@@ -1,6 +1,6 @@
 """Fuzzing the sans-I/O codec: on arbitrary bytes only ProtocolError may come out, never a crash.
 
-Every decoder in proxy/protocol/ sees bytes a client or a backend chose. An IndexError,
+Every decoder in proxy/wire/ sees bytes a client or a backend chose. An IndexError,
 struct.error, UnicodeDecodeError, ValueError or OverflowError escaping from one of them would end a
 session with a traceback instead of a clean "Malformed packet"; these properties check that it
 cannot happen, and that what the encoders write the decoders read back.
@@ -16,16 +16,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fuzzlib import PARAM_TYPES, count, execute_payloads, fuzz, handshake_responses, param_bytes
-from proxy.protocol import constants as C
-from proxy.protocol.binary import (BinaryResultConverter, ParamType, decode_param, parse_execute,
+from proxy.wire import constants as C
+from proxy.wire.binary import (BinaryResultConverter, ParamType, decode_param, parse_execute,
                                    parse_prepare_response, parse_send_long_data, prepare_ok, stmt_id_of)
-from proxy.protocol.handshake import (build_greeting, build_handshake_response, parse_auth_switch, parse_change_user,
+from proxy.wire.handshake import (build_greeting, build_handshake_response, parse_auth_switch, parse_change_user,
                                       parse_greeting, parse_handshake_response)
-from proxy.protocol.messages import (ColumnDef, decode_text_row, encode_text_row, eof_packet, eof_status, err_packet,
+from proxy.wire.messages import (ColumnDef, decode_text_row, encode_text_row, eof_packet, eof_status, err_packet,
                                      is_eof, ok_packet, parse_column_def, parse_err, parse_ok)
-from proxy.protocol.packets import (PacketFramer, ProtocolError, frame, lenenc_int, read_lenenc_int, read_lenenc_str,
+from proxy.wire.packets import (PacketFramer, ProtocolError, frame, lenenc_int, read_lenenc_int, read_lenenc_str,
                                     read_nul_str)
-from proxy.protocol.response import ResponseScanner
+from proxy.wire.response import ResponseScanner
 
 KINDS = ("query", "execute", "field_list", "prepare")
 
@@ -361,7 +361,7 @@ def test_binary_converter_on_mutated_backend_answers(data: st.DataObject, deprec
                                                      cuts: list[int]) -> None:
     """BinaryResultConverter on text responses, mutated or not: ProtocolError at worst, never a crash.
 
-    Its caller (the EXECUTE relay, proxy/prepared.py _BinarySink) treats ProtocolError, ValueError and
+    Its caller (the EXECUTE relay, proxy/session/prepared.py _BinarySink) treats ProtocolError, ValueError and
     struct.error as "this row cannot be converted" and closes the client; anything else (IndexError,
     OverflowError, TypeError...) would end the session with a traceback."""
     count("binary converter")

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import fuzzlib
 from fuzzlib import count, execute_payloads, handshake_responses, is_long
-from proxy.protocol import constants as C
+from proxy.wire import constants as C
 
 TIMEOUT = 8.0            # a proxy that has not answered in this time is hung
 FZ_TABLES = fuzzlib.tables_of(["fz_h4", "fz_h2", "fz_glob", "fz_sing", "fz_dflt"], ("schema1", "schema2", "nosuch"),

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 import fuzzlib
 from fuzzlib import any_sql, bounded, count, fuzz, manager_command, sql_statement
 from meta.errors import ProxyError
-from proxy import local
-from proxy.manager_parse import parse_manager
-from proxy.router import Plan, Router
-from proxy.sqltok import first_keyword, split_statements, tokenize
+from proxy.plan import local
+from proxy.manager.manager_parse import parse_manager
+from proxy.plan.router import Plan, Router
+from proxy.plan.sqltok import first_keyword, split_statements, tokenize
 
 ROUTER = Router(fuzzlib.example_config())
 NODES = {"dn1", "dn2", "dn3", "dn4", "dn5"}
@@ -157,7 +157,7 @@ def set_statements(draw: st.DrawFn) -> str:
 @given(sql=st.one_of(set_statements(), st.text(max_size=60).map(lambda s: "SET " + s), st.text(max_size=60),
                      fuzzlib.mutated(set_statements())))
 def test_parse_set(sql: str) -> None:
-    """proxy.local.parse_set: a list of assignments or a ProxyError, quickly."""
+    """proxy.plan.local.parse_set: a list of assignments or a ProxyError, quickly."""
     count("parse_set")
 
     def run() -> None:

@@ -1,6 +1,6 @@
 """A raw prepared-statement client for the tests: COM_STMT_* exactly as libmariadb/sysbench send them.
 
-Written from the protocol documentation, independently of proxy/protocol/binary.py, so the tests can
+Written from the protocol documentation, independently of proxy/wire/binary.py, so the tests can
 compare the proxy's answers byte for byte with what MariaDB itself sends for the same statement.
 """
 

@@ -140,7 +140,7 @@ def test_a_stopped_backend_fails_only_its_nodes_and_recovers(fresh_backends, fre
 
 
 def test_a_frozen_backend_times_out_naming_the_node_while_others_are_served(fresh_backends, fresh_proxy) -> None:
-    cfg = _config(fresh_backends, backend_timeout_s=2)
+    cfg = _config(fresh_backends, backend_timeout_s=4)
     cfg["db_groups"]["ha_group2"]["connect_timeout_s"] = 1
     p = fresh_proxy(cfg, backends=fresh_backends)
     _seed(p)
@@ -157,11 +157,10 @@ def test_a_frozen_backend_times_out_naming_the_node_while_others_are_served(fres
 
         t = threading.Thread(target=slow)
         t.start()
-        started = time.monotonic()
-        # while that waits on the frozen server, the other one serves at full speed
+        # while that waits on the frozen server (backend_timeout_s), the other one serves
         for i in (2, 4, 6, 8):
             assert p.query("SELECT name FROM sharding_4_t1 WHERE id = %s", args=(i,)) == [(f"n{i}",)]
-        assert time.monotonic() - started < 1.5
+        assert t.is_alive() and "slow" not in results, "the other node's reads waited for the frozen one"
         t.join(10)
         assert not t.is_alive()
         code, msg = results["slow"]

@@ -62,7 +62,7 @@ SAME = [
     ("SELECT a.id, b.id FROM cj_a a LEFT JOIN cj_s b ON a.k = b.k WHERE b.m > 1 OR b.m IS NULL", False),
     ("SELECT a.id, b.id FROM cj_s a LEFT JOIN cj_b b ON a.k = b.k WHERE b.s = 'a' ORDER BY a.id, b.id", True),
 ]
-# what the join primitive cannot pair exactly is answered over copies of the rows (proxy/materialize.py)
+# what the join primitive cannot pair exactly is answered over copies of the rows (proxy/exec/materialize.py)
 SAME += [
     ("SELECT a.id, b.id FROM cj_a a RIGHT JOIN cj_b b ON a.k = b.k", False),
     ("SELECT a.k + b.k FROM cj_a a JOIN cj_b b ON a.k = b.k", False),

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-import proxy.ddl as ddl
+import proxy.ddl.ddl as ddl
 from meta.errors import RefreshIncomplete
-from proxy.ddl import DdlRunner
+from proxy.ddl.ddl import DdlRunner
 
 KEY = ("schema1", "t1")
 

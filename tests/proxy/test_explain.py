@@ -11,8 +11,8 @@ import pytest
 
 from harness import ProxyProcess, free_port, proxy_config
 from meta.config import parse_config
-from proxy.primitives import Explainer, MultiWrite, Route, Scatter
-from proxy.router import Router
+from proxy.exec.primitives import Explainer, MultiWrite, Route, Scatter
+from proxy.plan.router import Router
 
 TABLES = {
     "ex_a": {"type": "sharding", "nodes": ["dn1", "dn2", "dn3", "dn4"], "function": "hash-four", "column": "id"},
@@ -115,7 +115,7 @@ def test_explain_with_a_format_is_mariadbs_and_a_syntax_error_is_mariadbs(px: An
 
 
 def test_a_read_no_node_plan_answers_is_explained_as_over_copies(px: Any) -> None:
-    """A window function over rows on several nodes runs on one MariaDB over copies (proxy/materialize.py):
+    """A window function over rows on several nodes runs on one MariaDB over copies (proxy/exec/materialize.py):
     EXPLAIN says so, and the statement itself answers as one MariaDB would."""
     sql = "SELECT id, ROW_NUMBER() OVER (ORDER BY k DESC) AS rn FROM ex_a"
     _, rows = explain(px, "EXPLAIN " + sql)

@@ -123,7 +123,7 @@ def test_session_state_reaches_fast_queries(proxy, seeded) -> None:
 
 def _router():
     from meta.config import parse_config
-    from proxy.router import Router
+    from proxy.plan.router import Router
 
     fake = [SimpleNamespace(host="127.0.0.1", port=p) for p in (3306, 3307)]
     raw = proxy_config(fake, 8066, 9066)
@@ -153,7 +153,7 @@ SHORTCUT_CASES = [
 
 @pytest.mark.parametrize("sql", SHORTCUT_CASES)
 def test_router_shortcut_plans_what_the_planner_plans(sql, monkeypatch) -> None:
-    import proxy.router as router_mod
+    import proxy.plan.router as router_mod
 
     fast = _router()
     try:
@@ -178,7 +178,7 @@ def test_router_shortcut_plans_what_the_planner_plans(sql, monkeypatch) -> None:
 def _answers():
     from hypothesis import strategies as st
 
-    from proxy.protocol.packets import frame, lenenc_int, lenenc_str
+    from proxy.wire.packets import frame, lenenc_int, lenenc_str
 
     def coldef(name: bytes) -> bytes:
         return (lenenc_str(b"def") + lenenc_str(b"db") + lenenc_str(b"t") + lenenc_str(b"t") + lenenc_str(name)
@@ -231,9 +231,9 @@ def _answers():
 def test_quick_answer_check_agrees_with_the_scanner() -> None:
     from hypothesis import given, settings
 
-    from proxy.backend import whole_text_answer
-    from proxy.protocol.constants import STATUS_MORE_RESULTS
-    from proxy.protocol.response import ResponseScanner
+    from proxy.backends.backend import whole_text_answer
+    from proxy.wire.constants import STATUS_MORE_RESULTS
+    from proxy.wire.response import ResponseScanner
 
     hits = []
 

@@ -9,10 +9,10 @@ import pymysql
 import pytest
 from harness import free_port, proxy_config
 
-from proxy.protocol.handshake import build_handshake_response, parse_greeting, scramble_native_password
-from proxy.protocol import constants as C
-from proxy.protocol.packets import frame
-from proxy.protocol.response import ResponseScanner
+from proxy.wire.handshake import build_handshake_response, parse_greeting, scramble_native_password
+from proxy.wire import constants as C
+from proxy.wire.packets import frame
+from proxy.wire.response import ResponseScanner
 
 
 def _rss_kb(pid: int) -> int:

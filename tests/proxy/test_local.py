@@ -8,9 +8,9 @@ from typing import Iterator
 import pytest
 
 from meta.errors import ParseError
-from proxy import local, sqltok
-from proxy.protocol.constants import T_LONGLONG, T_VAR_STRING
-from proxy.protocol.messages import ColumnDef
+from proxy.plan import local, sqltok
+from proxy.wire.constants import T_LONGLONG, T_VAR_STRING
+from proxy.wire.messages import ColumnDef
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.manager_parse import (CheckFullMetadata, CheckMetadata, KillDdlLock, ManagerSyntaxError, ReloadMetadata,
+from proxy.manager.manager_parse import (CheckFullMetadata, CheckMetadata, KillDdlLock, ManagerSyntaxError, ReloadMetadata,
                                  RepairDdl, ShowCluster, ShowDdl, ShowHelp, TableFilter, normalize_time, parse_manager)
 
 

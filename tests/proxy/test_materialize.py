@@ -1,4 +1,4 @@
-"""Cross-node reads answered over temporary copies of their rows (proxy/materialize.py): window
+"""Cross-node reads answered over temporary copies of their rows (proxy/exec/materialize.py): window
 functions, JOINs of three tables, non-equi joins and subqueries over tables on different nodes answer
 exactly as one MariaDB holding all the rows; what would be evaluated differently is refused with 1235."""
 
@@ -231,7 +231,7 @@ def test_a_view_on_a_node_is_read_as_its_select(both: tuple[Any, Any, Any]) -> N
 
 
 def test_the_temporary_twin_keeps_the_columns_and_drops_what_temporary_tables_cannot_have() -> None:
-    from proxy.materialize import temporary_definition
+    from proxy.exec.materialize import temporary_definition
     create = ("CREATE TABLE `t``x` (\n  `id` int(11) NOT NULL,\n  `p` int(11) DEFAULT NULL,\n"
               "  `s` varchar(8) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL,\n"
               "  `ts` timestamp(3) NULL DEFAULT NULL,\n  `g` int(11) GENERATED ALWAYS AS (`p` + 1) VIRTUAL,\n"

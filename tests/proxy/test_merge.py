@@ -13,15 +13,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from meta.errors import NotSupported
-from proxy.merge import avg_decimal, decoded, merge_results, merge_streams, merged_columns
-from proxy.mergeplan import AVG, COUNT, MAX, MIN, SUM, Aggregate, HavingTerm, MergePlan, SortKey
-from proxy.numfmt import format_double
-from proxy.protocol.constants import (
+from proxy.exec.merge import avg_decimal, decoded, merge_results, merge_streams, merged_columns
+from proxy.plan.mergeplan import AVG, COUNT, MAX, MIN, SUM, Aggregate, HavingTerm, MergePlan, SortKey
+from proxy.wire.numfmt import format_double
+from proxy.wire.constants import (
     CHARSET_BINARY, ENUM_FLAG, T_DATETIME, T_DOUBLE, T_LONGLONG, T_NEWDECIMAL, T_STRING,
     T_TIME, T_VAR_STRING,
 )
-from proxy.protocol.messages import ColumnDef, ResultSet, encode_text_row
-from proxy.scatter import plan_scatter_select
+from proxy.wire.messages import ColumnDef, ResultSet, encode_text_row
+from proxy.plan.scatter import plan_scatter_select
 
 INT = ColumnDef("i", T_LONGLONG, CHARSET_BINARY, 21)
 STR = ColumnDef("s", T_VAR_STRING)  # utf8mb4_general_ci

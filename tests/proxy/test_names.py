@@ -8,12 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meta.config import parse_config
-from proxy.backend import whole_text_answer
-from proxy.names import GroupNames, group_names
-from proxy.protocol.messages import (ColumnDef, ResultSet, encode_resultset, err_packet, parse_column_def,
+from proxy.backends.backend import whole_text_answer
+from proxy.backends.names import GroupNames, group_names
+from proxy.wire.messages import (ColumnDef, ResultSet, encode_resultset, err_packet, parse_column_def,
                                      parse_err)
-from proxy.protocol.packets import frame
-from proxy.protocol.response import ResponseScanner
+from proxy.wire.packets import frame
+from proxy.wire.response import ResponseScanner
 
 
 class _B:

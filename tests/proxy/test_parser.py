@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from meta.errors import ParseError
-from proxy.analysis import Table
-from proxy.parser import Parser
-from proxy.sqltok import tokenize
+from proxy.plan.analysis import Table
+from proxy.plan.parser import Parser
+from proxy.plan.sqltok import tokenize
 
 
 def parser(sql: str) -> Parser:

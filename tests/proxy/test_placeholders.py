@@ -1,11 +1,11 @@
-"""Sans-I/O: where a `?` written as a literal would change a prepared statement's meaning (proxy/placeholders.py)."""
+"""Sans-I/O: where a `?` written as a literal would change a prepared statement's meaning (proxy/plan/placeholders.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.placeholders import positional_placeholder, select_aliases
-from proxy.sqltok import tokenize
+from proxy.plan.placeholders import positional_placeholder, select_aliases
+from proxy.plan.sqltok import tokenize
 
 
 @pytest.mark.parametrize("sql, names", [

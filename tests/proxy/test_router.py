@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from meta.config import parse_config
 from meta.errors import (DbAccessDenied, NoDatabaseSelected, NoSuchTable, NotSupported, ParseError, ProxyError,
                          UnknownDatabase)
-from proxy.router import Plan, Router, Target
+from proxy.plan.router import Plan, Router, Target
 
 EXAMPLE = {   # DESIGN.md §2, verbatim in substance
     "server": {"instance": "dble-1", "bind": "127.0.0.1", "port": 8066, "manager_port": 9066},
@@ -63,11 +63,11 @@ def extended() -> dict[str, Any]:
     return raw
 
 
-import proxy.merge as real_merge  # the real scatter planner, kept before the stub replaces it in sys.modules
+import proxy.exec.merge as real_merge  # the real scatter planner, kept before the stub replaces it in sys.modules
 
 
 class StubMerge:
-    """Stands in for proxy.mergeplan's MergePlan: the router only passes it through."""
+    """Stands in for proxy.plan.mergeplan's MergePlan: the router only passes it through."""
 
     def __init__(self, sql: str) -> None:
         self.sql = sql
@@ -79,9 +79,9 @@ def _stub_plan_scatter_select(sql: str) -> tuple[str, StubMerge]:
 
 @pytest.fixture(autouse=True)
 def merge_stub(monkeypatch: pytest.MonkeyPatch) -> None:
-    """proxy.scatter is another engineer's module: route() is tested against a stub of its one function."""
-    import proxy.scatter
-    monkeypatch.setattr(proxy.scatter, "plan_scatter_select", _stub_plan_scatter_select)
+    """proxy.plan.scatter is another engineer's module: route() is tested against a stub of its one function."""
+    import proxy.plan.scatter
+    monkeypatch.setattr(proxy.plan.scatter, "plan_scatter_select", _stub_plan_scatter_select)
 
 
 @pytest.fixture(scope="module")
@@ -572,7 +572,7 @@ def test_scatter_read_passes_physical_sql_to_merge(router: Router) -> None:
 
 
 def test_scatter_reads_are_accepted_by_the_real_merge(router: Router, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "proxy.merge", real_merge)
+    monkeypatch.setitem(sys.modules, "proxy.exec.merge", real_merge)
     for sql, schema, expected, _, _, merged in ROUTES:
         if merged:
             plan = router.route(sql, schema)
@@ -582,7 +582,7 @@ def test_scatter_reads_are_accepted_by_the_real_merge(router: Router, monkeypatc
 def test_merge_not_supported_propagates(router: Router, monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(sql: str) -> Any:
         raise NotSupported("cannot merge that")
-    monkeypatch.setattr(sys.modules["proxy.scatter"], "plan_scatter_select", refuse)
+    monkeypatch.setattr(sys.modules["proxy.plan.scatter"], "plan_scatter_select", refuse)
     with pytest.raises(NotSupported, match="cannot merge that"):
         router.route("SELECT * FROM sharding_4_t1", "schema1")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from meta.errors import NotSupported, ProxyError
-from proxy import scatter
-from proxy.mergeplan import AVG, COUNT, SUM, Aggregate, HavingTerm, MergePlan, SortKey
-from proxy.scatter import plan_scatter_select
+from proxy.plan import scatter
+from proxy.plan.mergeplan import AVG, COUNT, SUM, Aggregate, HavingTerm, MergePlan, SortKey
+from proxy.plan.scatter import plan_scatter_select
 
 
 @pytest.fixture(autouse=True)

@@ -1,14 +1,14 @@
-"""The streaming concatenation of scattered reads (proxy/scatter_relay.py), byte for byte, without sockets."""
+"""The streaming concatenation of scattered reads (proxy/exec/scatter_relay.py), byte for byte, without sockets."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.protocol import constants as C
-from proxy.protocol.messages import (ColumnDef, ResultSet, decode_text_row, encode_resultset, err_packet,
+from proxy.wire import constants as C
+from proxy.wire.messages import (ColumnDef, ResultSet, decode_text_row, encode_resultset, err_packet,
                                      parse_column_def)
-from proxy.protocol.packets import PacketFramer, frame
-from proxy.scatter_relay import ConcatRelay
+from proxy.wire.packets import PacketFramer, frame
+from proxy.exec.scatter_relay import ConcatRelay
 
 COLS = [ColumnDef("id", C.T_LONG, 63, 11), ColumnDef("name", C.T_VAR_STRING, 45, 80)]
 

@@ -18,8 +18,8 @@ import pytest
 from meta.config import parse_config
 from meta.errors import NotSupported, ProxyError
 from meta.sequence_file import SequenceFile
-from proxy.router import Router
-from proxy.sequence import Sequences
+from proxy.plan.router import Router
+from proxy.exec.sequence import Sequences
 
 from test_router import EXAMPLE
 
@@ -53,7 +53,7 @@ def _sequences(block: int = 10) -> tuple[Sequences, Router]:
     cfg = parse_config(raw)
     router = Router(cfg, None, lambda s, t: COLUMNS.get((s, t)))
     server = types.SimpleNamespace(config=cfg, cluster=None, router=router,
-                                   _table_columns=lambda s, t: COLUMNS.get((s, t)))
+                                   table_columns=lambda s, t: COLUMNS.get((s, t)))
     seqs = Sequences(server)  # type: ignore[arg-type]
     seqs.store = MemoryStore()
     seqs.store.next["schema1.sharding_4_t1"] = 1

@@ -12,11 +12,12 @@ import pytest
 
 from meta.config import parse_config
 from meta.errors import NotSupported, ProxyError
-from proxy.protocol.constants import T_LONG, T_VAR_STRING
-from proxy.protocol.messages import ColumnDef
-from proxy.router import Router
-from proxy.setops import Leaf, Ordered, SetNode, _aggregate_collation, _evaluate, _Result
-from proxy.variance import variance_result
+from proxy.wire.constants import T_LONG, T_VAR_STRING
+from proxy.wire.messages import ColumnDef
+from proxy.plan.router import Router
+from proxy.exec.setops import _aggregate_collation, _evaluate, _Result
+from proxy.plan.setplan import Leaf, Ordered, SetNode
+from proxy.exec.variance import variance_result
 
 CONFIG = {
     "server": {"instance": "t", "bind": "127.0.0.1", "port": 8066, "manager_port": 9066},

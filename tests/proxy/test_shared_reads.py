@@ -1,4 +1,4 @@
-"""Point reads of sessions in autocommit share pipelined backend connections (proxy/pool.py shared_conn).
+"""Point reads of sessions in autocommit share pipelined backend connections (proxy/backends/pool.py shared_conn).
 
 Several sessions' reads travel on one backend connection, answered in order; what a user must see is
 exactly what a connection of their own would give: their own rows, in their own session state, with

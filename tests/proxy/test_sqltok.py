@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy import sqltok
-from proxy.sqltok import first_keyword, hex_value, split_statements, tokenize, unquote_ident, unquote_string
+from proxy.plan import sqltok
+from proxy.plan.sqltok import first_keyword, hex_value, split_statements, tokenize, unquote_ident, unquote_string
 
 
 def kinds(sql: str) -> list[tuple[str, str]]:

@@ -12,7 +12,7 @@ import pytest
 from harness import free_port, proxy_config, require_tool
 
 from meta.errors import ParseError
-from proxy.view_parse import parse
+from proxy.plan.view_parse import parse
 
 
 def _err(cur: Any, sql: str) -> tuple[int, str]:

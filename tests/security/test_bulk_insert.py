@@ -14,10 +14,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "proxy"))
 from test_router import extended  # noqa: E402
 
-import proxy.router as router_mod  # noqa: E402
+import proxy.plan.router as router_mod  # noqa: E402
 from meta.config import parse_config  # noqa: E402
 from meta.errors import ProxyError  # noqa: E402
-from proxy.router import Router  # noqa: E402
+from proxy.plan.router import Router  # noqa: E402
 
 
 @pytest.fixture(scope="module")

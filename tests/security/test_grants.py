@@ -14,8 +14,8 @@ from test_router import EXAMPLE  # noqa: E402
 
 from meta.config import ConfigError, parse_config  # noqa: E402
 from meta.errors import DbAccessDenied, NotSupported, TableAccessDenied  # noqa: E402
-from proxy.analyzer import Grants  # noqa: E402
-from proxy.router import Router  # noqa: E402
+from proxy.plan.analyzer import Grants  # noqa: E402
+from proxy.plan.router import Router  # noqa: E402
 
 
 def _config(**user):

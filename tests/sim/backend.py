@@ -265,7 +265,7 @@ class Backend:
     def _end(self, q: Query, result: BackendError | None) -> None:
         self.processlist.pop(q.conn, None)
         if q.sent is not None:
-            # SHOW CREATE TABLE on the DDL's own connection right after it (proxy/ddl.py reads it back there)
+            # SHOW CREATE TABLE on the DDL's own connection right after it (proxy/ddl/ddl.py reads it back there)
             q.sent.after = self.tables.get(q.table)
             q.sent.after_at = len(self.history.setdefault(q.table, [None])) - 1
         for h in self.on_end:

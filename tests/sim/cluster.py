@@ -32,7 +32,7 @@ class SimBug(RuntimeError):
 class Variant:
     """Which protocol the simulated cluster runs: production's as is ("fixed"), or with one fix reverted by
     the test (a broken subclass of a core or driver class passed in, or a knob of the simulator's own
-    stand-ins for proxy/ddl.py and meta.loader)."""
+    stand-ins for proxy/ddl/ddl.py and meta.loader)."""
 
     name: str = "fixed"
     originator_core: type = OriginatorCore
@@ -41,7 +41,7 @@ class Variant:
     listener_class: type | None = None         # zk/listener.py's DdlListener unless a subclass is given
     # DdlRunner.running as the reconciler and release_table ask it; False: finds nothing (reads at once)
     reconciler_looks: bool = True
-    # `kill @@ddl_lock`: proxy/server.py's holder check and production's release_table; False: the old
+    # `kill @@ddl_lock`: proxy/runtime.py's holder check and production's release_table; False: the old
     # release (whatever record and lock are there by then, deleted recursively)
     kill_refuses_live_holder: bool = True
     # a node unreachable also fails metadata reads (a subscriber's reload, a catch-up); False: only new DDL

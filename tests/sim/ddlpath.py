@@ -1,11 +1,11 @@
-"""A client's DDL on a simulated instance: proxy/ddl.py's DdlRunner._locked around production's
+"""A client's DDL on a simulated instance: proxy/ddl/ddl.py's DdlRunner._locked around production's
 zk/originator.py ClusterDdl, which runs unchanged (INIT, fencing, the INIT acks overlapping the run,
 the fast or classic end, cleanup, the reload everywhere after a lost decision).
 
-What is mirrored here is only proxy/ddl.py's own part, which speaks MySQL to the nodes: the local lock,
+What is mirrored here is only proxy/ddl/ddl.py's own part, which speaks MySQL to the nodes: the local lock,
 every node reachable first, the DDL (with its marker) on every node without a time limit, announce()
 once it is sent, the outcome published while this instance refreshes from what the nodes read back,
-and reload_later when that refresh missed a node. The operator's `kill @@ddl_lock` is proxy/server.py's
+and reload_later when that refresh missed a node. The operator's `kill @@ddl_lock` is proxy/runtime.py's
 holder check in front of production's Cluster.release_table.
 """
 
@@ -117,7 +117,7 @@ def _settle(inst: Instance, fut: asyncio.Future) -> Any:
 
 
 async def kill_ddl_lock(inst: Instance, table: str, force: bool) -> str:
-    """proxy/server.py kill_ddl_lock: refused while the DDL's holder is online unless `force`, then
+    """proxy/runtime.py kill_ddl_lock: refused while the DDL's holder is online unless `force`, then
     production's Cluster.release_table (which refuses while the DDL's marker still runs on a node)."""
     cl = inst.cluster
     schema = inst.c.schema

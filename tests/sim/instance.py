@@ -8,7 +8,7 @@ what the protocol sees of it:
 - the metadata registry (a table's structure per node, and a version),
 - meta.loader and DdlRunner.refresh/refresh_now/reload_later/running (reads and processlists of the
   simulated backends; a read that misses a node is partial, as meta.loader's), and
-- the client DDL path of proxy/ddl.py around ClusterDdl (ddlpath.py).
+- the client DDL path of proxy/ddl/ddl.py around ClusterDdl (ddlpath.py).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from .ports import SimPeerLinks, SimPeerServer, SimZk
 if TYPE_CHECKING:
     from .cluster import SimCluster
 
-RELOAD_RETRY_FIRST_S = 1.0   # proxy/ddl.py's
+RELOAD_RETRY_FIRST_S = 1.0   # proxy/ddl/ddl.py's
 RELOAD_RETRY_MAX_S = 30.0
 RESTART_AFTER_S = 1.0        # a process whose start failed is started again (its supervisor)
 

@@ -124,7 +124,7 @@ def test_each_fix_reverted_is_found(variant: str, seed: int, found: str) -> None
 CLOSED = [
     # a DDL that failed on a node that went down after the reachability check: the originator's refresh
     # cannot read that node; it now reads the table again in the background, backing off, until every node
-    # answers (proxy/ddl.py DdlRunner.reload_later)
+    # answers (proxy/ddl/ddl.py DdlRunner.reload_later)
     ("originator-refresh", 1000003406, {}),
     # meta.loader's partial load (a node unreachable: its old structure carried over): the subscriber counted
     # the outcome as applied and never reloaded the table; now RefreshIncomplete -> ack ok=False -> retried

@@ -1,6 +1,6 @@
 """The protocol with one of issue 17's fixes reverted, built test-side: a broken subclass of a core or
-driver class, or a knob of the simulator's own stand-ins (proxy/ddl.py's DdlRunner, meta.loader,
-proxy/server.py's kill check). Production has no switch for any of them."""
+driver class, or a knob of the simulator's own stand-ins (proxy/ddl/ddl.py's DdlRunner, meta.loader,
+proxy/runtime.py's kill check). Production has no switch for any of them."""
 
 from __future__ import annotations
 

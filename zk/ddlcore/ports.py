@@ -1,5 +1,5 @@
 """The narrow interfaces a driver of the core provides (production: zk/zklog.py over zk/aio.py and
-proxy/ddl.py's backends; tests: the deterministic simulator's models). The core itself calls none of
+proxy/ddl/ddl.py's backends; tests: the deterministic simulator's models). The core itself calls none of
 them: its step functions return transactions and decisions, the driver runs them through these."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Byte-level tests of the binary protocol codec (proxy/protocol/binary.py).
+"""Byte-level tests of the binary protocol codec (proxy/wire/binary.py).
 
 Expected bytes are written from the protocol documentation (COM_STMT_EXECUTE, binary result rows);
 the integration tests in tests/proxy/test_prepared.py compare with MariaDB's own answers.
@@ -14,14 +14,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.protocol import constants as C
-from proxy.protocol.binary import (LONG_DATA, BinaryResultConverter, ParamType, binary_value, encode_binary_row,
+from proxy.wire import constants as C
+from proxy.wire.binary import (LONG_DATA, BinaryResultConverter, ParamType, binary_value, encode_binary_row,
                                    limit_literal, limit_placeholders,
                                    parse_execute, parse_prepare_response, parse_send_long_data, placeholder_positions,
                                    prepare_ok, quote_string, sql_literal, stmt_id_of, substitute)
-from proxy.protocol.messages import ColumnDef, ResultSet, encode_resultset, eof_packet, err_packet, ok_packet
-from proxy.protocol.packets import PacketFramer, ProtocolError, frame, lenenc_str
-from proxy.sqltok import tokenize
+from proxy.wire.messages import ColumnDef, ResultSet, encode_resultset, eof_packet, err_packet, ok_packet
+from proxy.wire.packets import PacketFramer, ProtocolError, frame, lenenc_str
+from proxy.plan.sqltok import tokenize
 
 
 def _exec_head(stmt_id: int = 7, flags: int = 0) -> bytes:

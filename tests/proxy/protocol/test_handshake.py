@@ -1,4 +1,4 @@
-"""Byte-level tests of the connection phase (proxy/protocol/handshake.py).
+"""Byte-level tests of the connection phase (proxy/wire/handshake.py).
 
 Real bytes: a HandshakeV10 captured from MariaDB 10.11.19, and the HandshakeResponse41 that
 PyMySQL 1.2.4 and the `mysql` CLI (MariaDB 10.11 / libmariadb 3.3.20) sent back to
@@ -17,8 +17,8 @@ from harness import require_tool
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.protocol import constants as C
-from proxy.protocol.handshake import (
+from proxy.wire import constants as C
+from proxy.wire.handshake import (
     HandshakeResponse,
     ServerGreeting,
     build_auth_switch,
@@ -34,8 +34,8 @@ from proxy.protocol.handshake import (
     scramble_native_password,
     verify_native_password,
 )
-from proxy.protocol.messages import err_packet
-from proxy.protocol.packets import ProtocolError, frame
+from proxy.wire.messages import err_packet
+from proxy.wire.packets import ProtocolError, frame
 
 
 def _h(s: str) -> bytes:

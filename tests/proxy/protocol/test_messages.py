@@ -1,4 +1,4 @@
-"""Byte-level tests of OK/ERR/EOF, column definitions and text rows (proxy/protocol/messages.py).
+"""Byte-level tests of OK/ERR/EOF, column definitions and text rows (proxy/wire/messages.py).
 
 Hand-written byte strings come from the examples in the MySQL protocol documentation; the
 "captured" ones were read off the wire from MariaDB 10.11.19 (schema `pydble_codec_capture`, table
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.protocol import constants as C
-from proxy.protocol.messages import (
+from proxy.wire import constants as C
+from proxy.wire.messages import (
     ColumnDef,
     ErrInfo,
     OkInfo,
@@ -33,7 +33,7 @@ from proxy.protocol.messages import (
     parse_ok,
     to_text,
 )
-from proxy.protocol.packets import PacketFramer, ProtocolError, frame
+from proxy.wire.packets import PacketFramer, ProtocolError, frame
 
 
 def _h(s: str) -> bytes:

@@ -1,4 +1,4 @@
-"""Byte-level tests of packet framing and length-encoded values (proxy/protocol/packets.py)."""
+"""Byte-level tests of packet framing and length-encoded values (proxy/wire/packets.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.protocol.constants import MAX_PACKET
-from proxy.protocol.packets import (
+from proxy.wire.constants import MAX_PACKET
+from proxy.wire.packets import (
     PacketFramer,
     PacketTooBig,
     ProtocolError,

@@ -1,4 +1,4 @@
-"""Byte-level tests of ResponseScanner (proxy/protocol/response.py).
+"""Byte-level tests of ResponseScanner (proxy/wire/response.py).
 
 The fixtures were read off the wire from MariaDB 10.11.19 with a raw-socket client (handshake by
 build_handshake_response), once without and once with CLIENT_DEPRECATE_EOF ("_EOF" / "_DEOF"),
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.protocol import constants as C
-from proxy.protocol.messages import (
+from proxy.wire import constants as C
+from proxy.wire.messages import (
     ColumnDef,
     ErrInfo,
     OkInfo,
@@ -25,8 +25,8 @@ from proxy.protocol.messages import (
     err_packet,
     ok_packet,
 )
-from proxy.protocol.packets import ProtocolError, frame, packets_seq_after
-from proxy.protocol.response import ResponseScanner
+from proxy.wire.packets import ProtocolError, frame, packets_seq_after
+from proxy.wire.response import ResponseScanner
 
 
 def _h(s: str) -> bytes:

@@ -1,0 +1,1 @@
+"""Backend connections and their pools: relaying, pipelining, physical names, deadlocks across them."""

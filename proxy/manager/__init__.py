@@ -1,0 +1,1 @@
+"""The manager port (9066): its commands and their parser."""

@@ -1,0 +1,498 @@
+"""Statements the proxy answers itself: SET, USE, transaction control, driver probes, SHOW DATABASES/TABLES."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from meta.errors import NotSupported, ParseError
+
+from proxy.wire.constants import T_LONGLONG, T_VAR_STRING
+from proxy.wire.messages import ColumnDef, ResultSet
+from proxy.plan.sqltok import tokenize, unquote_ident
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One session change from a SET statement."""
+
+    key: str          # 'autocommit', 'names', 'isolation', 'tx_read_only', a variable name, or '@user'
+    sql: str          # the statement that replays it on a backend ('' for autocommit)
+    value: str = ""   # autocommit: '0' or '1'
+
+
+def split_top_level(text: str, sep: str = ",") -> list[str]:
+    """Split on sep outside quotes, backticks and parentheses."""
+    parts: list[str] = []
+    depth = 0
+    quote = ""
+    start = 0
+    i = 0
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if quote:
+            if ch == "\\" and quote != "`":
+                i += 2
+                continue
+            if ch == quote:
+                if i + 1 < n and text[i + 1] == quote:
+                    i += 2
+                    continue
+                quote = ""
+        elif ch in "'\"`":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts]
+
+
+_NAMES = re.compile(r"^NAMES\s+(?P<cs>'[^']*'|\"[^\"]*\"|`[^`]*`|\w+)(?:\s+COLLATE\s+(?P<co>'[^']*'|\"[^\"]*\"|\w+))?\s*$", re.I | re.S)
+_CHARSET = re.compile(r"^(?:CHARACTER\s+SET|CHARSET)\s+(?P<cs>'[^']*'|\"[^\"]*\"|\w+)\s*$", re.I | re.S)
+_TRANSACTION = re.compile(r"^(?:(?P<scope>SESSION|LOCAL|GLOBAL)\s+)?TRANSACTION\s+(?P<rest>.+)$", re.I | re.S)
+_ASSIGN = re.compile(
+    r"^(?:(?P<scope>GLOBAL|SESSION|LOCAL|PERSIST)\s+|@@(?P<scope2>global|session|local)\.|@@)?"
+    r"(?P<name>@?`?[\w$.]+`?)\s*(?::=|=)\s*(?P<value>.+)$", re.I | re.S)
+_BOOL = {"0": "0", "1": "1", "off": "0", "on": "1", "false": "0", "true": "1", "'off'": "0", "'on'": "1",
+         "'0'": "0", "'1'": "1"}
+
+
+_NOT_REPLAYED = frozenset({"SELECT", "WITH", "TABLE", "VALUES", "LOAD_FILE", "SYS_EXEC", "SYS_EVAL"})
+
+
+def _replayable(value: str) -> None:
+    """A SET value is replayed on every backend connection the session uses: an expression only, never
+    a query (it would read tables past the grant check), an executable comment or a host function."""
+    for kind, text, _, _ in tokenize(value):
+        if kind == "h" or (kind == "w" and text.upper() in _NOT_REPLAYED):
+            raise NotSupported("SET with a subquery, an executable comment or LOAD_FILE is not supported by "
+                               "pydble: the value is replayed on backend connections")
+
+
+def parse_set(sql: str) -> list[Assignment]:
+    """Turn a SET statement into session changes; GLOBAL scope is refused."""
+    toks = tokenize(sql)  # version comments are opened here: /*!40101 SET NAMES utf8 */
+    while toks and toks[-1][1] == ";" and toks[-1][0] == "o":
+        toks.pop()
+    if not toks or toks[0][0] != "w" or toks[0][1].upper() != "SET":
+        raise ParseError("not a SET statement")
+    if len(toks) < 2:
+        raise ParseError("You have an error in your SQL syntax near ''")
+    body = sql[toks[1][2]:toks[-1][3]]
+    out: list[Assignment] = []
+    tm = _TRANSACTION.match(body)
+    if tm:
+        if (tm.group("scope") or "").upper() == "GLOBAL":
+            raise NotSupported("SET GLOBAL is not supported through the proxy; set it on the backends")
+        rest = tm.group("rest").strip()
+        for item in split_top_level(rest):
+            up = " ".join(item.upper().split())
+            if up.startswith("ISOLATION LEVEL "):
+                out.append(Assignment("isolation", f"SET SESSION TRANSACTION {up}"))
+            elif up in ("READ ONLY", "READ WRITE"):
+                out.append(Assignment("tx_read_only", f"SET SESSION TRANSACTION {up}"))
+            else:
+                raise ParseError(f"You have an error in your SQL syntax near '{item}'")
+        return out
+    for item in split_top_level(body):
+        nm = _NAMES.match(item)
+        if nm:
+            cs = nm.group("cs").strip("'\"`").lower()
+            co = (nm.group("co") or "").strip("'\"`").lower()
+            if cs == "default":
+                out.append(Assignment("names", ""))
+            else:
+                out.append(Assignment("names", f"SET NAMES {cs}" + (f" COLLATE {co}" if co else "")))
+            continue
+        cm = _CHARSET.match(item)
+        if cm:
+            cs = cm.group("cs").strip("'\"").lower()
+            out.append(Assignment("names", f"SET CHARACTER SET {cs}"))
+            continue
+        am = _ASSIGN.match(item)
+        if not am:
+            raise ParseError(f"You have an error in your SQL syntax near '{item[:40]}'")
+        scope = (am.group("scope") or am.group("scope2") or "").upper()
+        if scope in ("GLOBAL", "PERSIST"):
+            raise NotSupported("SET GLOBAL is not supported through the proxy; set it on the backends")
+        name = am.group("name").strip("`")
+        value = am.group("value").strip()
+        _replayable(value)
+        if name.startswith("@"):
+            out.append(Assignment(name.lower(), f"SET {name} = {value}"))
+            continue
+        lname = name.lower()
+        if lname == "autocommit":
+            v = _BOOL.get(value.lower())
+            if v is None:
+                raise ParseError(f"Variable 'autocommit' can't be set to the value of '{value}'", 1231, "42000")
+            out.append(Assignment("autocommit", "", v))
+        elif lname in ("names", "character_set_client", "character_set_results", "character_set_connection",
+                       "collation_connection"):
+            out.append(Assignment(lname, f"SET SESSION {lname} = {value}"))
+        elif lname in ("transaction_isolation", "tx_isolation"):
+            out.append(Assignment("isolation", f"SET SESSION tx_isolation = {value}"))
+        elif lname in ("transaction_read_only", "tx_read_only"):
+            out.append(Assignment("tx_read_only", f"SET SESSION tx_read_only = {value}"))
+        else:
+            out.append(Assignment(lname, f"SET SESSION {lname} = {value}"))
+    return out
+
+
+# -- driver probes answered locally ---------------------------------------------------------------
+_LOCAL_FUNCS = {
+    "database()": "database", "schema()": "database", "connection_id()": "connection_id",
+    "last_insert_id()": "last_insert_id", "user()": "user", "current_user()": "user",
+    "current_user": "user", "session_user()": "user", "system_user()": "user",
+    "@@version_comment": "version_comment", "@@session.version_comment": "version_comment",
+    "@@identity": "last_insert_id", "@@last_insert_id": "last_insert_id",
+    "@@warning_count": "warning_count", "@@session.warning_count": "warning_count",
+    "@@error_count": "error_count", "@@session.error_count": "error_count",
+}
+_LOCAL_SELECT = re.compile(r"^\s*SELECT\s+(?P<items>.+?)\s*(?:LIMIT\s+\d+\s*)?;?\s*$", re.I | re.S)
+_ITEM = re.compile(r"^(?P<expr>[@\w.]+(?:\(\s*\))?)(?:\s+(?:AS\s+)?(?P<alias>`[^`]+`|'[^']+'|\"[^\"]+\"|\w+))?$",
+                   re.I | re.S)
+
+
+def local_select(sql: str, values: dict[str, object]) -> ResultSet | None:
+    """Answer `SELECT DATABASE()`, `SELECT @@version_comment LIMIT 1` and friends, or None to route it."""
+    if len(sql) > 1024 or " from " in sql.lower():
+        return None  # probes are short and table-less; a 17 MB literal must not meet the regex below
+    m = _LOCAL_SELECT.match(sql)
+    if not m:
+        return None
+    cols: list[ColumnDef] = []
+    row: list[bytes | None] = []
+    for item in split_top_level(m.group("items")):
+        im = _ITEM.match(item)
+        if not im:
+            return None
+        key = _LOCAL_FUNCS.get(im.group("expr").lower().replace(" ", ""))
+        if key is None:
+            return None
+        name = (im.group("alias") or im.group("expr")).strip("`'\"")
+        v = values.get(key)
+        if isinstance(v, int):
+            cols.append(ColumnDef(name, T_LONGLONG, 63, 21, 0x81))
+        else:
+            cols.append(ColumnDef(name, T_VAR_STRING, 45, 256))
+        row.append(None if v is None else str(v).encode())
+    return ResultSet(cols, [row])
+
+
+# -- savepoints ------------------------------------------------------------------------------------
+_SP_NAME = r"(`(?:[^`]|``)+`|[\w$]+)"
+_SAVEPOINT = re.compile(rf"^\s*(?:SAVEPOINT\s+{_SP_NAME}|ROLLBACK\s+(?:WORK\s+)?TO\s+(?:SAVEPOINT\s+)?{_SP_NAME}"
+                        rf"|RELEASE\s+SAVEPOINT\s+{_SP_NAME})\s*;?\s*$", re.I | re.S)
+
+
+def parse_savepoint(sql: str) -> tuple[str, str] | None:
+    """('SAVEPOINT' | 'ROLLBACK' | 'RELEASE', name) for the savepoint statements, else None."""
+    m = _SAVEPOINT.match(sql)
+    if not m:
+        return None
+    op = ("SAVEPOINT", "ROLLBACK", "RELEASE")[next(i for i in range(3) if m.group(i + 1) is not None)]
+    name = next(g for g in m.groups() if g is not None)
+    if name[0] == "`":
+        name = name[1:-1].replace("``", "`")
+    return op, name
+
+
+# -- DATABASE(), CONNECTION_ID() and USER() inside routed statements ---------------------------------
+_DB_CALL = re.compile(r"(?:database|schema|connection_id|user)\s*\(", re.I)
+_USER_CALLS = ("USER", "CURRENT_USER", "SESSION_USER", "SYSTEM_USER")
+_ITEM_END = frozenset({",", ";", "FROM", "LIMIT", "ORDER", "WHERE", "GROUP", "HAVING", "UNION", "INTO", "FOR"})
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def calls_session_functions(sql: str, low: str | None = None) -> bool:
+    """Whether a statement may call DATABASE()/SCHEMA()/CONNECTION_ID()/USER()..., which pydble answers;
+    low: sql.lower() when the caller has it already (the fast path)."""
+    low = sql.lower() if low is None else low
+    return ("database" in low or "schema" in low or "connection_id" in low or "user" in low) \
+        and _DB_CALL.search(sql) is not None
+
+
+def substitute_database(sql: str, schema: str | None, conn_id: int | None = None, user: str | None = None) -> str:
+    """Replace DATABASE()/SCHEMA() with the logical schema name: a backend would answer 'db3'; and, when
+    given, CONNECTION_ID() and USER()/CURRENT_USER()/... with the client's (a backend would answer its own
+    thread and its own backend account)."""
+    if not calls_session_functions(sql):
+        return sql
+    toks = tokenize(sql)
+    lits = {"DATABASE": "NULL" if schema is None else _literal(schema)}
+    lits["SCHEMA"] = lits["DATABASE"]
+    if conn_id is not None:
+        lits["CONNECTION_ID"] = str(int(conn_id))
+    if user is not None:
+        lits.update(dict.fromkeys(_USER_CALLS, _literal(user)))
+    out: list[str] = []
+    last = 0
+    depth = 0
+    n = len(toks)
+    for i, (kind, text, start, end) in enumerate(toks):
+        if kind == "o" and text == "(":
+            depth += 1
+        elif kind == "o" and text == ")":
+            depth -= 1
+        if (kind == "w" and text.upper() in lits and i + 2 < n
+                and toks[i + 1][1] == "(" and toks[i + 2][1] == ")" and (i == 0 or toks[i - 1][1] != ".")):
+            call_end = toks[i + 2][3]
+            lit = rep = lits[text.upper()]
+            prev = toks[i - 1][1].upper() if i else ""
+            nxt = toks[i + 3][1].upper() if i + 3 < n else ""
+            if depth == 0 and prev in ("SELECT", ",", "DISTINCT") and (nxt == "" or nxt in _ITEM_END):
+                name = sql[start:call_end].replace("`", "``")
+                rep = f"{lit} AS `{name}`"   # the column keeps the name MySQL would give it
+            out.append(sql[last:start])
+            out.append(rep)
+            last = call_end
+    if not out:
+        return sql
+    out.append(sql[last:])
+    return "".join(out)
+
+
+# -- SHOW DATABASES / SHOW [FULL] TABLES --------------------------------------------------------------
+_SHOW_DATABASES = re.compile(r"^\s*SHOW\s+(?:DATABASES|SCHEMAS)(?:\s+LIKE\s+'(?P<like>[^']*)')?\s*;?\s*$", re.I)
+_SHOW_TABLES = re.compile(
+    r"^\s*SHOW\s+(?P<full>FULL\s+)?TABLES(?:\s+(?:FROM|IN)\s+`?(?P<db>[\w$]+)`?)?"
+    r"(?:\s+LIKE\s+'(?P<like>[^']*)'|\s+WHERE\s+(?P<where>.+?))?\s*;?\s*$", re.I | re.S)
+_WHERE_TYPE = re.compile(r"^\s*`?Table_type`?\s*=\s*'(?P<t>[^']*)'\s*$", re.I)
+
+
+def like_match(pattern: str, name: str) -> bool:
+    """MySQL LIKE (case-insensitive, % and _, backslash escapes) on a name."""
+    regex = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            regex.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        regex.append(".*" if ch == "%" else "." if ch == "_" else re.escape(ch))
+        i += 1
+    return re.fullmatch("".join(regex), name, re.I | re.S) is not None
+
+
+def show_databases(sql: str, schemas: list[str]) -> ResultSet | None:
+    """SHOW DATABASES lists the logical schemas the user may use."""
+    m = _SHOW_DATABASES.match(sql)
+    if not m:
+        return None
+    like = m.group("like")
+    rows = [[s.encode()] for s in sorted(schemas) if like is None or like_match(like, s)]
+    return ResultSet([ColumnDef("Database", T_VAR_STRING, 45, 256, 1, schema="information_schema",
+                                table="SCHEMATA", org_table="SCHEMATA", org_name="SCHEMA_NAME")], rows)
+
+
+@dataclass(frozen=True)
+class ShowTables:
+    """A parsed SHOW [FULL] TABLES statement."""
+
+    full: bool
+    schema: str | None
+    like: str | None
+    table_type: str | None
+    where: str | None = None    # any other WHERE: judged by a backend (proxy/session/show_where.py)
+
+
+def parse_show_tables(sql: str) -> ShowTables | None:
+    """Recognize SHOW [FULL] TABLES [FROM db] [LIKE ... | WHERE Table_type=...]."""
+    m = _SHOW_TABLES.match(sql)
+    if not m:
+        return None
+    ttype = where = None
+    if m.group("where"):
+        wm = _WHERE_TYPE.match(m.group("where"))
+        if wm and m.group("full"):
+            ttype = wm.group("t").upper()
+        else:
+            where = m.group("where")
+    return ShowTables(bool(m.group("full")), m.group("db"), m.group("like"), ttype, where)
+
+
+def show_tables_result(st: ShowTables, schema: str, tables: list[str], views: Sequence[str] = ()) -> ResultSet:
+    """The answer to SHOW [FULL] TABLES from the proxy's own list of tables (and views)."""
+    col = f"Tables_in_{schema}" + (f" ({st.like})" if st.like else "")
+    # as MariaDB describes them: NOT NULL, NO_DEFAULT_VALUE; a name is VARCHAR(64 + 9) ('#mysql50#' prefixes)
+    cols = [ColumnDef(col, T_VAR_STRING, 45, 292, 0x1001, schema="information_schema", table="TABLE_NAMES",
+                      org_table="TABLE_NAMES", org_name="TABLE_NAME")]
+    if st.full:
+        cols.append(ColumnDef("Table_type", T_VAR_STRING, 45, 256, 0x1001, schema="information_schema",
+                              table="TABLE_NAMES", org_table="TABLE_NAMES", org_name="TABLE_TYPE"))
+    rows: list[list[bytes | None]] = []
+    kinds = sorted([(t, "BASE TABLE") for t in set(tables) - set(views)] + [(v, "VIEW") for v in set(views)])
+    for t, kind in kinds:
+        if st.table_type in (None, kind) and (st.like is None or like_match(st.like, t)):
+            rows.append([t.encode(), kind.encode()] if st.full else [t.encode()])
+    return ResultSet(cols, rows)
+
+
+
+# -- SHOW TABLE STATUS -----------------------------------------------------------------------------
+_SHOW_STATUS = re.compile(
+    r"^\s*SHOW\s+TABLE\s+STATUS(?:\s+(?:FROM|IN)\s+`?(?P<db>[\w$]+)`?)?(?:\s+LIKE\s+'(?P<like>[^']*)'"
+    r"|\s+WHERE\s+(?P<where>.+?))?\s*;?\s*$", re.I | re.S)
+_SUMMED = ("Rows", "Data_length", "Index_length", "Data_free")
+
+
+def parse_show_table_status(sql: str) -> tuple[str | None, str | None, str | None] | None:
+    """(schema, LIKE pattern, WHERE text) of SHOW TABLE STATUS [FROM db] [LIKE '...' | WHERE ...], else None."""
+    m = _SHOW_STATUS.match(sql)
+    if not m:
+        return None
+    return m.group("db"), m.group("like"), m.group("where")
+
+
+def table_status_result(columns: list[ColumnDef], rows: dict[str, list[list[bytes | None]]]) -> ResultSet:
+    """One row per logical table from its nodes' rows: a table on several nodes (sharding) shows
+    the sum of Rows, Data_length, Index_length and Data_free, Avg_row_length from those, the highest
+    Auto_increment; every other column as its first node shows it."""
+    names = [c.name for c in columns]
+    out: list[list[bytes | None]] = []
+    for name in sorted(rows):
+        parts = rows[name]
+        row = list(parts[0])
+        row[names.index("Name")] = name.encode()
+        if len(parts) > 1:
+            for col in _SUMMED:
+                if col in names:
+                    i = names.index(col)
+                    row[i] = str(sum(int(p[i] or 0) for p in parts)).encode()
+            if "Avg_row_length" in names and "Rows" in names and "Data_length" in names:
+                n = int(row[names.index("Rows")] or 0)
+                row[names.index("Avg_row_length")] = str(int(row[names.index("Data_length")] or 0) // n
+                                                         if n else 0).encode()
+            if "Auto_increment" in names:
+                i = names.index("Auto_increment")
+                ais = [int(p[i]) for p in parts if p[i] is not None]
+                row[i] = str(max(ais)).encode() if ais else None
+        out.append(row)
+    return ResultSet(list(columns), out)
+
+
+# -- CREATE DATABASE IF NOT EXISTS (dumps made with --databases) ----------------------------------
+def create_database_if_not_exists(sql: str) -> str | None:
+    """The name in CREATE {DATABASE|SCHEMA} IF NOT EXISTS name [options], else None."""
+    toks = tokenize(sql)
+    words = [t[1].upper() for t in toks[:5]]
+    if len(toks) < 6 or words[0] != "CREATE" or words[1] not in ("DATABASE", "SCHEMA") or \
+            words[2:5] != ["IF", "NOT", "EXISTS"] or toks[5][0] not in "wq":
+        return None
+    return unquote_ident(toks[5][1])
+# -- pydble's own users and sessions: SHOW GRANTS, SHOW PROCESSLIST, KILL -----------------------------
+_SHOW_GRANTS = re.compile(r"^\s*SHOW\s+GRANTS(?:\s+FOR\s+(?P<who>.+?))?\s*;?\s*$", re.I | re.S)
+_KILL = re.compile(r"^\s*KILL\s+(?:(?P<what>CONNECTION|QUERY)\s+)?(?P<id>[0-9]+)\s*;?\s*$", re.I)
+_PRIV_NAMES = ("INSERT", "UPDATE", "SELECT", "DELETE")   # DBLE's dml bit order
+
+
+def parse_show_grants(sql: str) -> str | None:
+    """SHOW GRANTS [FOR user]: the user named ('' for the current one), or None if not that statement."""
+    m = _SHOW_GRANTS.match(sql)
+    if not m:
+        return None
+    who = (m.group("who") or "").strip()
+    if who.upper().replace(" ", "") in ("", "CURRENT_USER", "CURRENT_USER()"):
+        return ""
+    return who.split("@", 1)[0].strip("'\"` ")
+
+
+def _granted(bits: str, read_only: bool) -> str:
+    names = [n for n, b in zip(_PRIV_NAMES, bits) if b == "1" and (n == "SELECT" or not read_only)]
+    if len(names) == 4:
+        return "ALL PRIVILEGES"
+    order = ("SELECT", "INSERT", "UPDATE", "DELETE")   # as MySQL lists them
+    return ", ".join(sorted(names, key=order.index))
+
+
+def show_grants(user: str, schemas: tuple[str, ...], privileges: dict[str, str], read_only: bool) -> ResultSet:
+    """pydble's grants of a client user, in MySQL's `GRANT ... ON db.* TO 'u'@'%'` form."""
+    to = f"TO '{user}'@'%'"
+    lines = [f"GRANT USAGE ON *.* {to}"]
+    for s in schemas:
+        what = _granted(privileges.get(s, "1111"), read_only)
+        if what:
+            lines.append(f"GRANT {what} ON `{s}`.* {to}")
+        for key, bits in privileges.items():
+            if key.startswith(s + "."):
+                what = _granted(bits, read_only)
+                lines.append(f"GRANT {what or 'USAGE'} ON `{s}`.`{key[len(s) + 1:]}` {to}")
+    return ResultSet([ColumnDef(f"Grants for {user}@%", T_VAR_STRING, 45, 1024, 1)], [[x.encode()] for x in lines])
+
+
+def parse_kill(sql: str) -> tuple[bool, int] | None:
+    """KILL [CONNECTION | QUERY] id: (query only?, id), or None if malformed."""
+    m = _KILL.match(sql)
+    if not m:
+        return None
+    return (m.group("what") or "").upper() == "QUERY", int(m.group("id"))
+
+
+PROCESSLIST_COLUMNS = ("Id", "User", "Host", "db", "Command", "Time", "State", "Info")
+# information_schema.PROCESSLIST on MariaDB: the SHOW columns, then its own (no thread, stage, memory
+# or row counts exist in pydble: 0; INFO_BINARY is INFO's bytes).
+PROCESSLIST_TABLE_COLUMNS = tuple(c.upper() for c in PROCESSLIST_COLUMNS) + (
+    "TIME_MS", "STAGE", "MAX_STAGE", "PROGRESS", "MEMORY_USED", "MAX_MEMORY_USED", "EXAMINED_ROWS", "QUERY_ID",
+    "INFO_BINARY", "TID")
+_NOT_BMP = re.compile("[\U00010000-\U0010FFFF]")
+
+
+def _visible(sessions: Iterable[Any], viewer: str, see_all: bool) -> list[Any]:
+    """The logged-in sessions a viewer may see (its own only unless see_all), by connection id."""
+    return sorted((s for s in sessions if s.user and (see_all or s.user == viewer)), key=lambda x: x.conn_id)
+
+
+def _processlist_row(s: Any, full: bool, now: float) -> list[bytes | None]:
+    peer = s.client.transport.get_extra_info("peername") if s.client.transport is not None else None
+    host = f"{peer[0]}:{peer[1]}" if peer else s.peer
+    info = s.info if s.command == "Query" else None
+    if info is not None and not full:
+        info = info[:100]
+    return [str(s.conn_id).encode(), s.user.encode(), host.encode(),
+            s.schema.encode() if s.schema else None, s.command.encode(),
+            str(int(now - s.since)).encode(), b"executing" if info is not None else b"",
+            info.encode("utf-8", "surrogateescape") if info is not None else None]
+
+
+def processlist_rows(sessions: Iterable[Any], viewer: str, see_all: bool, full: bool,
+                     now: float) -> list[list[bytes | None]]:
+    """pydble's client sessions as MySQL's processlist rows (the viewer's own only unless see_all):
+    for SHOW [FULL] PROCESSLIST."""
+    return [_processlist_row(s, full, now) for s in _visible(sessions, viewer, see_all)]
+
+
+def processlist_table_rows(sessions: Iterable[Any], viewer: str, see_all: bool,
+                           now: float) -> list[list[bytes | None]]:
+    """The same sessions as information_schema.PROCESSLIST rows (PROCESSLIST_TABLE_COLUMNS): INFO in
+    full, with a character utf8mb3 (its column's charset) cannot hold as '????' as MariaDB shows it."""
+    rows: list[list[bytes | None]] = []
+    for s in _visible(sessions, viewer, see_all):
+        row = _processlist_row(s, True, now)
+        raw = row[7]
+        if raw is not None:
+            row[7] = _NOT_BMP.sub("????", raw.decode("utf-8", "replace")).encode()
+        rows.append(row + [f"{(now - s.since) * 1000:.3f}".encode(), b"0", b"0", b"0.000", b"0", b"0", b"0", b"0",
+                           raw, b"0"])
+    return rows
+
+
+def show_processlist(rows: list[list[bytes | None]]) -> ResultSet:
+    """The result set of SHOW [FULL] PROCESSLIST."""
+    cols = [ColumnDef(name, T_LONGLONG if name in ("Id", "Time") else T_VAR_STRING, 45 if name not in ("Id", "Time")
+                      else 63, 21 if name in ("Id", "Time") else 256, 1 if name in ("Id", "Time", "User") else 0)
+            for name in PROCESSLIST_COLUMNS]
+    return ResultSet(cols, rows)

@@ -1,1 +1,0 @@
-"""proxy/protocol."""

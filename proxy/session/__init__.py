@@ -1,0 +1,1 @@
+"""One client session: login, commands, prepared statements, local answers over the plans."""
