@@ -3,6 +3,7 @@ workload and the faults, all drawn from the seed; `run_schedule(seed)` runs it u
 
 from __future__ import annotations
 
+import gc
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -309,6 +310,10 @@ def quiet_logs() -> Iterator[None]:
 
 
 def _run(seed: int, variant: Variant | None, trace: bool, window: float, settle: float) -> Outcome:
+    # the earlier schedules' garbage goes now, with no loop running: a dead process's coroutine that would
+    # not close (a finally that awaits) must not be finalized by the cyclic GC in the middle of this
+    # schedule, its finally starting a task on whichever loop runs then (same seed, another trace)
+    gc.collect()
     c = SimCluster(seed, variant, trace)
     c.plan(window)
     w = c.world
