@@ -116,12 +116,15 @@ class SimLoop(asyncio.BaseEventLoop):
         self._scheduled.clear()
 
     def spawn(self, coro: Any, name: str = "") -> asyncio.Task:
-        """A task on this loop (created as its own code would, with this loop running)."""
+        """A task on this loop (created as its own code would, with this loop running); the loop that was
+        running (a step of this one, when a delivered callback spawns) runs on: the handles after it in the
+        same step must still find it (asyncio.gather, ensure_future ask for the running loop)."""
+        before = events._get_running_loop()
         events._set_running_loop(self)
         try:
             return self.create_task(coro, name=name)
         finally:
-            events._set_running_loop(None)
+            events._set_running_loop(before)
 
 
 __all__ = ["SimLoop"]

@@ -1,6 +1,8 @@
-"""A shardingNode's MariaDB as the DDL protocol sees it: tables with columns, a processlist, metadata
-locks held by open transactions (an ALTER waits behind them), slow DDL, silence (no answer for a
-while), KILL QUERY, and connections that die with their client."""
+"""A shardingNode's MariaDB as the DDL protocol sees it: tables (columns in order, then indexes), a
+processlist, metadata locks held by open transactions (a DDL waits behind them), slow DDL (a copying
+ALTER slow on one node), silence (no answer for a while), KILL QUERY, and connections that die with
+their client. Each DDL is applied, or refused with MariaDB's error, on each node on its own: one that
+fails on a node after succeeding on another leaves the table half-altered, as production sees it."""
 
 from __future__ import annotations
 
@@ -29,13 +31,77 @@ class RefreshIncomplete(BackendError):
     """meta.errors.RefreshIncomplete: a reload published with a node's old part carried over."""
 
 
+KEY = "KEY "   # a structure is a tuple: the columns in order, then the indexes as "KEY name(column)"
+
+
+@dataclass(frozen=True)
+class Ddl:
+    """One DDL of the workload on a table: `kind` with its column or index `name` (and `column` for an
+    index); a copying ALTER takes seconds more on the node `slow_on`."""
+
+    kind: str            # add | add_copy | drop | add_index | drop_index | create | drop_table
+    name: str = ""
+    column: str = ""
+    slow_on: str = ""
+
+    def sql(self, table: str) -> str:
+        return {"add": f"ALTER TABLE {table} ADD COLUMN {self.name} INT",
+                "add_copy": f"ALTER TABLE {table} ADD COLUMN {self.name} INT, ALGORITHM=COPY",
+                "drop": f"ALTER TABLE {table} DROP COLUMN {self.name}",
+                "add_index": f"ALTER TABLE {table} ADD INDEX {self.name} ({self.column})",
+                "drop_index": f"ALTER TABLE {table} DROP INDEX {self.name}",
+                "create": f"CREATE TABLE {table} (id INT)",
+                "drop_table": f"DROP TABLE {table}"}[self.kind]
+
+    @property
+    def ddl_type(self) -> str:
+        return {"create": "CREATE_TABLE", "drop_table": "DROP_TABLE"}.get(self.kind, "ALTER_TABLE")
+
+
+def apply(table: str, have: tuple | None, ddl: Ddl) -> tuple | None | BackendError:
+    """The structure after `ddl` on a node whose table is `have` (None: absent), or MariaDB's error."""
+    if ddl.kind == "create":
+        return BackendError(1050, f"Table '{table}' already exists") if have is not None else ("id",)
+    if have is None:
+        if ddl.kind == "drop_table":
+            return BackendError(1051, f"Unknown table 'db.{table}'")
+        return BackendError(1146, f"Table 'db.{table}' doesn't exist")
+    if ddl.kind == "drop_table":
+        return None
+    cols = [e for e in have if not e.startswith(KEY)]
+    keys = [e for e in have if e.startswith(KEY)]
+    if ddl.kind in ("add", "add_copy"):
+        if ddl.name in cols:
+            return BackendError(1060, f"Duplicate column name '{ddl.name}'")
+        return tuple(cols + [ddl.name] + keys)
+    if ddl.kind == "drop":
+        if ddl.name not in cols:
+            return BackendError(1091, f"Can't DROP COLUMN `{ddl.name}`; check that it exists")
+        if len(cols) == 1:
+            return BackendError(1090, "You can't delete all columns with ALTER TABLE; use DROP TABLE instead")
+        # an index whose only column is dropped goes with it
+        return tuple([c for c in cols if c != ddl.name] + [k for k in keys if not k.endswith(f"({ddl.name})")])
+    names = [k[len(KEY):].split("(", 1)[0] for k in keys]
+    if ddl.kind == "add_index":
+        if ddl.name in names:
+            return BackendError(1061, f"Duplicate key name '{ddl.name}'")
+        if ddl.column not in cols:
+            return BackendError(1072, f"Key column '{ddl.column}' doesn't exist in table")
+        return tuple(cols + keys + [f"{KEY}{ddl.name}({ddl.column})"])
+    if ddl.kind == "drop_index":
+        if ddl.name not in names:
+            return BackendError(1091, f"Can't DROP INDEX `{ddl.name}`; check that it exists")
+        return tuple(cols + [k for k, n in zip(keys, names) if n != ddl.name])
+    raise ValueError(ddl.kind)
+
+
 @dataclass
 class Query:
     conn: int
     client: str          # the instance (name#incarnation) whose connection runs it
     table: str
     sql: str             # carries the DDL's marker
-    column: str          # ADD COLUMN column
+    ddl: Ddl
     marker: str
     state: str = "mdl"   # "mdl": waiting for the metadata lock; "run": altering
     ends_at: float = 0.0
@@ -50,6 +116,8 @@ class Backend:
         self.world = world
         self.name = name
         self.tables = dict(tables)
+        # every structure each table went through on this node, in order (the checker's yardstick)
+        self.history: dict[str, list[tuple | None]] = {t: [s] for t, s in self.tables.items()}
         self.latency = latency
         self.processlist: dict[int, Query] = {}
         self.mdl_until: dict[str, float] = {}   # table -> an open transaction holds it until then
@@ -115,8 +183,8 @@ class Backend:
                 self._reply(cb, [(q.conn, q.sql, q.state) for q in self.processlist.values()])
         self._arrive(run)
 
-    def alter(self, client: str, table: str, column: str, marker: str, cb: Callable[[Any], None]) -> SentDdl:
-        """ALTER TABLE table ADD COLUMN column /* marker */; cb gets None (done) or a BackendError."""
+    def alter(self, client: str, table: str, ddl: Ddl, marker: str, cb: Callable[[Any], None]) -> SentDdl:
+        """`ddl` on table /* marker */; cb gets None (done) or a BackendError."""
         sent = SentDdl(self, 0)
 
         def run() -> None:
@@ -125,8 +193,7 @@ class Backend:
                 self._reply(cb, Unreachable(self.name))
                 return
             self._conn += 1
-            q = Query(self._conn, client, table, f"ALTER TABLE {table} ADD COLUMN {column} /* {marker} */",
-                      column, marker)
+            q = Query(self._conn, client, table, f"{ddl.sql(table)} /* {marker} */", ddl, marker)
             sent.conn = q.conn
             q.sent = sent
             self.processlist[q.conn] = q
@@ -174,21 +241,25 @@ class Backend:
             return   # another ALTER holds the table's exclusive lock: wait behind it
         q.state = "run"
         d = self.world.rng.uniform(*self.ddl_time)
+        if q.ddl.slow_on == self.name:
+            d += self.world.rng.uniform(2.0, 6.0)   # the copy of a big table
         q.ends_at = self.world.now + d
         self.world.at(d, self._finish, q)
 
     def _finish(self, q: Query) -> None:
         if self.processlist.get(q.conn) is not q:
             return   # killed meanwhile
-        cols = self.tables.get(q.table)
-        if cols is None:
-            self._end(q, BackendError(1146, f"Table '{q.table}' doesn't exist"))
-        elif q.column in cols:
-            self._end(q, BackendError(1060, f"Duplicate column name '{q.column}'"))
+        got = apply(q.table, self.tables.get(q.table), q.ddl)
+        if isinstance(got, BackendError):
+            self._end(q, got)
         elif self.fail_p and self.world.chance(self.fail_p):
             self._end(q, BackendError(1030, "Got error from storage engine"))
         else:
-            self.tables[q.table] = cols + (q.column,)
+            if got is None:
+                self.tables.pop(q.table, None)
+            else:
+                self.tables[q.table] = got
+            self.history.setdefault(q.table, [None]).append(got)
             self._end(q, None)
 
     def _end(self, q: Query, result: BackendError | None) -> None:
@@ -196,6 +267,7 @@ class Backend:
         if q.sent is not None:
             # SHOW CREATE TABLE on the DDL's own connection right after it (proxy/ddl/ddl.py reads it back there)
             q.sent.after = self.tables.get(q.table)
+            q.sent.after_at = len(self.history.setdefault(q.table, [None])) - 1
         for h in self.on_end:
             h(q, result is None)
         cb = self._answers.pop(q.conn, None)
@@ -212,4 +284,5 @@ class SentDdl:
     backend: Backend
     conn: int
     after: tuple | None = None
+    after_at: int = 0    # its index in the node's history of the table
     query: Any = None

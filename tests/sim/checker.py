@@ -35,12 +35,10 @@ DECIDING = {"decide", "remove", "ack", "reconcile-decide", "reconcile-remove", "
 ORIGINATOR = {"decide", "remove", "release-lock"}
 
 
-def _since(have: tuple | None, after: tuple | None, now: tuple | None, column: str) -> bool:
-    """Columns are only ever added: memory shows the DDL's outcome when it has the column and lies between
-    the structure the originator read back (`after`) and the node's structure now."""
-    if have is None or now is None or column not in have:
-        return False
-    return (after is None or have[:len(after)] == after) and now[:len(have)] == have
+def _since(have: tuple | None, history: list, after_at: int) -> bool:
+    """Memory shows the DDL's outcome on a node when it is the structure the originator read back there
+    (the node's history at `after_at`) or one the node went through since (a later DDL's)."""
+    return have in history[after_at:]
 
 
 class Checker:
@@ -126,16 +124,16 @@ class Checker:
         czxid = core.czxids.get(key, 0)
         now_backends = {n: be.tables.get(table) for n, be in sorted(self.c.backends.items())}
         expect = answer.texts.get(table) if answer.texts else None
-        column = core.sql.rsplit(" ", 1)[-1]
+        at = answer.after_at or {}
         for other in self.c.instances.values():
             if other is inst or other.name in answer.laggards or other.state == "down":
                 continue
             online = self.c.zk.nodes.get(self.c.paths.online_instance(other.name))
             if online is None or online.czxid > czxid or other.session is None or online.ephemeral_owner != other.session:
                 continue   # not online, online only since the DDL began, or a dead predecessor's node
-            have = other.memory.get(table) or {}
-            if not all(_since(have.get(n), expect.get(n) if expect else None, now_backends[n], column)
-                       for n in now_backends):
+            have = other.memory.get(table)
+            if have is None or not all(n in have and _since(have[n], self.c.backends[n].history[table], at[n])
+                                       for n in now_backends):
                 self.fail(f"client heard OK for {core.sql} (from {inst.name}) but {other.name}, online and not "
                           f"reported lagging, serves {have} (expected {expect}; the backends have {now_backends})")
         self.checked_oks += 1

@@ -3,6 +3,7 @@ workload and the faults, all drawn from the seed; `run_schedule(seed)` runs it u
 
 from __future__ import annotations
 
+import gc
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from zk.ddlcore import OriginatorCore, SubscriberCore
 from zk.paths import Paths
 from zk.records import BadRecord, DdlRecord
 
-from .backend import Backend
+from .backend import Backend, Ddl
 from .checker import Checker, Violation
 from .ddlpath import kill_ddl_lock, run_ddl
 from .instance import Instance
@@ -128,7 +129,7 @@ class SimCluster:
         return True
 
     # -- the client and the operator --------------------------------------------------------------------------------
-    def submit(self, name: str, table: str, column: str) -> None:
+    def submit(self, name: str, table: str, ddl: Ddl) -> None:
         inst = self.instances[name]
         if inst.state == "down":
             self.answers["refused-connection"] = self.answers.get("refused-connection", 0) + 1
@@ -141,12 +142,12 @@ class SimCluster:
                 answer = None
                 kind = "refused"
             else:
-                answer = await run_ddl(inst, table, column, no)
+                answer = await run_ddl(inst, table, ddl, no)
                 kind = "ok" if answer.ok else ("refused" if answer.refused else
                                                "lost" if answer.extra.get("lost") else "failed")
             self.answers[kind] = self.answers.get(kind, 0) + 1
             if answer is not None:
-                self.world.log(f"{inst.tag} ddl {no} {table}.{column}: {kind} {answer.message} "
+                self.world.log(f"{inst.tag} ddl {no} {ddl.sql(table)}: {kind} {answer.message} "
                                f"lag={answer.laggards}")
                 self.checker.on_answer(inst, table, answer)
 
@@ -216,12 +217,12 @@ class SimCluster:
         for n in names:
             at(r.uniform(0, 0.05), 0.0, self.instances[n].start)
         start = 0.5
+        nodes = sorted(self.backends)
         col = 0
         for _ in range(r.randint(2, 9)):
             col += 1
-            column = f"c{col}" if r.random() > 0.1 else f"c{max(1, col - 1)}"
-            at(start + r.uniform(0, window), 0.0, self.submit, r.choice(names), r.choice(self.tables), column)
-        nodes = sorted(self.backends)
+            ddl = self._draw_ddl(col, nodes)
+            at(start + r.uniform(0, window), 0.0, self.submit, r.choice(names), r.choice(self.tables), ddl)
         for _ in range(r.randint(0, 3)):
             be = self.backends[r.choice(nodes)]
             secs = r.choice((0.5, 2.0, 5.0, 9.0))
@@ -252,6 +253,27 @@ class SimCluster:
             at(start + r.uniform(0, window), 0.0, self.operator_kill, r.choice(names), r.choice(self.tables), force)
             if r.random() < 0.5:   # and again a little later: operators retry
                 at(start + r.uniform(0, window), 0.0, self.operator_kill, r.choice(names), r.choice(self.tables), force)
+
+    def _draw_ddl(self, col: int, nodes: list[str]) -> Ddl:
+        """The workload's DDL number `col`: mostly ADD COLUMN; also DROP COLUMN, ADD/DROP INDEX, DROP and
+        CREATE TABLE and a copying ALTER slow on one node, on names that may or may not be there by then."""
+        r = self.world.rng
+        k = r.random()
+        old = f"c{r.randint(1, col)}"   # a column this workload may have added (or not, or dropped)
+        if k < 0.45:
+            return Ddl("add", f"c{col}" if r.random() > 0.1 else f"c{max(1, col - 1)}")
+        if k < 0.53:
+            return Ddl("add_copy", f"c{col}", slow_on=r.choice(nodes))
+        if k < 0.67:
+            return Ddl("drop", old)
+        if k < 0.80:
+            c = r.choice((old, "id"))
+            return Ddl("add_index", f"k_{c}", c)
+        if k < 0.88:
+            return Ddl("drop_index", f"k_{r.choice((old, 'id'))}")
+        if k < 0.94:
+            return Ddl("drop_table")
+        return Ddl("create")
 
     def _restart(self, name: str) -> None:
         inst = self.instances[name]
@@ -288,6 +310,10 @@ def quiet_logs() -> Iterator[None]:
 
 
 def _run(seed: int, variant: Variant | None, trace: bool, window: float, settle: float) -> Outcome:
+    # the earlier schedules' garbage goes now, with no loop running: a dead process's coroutine that would
+    # not close (a finally that awaits) must not be finalized by the cyclic GC in the middle of this
+    # schedule, its finally starting a task on whichever loop runs then (same seed, another trace)
+    gc.collect()
     c = SimCluster(seed, variant, trace)
     c.plan(window)
     w = c.world

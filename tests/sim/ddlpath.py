@@ -22,6 +22,7 @@ from zk.records import MARKER_PREFIX
 from .instance import to_text
 
 if TYPE_CHECKING:
+    from .backend import Ddl
     from .instance import Instance
 
 
@@ -36,14 +37,15 @@ class Answer:
     texts: dict | None = None
     refused: bool = False          # nothing ran
     extra: dict = field(default_factory=dict)
+    after_at: dict | None = None   # node -> the index of the structure read back in its history of the table
 
 
-async def run_ddl(inst: Instance, table: str, column: str, ddl_no: int) -> Answer:
-    """DdlRunner.run/_locked for `ALTER TABLE table ADD COLUMN column`."""
+async def run_ddl(inst: Instance, table: str, ddl: Ddl, ddl_no: int) -> Answer:
+    """DdlRunner.run/_locked for one DDL of the workload on `table`."""
     c = inst.c
     cl = inst.cluster
     schema = c.schema
-    sql = f"ALTER TABLE {table} ADD COLUMN {column}"
+    sql = ddl.sql(table)
     owner = f"session:{ddl_no}"
     try:
         inst.locks_.acquire(schema, table, sql, owner)
@@ -56,9 +58,9 @@ async def run_ddl(inst: Instance, table: str, column: str, ddl_no: int) -> Answe
         if why is not None:
             return Answer(False, f"DDL refused: {why}", refused=True)
         marker = f"{MARKER_PREFIX}{ddl_no:08d}x{inst.world.rng.getrandbits(32):08x}"
-        cd = ClusterDdl(cl, [key], sql, "ALTER_TABLE", marker)
+        cd = ClusterDdl(cl, [key], sql, ddl.ddl_type, marker)
         # the core class is the variant's (a reverted fix is a broken subclass, test-side)
-        cd.core = c.variant.originator_core(cl.paths, cl.instance, [key], sql, "ALTER_TABLE", marker,
+        cd.core = c.variant.originator_core(cl.paths, cl.instance, [key], sql, ddl.ddl_type, marker,
                                             created_at=inst.world.now)
         async with cd:
             await cd.ensure_held()
@@ -68,7 +70,7 @@ async def run_ddl(inst: Instance, table: str, column: str, ddl_no: int) -> Answe
             futs = []
             for n in nodes:
                 fut = inst.loop.create_future()
-                sent[n] = c.backends[n].alter(inst.tag, table, column, marker, _settle(inst, fut))
+                sent[n] = c.backends[n].alter(inst.tag, table, ddl, marker, _settle(inst, fut))
                 futs.append(fut)
             cd.announce()
             values = await asyncio.gather(*futs)
@@ -92,7 +94,8 @@ async def run_ddl(inst: Instance, table: str, column: str, ddl_no: int) -> Answe
                 await task
             lag = tuple(sorted(cd.laggards | {name for name, _ in cd.core.unapplied}))
             expect = {n: sent[n].after for n in nodes} if success else None
-            return Answer(success, message, lag, cd.core, {table: expect} if expect is not None else None)
+            return Answer(success, message, lag, cd.core, {table: expect} if expect is not None else None,
+                          after_at={n: sent[n].after_at for n in nodes})
     except LostDecision as e:
         return Answer(False, f"lost decision: {e.message}", core=cd.core if cd else None,
                       extra={"lost": True, "ran": bool(cd and cd.ran)}, refused=not (cd and cd.ran))

@@ -79,27 +79,27 @@ def test_a_seed_replays_exactly_in_another_process() -> None:
 REVERTED = [
     # 1. the decision conditional on the lock's version only: after an operator's forced release and a new DDL
     #    on the table, the old originator's SUCCESS lands on the new DDL's record
-    ("lock-version-only", 248, "stale decide"),
+    ("lock-version-only", 2817, "stale decide"),
     # 2. an ack without the record's identity, counted for whatever record is at the path and written by a
     #    subscriber that no longer checks the record's czxid before a delayed ack (both halves of the fix
     #    reverted; either alone is masked by the other): a late ack lands on the table's next DDL
-    ("ack-without-identity", 133, "stale ack"),
+    ("ack-without-identity", 209, "stale ack"),
     # 3. history_seen moved before the entry is applied: a subscriber whose reload failed (a node unreachable)
     #    never catches up and serves the old structure for good
-    ("history-seen-before-applied", 563, "i4 serves t2 as"),
+    ("history-seen-before-applied", 992, " serves t"),
     # 4. kill @@ddl_lock releasing a live holder without `force` (and, as it did, whatever record and lock are
     #    there by the time it deletes, without looking at the processlist): a second DDL is admitted while the
     #    first still waits on a metadata lock
-    ("kill-live-holder", 129, "two DDLs on table t1 at once"),
+    ("kill-live-holder", 170, "two DDLs on table t1 at once"),
     # 5. the reconciler reading the structure while the orphaned ALTER is still queued on a node: a new DDL is
     #    admitted while it still runs
-    ("reconcile-while-running", 248, "two DDLs on table t1"),
+    ("reconcile-while-running", 293, "two DDLs on table t1"),
     # 6. a partial reload (a node unreachable, its old part carried over) counted as applied: the subscriber
     #    never reloads the table again
-    ("partial-load-counted", 111, "but i2, online and not reported lagging, serves"),
+    ("partial-load-counted", 490, "but i2, online and not reported lagging, serves"),
     # 7. no background re-read after the originator's own refresh missed a node (DdlRunner.reload_later): a
     #    DDL that failed on a node that went down after the reachability check stays unread there
-    ("no-reload-later", 1000001652, "i2 serves t1 as"),
+    ("no-reload-later", 1000003406, " serves t"),
 ]
 SEARCH = 3000
 
@@ -125,14 +125,16 @@ CLOSED = [
     # a DDL that failed on a node that went down after the reachability check: the originator's refresh
     # cannot read that node; it now reads the table again in the background, backing off, until every node
     # answers (proxy/ddl/ddl.py DdlRunner.reload_later)
-    ("originator-refresh", 1000001652, {}),
+    ("originator-refresh", 1000003406, {}),
     # meta.loader's partial load (a node unreachable: its old structure carried over): the subscriber counted
     # the outcome as applied and never reloaded the table; now RefreshIncomplete -> ack ok=False -> retried
-    ("partial-load", 111, {"partial_loads": True}),
+    ("partial-load", 490, {"partial_loads": True}),
     # The earlier holes' seeds (originator-refresh 1884 and 7000005245, catch-up-during-ddl 8000041602 and
     # 8000023281, history-after-join 13000014570) named schedules of the mirror drivers; with the production
     # drivers running here the same seeds draw other schedules. Their fixes stay covered where a variant
     # reverts them (REVERTED); the on-demand search for catch-up-without-lock is in bench/RESULTS.md.
+    # Session 11's richer workload (DROP COLUMN, indexes, CREATE/DROP TABLE, a copying ALTER) moved the
+    # seeds of both holes above (1000001652 and 111 before), found again by their REVERTED variants.
 ]
 OPEN_SEEDS: set[int] = set()
 

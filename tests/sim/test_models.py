@@ -7,7 +7,7 @@ import asyncio
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency
 
 from .aioloop import SimLoop
-from .backend import Backend, BackendError
+from .backend import Backend, BackendError, Ddl, apply
 from .world import World
 from .zkmodel import ZkClient, ZkServer
 
@@ -94,15 +94,40 @@ def test_alter_waits_for_the_metadata_lock_and_kill_query_stops_it() -> None:
     be = Backend(w, "dn1", {"t": ("id",)})
     be.hold_mdl("t", 5.0)
     got: list = []
-    sent = be.alter("i1", "t", "x", "pydble-ddl:1", got.append)
+    sent = be.alter("i1", "t", Ddl("add", "x"), "pydble-ddl:1", got.append)
     w.run(4.0)
     assert not got and [q.state for q in be.processlist.values()] == ["mdl"]
     be.kill_query(sent.conn)
     w.run(4.5)
     assert isinstance(got[0], BackendError) and got[0].code == 1317 and be.tables["t"] == ("id",)
-    be.alter("i1", "t", "x", "m2", got.append)
+    be.alter("i1", "t", Ddl("add", "x"), "m2", got.append)
     w.run(10)
     assert got[1] is None and be.tables["t"] == ("id", "x")
+
+
+def test_each_ddl_applies_or_fails_as_mariadb_does() -> None:
+    """Columns in order then indexes; a DROP of something absent, a duplicate and a DDL on a missing table
+    fail with MariaDB's codes; a failure on one node after success on another leaves them different."""
+    s = apply("t", ("id",), Ddl("add", "a"))
+    s = apply("t", s, Ddl("add_index", "k_a", "a"))
+    assert s == ("id", "a", "KEY k_a(a)") and apply("t", s, Ddl("add", "b")) == ("id", "a", "b", "KEY k_a(a)")
+    assert apply("t", s, Ddl("drop", "a")) == ("id",)          # its one-column index goes with it
+    assert apply("t", s, Ddl("drop_index", "k_a")) == ("id", "a")
+    codes = [apply("t", s, d).code for d in (Ddl("add", "a"), Ddl("drop", "zz"), Ddl("add_index", "k_a", "id"),
+                                             Ddl("add_index", "k_z", "zz"), Ddl("drop_index", "k_z"), Ddl("create"))]
+    assert codes == [1060, 1091, 1061, 1072, 1091, 1050]
+    assert apply("t", ("id",), Ddl("drop", "id")).code == 1090
+    assert apply("t", s, Ddl("drop_table")) is None and apply("t", None, Ddl("create")) == ("id",)
+    assert apply("t", None, Ddl("drop_table")).code == 1051 and apply("t", None, Ddl("add", "a")).code == 1146
+    w = World(6)
+    a, b = Backend(w, "dn1", {"t": ("id",)}), Backend(w, "dn2", {"t": ("id", "x")})
+    got: list = []
+    for be in (a, b):
+        be.alter("i1", "t", Ddl("add", "x", slow_on="dn2"), "m", got.append)
+    w.run(1.0)
+    assert len(got) == 1 and a.tables["t"] == ("id", "x")      # dn2 copies the table for seconds more
+    w.run(10.0)
+    assert got[1].code == 1060 and a.history["t"] == [("id",), ("id", "x")] and b.history["t"] == [("id", "x")]
 
 
 def test_silence_delays_answers_and_coroutines_run_on_the_virtual_clock() -> None:

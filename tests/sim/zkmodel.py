@@ -351,25 +351,30 @@ class ZkClient:
         self._answer(lost)
 
     # -- the API ------------------------------------------------------------------------------------
-    def _add_watch(self, which: str, path: str, watch: Callable[[str, str], None] | None) -> bool:
-        if watch is None:
-            return False
+    def _add_watch(self, which: str, path: str, watch: Callable[[str, str], None] | None) -> None:
         lst = self.watchers.setdefault((which, path), [])
         if watch not in lst:
             lst.append(watch)
-        return True
+
+    def _read(self, op: str, which: str, path: str, cb: Callable[[Any], None],
+              watch: Callable[[str, str], None] | None) -> None:
+        """A read; its watcher joins the client's table when the successful reply arrives (zk/aio.py and
+        kazoo do the same): an event the server produced before that reply (an older watch firing) does
+        not consume it, so the watch this read set at the server still has its watcher."""
+        def answered(value: Any) -> None:
+            if watch is not None and not isinstance(value, BaseException):
+                self._add_watch(which, path, watch)
+            cb(value)
+        self._send(lambda: self.server.read(self.sid, op, path, watch is not None), answered)
 
     def get(self, path: str, cb: Callable[[Any], None], watch: Callable | None = None) -> None:
-        w = self._add_watch("data", path, watch)
-        self._send(lambda: self.server.read(self.sid, "get", path, w), cb)
+        self._read("get", "data", path, cb, watch)
 
     def exists(self, path: str, cb: Callable[[Any], None], watch: Callable | None = None) -> None:
-        w = self._add_watch("data", path, watch)
-        self._send(lambda: self.server.read(self.sid, "exists", path, w), cb)
+        self._read("exists", "data", path, cb, watch)
 
     def children(self, path: str, cb: Callable[[Any], None], watch: Callable | None = None) -> None:
-        w = self._add_watch("child", path, watch)
-        self._send(lambda: self.server.read(self.sid, "children", path, w), cb)
+        self._read("children", "child", path, cb, watch)
 
     def multi(self, ops: list[tuple], cb: Callable[[Any], None] | None, tag: Any = None) -> None:
         ops = list(ops)

@@ -6,7 +6,7 @@ import time
 
 import pymysql
 import pytest
-from clusterkit import TABLE, Cluster, backend_structure, full_meta, reset_table, run_async, wait_for
+from clusterkit import SESSION_TIMEOUT_S, TABLE, Cluster, backend_structure, full_meta, reset_table, run_async, wait_for
 
 
 @pytest.fixture
@@ -72,6 +72,39 @@ def test_originator_that_lost_its_session_never_completes_the_ddl(cluster):
         assert "`fenced`" in row[3] and row[4:] == (1, 1)
     wait_for(lambda: "`fenced`" in full_meta(p1)[3] and full_meta(p1)[5] == 1, 20, "dble-1 to reload")
     wait_for(lambda: _accepts_ddl(p1), 20, "dble-1 to accept DDL after re-joining", interval=0.5)
+
+
+def test_an_originator_that_lost_its_decision_makes_every_instance_reload(cluster):
+    """dble-1 runs an ALTER, stops after the nodes ran it and before its decision (the pause hook), and is
+    frozen (SIGSTOP) past its session; dble-2 reconciles the orphan. The table then changes on the
+    backends behind the reconcile's back (as a DDL still running on a node it could not see would).
+    Once dble-1 is back it cannot decide (4006) and asks every instance to reload: all three end equal to
+    the backends, `check @@metadata` consistent, no record or lock left."""
+    p1, p2, p3 = cluster.start(env={0: {"PYDBLE_TEST_PAUSE": "after_execute", "PYDBLE_TEST_PAUSE_S": "1"}})
+    t, out = run_async(p1, f"ALTER TABLE {TABLE} ADD COLUMN undecided INT")
+    wait_for(lambda: "paused for test" in p1.log_text(), 20, "dble-1 to stop after the nodes ran the ALTER")
+    p1.pause()
+    try:
+        wait_for(lambda: "dble-1" not in cluster.zk_children("online"), SESSION_TIMEOUT_S + 10,
+                 "dble-1's session to expire")
+        wait_for(lambda: not own_children(cluster), 20, "a survivor to reconcile the orphaned record")
+        for server in cluster.backends:
+            for db in ("db1", "db2"):
+                server.query(f"ALTER TABLE {TABLE} ADD COLUMN behind INT", database=db)
+        for p in (p2, p3):
+            row = full_meta(p)
+            assert "`undecided`" in row[3] and "`behind`" not in row[3] and row[4:] == (1, 0), (p.instance, row)
+    finally:
+        p1.resume()
+    t.join(30)
+    assert out.get("error", (0,))[0] == 4006, out
+    truth = backend_structure(cluster.backends)
+    assert len(truth) == 1 and "`behind`" in next(iter(truth)), truth
+    for p in (p1, p2, p3):
+        wait_for(lambda p=p: full_meta(p)[4:] == (1, 1), 30, f"{p.instance} to reload the table")
+        assert "`behind`" in full_meta(p)[3]
+    assert "asked every instance to reload after a lost decision" in p1.log_text()
+    assert not own_children(cluster) and not cluster.zk_children("lock/ddl_lock")
 
 
 def own_children(cluster) -> list[str]:
