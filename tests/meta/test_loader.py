@@ -200,6 +200,40 @@ def test_table_dropped_between_listing_and_show_create_retries_the_rest(meta_env
     assert any(e["event"] == "table dropped during load" and e["table"] == "t13" for e in logs)
 
 
+def _idle_threads(link: MetaLink) -> dict[tuple[str, int, int], Any]:
+    """(host, port, server thread id) -> dbGroup of each connection the pool keeps idle."""
+    return {(c.conn.group.host, c.conn.group.port, c.conn.thread_id): c.conn.group
+            for idle in link._idle.values() for _, c in idle}
+
+
+def test_pooled_connections_are_reused_and_dead_ones_replaced(meta_env: Any) -> None:
+    create_examples(meta_env)
+    cfg = meta_env.config(EXAMPLE_SCHEMAS)
+    link = MetaLink()
+
+    async def go() -> None:
+        try:
+            first = await load_all(cfg, timeout_s=20, backend=link)
+            kept = _idle_threads(link)
+            assert first.ok and kept
+            second = await load_all(cfg, timeout_s=20, backend=link)
+            assert second.ok and set(_idle_threads(link)) == set(kept)       # pinged and reused
+            for (_, _, tid), g in kept.items():    # the server drops every idle connection
+                killer = pymysql.connect(host=g.host, port=g.port, user=g.user, password=g.password)
+                try:
+                    killer.cursor().execute(f"KILL {tid}")
+                finally:
+                    killer.close()
+            third = await load_all(cfg, timeout_s=20, backend=link)
+            assert third.ok, third.failed_nodes
+            assert {k: m.node_sql for k, m in third.tables.items()} == \
+                {k: m.node_sql for k, m in first.tables.items()}
+            assert _idle_threads(link) and not set(_idle_threads(link)) & set(kept)
+        finally:
+            link.close()
+    asyncio.run(go())
+
+
 def _spare_config(env: Any, spare: Any, timeout: float = 5) -> Any:
     schemas = {"schema1": {"default_node": "dn6",
                            "tables": {"test": {"type": "global", "nodes": ["dn1", "dn2", "dn6"]},
