@@ -1,12 +1,17 @@
-"""Multi-statement answers as the metadata loader reads them (proxy.wire.response.ResponseScanner, the\none result decoder, then proxy.backends.meta_link.multi_result), byte for byte."""
+"""Multi-statement answers as the metadata loader reads them (proxy.wire.response.ResponseScanner, the
+one result decoder, then proxy.backends.meta_link.multi_result), byte for byte."""
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from meta.backend_query import MultiResult
-from proxy.backends.meta_link import multi_result
+from meta.backend_query import MultiResult, NodeUnavailable
+from meta.config import parse_config
+from proxy.backends.meta_link import MetaLink, multi_result
 from proxy.wire.constants import MAX_PACKET as MAX_PAYLOAD
 from proxy.wire.packets import com_query
 from proxy.wire.response import ResponseScanner
@@ -163,3 +168,33 @@ def test_com_query_framing() -> None:
     long = com_query("x" * MAX_PAYLOAD)
     assert long[:4] == b"\xff\xff\xff\x00" and long[4] == 3
     assert long[4 + MAX_PAYLOAD:8 + MAX_PAYLOAD] == b"\x01\x00\x00\x01"
+
+
+def test_a_server_that_accepts_and_never_greets_is_unreachable_within_the_timeout() -> None:
+    async def go() -> NodeUnavailable:
+        accepted = asyncio.Event()
+        held: list[asyncio.StreamWriter] = []
+
+        def frozen(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            held.append(w)   # TCP accepted, no greeting ever sent
+            accepted.set()
+        srv = await asyncio.start_server(frozen, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        cfg = parse_config({
+            "users": [{"name": "test", "password": "x", "schemas": ["s1"]}],
+            "manager_users": [{"name": "root", "password": "x"}],
+            "db_groups": {"g1": {"host": "127.0.0.1", "port": port, "user": "root", "connect_timeout_s": 60}},
+            "sharding_nodes": {"dn1": {"db_group": "g1", "database": "d1"}},
+            "schemas": {"s1": {"default_node": "dn1"}},
+        })
+        try:
+            with pytest.raises(NodeUnavailable) as e:
+                await MetaLink().connect(cfg.sharding_nodes["dn1"], cfg.db_groups["g1"], timeout_s=0.2)
+            assert accepted.is_set()
+            return e.value
+        finally:
+            for w in held:
+                w.close()
+            srv.close()
+    err = asyncio.run(go())
+    assert err.unreachable and "timed out after 0.2s" in err.reason
