@@ -29,11 +29,8 @@ Rows = list[tuple[Any, ...]]
 
 def _text_rows(sc: ResponseScanner) -> list[Rows]:
     """Each result set's rows with values as str (None for NULL), as the loader reads them."""
-    out: list[Rows] = []
-    for rs in sc.results:
-        out.append([tuple(None if v is None else v.decode("utf-8", "surrogateescape") for v in row)
-                    for row in rs.rows])
-    return out
+    return [[tuple([None if v is None else v.decode("utf-8", "surrogateescape") for v in row]) for row in rs.rows]
+            for rs in sc.results]
 
 
 def multi_result(sc: ResponseScanner) -> MultiResult:
