@@ -291,6 +291,7 @@ def _finding(meta: TableMeta) -> Finding:
 def reconcile(config: Config, tables: list[TableDdl]) -> dict[tuple[str, str], Finding]:
     """Read each table's real structure from its shardingNodes (meta.loader.load_tables)."""
     from meta.loader import load_tables
+    from proxy.backends.meta_link import MetaLink
 
     findings: dict[tuple[str, str], Finding] = {}
     keys = []
@@ -305,7 +306,7 @@ def reconcile(config: Config, tables: list[TableDdl]) -> dict[tuple[str, str], F
             keys.append((t.schema, t.table))
     if not keys:
         return findings
-    result = asyncio.run(load_tables(config, keys))
+    result = asyncio.run(load_tables(config, keys, backend=MetaLink(idle_per_node=0)))
     for key in keys:
         meta = result.tables.get(key)
         if meta is None:  # an unconfigured table not found on its schema's default node

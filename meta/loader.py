@@ -18,8 +18,7 @@ from typing import Iterable, Literal, Mapping
 
 import structlog
 
-from meta.backend_query import (AiomysqlBackend, BackendStatementFailed, MetaBackend,
-                                MetaConnection, NodeUnavailable)
+from meta.backend_query import BackendStatementFailed, MetaBackend, MetaConnection, NodeUnavailable
 from meta.config import Config, DbGroupConfig, ShardingNodeConfig
 from meta.consistency import Consistency, judge
 from meta.countdown import CONFIG, DEFAULT, LoadTree, Unit
@@ -35,8 +34,6 @@ PER_GROUP_PARALLEL = 16       # connections a load opens at once on one db_group
 MAX_LOGGED_NAMES = 20
 FILTERED_LISTING_MAX = 500   # up to this many wanted tables, list only those
 ASSEMBLE_CHUNK = 256         # records built between yields to the event loop (queries keep flowing)
-
-_default_backend = AiomysqlBackend()
 
 
 @dataclass(frozen=True, slots=True)
@@ -506,7 +503,7 @@ def _tables_scope(config: Config, tables: Iterable[tuple[str, str]]) -> LoadScop
 
 async def load_all(config: Config, *, timeout_s: float | None = None,
                    batch_size: int = DEFAULT_BATCH_SIZE, connections_per_node: int = 1,
-                   backend: MetaBackend | None = None) -> LoadResult:
+                   backend: MetaBackend) -> LoadResult:
     """Load every table of every schema (start-up and `reload @@metadata`)."""
     return await _run(config, LoadScope("all"), timeout_s, batch_size, connections_per_node, backend)
 
@@ -514,7 +511,7 @@ async def load_all(config: Config, *, timeout_s: float | None = None,
 async def load_tables(config: Config, tables: Iterable[tuple[str, str]] | None = None,
                       schema: str | None = None, *, timeout_s: float | None = None,
                       batch_size: int = DEFAULT_BATCH_SIZE, connections_per_node: int = 1,
-                      backend: MetaBackend | None = None) -> LoadResult:
+                      backend: MetaBackend) -> LoadResult:
     """Reload some tables (a list of (schema, table)) or one schema; both None means everything."""
     if tables is not None:
         scope = _tables_scope(config, tables)
@@ -565,9 +562,9 @@ def result_from_texts(config: Config, tables: Iterable[tuple[str, str]],
 
 
 async def _run(config: Config, scope: LoadScope, timeout_s: float | None, batch_size: int,
-               connections_per_node: int, backend: MetaBackend | None) -> LoadResult:
+               connections_per_node: int, backend: MetaBackend) -> LoadResult:
     loader = _Loader(config, _plan(config, scope),
                      timeout_s=config.server.backend_timeout_s if timeout_s is None else timeout_s,
                      batch_size=batch_size, connections_per_node=connections_per_node,
-                     backend=backend or _default_backend)
+                     backend=backend)
     return await loader.run()

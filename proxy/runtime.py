@@ -25,7 +25,7 @@ from zk.release import ReleaseRefused
 if TYPE_CHECKING:  # pragma: no cover - names for type checkers only, all below this module
     import ssl
 
-    from meta.backend_query import PooledMetaBackend
+    from proxy.backends.meta_link import MetaLink
     from meta.config import Config, UserConfig
     from meta.history import DdlHistory
     from meta.registry import Registry
@@ -63,7 +63,7 @@ class Runtime:
     config: Config
     registry: Registry
     backends: Backends
-    meta_backend: PooledMetaBackend
+    meta_backend: MetaLink
     history: DdlHistory
     tls: ssl.SSLContext | None = None
     version: str = DEFAULT_VERSION

@@ -9,7 +9,6 @@ import structlog
 
 from meta.config import Config, tls_context
 from meta.errors import BackendUnavailable, ProxyError
-from meta.backend_query import PooledMetaBackend
 from meta.history import DdlHistory
 from meta.registry import Registry
 from zk.cluster import Cluster
@@ -17,6 +16,7 @@ from zk.cluster import Cluster
 from proxy.backends.backend import open_connection
 from proxy.ddl.ddl import DdlRunner
 from proxy.backends.deadlock import DeadlockDetector
+from proxy.backends.meta_link import MetaLink
 from proxy.manager.manager import Manager, ManagerSession
 from proxy.metrics import Metrics
 from proxy.backends.pool import Backends
@@ -37,7 +37,7 @@ def assemble(config: Config) -> Runtime:
     version = config.server.version or DEFAULT_VERSION
     set_server_version(version)
     registry = Registry(config)
-    rt = Runtime(config=config, registry=registry, backends=Backends(config), meta_backend=PooledMetaBackend(),
+    rt = Runtime(config=config, registry=registry, backends=Backends(config), meta_backend=MetaLink(),
                  history=DdlHistory(config.server.data_dir or None), tls=tls_context(config.server), version=version)
     rt.metrics = Metrics(rt)
     rt.router = Router(config, registry.tables_of, rt.table_columns)

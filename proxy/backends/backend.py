@@ -346,7 +346,7 @@ class BackendConnection(asyncio.Protocol):
 
     def start(self, packet: bytes, *, kind: str = "query", sink: Sink | None = None,
               collect: bool = False, budget: Budget | None = None, timeout: float | None = None,
-              on_done: OnDone | None = None) -> asyncio.Future | None:
+              on_done: OnDone | None = None, coldefs: bool = True) -> asyncio.Future | None:
         """Send one framed command. Without on_done, the returned future resolves to the scanner when
         the answer is complete; with it, on_done is called from the data callback instead (no future,
         no task switch: the hot path). timeout arms the silence watchdog."""
@@ -359,7 +359,7 @@ class BackendConnection(asyncio.Protocol):
             fut = None
             self._on_done = on_done
         self._scanner = ResponseScanner(bool(self.flags & C.DEPRECATE_EOF), kind=kind, collect=collect,
-                                        budget=budget, names=self.names)
+                                        budget=budget, names=self.names, coldefs=coldefs)
         self._sink = sink
         self.relayed_any = False
         self.last_used = time.monotonic()
@@ -410,10 +410,11 @@ class BackendConnection(asyncio.Protocol):
 
     async def run(self, packet: bytes, timeout: float | None, *, kind: str = "query", sink: Sink | None = None,
                   collect: bool = False, budget: Budget | None = None,
-                  sent: Callable[[], None] | None = None) -> ResponseScanner:
+                  sent: Callable[[], None] | None = None, coldefs: bool = True) -> ResponseScanner:
         """Send a command and wait for its whole response, bounded by `timeout` of silence (None: no
-        bound, for a DDL); `sent` is called once it is written."""
-        fut = self.start(packet, kind=kind, sink=sink, collect=collect, budget=budget, timeout=timeout)
+        bound, for a DDL); `sent` is called once it is written; coldefs=False collects rows only."""
+        fut = self.start(packet, kind=kind, sink=sink, collect=collect, budget=budget, timeout=timeout,
+                         coldefs=coldefs)
         assert fut is not None
         if sent is not None:
             sent()
@@ -489,9 +490,12 @@ class BackendConnection(asyncio.Protocol):
             self.transport.abort()
 
 
-async def open_connection(group: DbGroupConfig, flags: int, database: str | None) -> BackendConnection:
-    """Connect and log in to a dbGroup, bounded by its connect timeout."""
+async def open_connection(group: DbGroupConfig, flags: int, database: str | None,
+                          timeout_s: float | None = None) -> BackendConnection:
+    """Connect and log in to a dbGroup, bounded by timeout_s (default: its connect timeout), the greeting
+    included: a frozen server that accepts TCP and never greets times out too."""
     loop = asyncio.get_running_loop()
+    limit = group.connect_timeout_s if timeout_s is None else timeout_s
 
     async def _open() -> BackendConnection:
         _, conn = await loop.create_connection(lambda: BackendConnection(group, flags), group.host, group.port)
@@ -503,10 +507,10 @@ async def open_connection(group: DbGroupConfig, flags: int, database: str | None
         return conn
 
     try:
-        return await asyncio.wait_for(_open(), group.connect_timeout_s)
+        return await asyncio.wait_for(_open(), limit)
     except asyncio.TimeoutError:
         raise BackendUnavailable(f"connect to dbGroup[{group.name}] ({group.host}:{group.port}) "
-                                 f"timed out after {group.connect_timeout_s:g}s") from None
+                                 f"timed out after {limit:g}s") from None
     except OSError as e:
         raise BackendUnavailable(f"cannot connect to dbGroup[{group.name}] ({group.host}:{group.port}): "
                                  f"{e.strerror or e}") from None

@@ -73,11 +73,12 @@ class ResponseScanner:
 
     __slots__ = ("deprecate_eof", "binary", "collect", "state", "done", "status", "error", "ok", "results",
                  "_cols_left", "_ncols", "_cur", "_cont", "budget", "_big", "_params_left", "prepare_ok", "packets",
-                 "warnings", "names", "edits")
+                 "warnings", "names", "edits", "coldefs")
 
     def __init__(self, deprecate_eof: bool, *, kind: str = "query", collect: bool = False,
-                 budget: Budget | None = None, names: Renamer | None = None) -> None:
+                 budget: Budget | None = None, names: Renamer | None = None, coldefs: bool = True) -> None:
         self.deprecate_eof = deprecate_eof
+        self.coldefs = coldefs   # collected results keep their column definitions (metadata loading needs rows only)
         self.binary = kind == "execute"
         self.collect = collect
         self.state = _FIRST
@@ -141,6 +142,11 @@ class ResponseScanner:
                         self._big = [bytes(buf[pos + 4:end])]
                     else:
                         self._row(bytes(buf[pos + 4:end]))
+            elif (self.state == _COLDEFS and self._cols_left > 0 and self.names is None
+                  and (self._cur is None or not self.coldefs)):
+                self._cols_left -= 1   # a column definition nobody reads: not even copied
+                if self._cols_left == 0:
+                    self.state = _ROWS if self.deprecate_eof else _COLS_EOF
             else:
                 p = bytes(buf[pos + 4:end])
                 if self.names is not None:

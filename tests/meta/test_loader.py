@@ -13,11 +13,15 @@ import pytest
 from pymysql.constants import CLIENT
 from structlog.testing import capture_logs
 
-from meta.backend_query import AiomysqlBackend, MetaConnection
+from meta.backend_query import MetaConnection
 from meta.consistency import Consistency, consistent_in_memory
 from meta.errors import UnknownDatabase
 from meta.loader import load_all, load_tables, node_tables, result_from_texts
 from meta.registry import Registry
+from proxy.backends.meta_link import MetaLink
+
+# a fresh connection per load (each asyncio.run has its own loop); pooling is shown below
+LINK = MetaLink(idle_per_node=0)
 
 ALL4 = ["dn1", "dn2", "dn3", "dn4"]
 
@@ -54,7 +58,7 @@ def test_full_load_of_example_tables_is_consistent(meta_env: Any) -> None:
     # AUTO_INCREMENT differs between shards once rows are in: still consistent
     meta_env.run("dn3", "INSERT INTO sharding_4_t1 (name) VALUES ('a'), ('b'), ('c')")
     cfg = meta_env.config(EXAMPLE_SCHEMAS)
-    res = asyncio.run(load_all(cfg, timeout_s=20))
+    res = asyncio.run(load_all(cfg, timeout_s=20, backend=LINK))
     assert res.ok, res.failed_nodes
     keys = {("schema1", "test"), ("schema1", "sharding_2_t1"), ("schema1", "sharding_4_t1"),
             ("schema2", "sing"), ("schema1", "nosharding_a"), ("schema1", "nosharding_b")}
@@ -85,7 +89,7 @@ def test_column_differing_on_one_node_is_inconsistent(meta_env: Any) -> None:
     meta_env.run("dn3", "ALTER TABLE test ADD COLUMN extra INT")
     cfg = meta_env.config(EXAMPLE_SCHEMAS)
     with capture_logs() as logs:
-        res = asyncio.run(load_all(cfg, timeout_s=20))
+        res = asyncio.run(load_all(cfg, timeout_s=20, backend=LINK))
     m = res.tables[("schema1", "test")]
     assert m.consistency is Consistency.INCONSISTENT
     v = m.verdict()
@@ -101,7 +105,7 @@ def test_table_missing_on_one_node_is_inconsistent(meta_env: Any) -> None:
     meta_env.run("dn2", "DROP TABLE sharding_4_t1")
     cfg = meta_env.config(EXAMPLE_SCHEMAS)
     with capture_logs() as logs:
-        res = asyncio.run(load_all(cfg, timeout_s=20))
+        res = asyncio.run(load_all(cfg, timeout_s=20, backend=LINK))
     m = res.tables[("schema1", "sharding_4_t1")]
     assert m.consistency is Consistency.INCONSISTENT and m.missing_nodes == ("dn2",)
     assert m.structure is not None
@@ -109,7 +113,7 @@ def test_table_missing_on_one_node_is_inconsistent(meta_env: Any) -> None:
     assert any(e["event"] == "tables missing on node" and e["node"] == "dn2" for e in logs)
     # a configured table missing everywhere is kept, without structure
     meta_env.run_on(["dn1", "dn2"], "DROP TABLE IF EXISTS sharding_2_t1")
-    res = asyncio.run(load_all(cfg, timeout_s=20))
+    res = asyncio.run(load_all(cfg, timeout_s=20, backend=LINK))
     lost = res.tables[("schema1", "sharding_2_t1")]
     assert lost.consistency is Consistency.LOST and lost.structure is None
     reg = Registry(cfg)
@@ -123,21 +127,29 @@ def test_small_batches_and_several_connections_give_the_same_result(meta_env: An
     meta_env.run_on(ALL4, *(T_DDL.format(name=n) for n in names))
     schemas = {"s": {"tables": {n: {"type": "global", "nodes": ALL4} for n in names}}}
     cfg = meta_env.config(schemas)
-    a = asyncio.run(load_all(cfg, timeout_s=20, batch_size=1000))
-    b = asyncio.run(load_all(cfg, timeout_s=20, batch_size=7, connections_per_node=3))
-    c = asyncio.run(load_all(cfg, timeout_s=20, batch_size=7, backend=AiomysqlBackend(raw=False)))
+    a = asyncio.run(load_all(cfg, timeout_s=20, batch_size=1000, backend=LINK))
+    b = asyncio.run(load_all(cfg, timeout_s=20, batch_size=7, connections_per_node=3, backend=LINK))
+    pooled = MetaLink()
+
+    async def twice() -> Any:   # the second load reuses the first one's idle connections (pinged)
+        await load_all(cfg, timeout_s=20, batch_size=7, backend=pooled)
+        try:
+            return await load_all(cfg, timeout_s=20, batch_size=7, backend=pooled)
+        finally:
+            pooled.close()
+    c = asyncio.run(twice())
     assert a.ok and b.ok and c.ok
     texts = {k: m.node_sql for k, m in a.tables.items()}
     assert texts == {k: m.node_sql for k, m in b.tables.items()}
-    assert texts == {k: m.node_sql for k, m in c.tables.items()}     # raw reader == cursors
+    assert texts == {k: m.node_sql for k, m in c.tables.items()}     # fresh == pooled connections
     assert all(m.consistency is Consistency.CONSISTENT for m in b.tables.values())
 
 
 class _HookBackend:
-    """The real aiomysql backend, with a hook run on one node right after its table listing."""
+    """The proxy's real backend, with a hook run on one node right after its table listing."""
 
-    def __init__(self, node: str, hook: Any, raw: bool = True) -> None:
-        self.inner = AiomysqlBackend(raw=raw)
+    def __init__(self, node: str, hook: Any, idle_per_node: int = 0) -> None:
+        self.inner = MetaLink(idle_per_node=idle_per_node)
         self.node = node
         self.hook = hook
 
@@ -167,14 +179,14 @@ class _HookConn:
         self.conn.abort()
 
 
-@pytest.mark.parametrize("raw", [True, False], ids=["raw-reader", "cursors"])
+@pytest.mark.parametrize("idle", [0, 2], ids=["fresh", "pooled"])
 def test_table_dropped_between_listing_and_show_create_retries_the_rest(meta_env: Any,
-                                                                        raw: bool) -> None:
+                                                                        idle: int) -> None:
     names = [f"t{i:02d}" for i in range(30)]
     meta_env.run_on(["dn1", "dn2"], *(T_DDL.format(name=n) for n in names))
     schemas = {"s": {"tables": {n: {"type": "global", "nodes": ["dn1", "dn2"]} for n in names}}}
     cfg = meta_env.config(schemas)
-    backend = _HookBackend("dn2", lambda: meta_env.run("dn2", "DROP TABLE t13"), raw)
+    backend = _HookBackend("dn2", lambda: meta_env.run("dn2", "DROP TABLE t13"), idle)
     with capture_logs() as logs:
         res = asyncio.run(load_all(cfg, timeout_s=20, batch_size=10, backend=backend))
     dropped = res.tables[("s", "t13")]
@@ -186,6 +198,40 @@ def test_table_dropped_between_listing_and_show_create_retries_the_rest(meta_env
             assert m.node_sql["dn2"] is not None
     assert res.nodes["dn2"].ok and res.nodes["dn2"].fetched == 29
     assert any(e["event"] == "table dropped during load" and e["table"] == "t13" for e in logs)
+
+
+def _idle_threads(link: MetaLink) -> dict[tuple[str, int, int], Any]:
+    """(host, port, server thread id) -> dbGroup of each connection the pool keeps idle."""
+    return {(c.conn.group.host, c.conn.group.port, c.conn.thread_id): c.conn.group
+            for idle in link._idle.values() for _, c in idle}
+
+
+def test_pooled_connections_are_reused_and_dead_ones_replaced(meta_env: Any) -> None:
+    create_examples(meta_env)
+    cfg = meta_env.config(EXAMPLE_SCHEMAS)
+    link = MetaLink()
+
+    async def go() -> None:
+        try:
+            first = await load_all(cfg, timeout_s=20, backend=link)
+            kept = _idle_threads(link)
+            assert first.ok and kept
+            second = await load_all(cfg, timeout_s=20, backend=link)
+            assert second.ok and set(_idle_threads(link)) == set(kept)       # pinged and reused
+            for (_, _, tid), g in kept.items():    # the server drops every idle connection
+                killer = pymysql.connect(host=g.host, port=g.port, user=g.user, password=g.password)
+                try:
+                    killer.cursor().execute(f"KILL {tid}")
+                finally:
+                    killer.close()
+            third = await load_all(cfg, timeout_s=20, backend=link)
+            assert third.ok, third.failed_nodes
+            assert {k: m.node_sql for k, m in third.tables.items()} == \
+                {k: m.node_sql for k, m in first.tables.items()}
+            assert _idle_threads(link) and not set(_idle_threads(link)) & set(kept)
+        finally:
+            link.close()
+    asyncio.run(go())
 
 
 def _spare_config(env: Any, spare: Any, timeout: float = 5) -> Any:
@@ -213,14 +259,14 @@ def test_paused_backend_times_out_marks_unknown_and_logs_the_node(meta_env: Any,
     _spare_tables(meta_env, spare_server)
     cfg = _spare_config(meta_env, spare_server)
     reg = Registry(cfg)
-    good = asyncio.run(load_all(cfg, timeout_s=20))
+    good = asyncio.run(load_all(cfg, timeout_s=20, backend=LINK))
     assert good.ok and good.tables[("schema1", "test")].consistency is Consistency.CONSISTENT
     reg.apply(good)
     spare_server.pause()
     try:
         with capture_logs() as logs:
             t0 = time.monotonic()
-            res = asyncio.run(load_all(cfg, timeout_s=1.0))
+            res = asyncio.run(load_all(cfg, timeout_s=1.0, backend=LINK))
             elapsed = time.monotonic() - t0
     finally:
         spare_server.resume()
@@ -268,7 +314,7 @@ def test_stopped_backend_and_bad_database_complete_the_load(meta_env: Any, spare
     try:
         with capture_logs() as logs:
             t0 = time.monotonic()
-            res = asyncio.run(load_all(cfg, timeout_s=5))
+            res = asyncio.run(load_all(cfg, timeout_s=5, backend=LINK))
             elapsed = time.monotonic() - t0
     finally:
         spare_server.start()
@@ -280,7 +326,7 @@ def test_stopped_backend_and_bad_database_complete_the_load(meta_env: Any, spare
     # a node whose database does not exist fails alone, with the server's reason
     bad = meta_env.config({"s": {"tables": {"test": {"type": "global", "nodes": ["dn1", "dn7"]}}}},
                           extra_nodes={"dn7": {"db_group": "g2", "database": "pm_no_such_db"}})
-    res = asyncio.run(load_all(bad, timeout_s=5))
+    res = asyncio.run(load_all(bad, timeout_s=5, backend=LINK))
     assert "1049" in res.nodes["dn7"].reason and res.nodes["dn1"].ok
     assert res.tables[("s", "test")].consistency is Consistency.UNKNOWN
 
@@ -289,11 +335,11 @@ def test_partial_load_of_one_table(meta_env: Any) -> None:
     create_examples(meta_env)
     cfg = meta_env.config(EXAMPLE_SCHEMAS)
     reg = Registry(cfg)
-    reg.apply(asyncio.run(load_all(cfg, timeout_s=20)))
+    reg.apply(asyncio.run(load_all(cfg, timeout_s=20, backend=LINK)))
     before = {k: m.version for k, m in reg.snapshot.tables.items()}
     meta_env.run_on(ALL4, "ALTER TABLE sharding_4_t1 ADD COLUMN added DATE")
     stale = reg.get("schema1", "sharding_4_t1")
-    fresh = asyncio.run(load_tables(cfg, [("schema1", "SHARDING_4_T1")], timeout_s=20))
+    fresh = asyncio.run(load_tables(cfg, [("schema1", "SHARDING_4_T1")], timeout_s=20, backend=LINK))
     assert set(fresh.tables) == {("schema1", "sharding_4_t1")}
     assert set(fresh.nodes) == set(ALL4) and all(o.listed == 1 for o in fresh.nodes.values())
     new = fresh.tables[("schema1", "sharding_4_t1")]
@@ -308,22 +354,22 @@ def test_partial_load_of_one_table(meta_env: Any) -> None:
             assert reg.snapshot.tables[k].version == v
     # an unconfigured table on the default node, and one that is gone
     meta_env.run("dn5", "DROP TABLE nosharding_b")
-    part = asyncio.run(load_tables(cfg, [("schema1", "nosharding_a"), ("schema1", "nosharding_b")]))
+    part = asyncio.run(load_tables(cfg, [("schema1", "nosharding_a"), ("schema1", "nosharding_b")], backend=LINK))
     assert set(part.tables) == {("schema1", "nosharding_a")}
     reg.apply(part)
     assert reg.record("schema1", "nosharding_b") is None and reg.get("schema1", "nosharding_a")
     # a whole schema
-    sch = asyncio.run(load_tables(cfg, schema="schema2"))
+    sch = asyncio.run(load_tables(cfg, schema="schema2", backend=LINK))
     assert set(sch.tables) == {("schema2", "sing")}
     with pytest.raises(UnknownDatabase):
-        asyncio.run(load_tables(cfg, schema="nope"))
+        asyncio.run(load_tables(cfg, schema="nope", backend=LINK))
 
 
 def test_queries_are_served_during_a_reload(meta_env: Any) -> None:
     create_examples(meta_env)
     cfg = meta_env.config(EXAMPLE_SCHEMAS)
     reg = Registry(cfg)
-    reg.apply(asyncio.run(load_all(cfg, timeout_s=20)))
+    reg.apply(asyncio.run(load_all(cfg, timeout_s=20, backend=LINK)))
     stop = threading.Event()
     misses = []
 
@@ -336,7 +382,7 @@ def test_queries_are_served_during_a_reload(meta_env: Any) -> None:
     t.start()
     try:
         for _ in range(3):
-            reg.apply(asyncio.run(load_all(cfg, timeout_s=20)))
+            reg.apply(asyncio.run(load_all(cfg, timeout_s=20, backend=LINK)))
     finally:
         stop.set()
         t.join()
@@ -374,7 +420,7 @@ def test_load_of_many_tables_on_four_nodes_in_parallel(meta_env: Any) -> None:
     schemas = {"s": {"tables": {n: {"type": "sharding", "nodes": ALL4, "function": "hash-four",
                                     "column": "id"} for n in names}}}
     cfg = meta_env.config(schemas)
-    res = asyncio.run(load_all(cfg, timeout_s=60, batch_size=150))
+    res = asyncio.run(load_all(cfg, timeout_s=60, batch_size=150, backend=LINK))
     assert res.ok and len(res.tables) == 400
     assert all(m.consistency is Consistency.CONSISTENT for m in res.tables.values())
     assert all(o.fetched == 400 for o in res.nodes.values())
@@ -412,12 +458,12 @@ def test_load_speed_against_raw_pymysql(meta_env: Any) -> None:
     _create_many(meta_env, names, ALL4)
     cfg = meta_env.config({"s": {"tables": {n: {"type": "global", "nodes": ALL4} for n in names}}})
     _raw_pymysql_fetch(meta_env, ALL4, 500)                    # warm both paths up once
-    asyncio.run(load_all(cfg, timeout_s=120, batch_size=500))
+    asyncio.run(load_all(cfg, timeout_s=120, batch_size=500, backend=LINK))
     raws, ours = [], []
     for _ in range(5):
         raws.append(_raw_pymysql_fetch(meta_env, ALL4, 500))
         t0 = time.perf_counter()
-        res = asyncio.run(load_all(cfg, timeout_s=120, batch_size=500))
+        res = asyncio.run(load_all(cfg, timeout_s=120, batch_size=500, backend=LINK))
         ours.append(time.perf_counter() - t0)
         assert res.ok and len(res.tables) == 2000
     ratio = statistics.median(ours) / statistics.median(raws)
@@ -471,7 +517,7 @@ def test_result_from_texts_equals_a_load_for_every_kind_of_table(meta_env: Any) 
                       "dn4": {"sharding_4_t1", "test"}, "dn5": {"nosharding_a", "not_anywhere"}}
     texts = _texts_of(meta_env, cfg, KEYS_OF_EVERY_KIND)
     assert texts["dn5"]["not_anywhere"] is None
-    loaded = asyncio.run(load_tables(cfg, KEYS_OF_EVERY_KIND, timeout_s=20))
+    loaded = asyncio.run(load_tables(cfg, KEYS_OF_EVERY_KIND, timeout_s=20, backend=LINK))
     fast = result_from_texts(cfg, KEYS_OF_EVERY_KIND, texts)
     assert fast is not None and fast.ok
     _assert_same_result(fast, loaded)
@@ -493,7 +539,7 @@ def test_result_from_texts_of_dropped_tables(meta_env: Any) -> None:
     create_examples(meta_env)
     cfg = meta_env.config(EXAMPLE_SCHEMAS)
     reg = Registry(cfg)
-    reg.apply(asyncio.run(load_all(cfg, timeout_s=20)))
+    reg.apply(asyncio.run(load_all(cfg, timeout_s=20, backend=LINK)))
     meta_env.run_on(["dn1", "dn2"], "DROP TABLE sharding_2_t1")
     meta_env.run("dn5", "DROP TABLE nosharding_b")
     keys = [("schema1", "sharding_2_t1"), ("schema1", "nosharding_b")]
@@ -502,7 +548,7 @@ def test_result_from_texts_of_dropped_tables(meta_env: Any) -> None:
                      "dn5": {"nosharding_b": None}}
     fast = result_from_texts(cfg, keys, texts)
     assert fast is not None
-    _assert_same_result(fast, asyncio.run(load_tables(cfg, keys, timeout_s=20)))
+    _assert_same_result(fast, asyncio.run(load_tables(cfg, keys, timeout_s=20, backend=LINK)))
     lost = fast.tables[("schema1", "sharding_2_t1")]
     assert lost.consistency is Consistency.LOST and lost.structure is None
     assert ("schema1", "nosharding_b") not in fast.tables
@@ -536,7 +582,7 @@ def test_result_from_texts_is_none_unless_every_node_answered(meta_env: Any) -> 
     assert node_tables(cfg, nowhere) == {}
     fast = result_from_texts(cfg, nowhere, {})
     assert fast is not None and fast.tables == {} and fast.scope.covers(("schema2", "unconfigured"))
-    _assert_same_result(fast, asyncio.run(load_tables(cfg, nowhere, timeout_s=20)))
+    _assert_same_result(fast, asyncio.run(load_tables(cfg, nowhere, timeout_s=20, backend=LINK)))
 
 
 def test_result_from_texts_is_cheap() -> None:

@@ -1,12 +1,20 @@
-"""The sans-I/O multi-statement response parser, byte for byte."""
+"""Multi-statement answers as the metadata loader reads them (proxy.wire.response.ResponseScanner, the
+one result decoder, then proxy.backends.meta_link.multi_result), byte for byte."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from meta.multiresult import MAX_PAYLOAD, MultiResultParser, ProtocolError, com_query
+from meta.backend_query import MultiResult, NodeUnavailable
+from meta.config import parse_config
+from proxy.backends.meta_link import MetaLink, multi_result
+from proxy.wire.constants import MAX_PACKET as MAX_PAYLOAD
+from proxy.wire.packets import com_query
+from proxy.wire.response import ResponseScanner
 
 MORE = 0x0008
 
@@ -62,8 +70,31 @@ class Wire:
                            + b"\x00\x00")
 
 
-def parse(data: bytes, chunk: int | None = None) -> MultiResultParser:
-    p = MultiResultParser()
+class Parsed:
+    """The scanner fed in chunks as a connection's reads would: what it consumed and what it decoded."""
+
+    def __init__(self) -> None:
+        self.scanner = ResponseScanner(False, collect=True, coldefs=False)
+        self.pending = b""
+        self.consumed = 0
+
+    def feed(self, data: bytes) -> None:
+        buf = self.pending + data
+        pos = self.scanner.scan(buf)
+        self.consumed += pos
+        self.pending = buf[pos:]
+
+    @property
+    def done(self) -> bool:
+        return self.scanner.done
+
+    @property
+    def result(self) -> MultiResult:
+        return multi_result(self.scanner)
+
+
+def parse(data: bytes, chunk: int | None = None) -> Parsed:
+    p = Parsed()
     step = chunk or len(data) or 1
     for i in range(0, len(data), step):
         p.feed(data[i:i + step])
@@ -84,22 +115,23 @@ def batch() -> bytes:
 
 def test_reads_every_result_set_until_the_last() -> None:
     p = parse(batch())
-    assert p.done and p.error is None
-    assert p.results == [[("t1", CREATE)], [("t2", "CREATE TABLE `t2` (é)")], [],
+    assert p.done and p.result.error is None
+    assert p.result.results == [[("t1", CREATE)], [("t2", "CREATE TABLE `t2` (é)")], [],
                          [("a", None), ("b", "")]]
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 64))
 def test_any_split_of_the_bytes_gives_the_same_result(chunk: int) -> None:
-    assert parse(batch(), chunk).results == parse(batch()).results
+    assert parse(batch(), chunk).result.results == parse(batch()).result.results
 
 
 def test_error_stops_the_batch_and_names_the_statement() -> None:
     w = Wire().result([("t1", "x")], 2, True).err(1146, "Table 'db1.t2' doesn't exist")
     p = parse(bytes(w.out), 3)
-    assert p.done and p.results == [[("t1", "x")]]
-    assert p.error == (1146, "Table 'db1.t2' doesn't exist")
+    assert p.done and p.result.results == [[("t1", "x")]]
+    err = p.result.error
+    assert err is not None and (err.index, err.code, err.message) == (1, 1146, "Table 'db1.t2' doesn't exist")
 
 
 def test_not_done_until_the_final_eof() -> None:
@@ -110,9 +142,10 @@ def test_not_done_until_the_final_eof() -> None:
     assert p.done
 
 
-def test_bytes_after_the_end_are_a_protocol_error() -> None:
-    with pytest.raises(ProtocolError):
-        parse(batch() + b"\x01\x00\x00\x09\x00")
+def test_bytes_after_the_end_are_left_unconsumed() -> None:
+    # the connection fails a response followed by stray bytes ("sent bytes after the response")
+    p = parse(batch() + b"\x01\x00\x00\x09\x00")
+    assert p.done and p.consumed == len(batch()) and p.pending == b"\x01\x00\x00\x09\x00"
 
 
 def test_payload_over_16mb_is_reassembled() -> None:
@@ -127,7 +160,7 @@ def test_payload_over_16mb_is_reassembled() -> None:
     w.packet(row[MAX_PAYLOAD:])
     w.eof(2)
     p = parse(bytes(w.out), 1 << 20)
-    assert p.done and p.results[0][0][1] == big
+    assert p.done and p.result.results[0][0][1] == big
 
 
 def test_com_query_framing() -> None:
@@ -135,3 +168,33 @@ def test_com_query_framing() -> None:
     long = com_query("x" * MAX_PAYLOAD)
     assert long[:4] == b"\xff\xff\xff\x00" and long[4] == 3
     assert long[4 + MAX_PAYLOAD:8 + MAX_PAYLOAD] == b"\x01\x00\x00\x01"
+
+
+def test_a_server_that_accepts_and_never_greets_is_unreachable_within_the_timeout() -> None:
+    async def go() -> NodeUnavailable:
+        accepted = asyncio.Event()
+        held: list[asyncio.StreamWriter] = []
+
+        def frozen(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            held.append(w)   # TCP accepted, no greeting ever sent
+            accepted.set()
+        srv = await asyncio.start_server(frozen, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        cfg = parse_config({
+            "users": [{"name": "test", "password": "x", "schemas": ["s1"]}],
+            "manager_users": [{"name": "root", "password": "x"}],
+            "db_groups": {"g1": {"host": "127.0.0.1", "port": port, "user": "root", "connect_timeout_s": 60}},
+            "sharding_nodes": {"dn1": {"db_group": "g1", "database": "d1"}},
+            "schemas": {"s1": {"default_node": "dn1"}},
+        })
+        try:
+            with pytest.raises(NodeUnavailable) as e:
+                await MetaLink().connect(cfg.sharding_nodes["dn1"], cfg.db_groups["g1"], timeout_s=0.2)
+            assert accepted.is_set()
+            return e.value
+        finally:
+            for w in held:
+                w.close()
+            srv.close()
+    err = asyncio.run(go())
+    assert err.unreachable and "timed out after 0.2s" in err.reason
