@@ -539,19 +539,21 @@ def column_type(coldef: bytes) -> tuple[int, bool]:
 
 # Column types whose binary value is the text one (a length-encoded string) in both protocols.
 _RECODED = frozenset({*_INT_SIZES, C.T_DOUBLE, C.T_FLOAT, C.T_TIME, C.T_NULL, *_DATE_TYPES})
-_HEADS: dict[bytes, tuple[list[tuple[int, bool]], bool]] = {}  # result head bytes -> (types, all strings), bounded
+_WHOLE_MAX = 65536   # larger answers stream through the converter (they rarely come whole in one read)
+# result head bytes -> (types, the lead of a row without NULL when every column is such a string), bounded
+_HEADS: dict[bytes, tuple[list[tuple[int, bool]], bytes | None]] = {}
 
 
-def _head_kinds(head: bytes, ncols: int) -> tuple[list[tuple[int, bool]], bool]:
-    """(type, unsigned) of each column of a framed result head, and whether every one is a string in
-    both protocols."""
+def _head_kinds(head: bytes, ncols: int) -> tuple[list[tuple[int, bool]], bytes | None]:
+    """(type, unsigned) of each column of a framed result head, and when every one is a string in both
+    protocols, what a binary row without NULL starts with (0x00 and an empty NULL bitmap)."""
     types = []
     pos = 4 + (head[0] | head[1] << 8 | head[2] << 16)
     for _ in range(ncols):
         end = pos + 4 + (head[pos] | head[pos + 1] << 8 | head[pos + 2] << 16)
         types.append(column_type(bytes(head[pos + 4:end])))
         pos = end
-    return types, not any(t in _RECODED for t, _ in types)
+    return types, None if any(t in _RECODED for t, _ in types) else bytes(1 + (ncols + 9) // 8)
 
 
 def _no_null(data: bytes, pos: int, end: int, ncols: int) -> bool:
@@ -569,6 +571,63 @@ def _no_null(data: bytes, pos: int, end: int, ncols: int) -> bool:
         else:
             return False  # NULL (0xFB), or a value of 16 MB or more: the general path
     return pos == end
+
+
+def binary_answer(data: bytes, deprecate_eof: bool) -> tuple[bytes, int] | None:
+    """(binary answer, rows) when data is exactly one whole text result set that ends the answer (the usual
+    point read, relayed whole): the head and the end pass as they are and each row is re-encoded in place,
+    a row of columns that are length-encoded strings in both protocols only gaining its NULL bitmap; else
+    None, and BinaryResultConverter goes packet by packet (and raises what is wrong)."""
+    n = len(data)
+    if n < 5 or n > _WHOLE_MAX:
+        return None
+    ncols = data[4]
+    if not 0 < ncols < 0xFB:
+        return None   # an OK, an ERR, a column count past 250
+    pos = 4 + (data[0] | data[1] << 8 | data[2] << 16)
+    for _ in range(ncols if deprecate_eof else ncols + 1):  # column definitions (and their EOF)
+        if pos + 4 > n:
+            return None
+        pos += 4 + (data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16)
+    if pos > n:
+        return None
+    head = data[:pos]
+    kinds = _HEADS.get(head)
+    if kinds is None:
+        kinds = _head_kinds(head, ncols)
+        if len(_HEADS) >= 1024:
+            _HEADS.clear()
+        _HEADS[head] = kinds
+    types, lead = kinds
+    out = [head]
+    rows = 0
+    while pos + 4 < n:
+        length = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
+        end = pos + 4 + length
+        if length >= 0xFFFFFF or end > n:
+            return None
+        b = data[pos + 4]
+        if b == 0xFE and (length < 9 or deprecate_eof):   # the EOF (or OK) after the rows
+            if end != n:
+                return None
+            status = (parse_ok(data[pos + 4:end]).status if deprecate_eof and length >= 7
+                      else eof_status(data[pos + 4:end]))
+            if status & C.STATUS_MORE_RESULTS:
+                return None
+            out.append(data[pos:end])
+            return b"".join(out), rows
+        if b == 0xFF:
+            return None
+        if lead is not None and _no_null(data, pos + 4, end, ncols):
+            row = lead + data[pos + 4:end]
+        else:
+            row = encode_binary_row(decode_text_row(data[pos + 4:end], ncols), types)
+        if len(row) >= 0xFFFFFF:
+            return None
+        out.append((len(row) | data[pos + 3] << 24).to_bytes(4, "little") + row)
+        rows += 1
+        pos = end
+    return None
 
 
 class BinaryResultConverter:
@@ -594,10 +653,12 @@ class BinaryResultConverter:
 
     def feed(self, data: bytes) -> bytes:
         """Consume bytes of the text response; return the binary-protocol bytes ready so far."""
-        if self.state == _FIRST and self._seq is None and not self._buf and len(data) > 4 and 0 < data[4] < 0xFB:
-            out = self._whole(data)
-            if out is not None:
-                return out
+        if self.state == _FIRST and self._seq is None and not self._buf:
+            whole = binary_answer(data, self.deprecate_eof)
+            if whole is not None:
+                self.rows = whole[1]
+                self._finish()
+                return whole[0]
         if self._buf:
             data = self._buf + bytes(data)
             self._buf = b""
@@ -623,63 +684,6 @@ class BinaryResultConverter:
         if pos < n:
             self._buf = bytes(data[pos:])
         return b"".join(out)
-
-    def _whole(self, data: bytes) -> bytes | None:
-        """data as binary rows when it is exactly one whole result set that ends the answer (the usual
-        point read, relayed whole): the head and the end pass as they are and each row is re-encoded in
-        place, a row of columns sent as length-encoded strings in both protocols only gaining its NULL
-        bitmap; else None, and the packet-by-packet path decides (and raises what is wrong)."""
-        n = len(data)
-        ncols = data[4]
-        pos = 4 + (data[0] | data[1] << 8 | data[2] << 16)
-        for _ in range(ncols if self.deprecate_eof else ncols + 1):  # column definitions (and their EOF)
-            if pos + 4 > n:
-                return None
-            pos += 4 + (data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16)
-        if pos > n:
-            return None
-        head = data[:pos]
-        kinds = _HEADS.get(head)
-        if kinds is None:
-            kinds = _head_kinds(head, ncols)
-            if len(_HEADS) >= 1024:
-                _HEADS.clear()
-            _HEADS[head] = kinds
-        types, strings = kinds
-        nb = (ncols + 9) // 8
-        lead = bytes(1 + nb)          # the row header 0x00 and a NULL bitmap with no NULL in it
-        out = [head]
-        rows = 0
-        while pos + 4 < n:
-            length = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
-            end = pos + 4 + length
-            if length >= 0xFFFFFF or end > n:
-                return None
-            b = data[pos + 4]
-            if b == 0xFE and (length < 9 or self.deprecate_eof):   # the EOF (or OK) after the rows
-                if end != n:
-                    return None
-                status = (parse_ok(data[pos + 4:end]).status if self.deprecate_eof and length >= 7
-                          else eof_status(data[pos + 4:end]))
-                if status & C.STATUS_MORE_RESULTS:
-                    return None
-                out.append(data[pos:end])
-                self.rows = rows
-                self._finish()
-                return b"".join(out)
-            if b == 0xFF:
-                return None
-            if strings and _no_null(data, pos + 4, end, ncols):
-                row = lead + data[pos + 4:end]
-            else:
-                row = encode_binary_row(decode_text_row(data[pos + 4:end], ncols), types)
-            if len(row) >= 0xFFFFFF:
-                return None
-            out.append((len(row) | data[pos + 3] << 24).to_bytes(4, "little"))
-            out.append(row)
-            rows += 1
-            pos = end
-        return None
 
     def _emit(self, payload: bytes) -> bytes:
         seq = self._seq or 0
@@ -746,7 +750,7 @@ def _read_count(p: bytes) -> tuple[int, int]:
 
 
 __all__ = [
-    "BinaryResultConverter", "ExecuteRequest", "IntParams", "LONG_DATA", "LAST_STATEMENT_ID", "ParamType", "PrepareOk",
+    "BinaryResultConverter", "ExecuteRequest", "IntParams", "binary_answer", "LONG_DATA", "LAST_STATEMENT_ID", "ParamType", "PrepareOk",
     "binary_value", "decode_param", "encode_binary_row", "limit_literal", "limit_placeholders", "parse_execute",
     "parse_prepare_response",
     "parse_send_long_data", "placeholder_positions", "prepare_ok", "quote_string", "sql_literal",
