@@ -82,7 +82,7 @@ def _config(mysql_port: int, port: int, manager_port: int) -> dict[str, Any]:
     }
 
 
-async def measure(mysql_port: int, queries: int, reps: int, deprecate_eof: bool, profile: Any = None
+async def measure(mysql_port: int, queries: int, reps: int, deprecate_eof: bool, modes: list[str]
                   ) -> dict[str, float]:
     """µs of process CPU per query, best run, for 'plain' and 'prepared' (this process's proxy code)."""
     sys.path += [str(REPO_ROOT / "tests"), str(REPO_ROOT / "tests" / "proxy")]   # after the code measured
@@ -136,8 +136,8 @@ async def measure(mysql_port: int, queries: int, reps: int, deprecate_eof: bool,
             conn, answer = answers[mode]
             feed, relay = proto.data_received, conn.data_received
             best = float("inf")
-            if profile is not None:
-                profile(mode)
+            if mode not in modes:
+                continue
             for _ in range(reps):
                 t = time.process_time()
                 for _ in range(queries):
@@ -166,7 +166,8 @@ def _child(args: argparse.Namespace) -> None:
         uvloop.install()
     except ImportError:
         pass
-    print(json.dumps(asyncio.run(measure(args.mysql_port, args.queries, args.reps, args.deprecate_eof))))
+    print(json.dumps(asyncio.run(measure(args.mysql_port, args.queries, args.reps, args.deprecate_eof,
+                                     args.modes.split(",")))))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mysql-port", type=int, help="use this MariaDB on 127.0.0.1 (root, no password)")
     ap.add_argument("--baseline", metavar="DIR", help="also measure another checkout (A/B in one invocation)")
     ap.add_argument("--deprecate-eof", action="store_true", help="the client asks for CLIENT_DEPRECATE_EOF")
+    ap.add_argument("--modes", default="plain,prepared", help="comma-separated: plain (COM_QUERY), prepared")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -201,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
                 cmd = [sys.executable, "-c", f"import runpy, sys; sys.path.insert(0, {str(targets[name])!r}); "
                        f"sys.argv = ['fast_path.py'] + sys.argv[1:]; runpy.run_path({str(script)!r}, "
                        "run_name='__main__')", "--child", "--mysql-port", str(args.mysql_port),
-                       "--queries", str(args.queries), "--reps", str(args.reps),
+                       "--queries", str(args.queries), "--reps", str(args.reps), "--modes", args.modes,
                        *(["--deprecate-eof"] if args.deprecate_eof else [])]
                 out = subprocess.run(cmd, capture_output=True, text=True, cwd=targets[name])
                 if out.returncode != 0:
@@ -212,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
         print("\nbest over rounds, µs of proxy CPU per query (no system calls):")
         for name, rs in results.items():
             print(f"  {name:<5} " + "  ".join(f"{m} {min(r[m] for r in rs):6.2f}" for m in rs[0]))
+        if args.baseline:
+            print("this / base: " + "  ".join(
+                f"{m} {min(r[m] for r in results['this']) / min(r[m] for r in results['base']):.2f}"
+                for m in results["this"][0]))
     finally:
         if server is not None:
             server.cleanup()
