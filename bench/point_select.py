@@ -66,6 +66,16 @@ class Run:
     seconds: float
     cpu: dict[str, float]                        # cores (CPU seconds per second)
     per_query: dict[str, tuple[float, float]]    # (user, sys) microseconds per query
+    calls: dict[str, tuple[float, float]] = None  # type: ignore[assignment]  # (read, write) system calls per query
+
+
+def read_write_calls(pid: int) -> tuple[int, int]:
+    """The read and write system calls a process made so far (/proc/<pid>/io syscr, syscw)."""
+    try:
+        fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    except OSError:
+        return 0, 0
+    return int(fields["syscr"]), int(fields["syscw"])
 
 
 def user_sys(pid: int) -> tuple[float, float]:
@@ -244,6 +254,7 @@ class Bench:
         conn = self._direct() if target == "direct" else self._via_proxy(target)
         pids = self._pids(target)
         before = {k: user_sys(v) for k, v in pids.items()}
+        calls_before = {k: read_write_calls(v) for k, v in pids.items() if k.startswith("proxy")}
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.monotonic()
         out = subprocess.run(["sysbench", "oltp_point_select", *self._common(), *conn, f"--db-ps-mode={ps_mode}",
@@ -253,6 +264,7 @@ class Bench:
         if out.returncode != 0:
             raise SystemExit(f"sysbench against {target} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
         after = {k: user_sys(v) for k, v in pids.items()}
+        calls_after = {k: read_write_calls(pids[k]) for k in calls_before}
         children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = {k: (sum(after[k]) - sum(before[k])) / elapsed for k in pids}
         m = _QPS_RE.search(out.stdout)
@@ -263,8 +275,10 @@ class Bench:
                      for k in pids}
         per_query["sysbench"] = ((children_after.ru_utime - children.ru_utime) / n * 1e6,
                                  (children_after.ru_stime - children.ru_stime) / n * 1e6)
+        calls = {k: ((calls_after[k][0] - calls_before[k][0]) / n, (calls_after[k][1] - calls_before[k][1]) / n)
+                 for k in calls_before}
         m = _ERR_RE.search(out.stdout)
-        return Run(target, qps, int(m.group(1)) if m else 0, elapsed, cpu, per_query)
+        return Run(target, qps, int(m.group(1)) if m else 0, elapsed, cpu, per_query, calls)
 
     def _profiled_pid(self) -> int | None:
         """The proxy process py-spy records: the first worker of a `serve --workers N` parent."""
@@ -335,7 +349,7 @@ def report(runs: Sequence[Run], args: argparse.Namespace, threads: int, ps_mode:
            targets: Sequence[str]) -> list[Cell]:
     """Print every run of one PS mode and thread count and its ratios; one summary per proxy target."""
     print(f"\n--- ps-mode {ps_mode}, {threads} threads ---")
-    print(f"{'round':>5} {'target':<7} {'qps':>10} {'errors':>6}  cpu (cores)")
+    print(f"{'round':>5} {'target':<7} {'qps':>10} {'errors':>6}  cpu (cores), proxy read+write calls per query")
     rounds: list[dict[str, Run]] = []
     for i in range(0, len(runs), len(targets)):
         by = {r.target: r for r in runs[i:i + len(targets)]}
@@ -343,6 +357,7 @@ def report(runs: Sequence[Run], args: argparse.Namespace, threads: int, ps_mode:
         for t in targets:
             r = by[t]
             cpu = "  ".join(f"{k} {v:.2f}" for k, v in sorted(r.cpu.items()))
+            cpu += "".join(f"  {k} {rd:.2f}+{wr:.2f} calls" for k, (rd, wr) in sorted((r.calls or {}).items()))
             print(f"{i // len(targets) + 1:>5} {r.target:<7} {r.qps:>10.0f} {r.errors:>6}  {cpu}")
     print("\nCPU microseconds per query, user + sys (median over rounds):")
     for t in targets:

@@ -24,8 +24,8 @@ from meta.errors import BackendError, NotSupported, ProxyError
 from proxy.exec.merge import merged_columns
 from proxy.plan.placeholders import positional_placeholder, select_aliases
 from proxy.wire import constants as C
-from proxy.wire.binary import (LAST_STATEMENT_ID, LONG_DATA, BinaryResultConverter, ParamType, limit_literal,
-                              limit_placeholders, parse_execute, parse_prepare_response, parse_send_long_data,
+from proxy.wire.binary import (LAST_STATEMENT_ID, LONG_DATA, BinaryResultConverter, IntParams, ParamType, binary_answer,
+                              limit_literal, limit_placeholders, parse_execute, parse_prepare_response, parse_send_long_data,
                               placeholder_positions, prepare_ok, sql_literal, substitute)
 from proxy.wire.messages import ColumnDef, eof_packet, parse_column_def
 from proxy.wire.packets import ProtocolError, frame
@@ -142,6 +142,7 @@ class Statement:
     shape: Shape
     types: tuple[ParamType, ...] | None = None
     long_data: dict[int, bytearray] = field(default_factory=dict)
+    ints: IntParams | None = None   # the fast bind of these types, when every parameter is an integer
 
     @property
     def params(self) -> int:
@@ -159,17 +160,31 @@ class _Collector:
 
 
 class _BinarySink:
-    """The relay sink of an EXECUTE: text packets in from the backend, binary packets out to the client."""
+    """The relay sink of an EXECUTE: text packets in from the backend, binary packets out to the client. A
+    whole answer in one write (the point read) is converted in one pass; anything else packet by packet."""
+
+    __slots__ = ("client", "deprecate_eof", "conv", "ended", "failed")
 
     def __init__(self, client: ClientPort, deprecate_eof: bool) -> None:
         self.client = client
-        self.conv = BinaryResultConverter(deprecate_eof)
+        self.deprecate_eof = deprecate_eof
+        self.conv: BinaryResultConverter | None = None   # made for an answer that does not come whole
+        self.ended = False
         self.failed = False
 
     def write(self, data: bytes) -> None:
         if self.failed:
             return
         try:
+            if self.conv is None:
+                if self.ended:
+                    raise ProtocolError("bytes after the end of the answer")
+                whole = binary_answer(data, self.deprecate_eof)
+                if whole is not None:
+                    self.ended = True
+                    self.client.write(whole[0])
+                    return
+                self.conv = BinaryResultConverter(self.deprecate_eof)
             out = self.conv.feed(data)
         except (ProtocolError, ValueError, struct.error) as e:
             # Half an answer may be out already; the client must not trust the rest.
@@ -374,6 +389,8 @@ class PreparedStatements:
             raise ProxyError(f"Incorrect arguments to mysqld_stmt_execute ({e})", 1210, "HY000") from None
         if req.types is not None:
             stmt.types = req.types
+            shape = stmt.shape
+            stmt.ints = None if shape.limits or shape.aliases else IntParams.of(shape.sql, shape.positions, req.types)
         if not stmt.params:
             return stmt.shape.sql
         values = [bytes(stmt.long_data[i]) if v is LONG_DATA else v for i, v in enumerate(req.values)]
@@ -425,6 +442,9 @@ class PreparedStatements:
         stmt = self.stmts.get(int.from_bytes(payload[1:5], "little")) if len(payload) >= 5 else None
         if stmt is None or stmt.long_data:
             return None
+        ints = stmt.ints
+        if ints is not None and ints.types is stmt.types and (sql := ints.bind(payload)) is not None:
+            return sql
         try:
             return self.bind(stmt, payload)
         except ProxyError:

@@ -132,6 +132,57 @@ def parse_execute(payload: bytes, param_count: int, known_types: tuple[ParamType
     return ExecuteRequest(stmt_id, flags, types, tuple(values))
 
 
+_INT_CODES = {1: "b", 2: "h", 4: "i", 8: "q"}
+
+
+class IntParams:
+    """The bind of a statement whose parameters are all bound as integers (a point read's key), for an
+    execute that sends no new types and no NULL: the values unpacked by one struct and written into
+    the text by one %-format, the same text substitute() writes."""
+
+    __slots__ = ("types", "_at", "_size", "_flags", "_typed", "_unpack", "_template")
+
+    def __init__(self, types: tuple[ParamType, ...], fmt: str, template: str) -> None:
+        self.types = types
+        nb = (len(types) + 7) // 8
+        self._at = 10 + nb + 1        # the values follow the NULL bitmap and the new-params-bound flag
+        self._flags = bytes(nb + 1)   # no NULL, no new types
+        # no NULL, the same types sent again (a client may send them with every execute)
+        self._typed = bytes(nb) + b"\x01" + b"".join(bytes((t.type, UNSIGNED_PARAM if t.unsigned else 0)) for t in types)
+        packed = struct.Struct(fmt)
+        self._size = self._at + packed.size
+        self._unpack = packed.unpack_from
+        self._template = template
+
+    @classmethod
+    def of(cls, sql: str, positions: tuple[tuple[int, int], ...], types: tuple[ParamType, ...]) -> IntParams | None:
+        """The binder of this text and these types; None when a parameter is not an integer, or one follows a
+        `-` (substitute() keeps those apart)."""
+        fmt = ["<"]
+        parts: list[str] = []
+        pos = 0
+        for (start, end), pt in zip(positions, types):
+            size = _INT_SIZES.get(pt.type)
+            if size is None or (start and sql[start - 1] == "-"):
+                return None
+            code = _INT_CODES[size]
+            fmt.append(code.upper() if pt.unsigned else code)
+            parts += (sql[pos:start].replace("%", "%%"), "%d")
+            pos = end
+        parts.append(sql[pos:].replace("%", "%%"))
+        return cls(types, "".join(fmt), "".join(parts)) if len(positions) == len(types) else None
+
+    def bind(self, payload: bytes) -> str | None:
+        """The bound text, or None when this execute is not the plain case (the general path reads it)."""
+        n = len(payload)
+        if n == self._size and payload[10:self._at] == self._flags:
+            return self._template % self._unpack(payload, self._at)
+        at = 10 + len(self._typed)
+        if n == self._size + at - self._at and payload[10:at] == self._typed:
+            return self._template % self._unpack(payload, at)
+        return None
+
+
 def decode_param(buf: bytes, pos: int, pt: ParamType) -> tuple[object, int]:
     """One binary parameter value at pos: an int, float, bytes, date/datetime or timedelta."""
     t = pt.type
@@ -486,6 +537,99 @@ def column_type(coldef: bytes) -> tuple[int, bool]:
     return t
 
 
+# Column types whose binary value is the text one (a length-encoded string) in both protocols.
+_RECODED = frozenset({*_INT_SIZES, C.T_DOUBLE, C.T_FLOAT, C.T_TIME, C.T_NULL, *_DATE_TYPES})
+_WHOLE_MAX = 65536   # larger answers stream through the converter (they rarely come whole in one read)
+# result head bytes -> (types, the lead of a row without NULL when every column is such a string), bounded
+_HEADS: dict[bytes, tuple[list[tuple[int, bool]], bytes | None]] = {}
+
+
+def _head_kinds(head: bytes, ncols: int) -> tuple[list[tuple[int, bool]], bytes | None]:
+    """(type, unsigned) of each column of a framed result head, and when every one is a string in both
+    protocols, what a binary row without NULL starts with (0x00 and an empty NULL bitmap)."""
+    types = []
+    pos = 4 + (head[0] | head[1] << 8 | head[2] << 16)
+    for _ in range(ncols):
+        end = pos + 4 + (head[pos] | head[pos + 1] << 8 | head[pos + 2] << 16)
+        types.append(column_type(bytes(head[pos + 4:end])))
+        pos = end
+    return types, None if any(t in _RECODED for t, _ in types) else bytes(1 + (ncols + 9) // 8)
+
+
+def _no_null(data: bytes, pos: int, end: int, ncols: int) -> bool:
+    """Whether the text row payload data[pos:end] is ncols non-NULL values filling it exactly."""
+    for _ in range(ncols):
+        if pos >= end:
+            return False
+        c = data[pos]
+        if c < 0xFB:
+            pos += 1 + c
+        elif c == 0xFC:
+            pos += 3 + (data[pos + 1] | data[pos + 2] << 8)
+        elif c == 0xFD:
+            pos += 4 + (data[pos + 1] | data[pos + 2] << 8 | data[pos + 3] << 16)
+        else:
+            return False  # NULL (0xFB), or a value of 16 MB or more: the general path
+    return pos == end
+
+
+def binary_answer(data: bytes, deprecate_eof: bool) -> tuple[bytes, int] | None:
+    """(binary answer, rows) when data is exactly one whole text result set that ends the answer (the usual
+    point read, relayed whole): the head and the end pass as they are and each row is re-encoded in place,
+    a row of columns that are length-encoded strings in both protocols only gaining its NULL bitmap; else
+    None, and BinaryResultConverter goes packet by packet (and raises what is wrong)."""
+    n = len(data)
+    if n < 5 or n > _WHOLE_MAX:
+        return None
+    ncols = data[4]
+    if not 0 < ncols < 0xFB:
+        return None   # an OK, an ERR, a column count past 250
+    pos = 4 + (data[0] | data[1] << 8 | data[2] << 16)
+    for _ in range(ncols if deprecate_eof else ncols + 1):  # column definitions (and their EOF)
+        if pos + 4 > n:
+            return None
+        pos += 4 + (data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16)
+    if pos > n:
+        return None
+    head = data[:pos]
+    kinds = _HEADS.get(head)
+    if kinds is None:
+        kinds = _head_kinds(head, ncols)
+        if len(_HEADS) >= 1024:
+            _HEADS.clear()
+        _HEADS[head] = kinds
+    types, lead = kinds
+    out = [head]
+    rows = 0
+    while pos + 4 < n:
+        length = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
+        end = pos + 4 + length
+        if length >= 0xFFFFFF or end > n:
+            return None
+        b = data[pos + 4]
+        if b == 0xFE and (length < 9 or deprecate_eof):   # the EOF (or OK) after the rows
+            if end != n:
+                return None
+            status = (parse_ok(data[pos + 4:end]).status if deprecate_eof and length >= 7
+                      else eof_status(data[pos + 4:end]))
+            if status & C.STATUS_MORE_RESULTS:
+                return None
+            out.append(data[pos:end])
+            return b"".join(out), rows
+        if b == 0xFF:
+            return None
+        if lead is not None and _no_null(data, pos + 4, end, ncols):
+            row = lead + data[pos + 4:end]
+        else:
+            row = encode_binary_row(decode_text_row(data[pos + 4:end], ncols), types)
+        if len(row) >= 0xFFFFFF:
+            return None
+        out.append((len(row) | data[pos + 3] << 24).to_bytes(4, "little") + row)
+        rows += 1
+        pos = end
+    return None
+
+
 class BinaryResultConverter:
     """Turns a framed text-protocol response into the binary-protocol response of COM_STMT_EXECUTE.
 
@@ -509,6 +653,12 @@ class BinaryResultConverter:
 
     def feed(self, data: bytes) -> bytes:
         """Consume bytes of the text response; return the binary-protocol bytes ready so far."""
+        if self.state == _FIRST and self._seq is None and not self._buf:
+            whole = binary_answer(data, self.deprecate_eof)
+            if whole is not None:
+                self.rows = whole[1]
+                self._finish()
+                return whole[0]
         if self._buf:
             data = self._buf + bytes(data)
             self._buf = b""
@@ -600,7 +750,7 @@ def _read_count(p: bytes) -> tuple[int, int]:
 
 
 __all__ = [
-    "BinaryResultConverter", "ExecuteRequest", "LONG_DATA", "LAST_STATEMENT_ID", "ParamType", "PrepareOk",
+    "BinaryResultConverter", "ExecuteRequest", "IntParams", "binary_answer", "LONG_DATA", "LAST_STATEMENT_ID", "ParamType", "PrepareOk",
     "binary_value", "decode_param", "encode_binary_row", "limit_literal", "limit_placeholders", "parse_execute",
     "parse_prepare_response",
     "parse_send_long_data", "placeholder_positions", "prepare_ok", "quote_string", "sql_literal",

@@ -335,3 +335,27 @@ def test_pipelined_executes_and_their_warnings(ps_proxy: ProxyProcess, backends:
         assert got.kind == want.kind == "rows" and len(got.rows) == 1 and got.rows == want.rows
         shown, direct_shown = c.query("SHOW WARNINGS"), d.query("SHOW WARNINGS")
         assert shown.kind == "rows" and shown.rows == direct_shown.rows != []
+
+
+@pytest.mark.parametrize("deprecate_eof", [False, True])
+def test_executes_that_send_no_types_read_their_own_rows(ps_proxy: ProxyProcess, backends: list[Any],
+                                                         deprecate_eof: bool) -> None:
+    """A client that binds once and then sends values only (sysbench) gets each execute's own rows, signs,
+    NULLs and empty results included, byte for byte as MariaDB answers the same executes."""
+    rows = {310: ("'n310'", -7), 311: ("NULL", 2 ** 31 - 1), 312: ("'" + "x" * 100 + "'", -2 ** 31), 313: ("''", 0)}
+    with PsClient(ps_proxy.port, deprecate_eof=deprecate_eof) as c:
+        c.query("DELETE FROM ps_t WHERE id BETWEEN 310 AND 319")
+        for i, (name, n) in rows.items():
+            assert c.query(f"INSERT INTO ps_t (id, name, n) VALUES ({i}, {name}, {n})").kind == "ok"
+        for sql, params in (
+                ("SELECT name FROM ps_t WHERE id = ?", lambda i, n: [p_longlong(i, unsigned=True)]),
+                ("SELECT name, n FROM ps_t WHERE id = ? AND n >= ?", lambda i, n: [p_long(i), p_long(n)]),
+                ("SELECT name, n FROM ps_t WHERE id = ? AND n >= ?", lambda i, n: [p_long(i), p_null(T_LONG)])):
+            st = c.prepare(sql)
+            for k, (i, n) in enumerate([(i, n) for i, (_, n) in rows.items()] + [(310, -6), (319, 0)]):
+                got = c.execute(st.stmt_id, params(i, n), send_types=(k == 0))
+                with direct(backends, node_of(i), deprecate_eof=deprecate_eof) as d:
+                    want = d.execute(d.prepare(sql).stmt_id, params(i, n))
+                assert got.kind == want.kind == "rows", (sql, i, got.err_message)
+                assert (got.rows, got.seqs) == (want.rows, want.seqs), (sql, i, n)
+                assert got.column_defs == logical(want.column_defs)

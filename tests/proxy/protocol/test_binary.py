@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.wire import constants as C
-from proxy.wire.binary import (LONG_DATA, BinaryResultConverter, ParamType, binary_value, encode_binary_row,
+from proxy.wire.binary import (LONG_DATA, BinaryResultConverter, IntParams, ParamType, binary_value, encode_binary_row,
                                    limit_literal, limit_placeholders,
                                    parse_execute, parse_prepare_response, parse_send_long_data, placeholder_positions,
                                    prepare_ok, quote_string, sql_literal, stmt_id_of, substitute)
@@ -53,6 +53,60 @@ def test_later_execute_reuses_remembered_types() -> None:
     req = parse_execute(p, 2, types)
     assert req.types is None
     assert req.values == (2 ** 40, b"x")
+
+
+_INT_TYPES = st.sampled_from([(C.T_TINY, "b"), (C.T_SHORT, "h"), (C.T_YEAR, "h"), (C.T_LONG, "i"), (C.T_INT24, "i"),
+                              (C.T_LONGLONG, "q")])
+
+
+@st.composite
+def _int_params(draw: st.DrawFn) -> tuple[tuple[ParamType, ...], list[bytes]]:
+    """Integer parameters as a client binds them: types and each value's bytes."""
+    types, raws = [], []
+    for typ, code in draw(st.lists(_INT_TYPES, min_size=1, max_size=10)):
+        unsigned = draw(st.booleans())
+        fmt = "<" + (code.upper() if unsigned else code)
+        bits = 8 * struct.calcsize(fmt)
+        lo, hi = (0, (1 << bits) - 1) if unsigned else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+        types.append(ParamType(typ, unsigned))
+        raws.append(struct.pack(fmt, draw(st.integers(lo, hi))))
+    return tuple(types), raws
+
+
+@given(_int_params(), st.booleans())
+def test_integer_binder_writes_the_text_the_general_path_writes(params: tuple[tuple[ParamType, ...], list[bytes]],
+                                                                 resend_types: bool) -> None:
+    types, raws = params
+    n = len(types)
+    sql = "SELECT c FROM t WHERE " + " AND ".join(f"k{i} = ?" for i in range(n)) + " /* 100% */"
+    positions = placeholder_positions(tokenize(sql))
+    flags = bytes((n + 7) // 8) + (b"\x01" + b"".join(bytes((t.type, 0x80 if t.unsigned else 0)) for t in types)
+                                    if resend_types else b"\x00")
+    payload = _exec_head() + flags + b"".join(raws)
+    req = parse_execute(payload, n, types)
+    want = substitute(sql, positions, [sql_literal(v) for v in req.values])
+    binder = IntParams.of(sql, positions, types)
+    assert binder is not None
+    assert binder.bind(payload) == want
+
+
+def test_integer_binder_leaves_other_executes_to_the_general_path() -> None:
+    sql = "SELECT c FROM t WHERE a = ? AND b = ?"
+    positions = placeholder_positions(tokenize(sql))
+    types = (ParamType(C.T_LONG), ParamType(C.T_LONGLONG, True))
+    binder = IntParams.of(sql, positions, types)
+    assert binder is not None
+    values = struct.pack("<iQ", -5, 2 ** 64 - 1)
+    assert binder.bind(_exec_head() + b"\x00\x00" + values) == "SELECT c FROM t WHERE a = -5 AND b = 18446744073709551615"
+    assert binder.bind(_exec_head() + b"\x02\x00" + values[:4]) is None          # b is NULL
+    assert binder.bind(_exec_head() + b"\x00\x00" + values + b"\x00") is None   # a byte too many
+    assert binder.bind(_exec_head() + b"\x00\x01" + bytes((C.T_LONGLONG, 0, C.T_LONGLONG, 0x80))
+                       + struct.pack("<qQ", -5, 1)) is None                      # other types now
+    assert IntParams.of(sql, positions, (ParamType(C.T_LONG), ParamType(C.T_STRING))) is None
+    minus = "SELECT 1 - ?"   # substitute() writes `1 - -5`, never `1 --5`
+    assert IntParams.of(minus, placeholder_positions(tokenize(minus)), (ParamType(C.T_LONG),)) is not None
+    minus = "SELECT 1 -?"
+    assert IntParams.of(minus, placeholder_positions(tokenize(minus)), (ParamType(C.T_LONG),)) is None
 
 
 def test_execute_without_any_types_is_refused() -> None:
@@ -345,6 +399,40 @@ def test_converter_renumbers_when_a_row_spans_packets() -> None:
     assert pkts[3][1][-10:] == b"y" * 10
     seqs = [s for s, _ in pkts]
     assert seqs[:4] == [1, 2, 3, 4] and seqs[4] == 6 and seqs[5] == 7
+
+
+_COLUMN_TYPES = [C.T_STRING, C.T_VAR_STRING, C.T_BLOB, C.T_NEWDECIMAL, C.T_LONG, C.T_LONGLONG, C.T_DOUBLE]
+
+
+def _text_value(typ: int) -> st.SearchStrategy[bytes | None]:
+    if typ in (C.T_LONG, C.T_LONGLONG):
+        value: st.SearchStrategy[bytes] = st.integers(-(1 << 31), (1 << 31) - 1).map(lambda i: str(i).encode())
+    elif typ == C.T_DOUBLE:
+        value = st.floats(allow_nan=False, allow_infinity=False).map(lambda f: repr(f).encode())
+    else:
+        value = st.binary(max_size=300)   # past 250 bytes a value's length takes three bytes
+    return st.none() | value
+
+
+@st.composite
+def _result(draw: st.DrawFn) -> tuple[list[ColumnDef], list[list[bytes | None]]]:
+    types = draw(st.lists(st.sampled_from(_COLUMN_TYPES), min_size=1, max_size=6))
+    cols = [ColumnDef(f"c{i}", t, 63, 20) for i, t in enumerate(types)]
+    rows = draw(st.lists(st.tuples(*[_text_value(t) for t in types]).map(list), max_size=5))
+    return cols, rows
+
+
+@settings(max_examples=300)
+@given(_result(), st.booleans())
+def test_a_whole_answer_converts_as_it_does_packet_by_packet(result: tuple[list[ColumnDef], list[list[bytes | None]]],
+                                                            deprecate_eof: bool) -> None:
+    cols, rows = result
+    data, _ = encode_resultset(ResultSet(cols, rows), 1, C.STATUS_AUTOCOMMIT, deprecate_eof)
+    whole = BinaryResultConverter(deprecate_eof)
+    got = whole.feed(data)
+    streamed = BinaryResultConverter(deprecate_eof)
+    assert got == b"".join(streamed.feed(data[i:i + 1]) for i in range(len(data)))
+    assert whole.done and whole.rows == len(rows)
 
 
 def test_converter_refuses_packets_after_the_end() -> None:
