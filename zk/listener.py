@@ -182,9 +182,10 @@ class DdlListener(PassLoop):
 
     async def _late_final(self, caller: str, key: tuple[str, int], rec: DdlRecord,
                           texts: dict | None) -> tuple[bool, str] | None:
-        """A final step whose record our pass already saw removed: applied (once) from the ddl_history
-        entry the deciding removal created, so that we answer only once the table is reloaded and its
-        lock free here. Refusing it instead would make us a laggard the client's OK does not wait for.
+        """A final step whose record is already gone from ZooKeeper (the deciding removal went on the wire
+        before the step; our watch may have seen it first): applied (once) from the ddl_history entry that
+        removal created, so that we answer only once the table is reloaded and its lock free here.
+        Refusing it instead made us a laggard the client's OK did not wait for (issue 17: then 4006 here).
         None: no entry of that decision (the record went another way), or the table is another DDL's
         here now; ddl_history and the vanished record's settle apply it then."""
         c = self.cluster
@@ -215,8 +216,7 @@ class DdlListener(PassLoop):
                 log.warning("refresh after a ddl failed", instance=c.instance, table=f"{rec.schema}.{rec.table}",
                             error=str(e))
             self._outcome_applied(rec, key[1], "peer, record already gone")
-            if not message:
-                core.mark_finished(key[1])
+            core.on_handled(key, rec.status, not message, message)   # the next pass finds the record gone
         return not message, message
 
     async def _record_for(self, key: tuple[str, int]) -> DdlRecord | None:
