@@ -1,6 +1,7 @@
 """Test pauses for `pydble serve`: with PYDBLE_TEST_PAUSE=<phase> the originator stops at that phase of
 every DDL (for PYDBLE_TEST_PAUSE_S seconds, default 600) so a test can kill -9 or SIGSTOP the process
-there. The hook only pauses: the path taken is production's (zk/originator.py names the phases)."""
+there. The hook only pauses: the path taken is production's (zk/originator.py names the phases;
+`peer_final_step`, zk/peers.py: a subscriber handles each final step it receives that much later)."""
 
 from __future__ import annotations
 

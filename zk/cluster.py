@@ -136,7 +136,7 @@ class Cluster(Membership, AckBook, HistoryLog):
                                  "[cluster] peer_secret (the same on every instance) or auth for the fast path")
             return
         server = self._peer_server_port(self.instance, self.cc.cluster_id, key, self.listener.on_peer_step,
-                            lambda: self.registry.version, self.listener.peer_step_now)
+                            lambda: self.registry.version, self.listener.peer_step_now, self.pause)
         try:
             port = await server.start(self.config.server.bind, self.cc.peer_port)
         except OSError as e:

@@ -135,6 +135,10 @@ class DdlListener(PassLoop):
             return None, f"{c.instance} is not ready for peer steps"
         key = (path, czxid)
         live = await self._record_for(key)
+        if live is None and final:
+            late = await self._late_final(caller, key, rec, texts)
+            if late is not None:
+                return late
         why = core.peer_mismatch(caller, path, rec, live)
         if why is not None:
             log.warning("peer step refused", instance=c.instance, caller=caller, path=path, czxid=czxid, reason=why)
@@ -175,6 +179,45 @@ class DdlListener(PassLoop):
         self._outcome_applied(rec, czxid, "peer")
         core.on_handled(key, rec.status, True, "")
         return True, ""
+
+    async def _late_final(self, caller: str, key: tuple[str, int], rec: DdlRecord,
+                          texts: dict | None) -> tuple[bool, str] | None:
+        """A final step whose record is already gone from ZooKeeper (the deciding removal went on the wire
+        before the step; our watch may have seen it first): applied (once) from the ddl_history entry that
+        removal created, so that we answer only once the table is reloaded and its lock free here.
+        Refusing it instead made us a laggard the client's OK did not wait for (issue 17: then 4006 here).
+        None: no entry of that decision (the record went another way), or the table is another DDL's
+        here now; ddl_history and the vanished record's settle apply it then."""
+        c = self.cluster
+        core = self.core
+        zk = c.zk
+        if zk is None:
+            return None
+        name = core.late_final(key, rec, await zk.children(c.paths.history))
+        got = await read(zk, f"{c.paths.history}/{name}", HistoryEntry) if name is not None else None
+        if got is None or got.value is None:
+            return None
+        why = core.late_final_mismatch(caller, key, rec, got.value)
+        if why is not None:
+            log.warning("late final step refused", instance=c.instance, caller=caller, path=key[0],
+                        czxid=key[1], reason=why)
+            return None
+        async with self.record_lock(key[0]):   # one application of the entry: not settle, catch-up and us
+            done = core.late_final_answer(key)
+            if done is not None:
+                return done
+            message = ""
+            try:
+                await self._refresh_unless_busy(rec.schema, rec.table, key[1], f"instance:{rec.instance}", texts)
+            except TableBusy:
+                return None   # another DDL on the table runs here: ddl_history applies this one after it
+            except Exception as e:  # noqa: BLE001 - reported in the answer; ddl_history's entry applies it again
+                message = f"refresh failed: {e}"
+                log.warning("refresh after a ddl failed", instance=c.instance, table=f"{rec.schema}.{rec.table}",
+                            error=str(e))
+            self._outcome_applied(rec, key[1], "peer, record already gone")
+            core.on_handled(key, rec.status, not message, message)   # the next pass finds the record gone
+        return not message, message
 
     async def _record_for(self, key: tuple[str, int]) -> DdlRecord | None:
         """The record (path, czxid) as ZooKeeper has it: seen by a pass, or read now."""
@@ -248,34 +291,37 @@ class DdlListener(PassLoop):
         if got is None or got.value is None:
             return None
         entry = got.value
-        if not self.core.entry_applies(entry):
-            return None
-        log.info("catching up on a ddl finished while this instance lagged", instance=c.instance,
-                 table=f"{entry.schema}.{entry.table}", originator=entry.instance)
-        try:
-            await self._refresh_unless_busy(entry.schema, entry.table, entry.record_czxid,
-                                            f"instance:{entry.instance}")
-        finally:
-            # the DDL is over either way: its lock goes; a refresh that missed a node is tried again
-            self._release(entry.schema, entry.table, entry.record_czxid, f"instance:{entry.instance}")
+        # under the record's lock: a late final step of that record (_late_final) applies the same entry
+        async with self.record_lock(c.paths.ddl_record(entry.schema, entry.table)):
+            if not self.core.entry_applies(entry):
+                return None
+            log.info("catching up on a ddl finished while this instance lagged", instance=c.instance,
+                     table=f"{entry.schema}.{entry.table}", originator=entry.instance)
+            try:
+                await self._refresh_unless_busy(entry.schema, entry.table, entry.record_czxid,
+                                                f"instance:{entry.instance}")
+            finally:
+                # the DDL is over either way: its lock goes; a refresh that missed a node is tried again
+                self._release(entry.schema, entry.table, entry.record_czxid, f"instance:{entry.instance}")
         return entry
 
-    async def _refresh_unless_busy(self, schema: str, table: str, czxid: int, owner: str | None = None) -> None:
+    async def _refresh_unless_busy(self, schema: str, table: str, czxid: int, owner: str | None = None,
+                                   texts: dict | None = None) -> None:
         """Reload a table for a DDL that is over (record czxid), holding the table's local lock so that no
         DDL starts on it meanwhile: a read taken half-way through a DDL here and published after that
         DDL's own refresh would keep the half-applied structure. TableBusy (nothing read) while another
-        DDL on the table is in flight here: its own outcome refreshes the table."""
+        DDL on the table is in flight here: its own outcome refreshes the table. `texts`: as for refresh."""
         c = self.cluster
         held = c.locks.get(schema, table)
         if held is not None:
             if not may_release(held.owner, held.record, czxid, owner):
                 raise TableBusy(f"{schema}.{table}")
-            await c.refresh([(schema, table)])   # under that very record's lock
+            await c.refresh([(schema, table)], texts)   # under that very record's lock
             return
         mine = f"reload:{czxid}"
         c.locks.acquire(schema, table, "reload after a ddl finished elsewhere", mine).phase = "REFRESHING"
         try:
-            await c.refresh([(schema, table)])
+            await c.refresh([(schema, table)], texts)
         finally:
             c.locks.release(schema, table, mine)
 

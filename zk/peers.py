@@ -111,6 +111,13 @@ class _Inbound(asyncio.Protocol):
         if len(self.tasks) >= MAX_STEPS_IN_FLIGHT:
             self._drop("too many steps in flight")
             return
+        if final and self.server.pause is not None:   # tests only: the step arrives late, then goes its way
+            self._spawn(self._late(msg_id, path, czxid, rec, texts))
+            return
+        self._dispatch(msg_id, path, czxid, rec, texts, final)
+
+    def _dispatch(self, msg_id: int, path: str, czxid: int, rec: DdlRecord, texts: dict | None,
+                  final: bool) -> None:
         if final and self.server.quick is not None:
             try:
                 answer = self.server.quick(self.caller or "", path, czxid, rec, texts)
@@ -120,9 +127,17 @@ class _Inbound(asyncio.Protocol):
             if answer is not None:
                 self._reply(msg_id, *answer)
                 return
-        task = asyncio.get_running_loop().create_task(self._run(msg_id, path, czxid, rec, texts, final))
+        self._spawn(self._run(msg_id, path, czxid, rec, texts, final))
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+    async def _late(self, msg_id: int, path: str, czxid: int, rec: DdlRecord, texts: dict | None) -> None:
+        assert self.server.pause is not None
+        await self.server.pause("peer_final_step")
+        self._dispatch(msg_id, path, czxid, rec, texts, True)
 
     async def _run(self, msg_id: int, path: str, czxid: int, rec: DdlRecord, texts: dict | None,
                    final: bool) -> None:
@@ -162,8 +177,10 @@ class PeerServer:
     """Listens for peers' DDL steps and hands them to the ddl listener."""
 
     def __init__(self, instance: str, cluster_id: str, key: bytes, handler: StepHandler,
-                 meta_version: Callable[[], int], quick: QuickHandler | None = None) -> None:
+                 meta_version: Callable[[], int], quick: QuickHandler | None = None,
+                 pause: Callable[[str], Awaitable[None]] | None = None) -> None:
         self.instance = instance
+        self.pause = pause   # tests only (cli/pause.py): a final step is handled this much late
         self.cluster_id = cluster_id
         self.key = key
         self.handler = handler

@@ -292,8 +292,8 @@ class SimPeerServer:
     `quick` handler can answer, else as a task, as _Inbound does); the answer goes back on the net."""
 
     def __init__(self, inst: Instance, instance: str, cluster_id: str, key: bytes, handler: Callable,
-                 meta_version: Callable, quick: Callable | None = None) -> None:
-        self.inst = inst
+                 meta_version: Callable, quick: Callable | None = None, pause: Callable | None = None) -> None:
+        self.inst = inst   # `pause` (the real server's test hook) is not used: the net delays steps here
         self.instance = instance
         self.handler = handler
         self.quick = quick

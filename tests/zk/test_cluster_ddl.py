@@ -152,6 +152,21 @@ def test_back_to_back_ddls_from_alternating_instances_find_the_table_free(cluste
     assert all("b2b_" not in full_meta(p)[3] and full_meta(p)[4:] == (1, 1) for p in procs)
 
 
+def test_ok_waits_for_a_subscriber_that_saw_the_record_removed_before_the_outcome(cluster):
+    """A subscriber whose ZooKeeper watch saw the deciding removal before the final step reached it over
+    the peer channel (held 0.3 s there: under GONE_GRACE_S, past the pass that sees the record gone)
+    answers the step only once caught up, not "no such record": right after OK it serves the new
+    structure and the table is free there (issue 17: the next DDL there got 4006)."""
+    p1, p2 = cluster.start(2, env={1: {"PYDBLE_TEST_PAUSE": "peer_final_step", "PYDBLE_TEST_PAUSE_S": "0.3"}})
+    for i in range(3):
+        p1.query(f"ALTER TABLE {TABLE} ADD COLUMN late_{i} INT")
+        assert f"`late_{i}`" in full_meta(p2)[3]
+        p2.query(f"ALTER TABLE {TABLE} DROP COLUMN late_{i}")   # no 4006: the table is free on p2
+        assert f"`late_{i}`" not in full_meta(p1)[3]
+    assert all("late_" not in full_meta(p)[3] and full_meta(p)[4:] == (1, 1) for p in (p1, p2))
+    assert not cluster.zk_children("ddl") and not show_ddl(p2)
+
+
 def test_a_ddl_with_an_unreachable_node_is_refused_and_leaves_no_lock_anywhere(cluster, backends):
     """The nodes' pings run beside the INIT write: an unreachable node still refuses the DDL before any
     node runs it, and the record and locks it took are gone everywhere (the next try gets the same

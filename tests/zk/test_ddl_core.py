@@ -4,6 +4,7 @@ write that decides, acks or cleans up; late acks and duplicated events change no
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, RolledBackError
@@ -438,6 +439,40 @@ def test_a_peer_step_is_checked_against_the_live_record():
     assert sub.ack_due((path, 7), INIT, 7) is False
     sub.on_handled((path, 7), INIT, True, "")
     assert sub.ack_due((path, 7), INIT, 7) and not sub.ack_due((path, 7), INIT, 8)
+
+
+def test_a_final_step_whose_record_is_gone_is_checked_against_the_deciding_removals_history_entry():
+    """Issue 17: a subscriber whose watch saw the fast end's removal before the final step came over the peer
+    channel applies the step from the ddl_history entry that removal wrote (not "no such record", which made
+    it a laggard the client's OK did not wait for); an entry the step does not match is not its decision."""
+    log = fresh_log()
+    core = originator()
+    lock_all(core, log, 1)
+    core.may_run(1, locks_read(core, log))
+    core.start_running()
+    tally = core.init_tally({"i1", "i2"})
+    tally.on_peer_answer(KEY, "i2", True, "")
+    core.on_init_acks(tally.outcome())
+    [(step, czxid)] = core.outcome_steps(SUCCESS, "").values()
+    path = PATHS.ddl_record(*KEY)
+    key = (path, czxid)
+    assert core.on_removed(KEY, log.commit(core.removal_txn(KEY, [core.instance], SUCCESS, version=core.versions[KEY]),
+                                           1), status=SUCCESS) is Removal.DONE
+    names = [p.rsplit("/", 1)[1] for p in log._children(PATHS.history)]
+    sub = SubscriberCore(PATHS, "i2")
+    name = sub.late_final(key, step, ["h-3-0000000001", *names])
+    assert name in names
+    [entry] = log.history()
+    assert sub.late_final_mismatch("i1", key, step, entry) is None
+    assert "originator" in sub.late_final_mismatch("i3", key, step, entry)
+    assert sub.late_final((path, czxid + 1), step, names) is None                 # no entry of that record
+    assert sub.late_final(key, step.with_status(INIT), names) is None             # not a final step
+    assert "not SUCCESS" in sub.late_final_mismatch("i1", key, step, dataclasses.replace(
+        entry, status=FAILED, message="reconciled"))                              # another actor's decision
+    assert "differs" in sub.late_final_mismatch("i1", key, step, dataclasses.replace(entry, sql="y"))
+    assert sub.late_final_answer(key) is None     # still to apply; then settled or applied: answered ok
+    sub.mark_finished(czxid)
+    assert sub.late_final_answer(key) == (True, "") and not sub.needs_apply(name)
 
 
 # -- reconciler --------------------------------------------------------------------------------------------

@@ -86,16 +86,23 @@ class SubscriberCore:
     def peer_mismatch(self, caller: str, path: str, rec: DdlRecord, live: DdlRecord | None) -> str | None:
         """Why a step received over the peer channel must not be applied (None: it comes from its
         originator and matches the live record it names, whose status is the step's or the INIT before)."""
-        if caller != rec.instance:
-            return f"sent by {caller!r}, not by the record's originator {rec.instance!r}"
-        if path != self.paths.ddl_record(rec.schema, rec.table):
-            return "its path does not name its record's table"
+        why = self.sender_mismatch(caller, path, rec)
+        if why is not None:
+            return why
         if live is None:
             return "ZooKeeper has no such record (path and creation zxid)"
         if replace(live, status=rec.status, message=rec.message) != rec:
             return "it differs from the record in ZooKeeper"
         if live.status not in (INIT, rec.status):
             return f"the record is {live.status} in ZooKeeper, not {rec.status}"
+        return None
+
+    def sender_mismatch(self, caller: str, path: str, rec: DdlRecord) -> str | None:
+        """Why a peer step cannot be its record's originator's (None: it can)."""
+        if caller != rec.instance:
+            return f"sent by {caller!r}, not by the record's originator {rec.instance!r}"
+        if path != self.paths.ddl_record(rec.schema, rec.table):
+            return "its path does not name its record's table"
         return None
 
     def takes_peer_steps(self, rec: DdlRecord, ready: bool) -> bool:
@@ -142,6 +149,37 @@ class SubscriberCore:
         self.finished[czxid] = None
         while len(self.finished) > FINISHED_KEPT:
             del self.finished[next(iter(self.finished))]
+
+    def late_final(self, key: RecordKey, rec: DdlRecord, names: Sequence[str]) -> str | None:
+        """A final step (SUCCESS/FAILED) names a record already gone from ZooKeeper: the ddl_history entry
+        to check it against, the newest naming that record (its czxid). The originator's deciding
+        removal creates that entry in the same transaction, so once the record is gone because of that
+        decision the entry is there. None: no entry names it (the record went another way, or the entry
+        was pruned): the step is refused as before."""
+        if rec.status not in (SUCCESS, FAILED) or not key[1]:
+            return None
+        named = [n for n in history_order(list(names)) if history_czxid(n) == key[1]]
+        return named[-1] if named else None
+
+    def late_final_mismatch(self, caller: str, key: RecordKey, rec: DdlRecord, entry: HistoryEntry) -> str | None:
+        """Why a final step must not be applied from the ddl_history entry of its removed record (None:
+        that entry is the very decision the step carries: same record, table, originator, statement,
+        status and message; a reconciler's or an operator's entry says otherwise)."""
+        why = self.sender_mismatch(caller, key[0], rec)
+        if why is not None:
+            return why
+        if entry.record_czxid != key[1]:
+            return "the ddl_history entry names another record"
+        if (entry.schema, entry.table, entry.instance, entry.sql) != (rec.schema, rec.table, rec.instance, rec.sql):
+            return "it differs from the ddl_history entry of its record"
+        if (entry.status, entry.message) != (rec.status, rec.message):
+            return f"its record was removed as {entry.status} ({entry.message or 'no message'}), not {rec.status}"
+        return None
+
+    def late_final_answer(self, key: RecordKey) -> tuple[bool, str] | None:
+        """The answer to a final step whose record is gone, when its outcome is applied here already
+        (the vanished record's settle, or catch-up, got there first); None: still to apply."""
+        return (True, "") if key[1] in self.finished else None
 
     # -- ddl_history --------------------------------------------------------------------------------------
     def restart(self, names: Sequence[str] | None = None) -> None:
