@@ -309,10 +309,21 @@ def quiet_logs() -> Iterator[None]:
         structlog.configure(**saved)
 
 
+def freeze_heap() -> None:
+    """A process about to run many schedules moves what is alive now (its modules' objects, some 60,000)
+    out of the cyclic GC's reach (gc.freeze): the full collection before each schedule then traverses only
+    what the schedules made, about 1 ms instead of 30-40 ms. Nothing a schedule does changes: that
+    collection still frees every earlier schedule's garbage and resets the generations' counts, and the
+    young generations are collected as before (the frozen objects only stop being traversed)."""
+    gc.collect()
+    gc.freeze()
+
+
 def _run(seed: int, variant: Variant | None, trace: bool, window: float, settle: float) -> Outcome:
     # the earlier schedules' garbage goes now, with no loop running: a dead process's coroutine that would
     # not close (a finally that awaits) must not be finalized by the cyclic GC in the middle of this
-    # schedule, its finally starting a task on whichever loop runs then (same seed, another trace)
+    # schedule, its finally starting a task on whichever loop runs then (same seed, another trace); cheap
+    # in a process that called freeze_heap first
     gc.collect()
     c = SimCluster(seed, variant, trace)
     c.plan(window)
@@ -344,4 +355,4 @@ def _run(seed: int, variant: Variant | None, trace: bool, window: float, settle:
     return Outcome(seed, violation, w.steps, c.ddls, c.checker.oks, dict(c.answers), w.trace)
 
 
-__all__ = ["SimCluster", "Variant", "Outcome", "run_schedule"]
+__all__ = ["SimCluster", "Variant", "Outcome", "freeze_heap", "run_schedule"]
