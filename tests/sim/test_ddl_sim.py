@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from .cluster import run_schedule
+from .cluster import freeze_heap, run_schedule
 from .variants import BUGS, FIXED
 
 SCHEDULES = 2000   # `make test` (half with partial loads); on demand: python -m tests.sim.run --schedules 1000000
@@ -28,6 +29,7 @@ WORKERS = 2        # processes the schedules are spread over (the box's cores)
 
 def _run_chunk(seeds: list[int]) -> tuple[int, int, list[str]]:
     """Schedules in a worker process: seed s runs with partial loads when odd."""
+    freeze_heap()
     partial = dataclasses.replace(FIXED, partial_loads=True)
     oks = ddls = 0
     failed = []
@@ -71,6 +73,28 @@ def test_a_seed_replays_exactly_in_another_process() -> None:
     outs = [subprocess.run([sys.executable, "-m", "tests.sim.run", "--replay", "38"], cwd=root, capture_output=True,
                            text=True, timeout=120, env={**os.environ, "PYTHONHASHSEED": h}).stdout for h in ("1", "2")]
     assert outs[0] == outs[1] and outs[0].count("\n") > 10
+
+
+def _summary(*args: str) -> tuple[int, str]:
+    """`python -m tests.sim.run ARGS`: its exit code and its last line without the timings."""
+    root = Path(__file__).resolve().parents[2]
+    p = subprocess.run([sys.executable, "-m", "tests.sim.run", *args], cwd=root, capture_output=True, text=True,
+                       timeout=600)
+    last = p.stdout.strip().splitlines()[-1]
+    return p.returncode, re.sub(r"in [0-9.]+s on \d+ process\(es\) \([0-9.]+ schedules/s, [0-9.]+ ms CPU and ", "", last)
+
+
+def test_jobs_run_the_same_seeds_as_one_process() -> None:
+    """--jobs N splits the schedules over N processes: the same totals and failing seeds as one process, and
+    without --keep-going the lowest failing seed, as one process would stop at."""
+    args = ["--schedules", "60", "--variant", "kill-live-holder", "--every", "600"]
+    rc1, one = _summary(*args, "--keep-going")
+    rc3, three = _summary(*args, "--keep-going", "--jobs", "3")
+    assert (rc1, one) == (rc3, three) and "60 schedules" in one
+    seeds = re.search(r"\(seeds \[(\d+)", one)
+    assert rc1 == 1 and seeds, f"the reverted fix was not found in 60 schedules: {one}"   # else: more schedules
+    rc2, first = _summary(*args, "--jobs", "2")
+    assert rc2 == 1 and first.endswith(f"1 violations (seeds [{seeds.group(1)}])"), first
 
 
 # (variant, seed, what the checker reports): each seed was found by `python -m tests.sim.run --variant NAME`.
