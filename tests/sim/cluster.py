@@ -310,11 +310,8 @@ def quiet_logs() -> Iterator[None]:
 
 
 def freeze_heap() -> None:
-    """A process about to run many schedules moves what is alive now (its modules' objects, some 60,000)
-    out of the cyclic GC's reach (gc.freeze): the full collection before each schedule then traverses only
-    what the schedules made, about 1 ms instead of 30-40 ms. Nothing a schedule does changes: that
-    collection still frees every earlier schedule's garbage and resets the generations' counts, and the
-    young generations are collected as before (the frozen objects only stop being traversed)."""
+    """Before a run of schedules: the modules' ~60,000 objects leave the cyclic GC's reach (gc.freeze), so the
+    collection before each schedule walks only the schedules' own (~1 ms, not 30-40 ms: half the CPU)."""
     gc.collect()
     gc.freeze()
 
