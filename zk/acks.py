@@ -81,7 +81,7 @@ class AckBook:
                             refusals.append((inst, answer[1]))
                 if retry:
                     await asyncio.sleep(min(PEER_RETRY_S, max(0.0, deadline - clock())))
-                    for key, inst in retry:
+                    for key, inst in sorted(retry):   # in one order, whatever the str hashing
                         tasks.update(self.ask_peers([key], records, {inst}, texts, final=True))
             return AckOutcome(tuple(sorted({inst for _, inst in tasks} | gave_up)), tuple(refusals))
         finally:

@@ -309,10 +309,18 @@ def quiet_logs() -> Iterator[None]:
         structlog.configure(**saved)
 
 
+def freeze_heap() -> None:
+    """Before a run of schedules: the modules' ~60,000 objects leave the cyclic GC's reach (gc.freeze), so the
+    collection before each schedule walks only the schedules' own (~1 ms, not 30-40 ms: half the CPU)."""
+    gc.collect()
+    gc.freeze()
+
+
 def _run(seed: int, variant: Variant | None, trace: bool, window: float, settle: float) -> Outcome:
     # the earlier schedules' garbage goes now, with no loop running: a dead process's coroutine that would
     # not close (a finally that awaits) must not be finalized by the cyclic GC in the middle of this
-    # schedule, its finally starting a task on whichever loop runs then (same seed, another trace)
+    # schedule, its finally starting a task on whichever loop runs then (same seed, another trace); cheap
+    # in a process that called freeze_heap first
     gc.collect()
     c = SimCluster(seed, variant, trace)
     c.plan(window)
@@ -344,4 +352,4 @@ def _run(seed: int, variant: Variant | None, trace: bool, window: float, settle:
     return Outcome(seed, violation, w.steps, c.ddls, c.checker.oks, dict(c.answers), w.trace)
 
 
-__all__ = ["SimCluster", "Variant", "Outcome", "run_schedule"]
+__all__ = ["SimCluster", "Variant", "Outcome", "freeze_heap", "run_schedule"]
