@@ -119,11 +119,22 @@ class ClusterDdl:
         return self
 
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if isinstance(exc, ProxyError) and not isinstance(exc, LostDecision) and self.core.refused_before_running():
+            await self._tell_refusal(exc.message)
         await self._cleanup()
         if self.core.ran and isinstance(exc, LostDecision):
             # the record may have been reconciled (or released by an operator) while the DDL still
             # changed the table: once back, make every instance reload it from the backends
             self.cluster.reload_everywhere_later(self.keys, self.sql)
+
+    async def _tell_refusal(self, message: str) -> None:
+        """A DDL refused under its lock before any node ran it ends as a failed one does: the peers
+        that locked the table at INIT let it go before the client hears the refusal, so the client's
+        next DDL on the table, on any instance, does not meet a lock left behind (4006)."""
+        try:
+            await self.complete(False, message)
+        except (ProxyError, *ZK_ERRORS) as e:
+            self.log.warning("could not hand the refusal to the peers; the clean-up decides it", error=str(e))
 
     async def _begin(self) -> None:
         c = self.cluster

@@ -221,6 +221,11 @@ class OriginatorCore:
         lease = min(session_timeout_s / 3, LEASE_MAX_S)
         return Fence.RUN if now - read_sent_at < lease else Fence.READ_AGAIN
 
+    def refused_before_running(self) -> bool:
+        """Every table locked and nothing sent to a node: a refusal now (a node unreachable, the table
+        differing) is a FAILED outcome the peers hear like any other, before the client does."""
+        return self.phase is Phase.INIT and not self.ran
+
     def start_running(self) -> None:
         """The DDL goes to the backends (INIT acks keep coming meanwhile)."""
         if self.phase is not Phase.INIT:
