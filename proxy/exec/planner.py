@@ -118,17 +118,17 @@ def quick_route(ctx: ExecContext, sql: str) -> Route | None:
     s = ctx.session
     rt = ctx.runtime
     try:
-        point = rt.router.point_read(sql, s.schema, s.grants)
+        point = rt.router.point(sql, s.schema, s.grants)
     except ProxyError:
         return None  # the task answers the refusal
     if point is not None:
-        node, (schema, table), at = point
-        if rt.config.table(schema, table) is not None and rt.registry.unusable(schema, table):
+        pt, i, at = point
+        if pt.configured and rt.registry.unusable(*pt.table):
             return None  # memory cannot route it: the task answers 1146 or 3009
         # Name the node's database in the statement: any pooled connection to the dbGroup can then run it, so
         # a few hot backend connections serve all shardingNodes of a server instead of one set per database,
         # each waking up cold.
-        return Route(node, f"{sql[:at]}`{rt.backends.database_of(node)}`.{sql[at:]}", True, True)
+        return Route(pt.nodes[i], sql[:at] + pt.heads[i] + sql[at:], True, True)
     head = sql[:6].upper()
     kw = head if head in ("SELECT", "INSERT", "UPDATE", "DELETE") else first_keyword(sql)
     low = sql.lower()
