@@ -38,6 +38,8 @@ _HINT_PREFIX_RE = re.compile(r"/\*!\s*(pydble|dble)\s*:", re.I)
 _CACHE_MAX_TOKENS = 512
 # The point read sysbench and OLTP applications send most: plain column names, one unqualified table,
 # one `column = integer` condition, nothing after it (see Router._fast_select).
+POINT_KEY_MAX = 10 ** 18   # a point read's key is 1 to 18 digits (_FAST_SELECT)
+POINT_TEXT_MAX = 200      # and its text shorter than this
 _FAST_SELECT = re.compile(r"\s*SELECT\s+(?:\*|[A-Za-z_][\w$]*(?:\s*,\s*[A-Za-z_][\w$]*)*)\s+FROM\s+"
                           r"(?P<t>[A-Za-z_][\w$]*)\s+WHERE\s+(?P<c>[A-Za-z_][\w$]*)\s*=\s*(?P<v>[0-9]{1,18})\s*\Z",
                           re.I)
@@ -213,7 +215,7 @@ class Router:
 
     def point(self, sql: str, schema: str | None, grants: Grants | None = None) -> tuple[PointTable, int, int] | None:
         """point_read's answer as (the table's PointTable, the node's index, offset of the table name)."""
-        if schema is None or len(sql) >= 200:
+        if schema is None or len(sql) >= POINT_TEXT_MAX:
             return None
         m = _FAST_SELECT.match(sql)
         if m is None:
@@ -224,15 +226,15 @@ class Router:
         i = pt.index(int(m.group("v")), grants)
         return None if i is None else (pt, i, m.start("t"))
 
-    def point_match(self, sql: str, schema: str | None) -> tuple[PointTable, int, int] | None:
-        """For a text point_read plans: (its PointTable, offset of the table name, offset of the key)."""
-        if schema is None or len(sql) >= 200:
+    def point_match(self, sql: str, schema: str | None) -> tuple[PointTable, int, int, int] | None:
+        """For a text point_read plans: (its PointTable, offset of the table name, start and end of the key)."""
+        if schema is None or len(sql) >= POINT_TEXT_MAX:
             return None
         m = _FAST_SELECT.match(sql)
         if m is None:
             return None
         pt = self.point_table(schema, m.group("t"), m.group("c"))
-        return None if pt is None else (pt, m.start("t"), m.start("v"))
+        return None if pt is None else (pt, m.start("t"), *m.span("v"))
 
     def point_table(self, schema: str, name: str, col: str) -> PointTable | None:
         """The cached PointTable of `SELECT .. FROM name WHERE col = ..` in schema, None: not a point read."""
