@@ -182,8 +182,9 @@ class PointStatement:
             return
         pt, at = hit[0], hit[1]
         self.table = pt
-        self.packets = tuple(b"\x03" + f"{before[:at]}{head}{before[at:]}".replace("%", "%%").encode("utf-8", "surrogateescape")
-                             + b"%d" + after.encode("utf-8", "surrogateescape") for head in pt.heads)
+        tail = b"%d" + after.encode("utf-8", "surrogateescape")
+        self.packets = tuple(b"\x03" + f"{before[:at]}{head}{before[at:]}".replace("%", "%%").encode(
+            "utf-8", "surrogateescape") + tail for head in pt.heads)
 
     def valid(self, router: Planner, template: str, schema: str | None) -> bool:
         """Still planned for this text, schema and router generation."""
