@@ -8,11 +8,13 @@ then runs the tree it is given (proxy/exec/primitives.py).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+import struct
+from typing import TYPE_CHECKING, Any
 
 from meta.errors import BackendError, NotSupported, ProxyError, ReadOnly
 
 from proxy.plan.analyzer import Refused
+from proxy.plan.router import POINT_KEY_MAX, POINT_TEXT_MAX
 from proxy.ddl.ddl import require_meta
 from proxy.plan.local import calls_session_functions
 from proxy.exec.primitives import (Concatenate, Ddl, Join, MultiWrite, OrCopies, OverCopies, Primitive, Route, Scatter,
@@ -24,7 +26,8 @@ from proxy.exec.user_locks import calls as user_lock_calls, refuse_assignment, s
 
 if TYPE_CHECKING:  # pragma: no cover
     from proxy.plan.plan import Plan
-    from proxy.runtime import ExecContext
+    from proxy.runtime import ExecContext, Planner
+    from proxy.backends.backend import Sink
 
 WRITES = ("insert", "replace", "update", "delete")
 WRITES_AND_SELECT = ("SELECT", "INSERT", "UPDATE", "DELETE", "REPLACE")
@@ -118,17 +121,17 @@ def quick_route(ctx: ExecContext, sql: str) -> Route | None:
     s = ctx.session
     rt = ctx.runtime
     try:
-        point = rt.router.point_read(sql, s.schema, s.grants)
+        point = rt.router.point(sql, s.schema, s.grants)
     except ProxyError:
         return None  # the task answers the refusal
     if point is not None:
-        node, (schema, table), at = point
-        if rt.config.table(schema, table) is not None and rt.registry.unusable(schema, table):
+        pt, i, at = point
+        if pt.configured and rt.registry.unusable(*pt.table):
             return None  # memory cannot route it: the task answers 1146 or 3009
         # Name the node's database in the statement: any pooled connection to the dbGroup can then run it, so
         # a few hot backend connections serve all shardingNodes of a server instead of one set per database,
         # each waking up cold.
-        return Route(node, f"{sql[:at]}`{rt.backends.database_of(node)}`.{sql[at:]}", True, True)
+        return Route(pt.nodes[i], sql[:at] + pt.heads[i] + sql[at:], True, True)
     head = sql[:6].upper()
     kw = head if head in ("SELECT", "INSERT", "UPDATE", "DELETE") else first_keyword(sql)
     low = sql.lower()
@@ -150,6 +153,57 @@ def quick_route(ctx: ExecContext, sql: str) -> Route | None:
     except ProxyError:
         return None  # the task plans it again and answers the error
     return Route(plan.targets[0].node, plan.targets[0].sql)
+
+
+_LENGTH = struct.Struct("<I").pack
+
+
+class PointStatement:
+    """A prepared point read's route, planned once for its text, the session's schema and the router's
+    generation (Router.forget): an execute only hashes its key to pick the node and writes the key into
+    that node's text. The grant and the table's metadata are still checked on every execute, as
+    quick_route does. An instance with no table: the statement is not a point read (the text path decides)."""
+
+    __slots__ = ("template", "schema", "generation", "table", "packets")
+
+    def __init__(self, router: Planner, template: str, schema: str | None) -> None:
+        self.template = template   # the bound text with `%d` for the key (IntParams.template)
+        self.schema = schema
+        self.generation = router.generation
+        self.table: Any = None
+        self.packets: tuple[bytes, ...] = ()   # per node: the COM_QUERY payload with `%d` for the key
+        if "%%" in template or template.count("%d") != 1:
+            return   # (a point read's text has no `%` and one parameter, its key)
+        before, after = template.split("%d")
+        if len(before) + len(after) + len(str(POINT_KEY_MAX - 1)) >= POINT_TEXT_MAX:
+            return   # some keys would make it too long for point_read: the text path decides each
+        hit = router.point_match(f"{before}1{after}", schema)
+        if hit is None or hit[2:] != (len(before), len(before) + 1):
+            return
+        pt, at = hit[0], hit[1]
+        self.table = pt
+        tail = b"%d" + after.encode("utf-8", "surrogateescape")
+        self.packets = tuple(b"\x03" + f"{before[:at]}{head}{before[at:]}".replace("%", "%%").encode(
+            "utf-8", "surrogateescape") + tail for head in pt.heads)
+
+    def valid(self, router: Planner, template: str, schema: str | None) -> bool:
+        """Still planned for this text, schema and router generation."""
+        return self.template is template and self.schema == schema and self.generation == router.generation
+
+    def start(self, ctx: ExecContext, key: int, sink: Sink) -> bool | None:
+        """Route.start for the execute binding key (its answer relayed to sink); None: the text path decides
+        (a key or grant the quick route leaves to the planner, metadata not usable)."""
+        pt = self.table
+        if pt is None or not 0 <= key < POINT_KEY_MAX:
+            return None
+        try:
+            i = pt.index(key, ctx.session.grants)
+        except ProxyError:
+            return None
+        if i is None or (pt.configured and ctx.runtime.registry.unusable(*pt.table)):
+            return None
+        body = self.packets[i] % key
+        return ctx.start_single(pt.nodes[i], _LENGTH(len(body)) + body, sink, True, True, self.template % key)
 
 
 def _join(ctx: ExecContext, join: object, explain: bool) -> Join:

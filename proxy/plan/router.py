@@ -38,9 +38,38 @@ _HINT_PREFIX_RE = re.compile(r"/\*!\s*(pydble|dble)\s*:", re.I)
 _CACHE_MAX_TOKENS = 512
 # The point read sysbench and OLTP applications send most: plain column names, one unqualified table,
 # one `column = integer` condition, nothing after it (see Router._fast_select).
+POINT_KEY_MAX = 10 ** 18   # a point read's key is 1 to 18 digits (_FAST_SELECT)
+POINT_TEXT_MAX = 200      # and its text shorter than this
 _FAST_SELECT = re.compile(r"\s*SELECT\s+(?:\*|[A-Za-z_][\w$]*(?:\s*,\s*[A-Za-z_][\w$]*)*)\s+FROM\s+"
                           r"(?P<t>[A-Za-z_][\w$]*)\s+WHERE\s+(?P<c>[A-Za-z_][\w$]*)\s*=\s*(?P<v>[0-9]{1,18})\s*\Z",
                           re.I)
+
+
+class PointTable:
+    """What a point read of one table needs, worked out once: its nodes, the sharding function (None: one
+    node answers), the grant it takes, and each node's database as the routed text names it."""
+
+    __slots__ = ("nodes", "fn", "table", "access", "configured", "heads")
+
+    def __init__(self, config: Config, nodes: Sequence[str], fn: Any, table: tuple[str, str]) -> None:
+        self.nodes = nodes
+        self.fn = fn
+        self.table = table
+        self.access = (("SELECT", SELECT, table[0], table[1]),)
+        self.configured = config.table(*table) is not None   # (a default node's table has no metadata check)
+        self.heads = tuple(f"`{config.sharding_nodes[n].database}`." for n in nodes)
+
+    def index(self, key: int, grants: Grants | None) -> int | None:
+        """The index of the node holding key (refused by grants: raises), None when the planner must decide."""
+        if grants is not None and grants.dml_limited:  # (the current schema is one the user may USE)
+            grants.check(self.access)
+        if self.fn is None:
+            return 0
+        try:
+            idx = self.fn.partition(key)
+        except (ProxyError, ValueError):
+            return None
+        return idx if 0 <= idx < len(self.nodes) else None
 
 
 class Router:
@@ -56,15 +85,18 @@ class Router:
         self.table_columns = table_columns
         self.cache_size = cache_size
         self._cache: dict[tuple[str | None, str], Analysis] = {}
-        self._points: dict[tuple[str, str, str], Any] = {}   # point_read's table entries
+        self._points: dict[tuple[str, str, str], PointTable | bool] = {}   # point_read's table entries
+        self.generation = 0   # bumped by forget()
         self._schema_names = {name.lower(): name for name in config.schemas}
         self.analyzer = Analyzer(config, table_columns, self.route)
         self.views: Any = None   # the server's ViewService, when views exist (proxy/session/views.py)
 
     def forget(self) -> None:
-        """Drop the cached analyses: a view was created or dropped, names may resolve elsewhere now."""
+        """Drop the cached analyses: a view was created or dropped, names may resolve elsewhere now. What
+        callers keep of a PointTable is valid while `generation` is the one they saw."""
         self._cache = {}
         self._points = {}
+        self.generation += 1
 
     # -- public ------------------------------------------------------------------------------------
 
@@ -175,12 +207,37 @@ class Router:
 
         Only the answer the full planner would give: one unqualified table, its sharding column (or a
         single, default-node or global table), a plain integer."""
-        if schema is None or len(sql) >= 200:
+        hit = self.point(sql, schema, grants)
+        if hit is None:
+            return None
+        pt, i, at = hit
+        return pt.nodes[i], pt.table, at
+
+    def point(self, sql: str, schema: str | None, grants: Grants | None = None) -> tuple[PointTable, int, int] | None:
+        """point_read's answer as (the table's PointTable, the node's index, offset of the table name)."""
+        if schema is None or len(sql) >= POINT_TEXT_MAX:
             return None
         m = _FAST_SELECT.match(sql)
         if m is None:
             return None
-        name, col, value = m.group("t", "c", "v")
+        pt = self.point_table(schema, m.group("t"), m.group("c"))
+        if pt is None:
+            return None
+        i = pt.index(int(m.group("v")), grants)
+        return None if i is None else (pt, i, m.start("t"))
+
+    def point_match(self, sql: str, schema: str | None) -> tuple[PointTable, int, int, int] | None:
+        """For a text point_read plans: (its PointTable, offset of the table name, start and end of the key)."""
+        if schema is None or len(sql) >= POINT_TEXT_MAX:
+            return None
+        m = _FAST_SELECT.match(sql)
+        if m is None:
+            return None
+        pt = self.point_table(schema, m.group("t"), m.group("c"))
+        return None if pt is None else (pt, m.start("t"), *m.span("v"))
+
+    def point_table(self, schema: str, name: str, col: str) -> PointTable | None:
+        """The cached PointTable of `SELECT .. FROM name WHERE col = ..` in schema, None: not a point read."""
         key = (schema, name, col)
         hit = self._points.get(key)
         if hit is None:
@@ -188,23 +245,10 @@ class Router:
             if len(self._points) >= self.cache_size:
                 self._points.clear()
             self._points[key] = hit
-        if hit is False:
-            return None
-        nodes, fn, table = hit
-        if grants is not None and grants.dml_limited:  # (the current schema is one the user may USE)
-            grants.check((("SELECT", SELECT, table[0], table[1]),))
-        if fn is None:
-            return nodes[0], table, m.start("t")
-        try:
-            idx = fn.partition(int(value))
-        except (ProxyError, ValueError):
-            return None
-        if not 0 <= idx < len(nodes):
-            return None
-        return nodes[idx], table, m.start("t")
+        return hit or None
 
-    def _point_entry(self, schema: str, name: str, col: str) -> Any:
-        """What point_read needs of a table: (nodes, function or None, (schema, table)), or False."""
+    def _point_entry(self, schema: str, name: str, col: str) -> PointTable | bool:
+        """What point_read needs of a table, or False."""
         if schema not in self.config.schemas:
             return False
         try:
@@ -214,9 +258,9 @@ class Router:
         if t.type == "sharding":
             if t.fn is None or t.column is None or col.lower() != t.column.lower():
                 return False
-            return t.nodes, t.fn, (t.schema, t.name)
+            return PointTable(self.config, t.nodes, t.fn, (t.schema, t.name))
         if t.type in ("single", "default", "global"):
-            return t.nodes, None, (t.schema, t.name)
+            return PointTable(self.config, t.nodes, None, (t.schema, t.name))
         return False
 
     # -- bulk INSERT -------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import structlog
 from meta.errors import BackendError, NotSupported, ProxyError
 
 from proxy.exec.merge import merged_columns
+from proxy.exec.planner import PointStatement
 from proxy.plan.placeholders import positional_placeholder, select_aliases
 from proxy.wire import constants as C
 from proxy.wire.binary import (LAST_STATEMENT_ID, LONG_DATA, BinaryResultConverter, IntParams, ParamType, binary_answer,
@@ -143,6 +144,7 @@ class Statement:
     types: tuple[ParamType, ...] | None = None
     long_data: dict[int, bytearray] = field(default_factory=dict)
     ints: IntParams | None = None   # the fast bind of these types, when every parameter is an integer
+    point: PointStatement | None = None   # the route kept for its executes (planner.PointStatement)
 
     @property
     def params(self) -> int:
@@ -449,6 +451,28 @@ class PreparedStatements:
             return self.bind(stmt, payload)
         except ProxyError:
             return None
+
+    def fast_point(self, payload: bytes) -> bool | None:
+        """Start an execute of a prepared point read from the data callback by the route kept on its
+        statement (only the key is new): True when started, False when the task must serve it, None when
+        it is not such an execute (fast_bind and the quick route of its text decide)."""
+        stmt = self.stmts.get(int.from_bytes(payload[1:5], "little")) if len(payload) >= 5 else None
+        if stmt is None or stmt.long_data:
+            return None
+        ints = stmt.ints
+        if ints is None or ints.types is not stmt.types:
+            return None
+        s = self.session
+        router = s.runtime.router
+        point = stmt.point
+        if point is None or not point.valid(router, ints.template, s.schema):
+            point = stmt.point = PointStatement(router, ints.template, s.schema)
+        if point.table is None:
+            return None
+        values = ints.values(payload)
+        if values is None:
+            return None
+        return point.start(s.executor, values[0], _BinarySink(s.client, s.deprecate_eof))
 
     def binary_sink(self) -> _BinarySink:
         """Where the fast path relays an EXECUTE's text answer: converted to binary rows for the client."""

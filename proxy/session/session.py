@@ -379,8 +379,11 @@ class Session:
         cmd = payload[:1]
         if cmd == b"\x03":
             started = self._fast_query(payload, data)
-        elif cmd == b"\x17" and (bound := self.prepared.fast_bind(payload)) is not None:
-            started = self._fast_query(payload, None, bound, self.prepared.binary_sink())  # sysbench --db-ps-mode=auto
+        elif cmd == b"\x17":   # sysbench --db-ps-mode=auto
+            started = self.prepared.fast_point(payload)
+            if started is None:
+                bound = self.prepared.fast_bind(payload)
+                started = bound is not None and self._fast_query(payload, None, bound, self.prepared.binary_sink())
         else:
             started = False
         if not started:

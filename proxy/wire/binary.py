@@ -172,14 +172,24 @@ class IntParams:
         parts.append(sql[pos:].replace("%", "%%"))
         return cls(types, "".join(fmt), "".join(parts)) if len(positions) == len(types) else None
 
+    @property
+    def template(self) -> str:
+        """The statement text with `%d` for each parameter (a `%` of the text written `%%`)."""
+        return self._template
+
     def bind(self, payload: bytes) -> str | None:
         """The bound text, or None when this execute is not the plain case (the general path reads it)."""
+        values = self.values(payload)
+        return None if values is None else self._template % values
+
+    def values(self, payload: bytes) -> tuple[int, ...] | None:
+        """The parameters of this execute, or None when it is not the plain case."""
         n = len(payload)
         if n == self._size and payload[10:self._at] == self._flags:
-            return self._template % self._unpack(payload, self._at)
+            return self._unpack(payload, self._at)
         at = 10 + len(self._typed)
         if n == self._size + at - self._at and payload[10:at] == self._typed:
-            return self._template % self._unpack(payload, at)
+            return self._unpack(payload, at)
         return None
 
 

@@ -50,6 +50,8 @@ def ps_proxy(backends: list[Any]) -> Iterator[ProxyProcess]:
     tables = cfg["schemas"]["schema1"]["tables"]
     for name in ("ps_t", "ps_types", "ps_tx", "ps_ddl"):
         tables[name] = {"type": "sharding", "nodes": list(NODES), "function": "hash-four", "column": "id"}
+    # ps_use: schema1's on its default node dn5 (backend1.db3), schema2's on dn2 (backend2.db1)
+    cfg["schemas"]["schema2"]["tables"]["ps_use"] = {"type": "single", "nodes": ["dn2"]}
     p = ProxyProcess(cfg, name="proxy-ps", release_ports=True)
     try:
         p.start()
@@ -359,3 +361,40 @@ def test_executes_that_send_no_types_read_their_own_rows(ps_proxy: ProxyProcess,
                 assert got.kind == want.kind == "rows", (sql, i, got.err_message)
                 assert (got.rows, got.seqs) == (want.rows, want.seqs), (sql, i, n)
                 assert got.column_defs == logical(want.column_defs)
+
+
+def test_a_prepared_point_read_follows_use_and_views(ps_proxy: ProxyProcess) -> None:
+    """The route an execute of a prepared point read takes is planned for the session's schema and the
+    names as they resolve now: after USE the same statement reads the other schema's table, and after its
+    table is replaced by a view the view's rows come back, not an error from the table that is gone."""
+    with PsClient(ps_proxy.port) as c:
+        for sql in ("USE schema2", "DROP TABLE IF EXISTS ps_use", "CREATE TABLE ps_use (id BIGINT PRIMARY KEY, "
+                    "name VARCHAR(100))", "INSERT INTO ps_use VALUES (7, 'in_schema2')", "USE schema1",
+                    "DROP VIEW IF EXISTS ps_use", "DROP TABLE IF EXISTS ps_use",
+                    "CREATE TABLE ps_use (id BIGINT PRIMARY KEY, name VARCHAR(100))",
+                    "INSERT INTO ps_use VALUES (7, 'in_schema1')", "DELETE FROM ps_t WHERE id = 7",
+                    "INSERT INTO ps_t (id, name) VALUES (7, 'through_the_view')"):
+            assert c.query(sql).kind == "ok", (sql, c.query("SHOW WARNINGS").rows)
+        st = c.prepare("SELECT name FROM ps_use WHERE id = ?")
+
+        def name_of(k: int) -> bytes | str | None:
+            got = c.execute(st.stmt_id, [p_long(k)], send_types=False)
+            if got.kind != "rows":
+                return got.err_message
+            return got.rows[0][3:] if got.rows else None   # (header, NULL bitmap, length, then the name)
+
+        assert c.execute(st.stmt_id, [p_long(7)]).kind == "rows"   # binds the types
+        for _ in range(3):   # the kept route, executes after the first
+            assert name_of(7) == b"in_schema1"
+        assert name_of(8) is None
+        assert c.query("USE schema2").kind == "ok"
+        assert name_of(7) == b"in_schema2"
+        assert c.query("USE schema1").kind == "ok"
+        assert name_of(7) == b"in_schema1"
+        for sql in ("DROP TABLE ps_use", "CREATE VIEW ps_use AS SELECT id, name FROM ps_t"):   # kept by pydble
+            assert c.query(sql).kind == "ok", sql
+        try:
+            assert name_of(7) == b"through_the_view"
+            assert name_of(3) is None
+        finally:
+            c.query("DROP VIEW ps_use")
