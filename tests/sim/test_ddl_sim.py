@@ -124,6 +124,9 @@ REVERTED = [
     # 7. no background re-read after the originator's own refresh missed a node (DdlRunner.reload_later): a
     #    DDL that failed on a node that went down after the reachability check stays unread there
     ("no-reload-later", 1000003406, " serves t"),
+    # 8. a ddl_history entry naming this instance skipped as its own: a restarted instance whose join read the
+    #    table while its predecessor's ALTER still ran on a node never applies the reconciler's entry
+    ("history-skips-own-name", 62000003446, " serves t"),
 ]
 SEARCH = 3000
 
@@ -153,6 +156,12 @@ CLOSED = [
     # meta.loader's partial load (a node unreachable: its old structure carried over): the subscriber counted
     # the outcome as applied and never reloaded the table; now RefreshIncomplete -> ack ok=False -> retried
     ("partial-load", 490, {"partial_loads": True}),
+    # a restarted instance (same name) whose join read a table while its crashed predecessor's ALTER still ran
+    # on a node; a survivor reconciled it once it had ended, but the ddl_history entry named this instance
+    # and the catch-up skipped it as "our own DDL" (zk/ddlcore/subscriber.py entry_applies): the node's old
+    # structure stayed served. Now only an entry whose record this process applied (or ran) is skipped.
+    ("history-own-name", 62000003446, {"partial_loads": True}),
+    ("history-own-name", 62000011133, {"partial_loads": True}),
     # The earlier holes' seeds (originator-refresh 1884 and 7000005245, catch-up-during-ddl 8000041602 and
     # 8000023281, history-after-join 13000014570) named schedules of the mirror drivers; with the production
     # drivers running here the same seeds draw other schedules. Their fixes stay covered where a variant

@@ -88,6 +88,15 @@ class SeenBeforeAppliedCore(SubscriberCore):
         return todo
 
 
+class SkipsOwnNameCore(SubscriberCore):
+    """Bug 9: a ddl_history entry naming this instance is skipped as "our own DDL, applied by its
+    originator", though the DDL may be an earlier incarnation's (or one a reconciler decided for us) whose
+    table our join read while the ALTER still ran on a node: that node's old structure stays served."""
+
+    def entry_applies(self, entry: Any) -> bool:
+        return entry.instance != self.instance and super().entry_applies(entry)
+
+
 class CatchUpWithoutLockListener(DdlListener):
     """Bug 8: a catch-up (or settle) reload of a table without its local lock, while a DDL of this
     instance on the table may be half-way."""
@@ -108,7 +117,8 @@ BUGS: dict[str, Variant] = {
     "partial-load-counted": Variant("partial-load-counted", partial_loads=True, partial_is_incomplete=False),
     "no-reload-later": Variant("no-reload-later", originator_reloads_later=False),
     "catch-up-without-lock": Variant("catch-up-without-lock", listener_class=CatchUpWithoutLockListener),
+    "history-skips-own-name": Variant("history-skips-own-name", subscriber_core=SkipsOwnNameCore, partial_loads=True),
 }
 
 __all__ = ["BUGS", "FIXED", "AckAnyRecordCore", "AckWithoutIdentityCluster", "AckWithoutIdentityCore", "CatchUpWithoutLockListener",
-           "LockVersionOnlyCore", "SeenBeforeAppliedCore"]
+           "LockVersionOnlyCore", "SeenBeforeAppliedCore", "SkipsOwnNameCore"]

@@ -426,6 +426,17 @@ def test_history_written_after_the_join_read_it_still_applies():
     assert sub.history_todo(names) == []
 
 
+def test_history_entry_naming_this_instance_applies_unless_run_here():
+    """An entry naming our instance is skipped only when this process ran (or applied) its record: one of
+    an earlier incarnation, reconciled by a survivor after our join read the table while the ALTER still
+    ran on a node, is applied (simulator seeds 62000003446 and 62000011133 before the fix)."""
+    sub = SubscriberCore(PATHS, "i1")
+    assert sub.entry_applies(HistoryEntry("s1", "t1", "i1", "x", FAILED, 21))   # a predecessor's, reconciled
+    assert sub.entry_applies(HistoryEntry("s1", "t1", "i1", "x", FAILED, 0))    # a lost decision's reload
+    sub.mark_finished(30)   # the listener's ran_here: our originator removed record 30 itself
+    assert not sub.entry_applies(HistoryEntry("s1", "t1", "i1", "x", SUCCESS, 30))
+
+
 def test_a_peer_step_is_checked_against_the_live_record():
     sub = SubscriberCore(PATHS, "i2")
     rec = DdlRecord("i1", "s1", "t1", "ALTER", "x", INIT, 5.0, marker=f"{MARKER_PREFIX}a1")

@@ -204,8 +204,12 @@ class SubscriberCore:
         return history_czxid(name) not in self.finished
 
     def entry_applies(self, entry: HistoryEntry) -> bool:
-        """A read entry still to apply: not our own DDL, not a record applied meanwhile."""
-        return entry.instance != self.instance and entry.record_czxid not in self.finished
+        """A read entry still to apply: its record's outcome not applied here meanwhile. An entry naming
+        this instance is no exception: the DDLs this process decided itself are marked finished when
+        their removal went through (the listener's ran_here), but one of an earlier incarnation of this
+        name, or one taken from us (a reconciler, an operator's release, a lost decision's reload) was
+        never applied here, and our join may have read its table while it still ran on a node."""
+        return entry.record_czxid not in self.finished
 
     def on_history_applied(self, name: str, entry: HistoryEntry | None = None) -> None:
         """An entry is seen only once applied (or found not to apply): a failed reload is tried again."""
