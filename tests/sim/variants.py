@@ -117,7 +117,7 @@ BUGS: dict[str, Variant] = {
     "partial-load-counted": Variant("partial-load-counted", partial_loads=True, partial_is_incomplete=False),
     "no-reload-later": Variant("no-reload-later", originator_reloads_later=False),
     "catch-up-without-lock": Variant("catch-up-without-lock", listener_class=CatchUpWithoutLockListener),
-    "history-skips-own-name": Variant("history-skips-own-name", subscriber_core=SkipsOwnNameCore, partial_loads=True),
+    "history-skips-own-name": Variant("history-skips-own-name", subscriber_core=SkipsOwnNameCore),
 }
 
 __all__ = ["BUGS", "FIXED", "AckAnyRecordCore", "AckWithoutIdentityCluster", "AckWithoutIdentityCore", "CatchUpWithoutLockListener",
