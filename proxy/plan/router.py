@@ -215,16 +215,12 @@ class Router:
 
     def point(self, sql: str, schema: str | None, grants: Grants | None = None) -> tuple[PointTable, int, int] | None:
         """point_read's answer as (the table's PointTable, the node's index, offset of the table name)."""
-        if schema is None or len(sql) >= POINT_TEXT_MAX:
+        hit = self.point_match(sql, schema)
+        if hit is None:
             return None
-        m = _FAST_SELECT.match(sql)
-        if m is None:
-            return None
-        pt = self.point_table(schema, m.group("t"), m.group("c"))
-        if pt is None:
-            return None
-        i = pt.index(int(m.group("v")), grants)
-        return None if i is None else (pt, i, m.start("t"))
+        pt, at, start, end = hit
+        i = pt.index(int(sql[start:end]), grants)
+        return None if i is None else (pt, i, at)
 
     def point_match(self, sql: str, schema: str | None) -> tuple[PointTable, int, int, int] | None:
         """For a text point_read plans: (its PointTable, offset of the table name, start and end of the key)."""
