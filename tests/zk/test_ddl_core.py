@@ -253,8 +253,8 @@ def test_an_originator_whose_record_an_operator_removed_releases_only_its_own_lo
     assert log.stat(PATHS.ddl_lock(*KEY)) is None and core.locked == []
 
 
-def test_the_fast_end_decides_and_removes_in_one_transaction_and_retries_on_new_acks():
-    log = fresh_log()
+def running_with_peer_acked(log):
+    """An originator running its DDL whose one peer (i2) acked INIT over the peer channel."""
     core = originator()
     lock_all(core, log, 1)
     core.may_run(1, locks_read(core, log))
@@ -262,6 +262,12 @@ def test_the_fast_end_decides_and_removes_in_one_transaction_and_retries_on_new_
     tally = core.init_tally({"i1", "i2"})
     tally.on_peer_answer(KEY, "i2", True, "")
     core.on_init_acks(tally.outcome())
+    return core, tally
+
+
+def test_the_fast_end_decides_and_removes_in_one_transaction_and_retries_on_new_acks():
+    log = fresh_log()
+    core, tally = running_with_peer_acked(log)
     assert core.end_mode(True, tally.outcome()) is EndMode.FAST
     assert core.end_mode(False, tally.outcome()) is EndMode.CLASSIC   # peer channel off here
     subscriber_ack(log, "i2", 2, log.record(), core.czxids[KEY])     # a late ZooKeeper ack meanwhile
@@ -457,13 +463,7 @@ def test_a_final_step_whose_record_is_gone_is_checked_against_the_deciding_remov
     channel applies the step from the ddl_history entry that removal wrote (not "no such record", which made
     it a laggard the client's OK did not wait for); an entry the step does not match is not its decision."""
     log = fresh_log()
-    core = originator()
-    lock_all(core, log, 1)
-    core.may_run(1, locks_read(core, log))
-    core.start_running()
-    tally = core.init_tally({"i1", "i2"})
-    tally.on_peer_answer(KEY, "i2", True, "")
-    core.on_init_acks(tally.outcome())
+    core, tally = running_with_peer_acked(log)
     [(step, czxid)] = core.outcome_steps(SUCCESS, "").values()
     path = PATHS.ddl_record(*KEY)
     key = (path, czxid)
