@@ -14,6 +14,7 @@ import pymysql
 import pytest
 
 from ddl_env import ALL4, NODES, MetaProxyEnv, env_fixture
+from harness import missing
 
 T_DEF = "(id INT NOT NULL, v VARCHAR(10), PRIMARY KEY (id))"
 
@@ -332,7 +333,7 @@ def test_ddl_refresh_falls_back_to_a_load_for_a_name_in_another_case(env: MetaPr
     """On a case-sensitive backend `DfltUpper` is not `dfltupper`: SHOW CREATE of the key says 1146
     after a CREATE, which is not trusted, so the refresh loads (listing names case-insensitively)."""
     if env.server_of("dn5").query("SELECT @@lower_case_table_names")[0][0] != 0:
-        pytest.skip("the backends fold table names to lower case")
+        missing("backends that keep table names' case (lower_case_table_names=0): these fold them")
     env.drop_everywhere("DfltUpper")
     env.reset("dfltupper")
     assert _refresh_loaded(env, "schema1", "dfltupper", lambda: env.sql(f"CREATE TABLE DfltUpper {T_DEF}"))
