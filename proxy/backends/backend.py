@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Callable, Protocol
 
 import structlog
@@ -41,6 +41,7 @@ DEADLOCK_ERR = err_packet(ER_LOCK_DEADLOCK, "40001", "Deadlock found when trying
 # Called when a command started with on_done ends: (scanner, None) or (None, the error).
 OnDone = Callable[["ResponseScanner | None", "ProxyError | None"], None]
 WATCH_STEPS = 4   # the silence watchdog looks this many times per timeout period
+STATEMENTS_KEPT = 128   # backend statements one shared connection keeps (each counts in max_prepared_stmt_count)
 
 
 _QUICK_MAX = 16384   # answers up to this size, whole in a read, skip the packet-by-packet scanner
@@ -103,6 +104,9 @@ class BackendConnection(asyncio.Protocol):
         self.shared = False
         self._queue: deque[tuple[ResponseScanner, Sink | None, OnDone]] = deque()
         self._wbuf: list[bytes] = []
+        # A shared connection's statements prepared on the backend, by text: 0 while its PREPARE is in flight
+        # or when the backend refused it (the execute then goes as text).
+        self.statements: OrderedDict[str, int] = OrderedDict()
         self.progress = 0.0   # monotonic time of its last answer, or of the read that found it idle
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
@@ -125,7 +129,7 @@ class BackendConnection(asyncio.Protocol):
                 return  # still inside one large packet: wait for the rest before scanning
             data = bytes(self._buf)
             self._buf.clear()
-        elif self._sink is not None and not scanner.packets and not scanner.collect and not scanner.binary:
+        elif self._sink is not None and not scanner.packets and not scanner.collect:
             pos = self._relay_whole(data, scanner)
             if pos:
                 if pos == len(data):
@@ -199,7 +203,7 @@ class BackendConnection(asyncio.Protocol):
             if nxt is None:   # the completion closed the connection; the commands behind have failed
                 return n
             pos = end
-            if nxt.packets or nxt.collect or nxt.binary:
+            if nxt.packets or nxt.collect:
                 return pos
             scanner = nxt
 
@@ -378,12 +382,12 @@ class BackendConnection(asyncio.Protocol):
             self._timer = None
         return fut
 
-    def pipe(self, packet: bytes, sink: Sink, on_done: OnDone, timeout: float) -> None:
+    def pipe(self, packet: bytes, sink: Sink | None, on_done: OnDone, timeout: float, kind: str = "query") -> None:
         """Send a point read on a shared connection behind the commands in flight: on_done is called from
         the data callback once its answer is relayed; the packets of one loop turn go out in one write."""
         if self.transport is None or self.broken:
             raise BackendUnavailable(f"connection to dbGroup[{self.group.name}] is closed")
-        scanner = ResponseScanner(bool(self.flags & C.DEPRECATE_EOF), names=self.names)
+        scanner = ResponseScanner(bool(self.flags & C.DEPRECATE_EOF), kind=kind, names=self.names)
         now = time.monotonic()
         if self._scanner is None:
             self._scanner, self._sink, self._on_done = scanner, sink, on_done
@@ -391,11 +395,43 @@ class BackendConnection(asyncio.Protocol):
             self.progress = now
         else:
             self._queue.append((scanner, sink, on_done))
+        self._send_soon(packet)
+        self.last_used = now
+        self._watch(timeout)
+
+    def _send_soon(self, packet: bytes) -> None:
+        """Queue packet for this loop turn's one write, behind the commands piped before it."""
         if not self._wbuf:
             self._loop.call_soon(self._flush)
         self._wbuf.append(packet)
-        self.last_used = now
-        self._watch(timeout)
+
+    def statement(self, sql: str, timeout: float) -> int:
+        """The backend's id of sql prepared on this shared connection, else 0: its PREPARE is then piped
+        (once), and this execute goes as text. The least used statements beyond STATEMENTS_KEPT are closed."""
+        sid = self.statements.get(sql)
+        if sid is not None:
+            if sid:
+                self.statements.move_to_end(sql)
+            return sid
+        self.statements[sql] = 0
+
+        def prepared(sc: ResponseScanner | None, exc: ProxyError | None) -> None:
+            if sc is None or sc.error is not None or sc.prepare_ok is None:
+                return   # refused (it stays 0: text), or the connection failed
+            new = int.from_bytes(sc.prepare_ok[1:5], "little")
+            if sql not in self.statements:   # dropped from the cache while it was being prepared
+                self._close_statement(new)
+                return
+            self.statements[sql] = new
+            while len(self.statements) > STATEMENTS_KEPT:
+                self._close_statement(self.statements.popitem(last=False)[1])
+
+        self.pipe(frame(0, b"\x16" + sql.encode("utf-8", "surrogateescape")), None, prepared, timeout, kind="prepare")
+        return 0
+
+    def _close_statement(self, sid: int) -> None:
+        if sid and not self.broken:   # COM_STMT_CLOSE has no answer: nothing waits for it
+            self._send_soon(frame(0, b"\x19" + sid.to_bytes(4, "little")))
 
     def _flush(self) -> None:
         data = b"".join(self._wbuf)

@@ -18,6 +18,7 @@ from proxy.backends.backend import BackendConnection, Sink
 from proxy.exec.planner import build, explained
 from proxy.exec.primitives import explain_result
 from proxy.wire import constants as C
+from proxy.wire.binary import execute_key
 from proxy.wire.messages import ColumnDef, OkInfo, ResultSet, err_packet
 from proxy.wire.packets import com_query as _com_query, frame
 from proxy.wire.response import Budget, ResponseScanner
@@ -292,12 +293,14 @@ class Executor:
         return conn
 
     # -- one node, from the data callback (Route.start) -----------------------------------------------
-    def start_single(self, node: str, packet: bytes, sink: Sink | None, any_db: bool, shared: bool, shown: str
-                     ) -> bool:
+    def start_single(self, node: str, packet: bytes, sink: Sink | None, any_db: bool, shared: bool, shown: str,
+                     key_execute: tuple[str, int] | None = None) -> bool:
         """Send a command to one node now, from the client connection's data callback, if a connection can
         take it with no round trip first: its answer is relayed to sink (the client when None) by the
         connection's own callbacks, with no task, future or timer per query; _single_done then releases,
-        counts and lets the client connection go on. False: nothing was sent (run_single does it on the task)."""
+        counts and lets the client connection go on. False: nothing was sent (run_single does it on the task).
+        key_execute: (the node's text with `?`, the key) of a prepared point read, which a shared connection
+        runs as its own prepared statement, its binary answer relayed to the client as it comes."""
         s = self.session
         client = s.client
         conn = self.fast_conn(node, any_db, shared and not client.write_paused)
@@ -319,7 +322,13 @@ class Executor:
         try:
             if conn.shared:
                 self._single_packet = packet   # run again alone if it has warnings (_single_warnings)
-                conn.pipe(packet, client if sink is None else sink, self._single_done, self.runtime.backends.timeout_s)
+                timeout = self.runtime.backends.timeout_s
+                sid = 0 if key_execute is None else conn.statement(key_execute[0], timeout)
+                if sid:
+                    conn.pipe(execute_key(sid, key_execute[1]), client, self._single_done, timeout,  # type: ignore[index]
+                              kind="execute")
+                else:
+                    conn.pipe(packet, client if sink is None else sink, self._single_done, timeout)
             else:
                 conn.start(packet, sink=client if sink is None else sink, timeout=self.runtime.backends.timeout_s,
                            on_done=self._single_done)

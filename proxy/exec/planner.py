@@ -164,7 +164,7 @@ class PointStatement:
     that node's text. The grant and the table's metadata are still checked on every execute, as
     quick_route does. An instance with no table: the statement is not a point read (the text path decides)."""
 
-    __slots__ = ("template", "schema", "generation", "table", "packets")
+    __slots__ = ("template", "schema", "generation", "table", "packets", "texts")
 
     def __init__(self, router: Planner, template: str, schema: str | None) -> None:
         self.template = template   # the bound text with `%d` for the key (IntParams.template)
@@ -172,6 +172,7 @@ class PointStatement:
         self.generation = router.generation
         self.table: Any = None
         self.packets: tuple[bytes, ...] = ()   # per node: the COM_QUERY payload with `%d` for the key
+        self.texts: tuple[str, ...] = ()   # per node: the text with `?` for the key, prepared on the backend
         if "%%" in template or template.count("%d") != 1:
             return   # (a point read's text has no `%` and one parameter, its key)
         before, after = template.split("%d")
@@ -183,8 +184,9 @@ class PointStatement:
         pt, at = hit[0], hit[1]
         self.table = pt
         tail = b"%d" + after.encode("utf-8", "surrogateescape")
-        self.packets = tuple(b"\x03" + f"{before[:at]}{head}{before[at:]}".replace("%", "%%").encode(
-            "utf-8", "surrogateescape") + tail for head in pt.heads)
+        heads = [f"{before[:at]}{head}{before[at:]}" for head in pt.heads]
+        self.packets = tuple(b"\x03" + h.replace("%", "%%").encode("utf-8", "surrogateescape") + tail for h in heads)
+        self.texts = tuple(f"{h}?{after}" for h in heads)
 
     def valid(self, router: Planner, template: str, schema: str | None) -> bool:
         """Still planned for this text, schema and router generation."""
@@ -203,7 +205,8 @@ class PointStatement:
         if i is None or (pt.configured and ctx.runtime.registry.unusable(*pt.table)):
             return None
         body = self.packets[i] % key
-        return ctx.start_single(pt.nodes[i], _LENGTH(len(body)) + body, sink, True, True, self.template % key)
+        return ctx.start_single(pt.nodes[i], _LENGTH(len(body)) + body, sink, True, True, self.template % key,
+                                (self.texts[i], key))
 
 
 def _join(ctx: ExecContext, join: object, explain: bool) -> Join:

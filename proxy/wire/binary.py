@@ -416,6 +416,16 @@ def substitute(sql: str, positions: tuple[tuple[int, int], ...], literals: list[
 # Responses
 # ---------------------------------------------------------------------------------------------
 
+_KEY_EXECUTE = struct.Struct("<IBIBBBBq")   # id, flags, iterations, NULL bitmap, types bound, type, sign, value
+_KEY_EXECUTE_HEAD = b"\x16\x00\x00\x00\x17"    # a 22-byte payload, sequence 0, COM_STMT_EXECUTE
+
+
+def execute_key(stmt_id: int, key: int) -> bytes:
+    """A framed COM_STMT_EXECUTE of a backend statement with one BIGINT parameter: a prepared point read
+    forwarded with its key (the type always sent: the statement may be new on the connection)."""
+    return _KEY_EXECUTE_HEAD + _KEY_EXECUTE.pack(stmt_id, 0, 1, 0, 1, C.T_LONGLONG, 0, key)
+
+
 def prepare_ok(stmt_id: int, columns: int, params: int, warnings: int = 0) -> bytes:
     """The COM_STMT_PREPARE_OK payload."""
     return b"\x00" + struct.pack("<IHHBH", stmt_id, columns, params, 0, warnings)
@@ -761,7 +771,7 @@ def _read_count(p: bytes) -> tuple[int, int]:
 
 __all__ = [
     "BinaryResultConverter", "ExecuteRequest", "IntParams", "binary_answer", "LONG_DATA", "LAST_STATEMENT_ID", "ParamType", "PrepareOk",
-    "binary_value", "decode_param", "encode_binary_row", "limit_literal", "limit_placeholders", "parse_execute",
+    "binary_value", "decode_param", "encode_binary_row", "execute_key", "limit_literal", "limit_placeholders", "parse_execute",
     "parse_prepare_response",
     "parse_send_long_data", "placeholder_positions", "prepare_ok", "quote_string", "sql_literal",
     "stmt_id_of", "substitute",

@@ -48,7 +48,7 @@ def ps_proxy(backends: list[Any]) -> Iterator[ProxyProcess]:
     """A proxy of our own whose config has the sharding tables these tests create."""
     cfg = copy.deepcopy(proxy_config(backends, free_port(), free_port(), instance="pydble-ps"))
     tables = cfg["schemas"]["schema1"]["tables"]
-    for name in ("ps_t", "ps_types", "ps_tx", "ps_ddl"):
+    for name in ("ps_t", "ps_types", "ps_tx", "ps_ddl", "ps_fwd"):
         tables[name] = {"type": "sharding", "nodes": list(NODES), "function": "hash-four", "column": "id"}
     # ps_use: schema1's on its default node dn5 (backend1.db3), schema2's on dn2 (backend2.db1)
     cfg["schemas"]["schema2"]["tables"]["ps_use"] = {"type": "single", "nodes": ["dn2"]}
@@ -57,7 +57,7 @@ def ps_proxy(backends: list[Any]) -> Iterator[ProxyProcess]:
         p.start()
         conn = p.connect()
         with conn.cursor() as cur:
-            for t in ("ps_t", "ps_types", "ps_tx", "ps_ddl"):
+            for t in ("ps_t", "ps_types", "ps_tx", "ps_ddl", "ps_fwd"):
                 cur.execute(f"DROP TABLE IF EXISTS {t}")
             cur.execute("CREATE TABLE ps_t (id BIGINT PRIMARY KEY, name VARCHAR(100), vb VARBINARY(100), "
                         "dtm DATETIME(6), tm TIME(6), f FLOAT, d DOUBLE, n INT)")
@@ -65,6 +65,7 @@ def ps_proxy(backends: list[Any]) -> Iterator[ProxyProcess]:
             cur.execute("INSERT INTO ps_types VALUES " + ",".join(TYPES_ROWS))
             cur.execute("CREATE TABLE ps_tx (id INT PRIMARY KEY, v INT)")
             cur.execute("CREATE TABLE ps_ddl (id INT PRIMARY KEY, a INT)")
+            cur.execute("CREATE TABLE ps_fwd (id INT PRIMARY KEY, a INT)")
         conn.close()
         yield p
     finally:
@@ -398,3 +399,75 @@ def test_a_prepared_point_read_follows_use_and_views(ps_proxy: ProxyProcess) -> 
             assert name_of(3) is None
         finally:
             c.query("DROP VIEW ps_use")
+
+
+def _status(backends: list[Any], name: str) -> int:
+    """A global status counter summed over both backend servers."""
+    return sum(int(b.query(f"SHOW GLOBAL STATUS LIKE '{name}'")[0][1]) for b in backends[:2])
+
+
+@pytest.mark.parametrize("deprecate_eof", [False, True])
+def test_a_prepared_point_read_runs_as_the_backends_own_statement(ps_proxy: ProxyProcess, backends: list[Any],
+                                                                 deprecate_eof: bool) -> None:
+    """Executes of a prepared point read run on the backend as its own prepared statement (Com_stmt_execute
+    counts them), and every answer, over every column type, NULLs and a missing row, is the one MariaDB
+    gives the same execute, byte for byte, before and after the table changes under the statement."""
+    sql = "SELECT * FROM ps_types WHERE id = ?"
+    ids = [1, 2, 3, 6, 5] * 6
+    with PsClient(ps_proxy.port, deprecate_eof=deprecate_eof) as c:
+        st = c.prepare(sql)
+        wants = {}
+        for i in set(ids):
+            with direct(backends, node_of(i), deprecate_eof=deprecate_eof) as d:
+                wants[i] = d.execute(d.prepare(sql).stmt_id, [p_long(i)])
+        before = _status(backends, "Com_stmt_execute")
+        for k, i in enumerate(ids):
+            got = c.execute(st.stmt_id, [p_long(i)], send_types=(k == 0))
+            want = wants[i]
+            assert got.kind == want.kind == "rows", (i, got.err_message)
+            assert (got.rows, got.seqs, got.status) == (want.rows, want.seqs, want.status), (k, i)
+            assert got.column_defs == logical(want.column_defs), (k, i)
+        # at most the first execute per node and shared connection goes as text while its PREPARE is piped
+        assert _status(backends, "Com_stmt_execute") - before >= len(ids) - 8
+
+        st = c.prepare("SELECT * FROM ps_fwd WHERE id = ?")
+        assert c.query("INSERT INTO ps_fwd VALUES (4, 40), (5, 50)").kind == "ok"
+        for _ in range(3):
+            assert c.execute(st.stmt_id, [p_long(5)]).rows == [b"\x00\x00\x05\x00\x00\x00\x32\x00\x00\x00"]
+        try:
+            assert c.query("ALTER TABLE ps_fwd ADD COLUMN b VARCHAR(10) FIRST").kind == "ok"
+            assert c.query("UPDATE ps_fwd SET b = 'new' WHERE id = 5").kind == "ok"
+            with direct(backends, node_of(5), deprecate_eof=deprecate_eof) as d:
+                want = d.execute(d.prepare("SELECT * FROM ps_fwd WHERE id = ?").stmt_id, [p_long(5)])
+            for _ in range(3):   # the backend's statement is prepared again by MariaDB: the new columns
+                got = c.execute(st.stmt_id, [p_long(5)])
+                assert (got.rows, got.column_defs) == (want.rows, logical(want.column_defs))
+                assert got.rows[0].startswith(b"\x00\x00\x03new")
+        finally:
+            c.query("DROP TABLE ps_fwd")
+            c.query("CREATE TABLE ps_fwd (id INT PRIMARY KEY, a INT)")
+
+
+def test_the_statements_a_shared_connection_keeps_on_the_backend_are_bounded(ps_proxy: ProxyProcess,
+                                                                            backends: list[Any]) -> None:
+    """Hundreds of distinct prepared point reads do not pile up prepared statements on the backend (each
+    counts in its max_prepared_stmt_count): a shared connection keeps the most recently used 128 and closes
+    the others, and every one still answers right."""
+    from itertools import permutations
+    cols = ("id", "name", "vb", "dtm", "tm", "f", "d", "n")
+    texts = [f"SELECT {', '.join(p)} FROM ps_t WHERE id = ?" for p in permutations(cols, 3)][:300]
+    with PsClient(ps_proxy.port) as c:
+        assert c.query("DELETE FROM ps_t WHERE id = 404").kind == "ok"
+        assert c.query("INSERT INTO ps_t (id, name, n) VALUES (404, 'four', 44)").kind == "ok"
+        before = _status(backends, "Prepared_stmt_count")
+        for text in texts:
+            st = c.prepare(text)
+            for k in range(2):
+                a = c.execute(st.stmt_id, [p_long(404)], send_types=(k == 0))
+                assert a.kind == "rows" and len(a.rows) == 1, (text, a.err_message)
+            c.close_stmt(st.stmt_id)
+        grown = _status(backends, "Prepared_stmt_count") - before
+        assert grown <= 2 * 128, grown   # two shared connections per dbGroup at most; unbounded would be 300
+        st = c.prepare(texts[0])
+        a = c.execute(st.stmt_id, [p_long(404)])
+        assert a.kind == "rows" and len(a.rows) == 1
