@@ -21,6 +21,9 @@ since more than one worker needs [cluster]; every target then gets the same [clu
 --baseline DIR also runs the proxy of another checkout (e.g. `git worktree add /tmp/base main`) as target
 "base" in every round, so a change is measured against its parent in the same invocation (A/B).
 --profile FILE records the proxy with py-spy during one extra proxy run and writes a flat profile.
+--relay-floor also runs target "socat": sysbench to the direct database through `socat` (C, a process per
+connection, each byte read and written once per direction), the floor of any relay on this box; its CPU per
+query (the reaped children's included) is what one read and one write per direction cost here.
 """
 
 from __future__ import annotations
@@ -78,11 +81,14 @@ def read_write_calls(pid: int) -> tuple[int, int]:
     return int(fields["syscr"]), int(fields["syscw"])
 
 
-def user_sys(pid: int) -> tuple[float, float]:
-    """utime, stime of a process in seconds."""
+def user_sys(pid: int, children: bool = False) -> tuple[float, float]:
+    """utime, stime of a process in seconds (children: with those of its children it has reaped)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     tck = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tck, int(fields[12]) / tck
+    u, s = int(fields[11]), int(fields[12])
+    if children:
+        u, s = u + int(fields[13]), s + int(fields[14])
+    return u / tck, s / tck
 
 
 def cpu_seconds(pid: int) -> float:
@@ -114,6 +120,8 @@ class Bench:
         self.port = args.mysql_port
         self.mysqld_pid: int | None = None
         self.zk: ZooKeeperServer | None = None   # --serve with more than one worker
+        self.socat: subprocess.Popen[bytes] | None = None   # --relay-floor
+        self.socat_port = 0
 
     # -- set-up ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -133,6 +141,15 @@ class Bench:
         if self.args.baseline:
             self._start_proxies("base", Path(self.args.baseline).resolve(),
                                 self.args.baseline_workers or self.args.workers)
+        if self.args.relay_floor:
+            self.socat_port = free_port()
+            self.socat = subprocess.Popen(["socat", f"TCP-LISTEN:{self.socat_port},bind=127.0.0.1,fork,reuseaddr",
+                                           f"TCP:127.0.0.1:{self.port}"])
+            deadline = time.monotonic() + 10
+            while not port_accepts(self.socat_port):
+                if time.monotonic() > deadline:
+                    raise SystemExit("socat did not listen in 10 s")
+                time.sleep(0.1)
 
     def _find_mysqld(self, port: int) -> int | None:
         """The pid of the mariadbd listening on port (for its CPU figures), if we may see it."""
@@ -214,6 +231,9 @@ class Bench:
         """Stop the proxies and the private server, or drop the databases on a shared one."""
         for p in (p for ps in self.proxies.values() for p in ps):
             p.cleanup()
+        if self.socat is not None:
+            self.socat.terminate()
+            self.socat.wait(10)
         if self.zk is not None:
             self.zk.cleanup()
         if self.server is not None:
@@ -240,6 +260,8 @@ class Bench:
                 "--mysql-db=sbtest"]
 
     def _pids(self, target: str) -> dict[str, int]:
+        if target == "socat":
+            return {"socat": self.socat.pid, **({"mariadb": self.mysqld_pid} if self.mysqld_pid else {})}  # type: ignore[union-attr]
         pids = {f"proxy{i}": p.pid for i, p in enumerate(self.proxies.get(target, [])) if p.pid}
         if self.args.serve:   # the parent's workers (read per run: a restarted worker has a new pid)
             for parent in list(pids.values()):
@@ -251,9 +273,12 @@ class Bench:
 
     def run(self, target: str, seconds: float, threads: int, ps_mode: str) -> Run:
         """One sysbench run against 'direct' or 'proxy'."""
-        conn = self._direct() if target == "direct" else self._via_proxy(target)
+        if target == "socat":
+            conn = [f"--mysql-port={self.socat_port}", *self._direct()[1:]]
+        else:
+            conn = self._direct() if target == "direct" else self._via_proxy(target)
         pids = self._pids(target)
-        before = {k: user_sys(v) for k, v in pids.items()}
+        before = {k: user_sys(v, k == "socat") for k, v in pids.items()}
         calls_before = {k: read_write_calls(v) for k, v in pids.items() if k.startswith("proxy")}
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.monotonic()
@@ -263,7 +288,9 @@ class Bench:
         elapsed = time.monotonic() - started
         if out.returncode != 0:
             raise SystemExit(f"sysbench against {target} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
-        after = {k: user_sys(v) for k, v in pids.items()}
+        if target == "socat":
+            time.sleep(0.5)   # its children end with their connections and are reaped
+        after = {k: user_sys(v, k == "socat") for k, v in pids.items()}
         calls_after = {k: read_write_calls(pids[k]) for k in calls_before}
         children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = {k: (sum(after[k]) - sum(before[k])) / elapsed for k in pids}
@@ -376,7 +403,7 @@ def report(runs: Sequence[Run], args: argparse.Namespace, threads: int, ps_mode:
     cells = []
     for t in targets[1:]:
         ratios = [by[t].qps / by["direct"].qps for by in rounds]
-        own = [sum(sum(v) for k, v in by[t].per_query.items() if k.startswith("proxy")) for by in rounds]
+        own = [sum(sum(v) for k, v in by[t].per_query.items() if k.startswith(("proxy", "socat"))) for by in rounds]
         qps = [by[t].qps for by in rounds]
         c = Cell(ps_mode, threads, t, max(ratios), statistics.median(ratios), statistics.median(own),
                  statistics.median(direct), statistics.median(qps), loadavg())
@@ -423,6 +450,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--profile", metavar="FILE", help="also record the proxy with py-spy into FILE")
     ap.add_argument("--native", action="store_true", help="with --profile: include C frames (uvloop, CPython)")
     ap.add_argument("--warmup", type=float, default=2.0, help="seconds of unmeasured runs first")
+    ap.add_argument("--relay-floor", action="store_true",
+                    help="also run target socat: the same sysbench through a C byte relay to the direct database")
     args = ap.parse_args(argv)
     if shutil.which("sysbench") is None:
         print("sysbench is not installed (apt-get install sysbench)", file=sys.stderr)
@@ -432,7 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         b.start()
         print(f"load average before: {loadavg()}")
         cells: list[Cell] = []
-        targets = ["direct", "proxy", *(["base"] if args.baseline else [])]
+        targets = ["direct", "proxy", *(["base"] if args.baseline else []), *(["socat"] if args.relay_floor else [])]
         for ps_mode in args.ps_mode:
             for threads in args.threads:
                 if args.warmup:
