@@ -178,8 +178,8 @@ class BackendConnection(asyncio.Protocol):
         while True:
             sink = self._sink
             r = text_answer_end(data, pos, pos + _QUICK_MAX, scanner.deprecate_eof) if scanner.state == 0 else -1
-            if r < 0 or sink is None:
-                return pos
+            if r < 0 or sink is None or r & C.STATUS_METADATA_CHANGED and scanner.binary:
+                return pos   # (the scanner clears that flag from a binary answer: ResponseScanner._own_status)
             end = r >> 32
             chunk = data if pos == 0 and end == n else data[pos:end]
             scanner.done = True
@@ -419,8 +419,8 @@ class BackendConnection(asyncio.Protocol):
             if sc is None or sc.error is not None or sc.prepare_ok is None:
                 return   # refused (it stays 0: text), or the connection failed
             new = int.from_bytes(sc.prepare_ok[1:5], "little")
-            if sql not in self.statements:   # dropped from the cache while it was being prepared
-                self._close_statement(new)
+            if self.statements.get(sql) != 0:   # dropped from the cache while it was being prepared (and
+                self._close_statement(new)        # maybe prepared again since): this id is no one's
                 return
             self.statements[sql] = new
             while len(self.statements) > STATEMENTS_KEPT:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from proxy.wire.constants import STATUS_MORE_RESULTS
+from proxy.wire.constants import STATUS_METADATA_CHANGED, STATUS_MORE_RESULTS
 from proxy.wire.messages import ColumnDef, ErrInfo, OkInfo, ResultSet, decode_text_row, eof_status, parse_column_def, parse_err, parse_ok
 from proxy.wire.packets import ProtocolError, read_lenenc_int, splice
 
@@ -79,6 +79,8 @@ class ResponseScanner:
                  budget: Budget | None = None, names: Renamer | None = None, coldefs: bool = True) -> None:
         self.deprecate_eof = deprecate_eof
         self.coldefs = coldefs   # collected results keep their column definitions (metadata loading needs rows only)
+        # A COM_STMT_EXECUTE's answer. The ones pydble relays are of the statements a shared connection keeps
+        # (BackendConnection.statement), not the client's: their METADATA_CHANGED is cleared (_own_status).
         self.binary = kind == "execute"
         self.collect = collect
         self.state = _FIRST
@@ -131,7 +133,8 @@ class ResponseScanner:
             if self.state == _ROWS:
                 first = buf[pos + 4] if length else 0
                 if first == 0xFE and length < 0xFFFFFF and (self.deprecate_eof or length < 9):
-                    self._end_of_rows(bytes(buf[pos + 4:end]))
+                    p = bytes(buf[pos + 4:end])
+                    self._end_of_rows(self._own_status(buf, pos, end, p) if self.binary else p)
                 elif first == 0xFF and length < 0xFFFFFF:
                     p = bytes(buf[pos + 4:end])
                     if self.names is not None:
@@ -151,9 +154,31 @@ class ResponseScanner:
                 p = bytes(buf[pos + 4:end])
                 if self.names is not None:
                     p = self._renamed(buf, pos, end, p)
+                if self.binary and (self.state == _COLS_EOF or self.state == _FIRST and p[:1] == b"\x00"):
+                    p = self._own_status(buf, pos, end, p)
                 self._packet(p)
             pos = end
         return pos
+
+    def _own_status(self, buf: bytes | bytearray | memoryview, pos: int, end: int, p: bytes) -> bytes:
+        """p, an EOF or OK of a binary answer (else as it is), without METADATA_CHANGED: the backend's
+        statement was prepared again, which says nothing of the client's (it may have been prepared since,
+        and MariaDB would not flag its execute); the change is noted in `edits`."""
+        if p[:1] == b"\xfe" and not self.deprecate_eof:
+            at = 3   # EOF: header, warnings, status
+        elif p[:1] in (b"\x00", b"\xfe"):
+            try:
+                _, at = read_lenenc_int(p, 1)   # OK: header, affected rows, last insert id, status
+                _, at = read_lenenc_int(p, at)
+            except (IndexError, ProtocolError):
+                return p   # malformed: _packet decides
+        else:
+            return p
+        if len(p) < at + 2 or not p[at + 1] & STATUS_METADATA_CHANGED >> 8:
+            return p
+        q = p[:at + 1] + bytes((p[at + 1] & ~(STATUS_METADATA_CHANGED >> 8) & 0xFF,)) + p[at + 2:]
+        self.edits.append((pos, end, bytes(buf[pos:pos + 4]) + q))
+        return q
 
     def _renamed(self, buf: bytes | bytearray | memoryview, pos: int, end: int, p: bytes) -> bytes:
         """p with logical names when it is a column definition or an ERR naming a physical database;

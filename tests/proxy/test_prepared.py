@@ -471,3 +471,34 @@ def test_the_statements_a_shared_connection_keeps_on_the_backend_are_bounded(ps_
         st = c.prepare(texts[0])
         a = c.execute(st.stmt_id, [p_long(404)])
         assert a.kind == "rows" and len(a.rows) == 1
+
+
+@pytest.mark.parametrize("deprecate_eof", [False, True])
+def test_a_shared_statements_reprepare_is_not_the_clients(ps_proxy: ProxyProcess, backends: list[Any],
+                                                           deprecate_eof: bool) -> None:
+    """MariaDB flags the execute of a statement it had to prepare again with other columns
+    (SERVER_STATUS_METADATA_CHANGED). The statement a shared connection keeps is not the client's: a client
+    that prepares after the table changed gets the status MariaDB gives its own statement, unflagged."""
+    sql = "SELECT * FROM ps_fwd WHERE id = ?"
+    with PsClient(ps_proxy.port, deprecate_eof=deprecate_eof) as c:
+        for stmt in ("DROP TABLE ps_fwd", "CREATE TABLE ps_fwd (id INT PRIMARY KEY, a INT)",
+                     "INSERT INTO ps_fwd VALUES (5, 50)"):
+            assert c.query(stmt).kind == "ok", stmt
+        st = c.prepare(sql)
+        for k in range(4):   # the shared connection prepares the statement and runs it
+            assert c.execute(st.stmt_id, [p_long(5)], send_types=(k == 0)).kind == "rows"
+        assert c.query("ALTER TABLE ps_fwd ADD COLUMN b INT").kind == "ok"
+    try:
+        with PsClient(ps_proxy.port, deprecate_eof=deprecate_eof) as c, \
+                direct(backends, node_of(5), deprecate_eof=deprecate_eof) as d:
+            st, dst = c.prepare(sql), d.prepare(sql)
+            for k in range(4):
+                got = c.execute(st.stmt_id, [p_long(5)], send_types=(k == 0))
+                want = d.execute(dst.stmt_id, [p_long(5)], send_types=(k == 0))
+                assert got.kind == want.kind == "rows", (k, got.err_message)
+                assert (got.status, got.rows, got.seqs) == (want.status, want.rows, want.seqs), k
+                assert got.column_defs == logical(want.column_defs)
+    finally:
+        with PsClient(ps_proxy.port) as c:
+            c.query("DROP TABLE ps_fwd")
+            c.query("CREATE TABLE ps_fwd (id INT PRIMARY KEY, a INT)")
