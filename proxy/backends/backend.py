@@ -383,8 +383,9 @@ class BackendConnection(asyncio.Protocol):
         return fut
 
     def pipe(self, packet: bytes, sink: Sink | None, on_done: OnDone, timeout: float, kind: str = "query") -> None:
-        """Send a point read on a shared connection behind the commands in flight: on_done is called from
-        the data callback once its answer is relayed; the packets of one loop turn go out in one write."""
+        """Send a point read (or the PREPARE of one, sink None: statement) on a shared connection behind the
+        commands in flight: on_done is called from the data callback once its answer is relayed; the packets
+        of one loop turn go out in one write."""
         if self.transport is None or self.broken:
             raise BackendUnavailable(f"connection to dbGroup[{self.group.name}] is closed")
         scanner = ResponseScanner(bool(self.flags & C.DEPRECATE_EOF), kind=kind, names=self.names)
@@ -407,7 +408,8 @@ class BackendConnection(asyncio.Protocol):
 
     def statement(self, sql: str, timeout: float) -> int:
         """The backend's id of sql prepared on this shared connection, else 0: its PREPARE is then piped
-        (once), and this execute goes as text. The least used statements beyond STATEMENTS_KEPT are closed."""
+        (once), and this execute goes as text. The least recently used statements beyond STATEMENTS_KEPT are
+        closed."""
         sid = self.statements.get(sql)
         if sid is not None:
             if sid:
@@ -419,6 +421,9 @@ class BackendConnection(asyncio.Protocol):
             if sc is None or sc.error is not None or sc.prepare_ok is None:
                 return   # refused (it stays 0: text), or the connection failed
             new = int.from_bytes(sc.prepare_ok[1:5], "little")
+            if sc.prepare_ok[7:9] != b"\x01\x00":   # execute_key binds exactly one parameter: text it is
+                self._close_statement(new)
+                return
             if self.statements.get(sql) != 0:   # dropped from the cache while it was being prepared (and
                 self._close_statement(new)        # maybe prepared again since): this id is no one's
                 return
@@ -426,12 +431,15 @@ class BackendConnection(asyncio.Protocol):
             while len(self.statements) > STATEMENTS_KEPT:
                 self._close_statement(self.statements.popitem(last=False)[1])
 
-        self.pipe(frame(0, b"\x16" + sql.encode("utf-8", "surrogateescape")), None, prepared, timeout, kind="prepare")
+        self.pipe(frame(0, bytes((C.COM_STMT_PREPARE,)) + sql.encode("utf-8", "surrogateescape")), None, prepared,
+                  timeout, kind="prepare")
         return 0
 
     def _close_statement(self, sid: int) -> None:
-        if sid and not self.broken:   # COM_STMT_CLOSE has no answer: nothing waits for it
-            self._send_soon(frame(0, b"\x19" + sid.to_bytes(4, "little")))
+        """COM_STMT_CLOSE of a backend statement, behind the commands piped so far (an execute already piped
+        with its id runs first); it has no answer: nothing waits for it."""
+        if sid and not self.broken:
+            self._send_soon(frame(0, bytes((C.COM_STMT_CLOSE,)) + sid.to_bytes(4, "little")))
 
     def _flush(self) -> None:
         data = b"".join(self._wbuf)

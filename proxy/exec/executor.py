@@ -323,10 +323,8 @@ class Executor:
             if conn.shared:
                 self._single_packet = packet   # run again alone if it has warnings (_single_warnings)
                 timeout = self.runtime.backends.timeout_s
-                sid = 0 if key_execute is None else conn.statement(key_execute[0], timeout)
-                if sid:
-                    conn.pipe(execute_key(sid, key_execute[1]), client, self._single_done, timeout,  # type: ignore[index]
-                              kind="execute")
+                if key_execute is not None and (sid := conn.statement(key_execute[0], timeout)):
+                    conn.pipe(execute_key(sid, key_execute[1]), client, self._single_done, timeout, kind="execute")
                 else:
                     conn.pipe(packet, client if sink is None else sink, self._single_done, timeout)
             else:

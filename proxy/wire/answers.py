@@ -23,7 +23,8 @@ def _after_lenencs(data: bytes, pos: int, count: int, n: int) -> int:
 
 def text_answer_end(data: bytes, pos: int, stop: int, deprecate_eof: bool) -> int:
     """When data[pos:] starts with one whole answer that ends a COM_QUERY (one OK, or one text result set;
-    a COM_STMT_EXECUTE's binary one too, as only the rows' first bytes are read) ending at or before stop: its end << 32 | warning count << 16 | final status flags; else -1 (an
+    a COM_STMT_EXECUTE's binary one too, as only the rows' first bytes are read, and a binary row's is always
+    0x00) ending at or before stop: its end << 32 | warning count << 16 | final status flags; else -1 (an
     ERR, a partial answer, more results, anything unusual: the general scanner decides)."""
     n = len(data)
     if stop < n:
