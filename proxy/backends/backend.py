@@ -42,6 +42,7 @@ DEADLOCK_ERR = err_packet(ER_LOCK_DEADLOCK, "40001", "Deadlock found when trying
 OnDone = Callable[["ResponseScanner | None", "ProxyError | None"], None]
 WATCH_STEPS = 4   # the silence watchdog looks this many times per timeout period
 STATEMENTS_KEPT = 128   # backend statements one shared connection keeps (each counts in max_prepared_stmt_count)
+PREPARE_RETRY_S = 10.0  # a statement the backend refused to prepare is tried again after this long
 
 
 _QUICK_MAX = 16384   # answers up to this size, whole in a read, skip the packet-by-packet scanner
@@ -107,6 +108,7 @@ class BackendConnection(asyncio.Protocol):
         # A shared connection's statements prepared on the backend, by text: 0 while its PREPARE is in flight
         # or when the backend refused it (the execute then goes as text).
         self.statements: OrderedDict[str, int] = OrderedDict()
+        self._refused: dict[str, float] = {}   # those of them the backend refused, and when
         self.progress = 0.0   # monotonic time of its last answer, or of the read that found it idle
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
@@ -411,15 +413,21 @@ class BackendConnection(asyncio.Protocol):
         (once), and this execute goes as text. The least recently used statements beyond STATEMENTS_KEPT are
         closed."""
         sid = self.statements.get(sql)
-        if sid is not None:
-            if sid:
-                self.statements.move_to_end(sql)
+        if sid:
+            self.statements.move_to_end(sql)
             return sid
+        if sid is not None:   # being prepared, or refused (a full max_prepared_stmt_count, a table not there yet)
+            refused = self._refused.get(sql)
+            if refused is None or time.monotonic() - refused < PREPARE_RETRY_S:
+                return 0
+            del self._refused[sql]
         self.statements[sql] = 0
 
         def prepared(sc: ResponseScanner | None, exc: ProxyError | None) -> None:
             if sc is None or sc.error is not None or sc.prepare_ok is None:
-                return   # refused (it stays 0: text), or the connection failed
+                if sc is not None and self.statements.get(sql) == 0:
+                    self._refused[sql] = time.monotonic()   # text meanwhile; tried again later
+                return
             new = int.from_bytes(sc.prepare_ok[1:5], "little")
             if sc.prepare_ok[7:9] != b"\x01\x00":   # execute_key binds exactly one parameter: text it is
                 self._close_statement(new)
@@ -429,7 +437,9 @@ class BackendConnection(asyncio.Protocol):
                 return
             self.statements[sql] = new
             while len(self.statements) > STATEMENTS_KEPT:
-                self._close_statement(self.statements.popitem(last=False)[1])
+                old, sid = self.statements.popitem(last=False)
+                self._refused.pop(old, None)
+                self._close_statement(sid)
 
         self.pipe(frame(0, bytes((C.COM_STMT_PREPARE,)) + sql.encode("utf-8", "surrogateescape")), None, prepared,
                   timeout, kind="prepare")

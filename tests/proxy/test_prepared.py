@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import copy
 import struct
+import time
+from itertools import permutations
 from typing import Any, Iterator
 
 import pytest
 
 from harness import ProxyProcess, free_port, proxy_config
+from proxy.backends.backend import PREPARE_RETRY_S
 from ps_wire import (T_BLOB, T_LONG, T_STRING, PsClient, column_type, p_datetime, p_double, p_float, p_long,
                      p_longlong, p_null, p_str, p_time)
 
@@ -453,7 +456,6 @@ def test_the_statements_a_shared_connection_keeps_on_the_backend_are_bounded(ps_
     """Hundreds of distinct prepared point reads do not pile up prepared statements on the backend (each
     counts in its max_prepared_stmt_count): a shared connection keeps the most recently used 128 and closes
     the others, and every one still answers right."""
-    from itertools import permutations
     cols = ("id", "name", "vb", "dtm", "tm", "f", "d", "n")
     texts = [f"SELECT {', '.join(p)} FROM ps_t WHERE id = ?" for p in permutations(cols, 3)][:300]
     with PsClient(ps_proxy.port) as c:
@@ -502,3 +504,31 @@ def test_a_shared_statements_reprepare_is_not_the_clients(ps_proxy: ProxyProcess
         with PsClient(ps_proxy.port) as c:
             c.query("DROP TABLE ps_fwd")
             c.query("CREATE TABLE ps_fwd (id INT PRIMARY KEY, a INT)")
+
+
+def test_a_statement_the_backend_refused_to_prepare_is_tried_again(ps_proxy: ProxyProcess, backends: list[Any]) -> None:
+    """A backend at its max_prepared_stmt_count refuses the shared connection's PREPARE: the executes are
+    answered right as text meanwhile, and once the backend has room again they run as its own statement."""
+    sql = "SELECT n, name, id FROM ps_t WHERE id = ?"
+    limits = [int(b.query("SELECT @@GLOBAL.max_prepared_stmt_count")[0][0]) for b in backends[:2]]
+    with PsClient(ps_proxy.port) as c:
+        assert c.query("DELETE FROM ps_t WHERE id = 408").kind == "ok"
+        assert c.query("INSERT INTO ps_t (id, name, n) VALUES (408, 'eight', 48)").kind == "ok"
+        st = c.prepare(sql)
+        try:
+            for b in backends[:2]:
+                b.query("SET GLOBAL max_prepared_stmt_count = 0")
+            before = _status(backends, "Com_stmt_execute")
+            for k in range(10):
+                a = c.execute(st.stmt_id, [p_long(408)], send_types=(k == 0))
+                assert a.kind == "rows" and len(a.rows) == 1 and a.rows[0].endswith(b"\x05eight\x98\x01\x00\x00\x00\x00\x00\x00"), a
+            assert _status(backends, "Com_stmt_execute") == before   # all as text
+        finally:
+            for b, limit in zip(backends[:2], limits):
+                b.query(f"SET GLOBAL max_prepared_stmt_count = {limit}")
+        time.sleep(PREPARE_RETRY_S + 0.5)
+        before = _status(backends, "Com_stmt_execute")
+        for _ in range(10):
+            a = c.execute(st.stmt_id, [p_long(408)])
+            assert a.kind == "rows" and len(a.rows) == 1
+        assert _status(backends, "Com_stmt_execute") - before >= 8
