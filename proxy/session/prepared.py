@@ -6,6 +6,8 @@ metadata version). EXECUTE decodes the binary parameters (types remembered from 
 writes them into the text as escaped SQL literals, and runs that text like a COM_QUERY, so the
 bound sharding key routes as a literal would. The text-protocol answer is converted to binary rows
 by column type: a single-node answer packet by packet while it streams, a merged one after the merge.
+A point read on a shared backend connection is the exception: it runs there as the backend's own
+prepared statement (planner.PointStatement, BackendConnection.statement), its binary answer relayed as is.
 """
 
 from __future__ import annotations
