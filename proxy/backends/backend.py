@@ -430,22 +430,22 @@ class BackendConnection(asyncio.Protocol):
                 return
             new = int.from_bytes(sc.prepare_ok[1:5], "little")
             if sc.prepare_ok[7:9] != b"\x01\x00":   # execute_key binds exactly one parameter: text it is
-                self._close_statement(new)
+                self.close_statement(new)
                 return
             if self.statements.get(sql) != 0:   # dropped from the cache while it was being prepared (and
-                self._close_statement(new)        # maybe prepared again since): this id is no one's
+                self.close_statement(new)        # maybe prepared again since): this id is no one's
                 return
             self.statements[sql] = new
             while len(self.statements) > STATEMENTS_KEPT:
                 old, sid = self.statements.popitem(last=False)
                 self._refused.pop(old, None)
-                self._close_statement(sid)
+                self.close_statement(sid)
 
         self.pipe(frame(0, bytes((C.COM_STMT_PREPARE,)) + sql.encode("utf-8", "surrogateescape")), None, prepared,
                   timeout, kind="prepare")
         return 0
 
-    def _close_statement(self, sid: int) -> None:
+    def close_statement(self, sid: int) -> None:
         """COM_STMT_CLOSE of a backend statement, behind the commands piped so far (an execute already piped
         with its id runs first); it has no answer: nothing waits for it."""
         if sid and not self.broken:

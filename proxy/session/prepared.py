@@ -370,8 +370,7 @@ class PreparedStatements:
                     return (), ()
                 raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
             ok = parse_prepare_response(b"".join(sink.parts), bool(conn.flags & C.DEPRECATE_EOF))
-            if conn.transport is not None and not conn.broken:  # COM_STMT_CLOSE has no answer
-                conn.transport.write(frame(0, bytes((C.COM_STMT_CLOSE,)) + struct.pack("<I", ok.stmt_id)))
+            conn.close_statement(ok.stmt_id)
             return ok.param_defs, ok.column_defs
         finally:
             backends.release(node, conn)
