@@ -1,6 +1,6 @@
 """Test harness: real MariaDB, ZooKeeper and pydble processes on free 127.0.0.1 ports."""
 
-from .mariadb import MariaDBServer, backend_rows, start_all
+from .mariadb import MariaDBServer, backend_rows, global_status, start_all
 from .ports import free_port, port_accepts, release_port
 from .process import HarnessError, sweep_orphans
 from .require import in_ci, missing, require_connector_j, require_module, require_tool
@@ -20,6 +20,7 @@ __all__ = [
     "cli_available",
     "cluster_section",
     "free_port",
+    "global_status",
     "in_ci",
     "missing",
     "port_accepts",

@@ -286,6 +286,11 @@ def start_all(servers: Sequence[MariaDBServer], timeout: float = START_TIMEOUT) 
         raise
 
 
+def global_status(servers: Sequence[MariaDBServer], name: str) -> int:
+    """A global status counter (Com_stmt_execute, Prepared_stmt_count...) summed over servers."""
+    return sum(int(s.query(f"SHOW GLOBAL STATUS LIKE '{name}'")[0][1]) for s in servers)
+
+
 def backend_rows(server: MariaDBServer, database: str | None, sql: str,
                  args: Any = None) -> list[tuple[Any, ...]]:
     """Rows of a query run directly on a backend, bypassing the proxy."""

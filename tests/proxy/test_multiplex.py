@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import pymysql
 import pytest
 
-from harness import ProxyProcess, free_port, proxy_config
+from harness import ProxyProcess, free_port, global_status, proxy_config
 from ps_wire import PsClient
 
 ONE = "/*!pydble:shardingNode=dn2*/ "   # ha_group2, max_con 1
@@ -158,13 +158,9 @@ def test_a_user_lock_pins_a_connection_until_the_session_ends(mx, two) -> None:
         c.close()
 
 
-def _prepared_on_backends(backends: list[Any]) -> int:
-    return sum(int(b.query("SHOW GLOBAL STATUS LIKE 'Prepared_stmt_count'")[0][1]) for b in backends)
-
-
 def test_prepared_statements_stay_with_their_session_and_leave_nothing_on_a_backend(mx, backends, two) -> None:
     a, b = two
-    on_backends = _prepared_on_backends(backends)
+    on_backends = global_status(backends, "Prepared_stmt_count")
     one(a, "PREPARE mx_s FROM 'SELECT v FROM mx_t WHERE id = ?'")
     one(a, "SET @mx_id = 3")
     assert one(a, "EXECUTE mx_s USING @mx_id") == 30
@@ -184,7 +180,7 @@ def test_prepared_statements_stay_with_their_session_and_leave_nothing_on_a_back
         ps.close()
     assert one(a, "EXECUTE mx_s USING @mx_id") == 30
     a.close()
-    assert _prepared_on_backends(backends) == on_backends        # nothing left prepared on a pooled connection
+    assert global_status(backends, "Prepared_stmt_count") == on_backends        # nothing left prepared on a pooled connection
 
 
 def test_two_hundred_clients_over_two_connections_get_their_own_answers(mx) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from harness import ProxyProcess, free_port, proxy_config
+from harness import ProxyProcess, free_port, global_status, proxy_config
 from proxy.backends.backend import PREPARE_RETRY_S
 from ps_wire import (T_BLOB, T_LONG, T_STRING, PsClient, column_type, p_datetime, p_double, p_float, p_long,
                      p_longlong, p_null, p_str, p_time)
@@ -404,11 +404,6 @@ def test_a_prepared_point_read_follows_use_and_views(ps_proxy: ProxyProcess) -> 
             c.query("DROP VIEW ps_use")
 
 
-def _status(backends: list[Any], name: str) -> int:
-    """A global status counter summed over both backend servers."""
-    return sum(int(b.query(f"SHOW GLOBAL STATUS LIKE '{name}'")[0][1]) for b in backends[:2])
-
-
 @pytest.mark.parametrize("deprecate_eof", [False, True])
 def test_a_prepared_point_read_runs_as_the_backends_own_statement(ps_proxy: ProxyProcess, backends: list[Any],
                                                                  deprecate_eof: bool) -> None:
@@ -423,7 +418,7 @@ def test_a_prepared_point_read_runs_as_the_backends_own_statement(ps_proxy: Prox
         for i in set(ids):
             with direct(backends, node_of(i), deprecate_eof=deprecate_eof) as d:
                 wants[i] = d.execute(d.prepare(sql).stmt_id, [p_long(i)])
-        before = _status(backends, "Com_stmt_execute")
+        before = global_status(backends[:2], "Com_stmt_execute")
         for k, i in enumerate(ids):
             got = c.execute(st.stmt_id, [p_long(i)], send_types=(k == 0))
             want = wants[i]
@@ -431,7 +426,7 @@ def test_a_prepared_point_read_runs_as_the_backends_own_statement(ps_proxy: Prox
             assert (got.rows, got.seqs, got.status) == (want.rows, want.seqs, want.status), (k, i)
             assert got.column_defs == logical(want.column_defs), (k, i)
         # at most the first execute per node and shared connection goes as text while its PREPARE is piped
-        assert _status(backends, "Com_stmt_execute") - before >= len(ids) - 8
+        assert global_status(backends[:2], "Com_stmt_execute") - before >= len(ids) - 8
 
         st = c.prepare("SELECT * FROM ps_fwd WHERE id = ?")
         assert c.query("INSERT INTO ps_fwd VALUES (4, 40), (5, 50)").kind == "ok"
@@ -461,14 +456,14 @@ def test_the_statements_a_shared_connection_keeps_on_the_backend_are_bounded(ps_
     with PsClient(ps_proxy.port) as c:
         assert c.query("DELETE FROM ps_t WHERE id = 404").kind == "ok"
         assert c.query("INSERT INTO ps_t (id, name, n) VALUES (404, 'four', 44)").kind == "ok"
-        before = _status(backends, "Prepared_stmt_count")
+        before = global_status(backends[:2], "Prepared_stmt_count")
         for text in texts:
             st = c.prepare(text)
             for k in range(2):
                 a = c.execute(st.stmt_id, [p_long(404)], send_types=(k == 0))
                 assert a.kind == "rows" and len(a.rows) == 1, (text, a.err_message)
             c.close_stmt(st.stmt_id)
-        grown = _status(backends, "Prepared_stmt_count") - before
+        grown = global_status(backends[:2], "Prepared_stmt_count") - before
         assert grown <= 2 * 128, grown   # two shared connections per dbGroup at most; unbounded would be 300
         st = c.prepare(texts[0])
         a = c.execute(st.stmt_id, [p_long(404)])
@@ -518,17 +513,17 @@ def test_a_statement_the_backend_refused_to_prepare_is_tried_again(ps_proxy: Pro
         try:
             for b in backends[:2]:
                 b.query("SET GLOBAL max_prepared_stmt_count = 0")
-            before = _status(backends, "Com_stmt_execute")
+            before = global_status(backends[:2], "Com_stmt_execute")
             for k in range(10):
                 a = c.execute(st.stmt_id, [p_long(408)], send_types=(k == 0))
                 assert a.kind == "rows" and len(a.rows) == 1 and a.rows[0].endswith(b"\x05eight\x98\x01\x00\x00\x00\x00\x00\x00"), a
-            assert _status(backends, "Com_stmt_execute") == before   # all as text
+            assert global_status(backends[:2], "Com_stmt_execute") == before   # all as text
         finally:
             for b, limit in zip(backends[:2], limits):
                 b.query(f"SET GLOBAL max_prepared_stmt_count = {limit}")
         time.sleep(PREPARE_RETRY_S + 0.5)
-        before = _status(backends, "Com_stmt_execute")
+        before = global_status(backends[:2], "Com_stmt_execute")
         for _ in range(10):
             a = c.execute(st.stmt_id, [p_long(408)])
             assert a.kind == "rows" and len(a.rows) == 1
-        assert _status(backends, "Com_stmt_execute") - before >= 8
+        assert global_status(backends[:2], "Com_stmt_execute") - before >= 8
