@@ -104,6 +104,15 @@ def children_of(pid: int) -> set[int]:
         return set()
 
 
+def wait_accepting(ports: Sequence[int], what: str, seconds: float) -> None:
+    """Until every port accepts a connection; exit with a message after seconds."""
+    deadline = time.monotonic() + seconds
+    while not all(port_accepts(p) for p in ports):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what} did not listen in {seconds:g} s")
+        time.sleep(0.1)
+
+
 def loadavg() -> str:
     """The 1/5/15-minute load averages, as `uptime` shows them."""
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
@@ -145,11 +154,7 @@ class Bench:
             self.socat_port = free_port()
             self.socat = subprocess.Popen(["socat", f"TCP-LISTEN:{self.socat_port},bind=127.0.0.1,fork,reuseaddr",
                                            f"TCP:127.0.0.1:{self.port}"])
-            deadline = time.monotonic() + 10
-            while not port_accepts(self.socat_port):
-                if time.monotonic() > deadline:
-                    raise SystemExit("socat did not listen in 10 s")
-                time.sleep(0.1)
+            wait_accepting([self.socat_port], "socat", 10)
 
     def _find_mysqld(self, port: int) -> int | None:
         """The pid of the mariadbd listening on port (for its CPU figures), if we may see it."""
@@ -211,11 +216,7 @@ class Bench:
             p = ProxyProcess(cfg, name=f"bench-{target}", argv=[*base, "--workers", str(workers)])
             p.start()
             procs.append(p)
-            deadline = time.monotonic() + 60
-            while not all(port_accepts(manager + i) for i in range(workers)):
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"the workers of {target} did not all start in 60 s")
-                time.sleep(0.2)
+            wait_accepting([manager + i for i in range(workers)], f"the workers of {target}", 60)
             self.proxy_ports[target] = port
             return
         for w in range(workers):
@@ -255,7 +256,12 @@ class Bench:
         return [f"--mysql-port={self.port}", "--mysql-user=root", f"--mysql-password={self.args.mysql_password}",
                 f"--mysql-db={DIRECT_DB}"]
 
-    def _via_proxy(self, target: str) -> list[str]:
+    def _via(self, target: str) -> list[str]:
+        """sysbench's connection options for a target: straight to MariaDB, through socat, or a proxy."""
+        if target == "direct":
+            return self._direct()
+        if target == "socat":   # the direct database, through the relay
+            return [f"--mysql-port={self.socat_port}", *self._direct()[1:]]
         return [f"--mysql-port={self.proxy_ports[target]}", "--mysql-user=sbtest", "--mysql-password=sbtest",
                 "--mysql-db=sbtest"]
 
@@ -273,10 +279,7 @@ class Bench:
 
     def run(self, target: str, seconds: float, threads: int, ps_mode: str) -> Run:
         """One sysbench run against 'direct' or 'proxy'."""
-        if target == "socat":
-            conn = [f"--mysql-port={self.socat_port}", *self._direct()[1:]]
-        else:
-            conn = self._direct() if target == "direct" else self._via_proxy(target)
+        conn = self._via(target)
         pids = self._pids(target)
         before = {k: user_sys(v, k == "socat") for k, v in pids.items()}
         calls_before = {k: read_write_calls(v) for k, v in pids.items() if k.startswith("proxy")}
