@@ -250,9 +250,9 @@ class DdlListener(PassLoop):
                 log.debug("zookeeper ack after a peer step failed", instance=self.cluster.instance,
                           table=f"{rec.schema}.{rec.table}", error=str(e))
 
-    def ran_here(self, czxid: int) -> None:
+    def ran_here(self, czxid: int, path: str) -> None:
         """This instance originated (and finished) the record with that czxid: nothing to catch up on."""
-        self.core.mark_finished(czxid)
+        self.core.mark_finished(czxid, path)
 
     async def _catch_up(self) -> None:
         """Refresh tables whose DDL finished while we were deaf (paused, lagging): ddl_history tells.
@@ -277,7 +277,8 @@ class DdlListener(PassLoop):
             if not stuck:
                 core.on_history_applied(name, entry)
             elif entry is not None:
-                core.mark_finished(entry.record_czxid)   # applied, but later than an entry still to apply
+                # applied, but later than an entry still to apply
+                core.mark_finished(entry.record_czxid, c.paths.ddl_record(entry.schema, entry.table))
         # a node that stays down: back off (doubling) rather than re-reading every second
         self.catch_up_backoff = min(max(2 * self.catch_up_backoff, 2 * CATCH_UP_EVERY_S),
                                     CATCH_UP_BACKOFF_MAX_S) if missed else 0.0
@@ -411,7 +412,7 @@ class DdlListener(PassLoop):
                      instance=self.cluster.instance, table=f"{parts[0]}.{parts[1]}")
             try:
                 await self._refresh_unless_busy(parts[0], parts[1], czxid)
-                self.core.mark_finished(czxid)
+                self.core.mark_finished(czxid, path)
             except TableBusy:
                 pass   # a DDL on the table runs here now: ddl_history's entry applies this one after it
             except Exception as e:  # noqa: BLE001 - ddl_history's entry applies it again

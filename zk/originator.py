@@ -426,7 +426,7 @@ class ClusterDdl:
         """After a removal transaction that went through: our catch-up skips it, old history goes."""
         if went_through(results):
             c = self.cluster
-            c.listener.ran_here(self.core.czxids.get(key, 0))
+            c.listener.ran_here(self.core.czxids.get(key, 0), c.paths.ddl_record(*key))
             c.spawn_quietly(c.prune_history(results[-1]))
 
     async def _remove_tx(self, key: tuple[str, str], acks: list[str]) -> list:

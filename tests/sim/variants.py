@@ -97,6 +97,14 @@ class SkipsOwnNameCore(SubscriberCore):
         return entry.instance != self.instance and super().entry_applies(entry)
 
 
+class StaleTextsCore(SubscriberCore):
+    """Bug 10: a final step the peer channel delayed past the table's next DDL is applied with its own
+    (older) CREATE texts, putting back the structure from before that next DDL: served for good."""
+
+    def superseded(self, key: Any) -> bool:
+        return False
+
+
 class CatchUpWithoutLockListener(DdlListener):
     """Bug 8: a catch-up (or settle) reload of a table without its local lock, while a DDL of this
     instance on the table may be half-way."""
@@ -118,7 +126,8 @@ BUGS: dict[str, Variant] = {
     "no-reload-later": Variant("no-reload-later", originator_reloads_later=False),
     "catch-up-without-lock": Variant("catch-up-without-lock", listener_class=CatchUpWithoutLockListener),
     "history-skips-own-name": Variant("history-skips-own-name", subscriber_core=SkipsOwnNameCore),
+    "stale-texts": Variant("stale-texts", subscriber_core=StaleTextsCore),
 }
 
 __all__ = ["BUGS", "FIXED", "AckAnyRecordCore", "AckWithoutIdentityCluster", "AckWithoutIdentityCore", "CatchUpWithoutLockListener",
-           "LockVersionOnlyCore", "SeenBeforeAppliedCore", "SkipsOwnNameCore"]
+           "LockVersionOnlyCore", "SeenBeforeAppliedCore", "SkipsOwnNameCore", "StaleTextsCore"]

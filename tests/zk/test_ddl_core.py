@@ -486,6 +486,34 @@ def test_a_final_step_whose_record_is_gone_is_checked_against_the_deciding_remov
     assert sub.late_final_answer(key) == (True, "") and not sub.needs_apply(name)
 
 
+def test_a_final_step_older_than_the_tables_newest_outcome_changes_nothing():
+    """Issue 17 (session 14's long run): a restarted instance got its predecessor's final step over the peer
+    channel after the table's next DDL's outcome; applying that step's older texts served the structure from
+    before the next DDL for good. A step of a record older than the newest outcome applied for its table is
+    answered as done, whichever way it comes (live record, gone record, a pass)."""
+    sub = SubscriberCore(PATHS, "i2")
+    path = PATHS.ddl_record(*KEY)
+    old = DdlRecord("i1", "s1", "t1", "ALTER", "add c4", SUCCESS, 5.0, marker=f"{MARKER_PREFIX}a1")
+    new = DdlRecord("i3", "s1", "t1", "ALTER", "add c2", SUCCESS, 6.0, marker=f"{MARKER_PREFIX}b1")
+    assert sub.seen_answer((path, 10), old) is None and sub.late_final_answer((path, 10)) is None
+    sub.on_handled((path, 20), SUCCESS, True, "")                   # the next DDL's outcome, applied here
+    assert sub.superseded((path, 10)) and not sub.superseded((path, 20)) and not sub.superseded((path, 30))
+    assert sub.seen_answer((path, 10), old) == (True, "")          # a late step of the older record
+    assert sub.late_final_answer((path, 10)) == (True, "")
+    assert sub.step_for((path, 10), old) is None and sub.step_for((path, 30), new) is Step.REFRESH
+    other = PATHS.ddl_record("s1", "t2")
+    assert not sub.superseded((other, 10))                          # only the same table's records
+    sub.on_handled((path, 20), FAILED, False, "reload failed")      # not applied: marks nothing newer
+    sub2 = SubscriberCore(PATHS, "i2")
+    sub2.on_handled((path, 20), FAILED, False, "reload failed")
+    assert not sub2.superseded((path, 10))
+    sub2.on_history_applied("h-20-0000000001", HistoryEntry("s1", "t1", "i3", "x", SUCCESS, 20))   # catch-up
+    assert sub2.superseded((path, 10))
+    sub3 = SubscriberCore(PATHS, "i1")
+    sub3.mark_finished(20, path)                                    # ran here (the listener's ran_here)
+    assert sub3.superseded((path, 10))
+
+
 # -- reconciler --------------------------------------------------------------------------------------------
 
 def test_only_orphans_are_reconciled():

@@ -48,6 +48,7 @@ class SubscriberCore:
     handled: dict[RecordKey, str] = field(default_factory=dict)              # last status handled
     results: dict[RecordKey, tuple[bool, str]] = field(default_factory=dict)  # what we acked for it
     finished: dict[int, None] = field(default_factory=dict)                   # czxids whose outcome we applied
+    newest: dict[str, int] = field(default_factory=dict)   # record path -> czxid of its newest outcome applied here
     history_seen: int | None = None     # sequence of the newest ddl_history entry applied (None: not read)
 
     # -- records --------------------------------------------------------------------------------------
@@ -55,7 +56,7 @@ class SubscriberCore:
         """The step to take for a record as read (a pass or a watch), None when there is none: our own
         DDL (its originator handles it), a status already handled (a duplicated event), or an INIT
         arriving after its outcome (late)."""
-        if rec.instance == self.instance and not rec.reconciled_by:
+        if (rec.instance == self.instance and not rec.reconciled_by) or self.superseded(key):
             return None
         last = self.handled.get(key)
         if rec.status == last:
@@ -72,14 +73,20 @@ class SubscriberCore:
         self.handled[key] = status
         self.results[key] = (ok, message)
         if status in (SUCCESS, FAILED) and ok:
-            self.mark_finished(key[1])
+            self.mark_finished(key[1], key[0])
+
+    def superseded(self, key: RecordKey) -> bool:
+        """A step of a record older than one of the same table whose outcome is applied here already (the
+        peer channel delayed it past the table's next DDL): its texts are older than what we serve, so it
+        changes nothing; applying them would put the old structure back for good."""
+        return key[1] < self.newest.get(key[0], 0)
 
     def seen_answer(self, key: RecordKey, rec: DdlRecord) -> tuple[bool, str] | None:
         """The answer to a step already handled (repeated, or late after its outcome); None: a new one."""
         last = self.handled.get(key)
         if last == rec.status:
             return self.results.get(key, (True, ""))
-        if last in (SUCCESS, FAILED) or (key[1] in self.finished and rec.status == INIT):
+        if self.superseded(key) or last in (SUCCESS, FAILED) or (key[1] in self.finished and rec.status == INIT):
             return True, ""
         return None
 
@@ -130,7 +137,7 @@ class SubscriberCore:
             if parts is None:
                 continue
             if last in (SUCCESS, FAILED) and ok:
-                self.mark_finished(key[1])
+                self.mark_finished(key[1], key[0])
                 out.append(Gone(key, parts[0], parts[1], GoneAction.RELEASE))
             else:
                 out.append(Gone(key, parts[0], parts[1], GoneAction.SETTLE))
@@ -142,13 +149,18 @@ class SubscriberCore:
         that reload worked; until then ddl_history's entry for it still applies."""
         return czxid not in self.finished
 
-    def mark_finished(self, czxid: int) -> None:
-        """The outcome of the record with that czxid is applied here (or it ran here)."""
+    def mark_finished(self, czxid: int, path: str | None = None) -> None:
+        """The outcome of the record with that czxid (at `path`, when known) is applied here (or it ran here)."""
         if not czxid:
             return   # 0 names no record (a history entry that asks everyone to reload): never "applied"
         self.finished[czxid] = None
         while len(self.finished) > FINISHED_KEPT:
             del self.finished[next(iter(self.finished))]
+        if path is not None and czxid > self.newest.get(path, 0):
+            self.newest.pop(path, None)   # re-inserted last: the oldest tables' marks go first
+            self.newest[path] = czxid
+            while len(self.newest) > FINISHED_KEPT:
+                del self.newest[next(iter(self.newest))]
 
     def late_final(self, key: RecordKey, rec: DdlRecord, names: Sequence[str]) -> str | None:
         """A final step (SUCCESS/FAILED) names a record already gone from ZooKeeper: the ddl_history entry
@@ -179,7 +191,7 @@ class SubscriberCore:
     def late_final_answer(self, key: RecordKey) -> tuple[bool, str] | None:
         """The answer to a final step whose record is gone, when its outcome is applied here already
         (the vanished record's settle, or catch-up, got there first); None: still to apply."""
-        return (True, "") if key[1] in self.finished else None
+        return (True, "") if key[1] in self.finished or self.superseded(key) else None
 
     # -- ddl_history --------------------------------------------------------------------------------------
     def restart(self, names: Sequence[str] | None = None) -> None:
@@ -217,7 +229,7 @@ class SubscriberCore:
         if self.history_seen is None or seq > self.history_seen:
             self.history_seen = seq
         if entry is not None:
-            self.mark_finished(entry.record_czxid)
+            self.mark_finished(entry.record_czxid, self.paths.ddl_record(entry.schema, entry.table))
 
 
 def ack_txns(paths: Paths, instance: str, rec: DdlRecord, czxid: int, ok: bool = True, message: str = "",
