@@ -105,10 +105,7 @@ class SimLoop(asyncio.BaseEventLoop):
                     break
                 for task in tasks:
                     closed.add(task)
-                    try:
-                        task.get_coro().close()
-                    except BaseException:  # noqa: BLE001 - a finally that tried to wait: it is dead anyway
-                        pass
+                    _close(task.get_coro())
         finally:
             quiet.__exit__(None, None, None)
             events._set_running_loop(before)
@@ -128,3 +125,22 @@ class SimLoop(asyncio.BaseEventLoop):
 
 
 __all__ = ["SimLoop"]
+
+
+def _close(coro: Any) -> None:
+    """Close a dead process's coroutine for good, and every coroutine it awaits, innermost first: a finally
+    that awaits makes close() raise "coroutine ignored GeneratorExit" and leaves that coroutine suspended, so
+    each is closed again (bounded) until its frame is gone, rather than left for the garbage collector, which
+    would print that error during some later schedule."""
+    chain = []
+    while coro is not None and hasattr(coro, "cr_frame") and len(chain) < 64:
+        chain.append(coro)
+        coro = coro.cr_await
+    for c in reversed(chain):
+        for _ in range(8):
+            if c.cr_frame is None:
+                break
+            try:
+                c.close()
+            except BaseException:  # noqa: BLE001 - a finally that tried to wait: it is dead anyway
+                pass
