@@ -11,7 +11,7 @@ from __future__ import annotations
 _MORE = 0x0008   # SERVER_MORE_RESULTS_EXISTS (proxy.wire.constants.STATUS_MORE_RESULTS)
 
 
-def _after_lenencs(data: bytes, pos: int, count: int, n: int) -> int:
+def after_lenencs(data: bytes, pos: int, count: int, n: int) -> int:
     """The offset after count length-encoded integers starting at pos (past n when they run past it)."""
     for _ in range(count):
         if pos >= n:
@@ -39,7 +39,7 @@ def text_answer_end(data: bytes, pos: int, stop: int, deprecate_eof: bool) -> in
     if first == 0:  # OK
         if length < 7:
             return -1
-        at = _after_lenencs(data, pos + 5, 2, n)
+        at = after_lenencs(data, pos + 5, 2, n)
         if at + 4 > end:
             return -1
         status = data[at] | data[at + 1] << 8
@@ -59,7 +59,7 @@ def text_answer_end(data: bytes, pos: int, stop: int, deprecate_eof: bool) -> in
         b = data[pos + 4]
         if b == 0xFE and (length < 9 or deprecate_eof):
             if deprecate_eof:
-                at = _after_lenencs(data, pos + 5, 2, n)
+                at = after_lenencs(data, pos + 5, 2, n)
                 if at + 4 > end:
                     return -1
                 status = data[at] | data[at + 1] << 8

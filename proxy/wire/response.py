@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from proxy.wire.answers import after_lenencs
 from proxy.wire.constants import STATUS_METADATA_CHANGED, STATUS_MORE_RESULTS
 from proxy.wire.messages import ColumnDef, ErrInfo, OkInfo, ResultSet, decode_text_row, eof_status, parse_column_def, parse_err, parse_ok
 from proxy.wire.packets import ProtocolError, read_lenenc_int, splice
@@ -167,11 +168,7 @@ class ResponseScanner:
         if p[:1] == b"\xfe" and not self.deprecate_eof:
             at = 3   # EOF: header, warnings, status
         elif p[:1] in (b"\x00", b"\xfe"):
-            try:
-                _, at = read_lenenc_int(p, 1)   # OK: header, affected rows, last insert id, status
-                _, at = read_lenenc_int(p, at)
-            except (IndexError, ProtocolError):
-                return p   # malformed: _packet decides
+            at = after_lenencs(p, 1, 2, len(p))   # OK: header, affected rows, last insert id, status
         else:
             return p
         if len(p) < at + 2 or not p[at + 1] & STATUS_METADATA_CHANGED >> 8:
