@@ -203,7 +203,7 @@ class DdlListener(PassLoop):
                         czxid=key[1], reason=why)
             return None
         async with self.record_lock(key[0]):   # one application of the entry: not settle, catch-up and us
-            done = core.late_final_answer(key)
+            done = core.late_final_answer(key, name)
             if done is not None:
                 return done
             message = ""

@@ -170,7 +170,9 @@ CLOSED = [
     # a final step the peer channel delivered after the table's next DDL's outcome was applied here (the
     # originator's restarted peer got its predecessor's step late) put the older CREATE texts back; a step
     # of a record older than the newest outcome applied for its table now changes nothing
-    # (zk/ddlcore/subscriber.py superseded). Found by session 14's long run (seed 91), both seeds.
+    # (zk/ddlcore/subscriber.py superseded), nor does one whose ddl_history entry the restarted process's join
+    # read before loading the table (late_final_answer, from a review). Found by session 14's long run
+    # (seed 91), both seeds.
     ("stale-texts", 91000040171, {}),
     ("stale-texts", 91000058712, {}),
     # The earlier holes' seeds (originator-refresh 1884 and 7000005245, catch-up-during-ddl 8000041602 and

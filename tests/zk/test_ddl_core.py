@@ -512,6 +512,13 @@ def test_a_final_step_older_than_the_tables_newest_outcome_changes_nothing():
     sub3 = SubscriberCore(PATHS, "i1")
     sub3.mark_finished(20, path)                                    # ran here (the listener's ran_here)
     assert sub3.superseded((path, 10))
+    # a restarted process: its join read the history (h-10, then the next DDL's h-20) and loaded the table
+    # after both; its predecessor's final step of record 10 comes late, named by h-10: nothing to apply
+    joined = SubscriberCore(PATHS, "i2")
+    joined.restart(["h-20-0000000002", "h-10-0000000001"])
+    assert joined.late_final_answer((path, 10), "h-10-0000000001") == (True, "")
+    assert joined.late_final_answer((path, 30), "h-30-0000000003") is None   # decided after the join's read
+    assert joined.history_todo(["h-10-0000000001", "h-20-0000000002", "h-30-0000000003"]) == ["h-30-0000000003"]
 
 
 # -- reconciler --------------------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ class SubscriberCore:
     finished: dict[int, None] = field(default_factory=dict)                   # czxids whose outcome we applied
     newest: dict[str, int] = field(default_factory=dict)   # record path -> czxid of its newest outcome applied here
     history_seen: int | None = None     # sequence of the newest ddl_history entry applied (None: not read)
+    joined_seq: int = -1                # sequence of the newest ddl_history entry the last join's load reflects
 
     # -- records --------------------------------------------------------------------------------------
     def step_for(self, key: RecordKey, rec: DdlRecord) -> Step | None:
@@ -188,10 +189,14 @@ class SubscriberCore:
             return f"its record was removed as {entry.status} ({entry.message or 'no message'}), not {rec.status}"
         return None
 
-    def late_final_answer(self, key: RecordKey) -> tuple[bool, str] | None:
-        """The answer to a final step whose record is gone, when its outcome is applied here already
-        (the vanished record's settle, or catch-up, got there first); None: still to apply."""
-        return (True, "") if key[1] in self.finished or self.superseded(key) else None
+    def late_final_answer(self, key: RecordKey, name: str = "") -> tuple[bool, str] | None:
+        """The answer to a final step whose record is gone, when its outcome is applied here already (the
+        vanished record's settle, or catch-up, got there first; or its ddl_history entry `name` was written
+        before our join loaded the table: a restarted process gets its predecessor's step late, perhaps
+        after the table's next DDL, whose structure the load read); None: still to apply."""
+        done = (key[1] in self.finished or self.superseded(key)
+                or (name != "" and history_seq(name) <= self.joined_seq))
+        return (True, "") if done else None
 
     # -- ddl_history --------------------------------------------------------------------------------------
     def restart(self, names: Sequence[str] | None = None) -> None:
@@ -201,6 +206,7 @@ class SubscriberCore:
         the first read."""
         ordered = history_order(list(names)) if names is not None else None
         self.history_seen = None if ordered is None else (history_seq(ordered[-1]) if ordered else -1)
+        self.joined_seq = self.history_seen if self.history_seen is not None else -1
 
     def history_todo(self, names: Sequence[str]) -> list[str]:
         """The ddl_history entries to look at, oldest first. At the first read after a (re)join only the
