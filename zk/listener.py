@@ -278,7 +278,7 @@ class DdlListener(PassLoop):
                 core.on_history_applied(name, entry)
             elif entry is not None:
                 # applied, but later than an entry still to apply
-                core.mark_finished(entry.record_czxid, c.paths.ddl_record(entry.schema, entry.table))
+                core.entry_applied(entry)
         # a node that stays down: back off (doubling) rather than re-reading every second
         self.catch_up_backoff = min(max(2 * self.catch_up_backoff, 2 * CATCH_UP_EVERY_S),
                                     CATCH_UP_BACKOFF_MAX_S) if missed else 0.0

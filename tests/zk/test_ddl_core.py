@@ -374,7 +374,7 @@ def test_a_vanished_record_is_released_or_settled_and_a_peer_outcome_wins_the_ra
     assert gone == {k1: GoneAction.RELEASE, k2: GoneAction.SETTLE}
     assert sub.on_pass(known=[k1, k2], seen=[]) == []    # the same pass again: nothing more
     assert sub.settle(9)                                 # reload due; only a reload that worked marks it
-    sub.mark_finished(9)
+    sub.mark_finished(9, k2[0])
     assert not sub.settle(9)
 
 
@@ -439,7 +439,7 @@ def test_history_entry_naming_this_instance_applies_unless_run_here():
     sub = SubscriberCore(PATHS, "i1")
     assert sub.entry_applies(HistoryEntry("s1", "t1", "i1", "x", FAILED, 21))   # a predecessor's, reconciled
     assert sub.entry_applies(HistoryEntry("s1", "t1", "i1", "x", FAILED, 0))    # a lost decision's reload
-    sub.mark_finished(30)   # the listener's ran_here: our originator removed record 30 itself
+    sub.mark_finished(30, PATHS.ddl_record("s1", "t1"))   # the listener's ran_here: our originator removed record 30 itself
     assert not sub.entry_applies(HistoryEntry("s1", "t1", "i1", "x", SUCCESS, 30))
 
 
@@ -482,7 +482,7 @@ def test_a_final_step_whose_record_is_gone_is_checked_against_the_deciding_remov
         entry, status=FAILED, message="reconciled"))                              # another actor's decision
     assert "differs" in sub.late_final_mismatch("i1", key, step, dataclasses.replace(entry, sql="y"))
     assert sub.late_final_answer(key) is None     # still to apply; then settled or applied: answered ok
-    sub.mark_finished(czxid)
+    sub.mark_finished(czxid, path)
     assert sub.late_final_answer(key) == (True, "") and not sub.needs_apply(name)
 
 

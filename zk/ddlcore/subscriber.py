@@ -150,14 +150,14 @@ class SubscriberCore:
         that reload worked; until then ddl_history's entry for it still applies."""
         return czxid not in self.finished
 
-    def mark_finished(self, czxid: int, path: str | None = None) -> None:
-        """The outcome of the record with that czxid (at `path`, when known) is applied here (or it ran here)."""
+    def mark_finished(self, czxid: int, path: str) -> None:
+        """The outcome of the record with that czxid (at `path`: its table's) is applied here (or it ran here)."""
         if not czxid:
             return   # 0 names no record (a history entry that asks everyone to reload): never "applied"
         self.finished[czxid] = None
         while len(self.finished) > FINISHED_KEPT:
             del self.finished[next(iter(self.finished))]
-        if path is not None and czxid > self.newest.get(path, 0):
+        if czxid > self.newest.get(path, 0):
             self.newest.pop(path, None)   # re-inserted last: the oldest tables' marks go first
             self.newest[path] = czxid
             while len(self.newest) > FINISHED_KEPT:
@@ -235,7 +235,11 @@ class SubscriberCore:
         if self.history_seen is None or seq > self.history_seen:
             self.history_seen = seq
         if entry is not None:
-            self.mark_finished(entry.record_czxid, self.paths.ddl_record(entry.schema, entry.table))
+            self.entry_applied(entry)
+
+    def entry_applied(self, entry: HistoryEntry) -> None:
+        """The DDL of a ddl_history entry is applied here (its table reloaded after it)."""
+        self.mark_finished(entry.record_czxid, self.paths.ddl_record(entry.schema, entry.table))
 
 
 def ack_txns(paths: Paths, instance: str, rec: DdlRecord, czxid: int, ok: bool = True, message: str = "",
