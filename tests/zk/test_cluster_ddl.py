@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pymysql
@@ -56,6 +57,51 @@ def test_second_ddl_on_the_same_table_from_another_instance_fails_at_once(cluste
         blocker.close()
     t.join(30)
     assert out.get("ok"), out
+    assert not cluster.zk_children("ddl") and not cluster.zk_children("lock/ddl_lock")
+
+
+def test_the_znodes_of_a_ddl_in_flight_have_the_designs_shape(cluster, backends):
+    """What an operator (or a DBLE tool) reads in ZooKeeper while a DDL waits on a metadata lock: the
+    paths, node kinds and JSON fields of DESIGN.md §6, and every instance's ack of INIT."""
+    p1, p2, p3 = cluster.start()
+    base = cluster.base()
+    sql = f"ALTER TABLE {TABLE} ADD COLUMN shape INT"
+    blocker = lock_table_on_backend(backends)
+    zk = cluster.zk()
+    try:
+        t, out = run_async(p1, sql)
+        record = f"{base}/ddl/schema1.{TABLE}"
+        wait_for(lambda: zk.exists(f"{record}/instance") and len(zk.get_children(f"{record}/instance")) == 3,
+                 10, "every instance's INIT ack in ZooKeeper")
+        data, stat = zk.get(record)
+        rec = json.loads(data)
+        assert stat.ephemeralOwner == 0   # PERSISTENT: survives its originator for reconciliation
+        assert {k: rec[k] for k in ("api_version", "instance", "schema", "table", "status")} == {
+            "api_version": 1, "instance": "dble-1", "schema": "schema1", "table": TABLE, "status": "INIT"}
+        assert rec["sql"] == sql and rec["type"] and isinstance(rec["created_at"], (int, float))
+        for name in ("dble-1", "dble-2", "dble-3"):   # the originator acks its own INIT too, as DBLE's does
+            data, stat = zk.get(f"{record}/instance/{name}")
+            ack = json.loads(data)
+            assert stat.ephemeralOwner != 0
+            assert ack["ok"] is True and "message" in ack and isinstance(ack["meta_version"], int), ack
+        data, stat = zk.get(f"{base}/lock/ddl_lock/schema1.{TABLE}")
+        lock = json.loads(data)
+        assert stat.ephemeralOwner != 0
+        assert lock["instance"] == "dble-1" and lock["sql"] == sql and isinstance(lock["since"], (int, float))
+        for p in (p1, p2, p3):
+            data, stat = zk.get(f"{base}/online/{p.instance}")
+            online = json.loads(data)
+            assert stat.ephemeralOwner != 0
+            assert online["host"] and online["port"] == p.proxy_port and online["manager_port"] == p.manager_port
+            assert isinstance(online["started_at"], (int, float)) and isinstance(online["meta_version"], int)
+    finally:
+        blocker.rollback()
+        blocker.close()
+        zk.stop()
+        zk.close()
+    t.join(30)
+    assert out.get("ok"), out
+    assert "`shape`" in full_meta(p3)[3]
     assert not cluster.zk_children("ddl") and not cluster.zk_children("lock/ddl_lock")
 
 
