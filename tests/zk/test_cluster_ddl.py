@@ -105,6 +105,34 @@ def test_the_znodes_of_a_ddl_in_flight_have_the_designs_shape(cluster, backends)
     assert not cluster.zk_children("ddl") and not cluster.zk_children("lock/ddl_lock")
 
 
+def test_an_instance_starting_during_a_ddl_waits_for_it_and_serves_its_outcome(cluster, backends):
+    """DESIGN.md §6's start-up: take syncMeta.lock, wait until no DDL is in flight, load, go online. An
+    instance started while a DDL waits on a backend's metadata lock does not go online with the old
+    structure; while it waits, DDL elsewhere is refused as DBLE refuses it; then it serves the new one."""
+    p1, p2 = cluster.start(2)
+    blocker = lock_table_on_backend(backends)
+    try:
+        t, out = run_async(p1, f"ALTER TABLE {TABLE} ADD COLUMN during_join INT")
+        wait_for(lambda: show_ddl(p2), 10, "the DDL in flight")
+        p3 = cluster.make(instance="dble-3", cluster=cluster.section, start=False)
+        p3.spawn()
+        wait_for(lambda: "syncMeta.lock" in cluster.zk_children("lock"), 20, "the new instance taking syncMeta.lock")
+        time.sleep(1)   # longer than a join takes with no DDL in flight
+        assert "dble-3" not in cluster.zk_children("online")
+        with pytest.raises(pymysql.MySQLError) as e:
+            p2.query("ALTER TABLE sharding_2_t1 ADD COLUMN refused INT")
+        assert e.value.args[0] == 4006 and "initializing metadata" in e.value.args[1], e.value.args
+    finally:
+        blocker.rollback()
+        blocker.close()
+    t.join(30)
+    assert out.get("ok"), out
+    p3.wait_ready(30)
+    assert "dble-3" in cluster.zk_children("online")
+    assert "`during_join`" in full_meta(p3)[3]
+    p3.query(f"INSERT INTO {TABLE} (id, v, during_join) VALUES (31, 1, 2)")
+
+
 def test_ddls_on_different_tables_run_in_parallel(cluster, backends):
     p1, p2, _ = cluster.start()
     blocker = lock_table_on_backend(backends)
