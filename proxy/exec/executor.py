@@ -19,6 +19,7 @@ from proxy.exec.planner import build, explained
 from proxy.exec.primitives import explain_result
 from proxy.wire import constants as C
 from proxy.wire.binary import execute_key
+from proxy.wire.collations import charset_of
 from proxy.wire.messages import ColumnDef, OkInfo, ResultSet, err_packet
 from proxy.wire.packets import com_query as _com_query, frame
 from proxy.wire.response import Budget, ResponseScanner
@@ -68,6 +69,27 @@ async def _apply_state(conn: BackendConnection, stmts: list[str], timeout: float
     except BaseException:
         conn.tainted = True
         raise
+
+
+_NUMBER_TYPES = frozenset({C.T_TINY, C.T_SHORT, C.T_LONG, C.T_INT24, C.T_LONGLONG, C.T_DECIMAL, C.T_NEWDECIMAL})
+
+
+def user_var_literal(col: ColumnDef, value: bytes | None, collation: bytes | None, hexed: bytes | None) -> str:
+    """A user variable's value as SQL that gives it back with its type: an integer or decimal as written,
+    a double with an exponent (shortest round-trip text, so the same double), a string by its bytes in
+    its own character set and collation."""
+    if value is None:
+        return "NULL"
+    if col.type in _NUMBER_TYPES:
+        return value.decode("ascii")
+    if col.type in (C.T_DOUBLE, C.T_FLOAT):
+        text = value.decode("ascii")
+        return text if "e" in text.lower() else f"{text}e0"
+    name = (collation or b"binary").decode("ascii")
+    raw = (hexed or b"").decode("ascii")
+    if name == "binary":
+        return f"_binary X'{raw}'"
+    return f"_{charset_of(name)} X'{raw}' COLLATE {name}"
 
 
 class Executor:
@@ -507,6 +529,35 @@ class Executor:
             await self._sync(conn)
         finally:
             self.runtime.backends.release(node, conn)
+
+    async def user_var_values(self, assigns: list[tuple[str, str]]) -> dict[str, str]:
+        """Run `SET @x = expr` once, on one connection carrying the session's state, and return for each
+        variable a statement setting its value as a literal: the session replays that on every other
+        connection, where the expression would be computed again (RAND(), NOW(), or @x + 1 on a
+        connection that never saw @x)."""
+        names = list(dict.fromkeys(key for key, _ in assigns))
+        probe = ", ".join(f"{n}, COLLATION({n}), HEX({n})" for n in names)
+        own = next(iter([*self.pinned.items(), *self.locked.items()]), None)
+        node, conn = own if own is not None else (self.runtime.any_node(self.session.schema), None)
+        if conn is None:
+            conn = await self.runtime.backends.acquire(node, self.session.format_flags)
+        timeout = self.runtime.backends.timeout_s
+        try:
+            await self._sync(conn)
+            try:
+                sc = await conn.query(";".join([*(sql for _, sql in assigns), f"SELECT {probe}"]), timeout)
+            except BaseException:
+                conn.tainted = True   # some of the SETs may have run: no other session may take it
+                raise
+            rs = sc.results[-1]
+            row = rs.rows[0]
+            out = {n: f"SET {n} = {user_var_literal(rs.columns[3 * i], row[3 * i], row[3 * i + 1], row[3 * i + 2])}"
+                   for i, n in enumerate(names)}
+            conn.vars.update(out)   # the values it holds now are exactly these
+            return out
+        finally:
+            if own is None:
+                self.runtime.backends.release(node, conn)
 
     # -- statements -----------------------------------------------------------------------------
     async def execute(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:

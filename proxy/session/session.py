@@ -708,19 +708,30 @@ class Session:
         old_vars = dict(self.vars)
         new_autocommit = self.autocommit
         new_xa = self.xa
+        users: list[tuple[str, str]] = []
         for a in changes:
             if a.key == "autocommit":
                 new_autocommit = a.value == "1"
             elif a.key == "xa":
                 new_xa = xa_switch(self, a.sql)
+            elif a.key.startswith("@"):   # a backend would answer its own DATABASE(), CONNECTION_ID(), USER()
+                users.append((a.key, local.substitute_database(a.sql, self.schema, self.conn_id,
+                                                                f"{self.user}@{self.peer}")))
             else:
                 self.set_var(a.key, a.sql)
+        if users:
+            try:
+                for key, literal in (await self.executor.user_var_values(users)).items():
+                    self.set_var(key, literal)
+            except ProxyError:
+                self.vars = old_vars
+                raise
         if not new_autocommit and self.autocommit and self.executor.locked:
             self.vars = old_vars
             raise NotSupported("SET autocommit=0 while LOCK TABLES is held is not supported by pydble: "
                                "UNLOCK TABLES first")
-        if self.vars != old_vars:
-            try:
+        if any(self.vars.get(k) != old_vars.get(k) for k in {*self.vars, *old_vars} if k not in dict(users)):
+            try:   # (user variables were run on a backend just now)
                 await self.executor.check_session_state()
             except ProxyError:
                 self.vars = old_vars

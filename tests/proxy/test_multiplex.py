@@ -93,6 +93,33 @@ def test_a_user_variable_of_one_session_is_invisible_to_another_on_the_same_conn
     assert one(b, ONE + "SELECT @mx_x") is None
 
 
+def test_a_user_variable_set_from_an_expression_has_one_value_on_every_connection(two) -> None:
+    """SET @x = expr is computed once, as on one MySQL: not again on each backend connection the session
+    uses (RAND() and NOW() would differ, @x + 1 would be NULL where @x was never set, CONNECTION_ID() and
+    DATABASE() would be a backend's)."""
+    a, b = two
+    one(a, "USE schema1")
+    for sql in ("SET @mx_n = 0", "SET @mx_n = @mx_n + 1", "SET @mx_n = @mx_n + 1",
+                "SET @mx_r = RAND(), @mx_t = NOW(6), @mx_c = CONNECTION_ID(), @mx_db = DATABASE()",
+                "SET @mx_d = 1/3e0, @mx_m = 1.50, @mx_u = 18446744073709551615, @mx_null = NULL",
+                "SET @mx_s = _latin1 X'E9' COLLATE latin1_german1_ci, @mx_b = _binary X'00FF', @mx_e = ''"):
+        one(a, sql)
+    probe = ("SELECT @mx_n, @mx_r, @mx_t, @mx_c, @mx_db, @mx_d = 1/3e0, @mx_m, @mx_u, @mx_null, "
+             "HEX(@mx_s), COLLATION(@mx_s), HEX(@mx_b), COLLATION(@mx_b), @mx_e")
+    first = one(a, ONE + probe.replace("SELECT @mx_n", "SELECT CONNECTION_ID(), @mx_n"))
+    own_id, values = first[0], first[1:]
+    assert values[0] == 2 and values[3] == own_id and values[4] == "schema1", values
+    assert values[5] == 1 and str(values[6]) == "1.50" and values[7] == 18446744073709551615 and values[8] is None
+    assert values[9:] == ("E9", "latin1_german1_ci", "00FF", "binary", ""), values
+    for _ in range(3):   # another session takes the connections in between; every node answers the same
+        one(b, ONE + "SELECT 1")
+        one(b, DN5 + "SELECT 1")
+        for via in (ONE, DN5, ""):
+            cur = a.cursor()
+            cur.execute(via + probe)
+            assert cur.fetchone() == values, via
+
+
 @pytest.mark.parametrize("set_sql, probe, default", [
     ("SET sql_mode = 'ANSI_QUOTES'", "@@sql_mode", None),
     ("SET NAMES latin1", "@@character_set_client", None),

@@ -135,9 +135,8 @@ def test_values_that_cannot_be_known_exactly_are_refused(sp_proxy: ProxyProcess)
     conn = sp_proxy.connect()
     with conn.cursor() as cur:
         run(cur, "PREPARE s FROM 'SELECT ?'")
-        run(cur, "SET @t = NOW()")
-        code, msg = err(cur, "EXECUTE s USING @t")
-        assert code == 1235 and "@t" in msg
+        run(cur, "SET @t = NOW(6)")   # SET computes it once (its value is then known exactly)
+        assert run(cur, "EXECUTE s USING @t") == run(cur, "SELECT @t")
         code, _ = err(cur, "EXECUTE s USING RAND()")
         assert code == 1235
         # never SET here (an assignment with := inside a statement is refused: it would stay on a backend connection)
