@@ -245,6 +245,7 @@ class SessionPort(Protocol):
     xa: bool
     vars: dict[str, str]
     last_insert_id: int
+    row_count: int | None
     warnings: list[tuple[str, int, str]]
     route: str
     requests: int

@@ -408,6 +408,7 @@ class Executor:
                 ok = sc.ok
                 if ok is not None and ok.last_insert_id:
                     s.last_insert_id = ok.last_insert_id
+                s.row_count = sc.row_count()
             self.runtime.metrics.observe("single", self._single_started)
         except Exception:  # noqa: BLE001 - never leave the client waiting on a bug here
             s.log.exception("fast path completion failed")
@@ -642,6 +643,7 @@ class Executor:
         ok = self._ok(sc.ok) if sc.ok is not None else None
         if ok is not None and ok.last_insert_id:
             self.session.last_insert_id = ok.last_insert_id
+        self.session.row_count = sc.row_count()
 
     def _ok(self, ok: OkInfo) -> OkInfo:
         """A write's OK as the client gets it: the first value pydble filled in is its last-insert-id (an

@@ -208,7 +208,7 @@ def parse_savepoint(sql: str) -> tuple[str, str] | None:
 
 
 # -- DATABASE(), CONNECTION_ID() and USER() inside routed statements ---------------------------------
-_DB_CALL = re.compile(r"(?:database|schema|connection_id|user)\s*\(", re.I)
+_DB_CALL = re.compile(r"(?:database|schema|connection_id|user|row_count|found_rows)\s*\(", re.I)
 _USER_CALLS = ("USER", "CURRENT_USER", "SESSION_USER", "SYSTEM_USER")
 _ITEM_END = frozenset({",", ";", "FROM", "LIMIT", "ORDER", "WHERE", "GROUP", "HAVING", "UNION", "INTO", "FOR"})
 
@@ -221,14 +221,17 @@ def calls_session_functions(sql: str, low: str | None = None) -> bool:
     """Whether a statement may call DATABASE()/SCHEMA()/CONNECTION_ID()/USER()..., which pydble answers;
     low: sql.lower() when the caller has it already (the fast path)."""
     low = sql.lower() if low is None else low
-    return ("database" in low or "schema" in low or "connection_id" in low or "user" in low) \
-        and _DB_CALL.search(sql) is not None
+    return ("database" in low or "schema" in low or "connection_id" in low or "user" in low or "row_count" in low
+            or "found_rows" in low) and _DB_CALL.search(sql) is not None
 
 
-def substitute_database(sql: str, schema: str | None, conn_id: int | None = None, user: str | None = None) -> str:
+def substitute_database(sql: str, schema: str | None, conn_id: int | None = None, user: str | None = None,
+                        row_count: int | None = None) -> str:
     """Replace DATABASE()/SCHEMA() with the logical schema name: a backend would answer 'db3'; and, when
     given, CONNECTION_ID() and USER()/CURRENT_USER()/... with the client's (a backend would answer its own
-    thread and its own backend account)."""
+    thread and its own backend account), and ROW_COUNT() with the session's. A backend connection's
+    ROW_COUNT() or FOUND_ROWS() speaks of whatever ran on it last, maybe another session's statement:
+    without the session's value, 1235."""
     if not calls_session_functions(sql):
         return sql
     toks = tokenize(sql)
@@ -238,6 +241,19 @@ def substitute_database(sql: str, schema: str | None, conn_id: int | None = None
         lits["CONNECTION_ID"] = str(int(conn_id))
     if user is not None:
         lits.update(dict.fromkeys(_USER_CALLS, _literal(user)))
+    if row_count is not None:
+        lits["ROW_COUNT"] = str(int(row_count))
+    for i, (kind, text, _, _) in enumerate(toks):
+        up = text.upper() if kind == "w" else ""
+        if (up in ("ROW_COUNT", "FOUND_ROWS") and up not in lits and i + 1 < len(toks) and toks[i + 1][1] == "("
+                and (i == 0 or toks[i - 1][1] != ".")):
+            raise NotSupported(f"{up}() is not supported by pydble here: it tells of the session's previous "
+                               f"statement, which pydble "
+                               + ("does not count the rows of (it may have run on several shardingNodes or "
+                                  "another session's connection); run a SELECT COUNT(*) instead"
+                                  if up == "FOUND_ROWS" else
+                                  "did not see end with an answer it can count; read the affected rows of the "
+                                  "statement's own answer instead"))
     out: list[str] = []
     last = 0
     depth = 0

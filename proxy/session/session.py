@@ -303,6 +303,7 @@ class Session:
         self.xa = False          # SET xa = on: transactions over several nodes commit two-phase (proxy/exec/xa.py)
         self.vars: dict[str, str] = {}
         self.last_insert_id = 0
+        self.row_count: int | None = 0   # ROW_COUNT() as the client would read it now (None: pydble cannot tell)
         self.warnings: list[tuple[str, int, str]] = []  # pydble's own warnings for SHOW WARNINGS
         self.requests = 0        # COM_QUERYs so far: with conn_id, the request id in the logs
         self.route = "local"     # how the last statement was served: local | single | multi | ddl
@@ -377,6 +378,7 @@ class Session:
                 return True
         payload = pkt[1]  # type: ignore[index]
         cmd = payload[:1]
+        before, self.row_count = self.row_count, None   # Executor._single_end sets it when the statement ends
         if cmd == b"\x03":
             started = self._fast_query(payload, data)
         elif cmd == b"\x17":   # sysbench --db-ps-mode=auto
@@ -387,6 +389,7 @@ class Session:
         else:
             started = False
         if not started:
+            self.row_count = before   # nothing ran: the task serves it
             client.pending = pkt
             return False
         return True
@@ -512,6 +515,7 @@ class Session:
         self.explicit_txn = False
         self.xa = False
         self.last_insert_id = 0
+        self.row_count = 0
         self.warnings = []
 
     def set_var(self, key: str, sql: str) -> None:
@@ -576,6 +580,8 @@ class Session:
             elif cmd == C.COM_STATISTICS:
                 r.raw(frame(1, f"Uptime: {self.runtime.uptime():.0f}  Threads: {len(self.runtime.sessions)}".encode()))
             elif cmd in STMT_COMMANDS:
+                if cmd == C.COM_STMT_EXECUTE:
+                    self.row_count = None   # an execute that does not run through statement() leaves it unknown
                 await self.prepared.dispatch(payload)  # answers (or not) itself
                 return True
             else:
@@ -602,7 +608,15 @@ class Session:
         await run_statements(self.client, sql, r, bool(self.capabilities & C.MULTI_STATEMENTS), self.statement)
 
     async def statement(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
-        """Run one statement; True if its answer was relayed straight to the client."""
+        """Run one statement; True if its answer was relayed straight to the client. ROW_COUNT() is
+        the session's own: what this statement's answer says (a relaying path sets it), else unknown."""
+        before, self.row_count, r.row_count = self.row_count, None, None
+        relayed = await self._statement(sql, r, more, may_relay, before)
+        if self.row_count is None and not relayed:
+            self.row_count = r.row_count
+        return relayed
+
+    async def _statement(self, sql: str, r: Reply, more: bool, may_relay: bool, row_count: int | None) -> bool:
         kw = first_keyword(sql)
         if kw == "CALL":
             sql_prepare.note_assignments(self, sql, kw)
@@ -614,7 +628,7 @@ class Session:
                 r.resultset(rs, self.status(), more)
                 return False
         if kw in ("SELECT", "INSERT", "UPDATE", "DELETE", "REPLACE"):   # a backend would answer its own
-            sql = local.substitute_database(sql, self.schema, self.conn_id, f"{self.user}@{self.peer}")
+            sql = local.substitute_database(sql, self.schema, self.conn_id, f"{self.user}@{self.peer}", row_count)
         if kw == "SET":
             await self.do_set(sql)
             r.ok(self.status(), more=more)

@@ -12,18 +12,20 @@ from proxy.wire.packets import frame, lenenc_str
 class Reply:
     """Accumulates the packets answering one client command, numbering them from seq 1."""
 
-    __slots__ = ("out", "seq", "deprecate_eof")
+    __slots__ = ("out", "seq", "deprecate_eof", "row_count")
 
     def __init__(self, deprecate_eof: bool) -> None:
         self.out: list[bytes] = []
         self.seq = 1
         self.deprecate_eof = deprecate_eof
+        self.row_count: int | None = None   # ROW_COUNT() after the last answer added (None: not known)
 
     def ok(self, status: int, affected_rows: int = 0, last_insert_id: int = 0, warnings: int = 0,
            info: bytes = b"", more: bool = False) -> None:
         """Add an OK packet; info is plain text (sent length-prefixed, as MariaDB does)."""
         if more:
             status |= STATUS_MORE_RESULTS
+        self.row_count = affected_rows
         self.out.append(frame(self.seq, ok_packet(affected_rows, last_insert_id, status, warnings,
                                                   lenenc_str(info) if info else b"")))
         self.seq = (self.seq + 1) & 0xFF
@@ -32,12 +34,14 @@ class Reply:
         """Re-send a backend's OK (its info already length-prefixed) with the session's status flags."""
         if more:
             status |= STATUS_MORE_RESULTS
+        self.row_count = ok.affected_rows
         self.out.append(frame(self.seq, ok_packet(ok.affected_rows, ok.last_insert_id, status, ok.warnings,
                                                   ok.info)))
         self.seq = (self.seq + 1) & 0xFF
 
     def error(self, code: int, sqlstate: str, message: str) -> None:
         """Add an ERR packet (it ends the answer)."""
+        self.row_count = -1
         self.out.append(frame(self.seq, err_packet(code, sqlstate, message)))
         self.seq = (self.seq + 1) & 0xFF
 
@@ -53,11 +57,13 @@ class Reply:
         """Add a whole text result set."""
         if more:
             status |= STATUS_MORE_RESULTS
+        self.row_count = -1
         data, self.seq = encode_resultset(rs, self.seq, status, self.deprecate_eof, warnings)
         self.out.append(data)
 
     def raw(self, data: bytes) -> None:
         """Add packets already framed with the right sequence ids."""
+        self.row_count = None
         self.out.append(data)
 
     def bytes(self) -> bytes:

@@ -161,6 +161,17 @@ class ResponseScanner:
             pos = end
         return pos
 
+    def row_count(self) -> int | None:
+        """ROW_COUNT() after this answer, as the server that sent it would give it: the affected rows of a
+        lone OK, -1 after a result set or an error; None when it cannot tell (results and an OK, or not
+        done). An answer the connection relayed whole (BackendConnection._relay_whole) has `ok` set when it
+        was an OK and nothing else parsed: then it was a result set or an error."""
+        if self.error is not None:
+            return -1
+        if self.ok is not None:
+            return None if self._ncols else self.ok.affected_rows
+        return -1 if self.done else None
+
     def _own_status(self, buf: bytes | bytearray | memoryview, pos: int, end: int, p: bytes) -> bytes:
         """p, an EOF or OK of a binary answer (else as it is), without METADATA_CHANGED: the backend's
         statement was prepared again, which says nothing of the client's (it may have been prepared since,

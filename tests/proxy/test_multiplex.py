@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pymysql
+from pymysql.constants import CLIENT
 import pytest
 
 from harness import ProxyProcess, free_port, global_status, proxy_config
@@ -118,6 +119,46 @@ def test_a_user_variable_set_from_an_expression_has_one_value_on_every_connectio
             cur = a.cursor()
             cur.execute(via + probe)
             assert cur.fetchone() == values, via
+
+
+def test_row_count_is_the_sessions_own_and_found_rows_is_refused(mx, two) -> None:
+    """ROW_COUNT() speaks of the client's previous statement as on one MySQL, whichever backend connection
+    or nodes ran it and whatever other sessions ran there since; FOUND_ROWS(), which pydble cannot count,
+    is refused (1235) rather than read off a connection another session used last."""
+    a, b = two
+    one(a, "USE schema1")
+    one(b, "USE schema1")
+    one(a, DN5 + "DROP TABLE IF EXISTS mx_rc")
+    one(a, DN5 + "CREATE TABLE mx_rc (id INT PRIMARY KEY, v INT)")
+    try:
+        assert one(a, "SELECT ROW_COUNT()") == 0   # a DDL's
+        a.cursor().execute("INSERT INTO mx_rc VALUES (1, 1), (2, 2), (3, 3)")
+        one(b, DN5 + "SELECT 1")   # b's statement on the shared connection between a's two
+        assert one(a, "SELECT ROW_COUNT()") == 3
+        assert one(a, "SELECT ROW_COUNT()") == -1   # after a SELECT, as MariaDB answers
+        a.cursor().execute(DN5 + "UPDATE mx_rc SET v = v + 1 WHERE id < 3")
+        one(b, DN5 + "UPDATE mx_rc SET v = 0")
+        assert one(a, "SELECT ROW_COUNT() + 0") == 2
+        a.cursor().execute("CREATE TABLE IF NOT EXISTS sharding_2_t1 (id INT PRIMARY KEY)")
+        a.cursor().execute("DELETE FROM sharding_2_t1 WHERE id = -1 OR id = -2")   # two nodes, no row
+        assert one(a, "SELECT ROW_COUNT()") == 0
+        a.cursor().execute("SET @mx_rc = 1")
+        assert one(a, "SELECT ROW_COUNT()") == 0
+        multi = mx.connect(client_flag=CLIENT.MULTI_STATEMENTS)
+        try:
+            cur = multi.cursor()
+            cur.execute("DELETE FROM mx_rc WHERE id = 3; SELECT ROW_COUNT(); SELECT ROW_COUNT()")
+            cur.nextset()
+            assert cur.fetchone() == (1,)   # each statement of a multi-statement sees the one before it
+            cur.nextset()
+            assert cur.fetchone() == (-1,)
+        finally:
+            multi.close()
+        one(a, "SELECT SQL_CALC_FOUND_ROWS * FROM mx_rc LIMIT 1")
+        code = err(a, "SELECT FOUND_ROWS()")
+        assert code == 1235
+    finally:
+        one(a, DN5 + "DROP TABLE IF EXISTS mx_rc")
 
 
 @pytest.mark.parametrize("set_sql, probe, default", [
