@@ -249,6 +249,7 @@ class SessionPort(Protocol):
     warnings: list[tuple[str, int, str]]
     route: str
     requests: int
+    killed: bool
     command: str
     info: str | None
     since: float

@@ -609,6 +609,8 @@ class Executor:
         self.last_node = node
         sc: ResponseScanner | None = None
         try:
+            if self.session.killed:
+                raise ProxyError("Query execution was interrupted", 1317, "70100")
             if may_relay:
                 self.streaming.add(conn)
                 if self.session.client.write_paused:

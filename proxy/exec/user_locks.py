@@ -164,20 +164,25 @@ class UserLocks:
 
 
 def assigns_variable(sql: str) -> bool:
-    """True for `@v := ...` inside a statement: the variable would be set on whichever backend connection
-    ran it (shared with other sessions later), not on the session's."""
-    if ":=" not in sql:
+    """True for `@v := ...` or `INTO @v` inside a statement: the variable would be set on whichever backend
+    connection ran it (shared with other sessions later), not on the session's."""
+    low = sql.lower()
+    if ":=" not in sql and "into" not in low:
         return False
     toks = tokenize(sql)
+    head = next((t[1].upper() for t in toks if t[0] != "h"), "")
+    into = head in ("SELECT", "WITH", "(")   # a routine's body (CREATE PROCEDURE ...) runs where it is called
     return any(t[0] == "v" and not t[1].startswith("@@") and nxt[0] == "o" and nxt[1] == ":="
+               or into and t[0] == "w" and t[1].upper() == "INTO" and nxt[0] == "v" and not nxt[1].startswith("@@")
                for t, nxt in zip(toks, toks[1:]))
 
 
 def refuse_assignment(sql: str) -> None:
-    """1235 for a statement sent to a backend that assigns a user variable with :=."""
+    """1235 for a statement sent to a backend that assigns a user variable with := or INTO."""
     if assigns_variable(sql):
-        raise NotSupported("an assignment to a user variable with := inside a statement is not supported by "
-                           "pydble: the variable would stay on a shared backend connection; use SET @v = ...")
+        raise NotSupported("an assignment to a user variable with := or SELECT ... INTO inside a statement is "
+                           "not supported by pydble: the variable would stay on a shared backend connection; "
+                           "use SET @v = ...")
 
 
 def sets_insert_id(sql: str) -> bool | None:

@@ -306,6 +306,7 @@ class Session:
         self.row_count: int | None = 0   # ROW_COUNT() as the client would read it now (None: pydble cannot tell)
         self.warnings: list[tuple[str, int, str]] = []  # pydble's own warnings for SHOW WARNINGS
         self.requests = 0        # COM_QUERYs so far: with conn_id, the request id in the logs
+        self.killed = False      # a KILL QUERY interrupted the command running (Executor.run_single sends no more of it)
         self.route = "local"     # how the last statement was served: local | single | multi | ddl
         self.ready = False       # logged in: the fast path may serve commands from the data callback
         self.peer = "?"
@@ -544,6 +545,7 @@ class Session:
         """Answer one command; False when the session should end."""
         cmd = payload[0]
         r = Reply(self.deprecate_eof)
+        self.killed = False
         await self.executor.settle()
         try:
             if cmd == C.COM_QUERY:
@@ -611,7 +613,11 @@ class Session:
         """Run one statement; True if its answer was relayed straight to the client. ROW_COUNT() is
         the session's own: what this statement's answer says (a relaying path sets it), else unknown."""
         before, self.row_count, r.row_count = self.row_count, None, None
-        relayed = await self._statement(sql, r, more, may_relay, before)
+        try:
+            relayed = await self._statement(sql, r, more, may_relay, before)
+        except ProxyError:
+            self.row_count = -1   # the client hears an error: -1, as MariaDB answers
+            raise
         if self.row_count is None and not relayed:
             self.row_count = r.row_count
         return relayed
@@ -630,6 +636,9 @@ class Session:
         if kw in ("SELECT", "INSERT", "UPDATE", "DELETE", "REPLACE"):   # a backend would answer its own
             sql = local.substitute_database(sql, self.schema, self.conn_id, f"{self.user}@{self.peer}", row_count)
         if kw == "SET":
+            if _HINTED.match(sql):   # it would change one shared backend connection, not the session
+                raise NotSupported("SET cannot be sent through a shardingNode hint: a session's variables apply "
+                                   "to every node; SET it without the hint")
             await self.do_set(sql)
             r.ok(self.status(), more=more)
             return False
@@ -840,7 +849,9 @@ class Session:
         await kill_session(self.runtime, cid, self.user, self.admin, query_only, self)
 
     async def interrupt(self) -> None:
-        """KILL QUERY: stop the statement on the backends running it for this session."""
+        """KILL QUERY: stop the statement on the backends running it for this session, and keep it from
+        reaching one it has not been sent to yet (it may still be taking its connection)."""
+        self.killed = True
         ex = self.executor
         fast = ex.relaying
         conns = set(ex.streaming) | set(ex.pinned.values()) | ({fast} if fast and not fast.shared else set())
@@ -871,6 +882,9 @@ async def kill_session(runtime: Runtime, cid: int, user: str, admin: bool, query
     if target.command != "Query" or target is caller:
         return
     await target.interrupt()
+
+
+_HINTED = re.compile(r"\s*/\*!\s*(?:pydble|dble)\s*:", re.I)
 
 
 def _is_lock_tables(sql: str) -> bool:

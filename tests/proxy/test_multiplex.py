@@ -154,9 +154,16 @@ def test_row_count_is_the_sessions_own_and_found_rows_is_refused(mx, two) -> Non
             assert cur.fetchone() == (-1,)
         finally:
             multi.close()
+        assert err(a, "INSERT INTO mx_rc VALUES (1, 1)") == 1062
+        assert one(a, "SELECT ROW_COUNT()") == -1   # after an error, as MariaDB answers
         one(a, "SELECT SQL_CALC_FOUND_ROWS * FROM mx_rc LIMIT 1")
         code = err(a, "SELECT FOUND_ROWS()")
         assert code == 1235
+        # other ways to leave a variable on one shared backend connection are refused, hinted or not
+        assert err(a, "SELECT id INTO @mx_into FROM mx_rc LIMIT 1") == 1235
+        assert err(a, DN5 + "SELECT 9 INTO @mx_into") == 1235
+        assert err(a, DN5 + "SET @mx_into = 9") == 1235
+        assert one(a, "SELECT @mx_into") is None
     finally:
         one(a, DN5 + "DROP TABLE IF EXISTS mx_rc")
 
