@@ -183,6 +183,20 @@ def test_configured_table_dropped_behind_the_proxy_is_3009_on_some_nodes_1146_on
     assert env.sql("SELECT COUNT(*) FROM glob_b") == [(0,)]
 
 
+def test_insert_without_a_column_list_on_a_sharding_table_memory_cannot_route_is_1146_or_3009(
+        env: MetaProxyEnv) -> None:
+    """The sharding key's position comes from metadata; with none, the table's own error, not a 1235."""
+    env.reset("shard_b")
+    for sql in ("INSERT INTO shard_b VALUES (1, 'a')", "REPLACE INTO shard_b VALUES (1, 'a')",
+                "INSERT INTO shard_b VALUES (1, 'a'), (2, 'b')"):
+        assert env.error_of(sql) == (1146, "Table 'schema1.shard_b' doesn't exist"), sql
+    env.run("dn1", f"CREATE TABLE shard_b {T_DEF}")
+    env.reload("schema='schema1' and table='shard_b'")
+    assert env.error_of("INSERT INTO shard_b VALUES (1, 'a')") == (
+        3009, "Table meta 'schema1.shard_b' is lost,PLEASE reload @@metadata")
+    env.reset("shard_b")
+
+
 def test_unconfigured_table_in_schema_without_default_node_is_1146(env: MetaProxyEnv) -> None:
     for sql, db in ((f"CREATE TABLE nope {T_DEF}", "schema2"), (f"CREATE TABLE schema2.nope {T_DEF}", "schema1"),
                     ("DROP TABLE nope", "schema2"), ("ALTER TABLE nope ADD COLUMN x INT", "schema2"),
