@@ -162,6 +162,9 @@ def test_configured_table_never_created_is_1146_as_in_mysql(env: MetaProxyEnv) -
                 "INSERT INTO never_created VALUES (1)", "UPDATE never_created SET a = 1",
                 "DELETE FROM never_created"):
         assert env.error_of(sql) == (1146, "Table 'schema1.never_created' doesn't exist"), sql
+    for sql in ("ALTER TABLE never_created ADD COLUMN c INT", "TRUNCATE TABLE never_created"):   # word for word
+        assert env.error_of(sql) == (1146, "Table 'schema1.never_created' doesn't exist"), sql
+    assert env.error_of("DROP TABLE never_created") == (1051, "Unknown table 'schema1.never_created'")
     row = env.row("schema1", "never_created")
     assert [row[k] for k in ("reload_time", "table_structure", "consistent_in_sharding_nodes",
                              "consistent_in_memory")] == ["null", "null", 0, 0]
