@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TextIO
 
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import AuthFailedError, KazooException, NoAuthError
 
 from meta.config import Config, ConfigError, load_config
 from zk.ops import CONNECT_TIMEOUT_S, HolderView, OnlineView, TableDdl, ZkOps, ZkUnreachable, age
@@ -175,6 +175,11 @@ def run_command(args: argparse.Namespace, fn: Command) -> int:
         return EXIT_USAGE
     except ZkUnreachable as e:
         out.error(str(e))
+        return EXIT_USAGE
+    except (NoAuthError, AuthFailedError) as e:
+        which = "this config's auth is not it" if auth else "pass --config with that auth"
+        out.error(f"ZooKeeper at {target.hosts} refused access ({e.__class__.__name__}): the cluster's znodes "
+                  f"need the digest identity of its [cluster] auth; {which}")
         return EXIT_USAGE
     except KazooException as e:
         out.error(f"ZooKeeper at {target.hosts} failed: {e.__class__.__name__} {e}".rstrip())
