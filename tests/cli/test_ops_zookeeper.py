@@ -7,7 +7,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
 from cliops import Seeder, run_cli, zk_args
 from harness import free_port, proxy_config, to_toml
 
