@@ -193,6 +193,10 @@ def load_config(path: str | Path) -> Config:
         raw = tomllib.loads(Path(path).read_text())
     except FileNotFoundError:
         raise ConfigError("config", f"file {path} not found") from None
+    except OSError as e:
+        raise ConfigError("config", f"cannot read {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError("config", f"{path} is not UTF-8 text (byte {e.start})") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError("config", f"not valid TOML: {e}") from None
     cfg = parse_config(raw)

@@ -221,3 +221,15 @@ def test_serve_refuses_a_bad_file_with_one_line_and_exit_2(edit: tuple[str, str]
     assert r.returncode == 2, r.stderr
     assert r.stdout == "" and r.stderr.count("\n") == 1 and r.stderr.startswith("pydble: config error: "), r.stderr
     assert secret not in r.stderr
+
+
+@pytest.mark.parametrize("what", ("a folder", "not utf-8"))
+def test_a_config_path_that_cannot_be_read_as_text_is_one_line(what: str, tmp_path: Path) -> None:
+    path = tmp_path / "conf"
+    if what == "a folder":
+        path.mkdir()
+    else:
+        path.write_bytes(DESIGN_EXAMPLE.encode().replace(b'"dble-1"', b'"dble-\xff"'))
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert e.value.key == "config" and str(path) in e.value.problem, str(e.value)
