@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 TABLE_TYPES = ("sharding", "global", "single")
+# the server's own schemas: pydble answers or refuses them itself, so no logical schema may take the name
+SYSTEM_SCHEMAS = frozenset({"information_schema", "mysql", "performance_schema", "sys"})
 FUNCTION_TYPES = ("hash", "stringhash", "range")
 
 
@@ -317,10 +319,10 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
     d = ServerConfig()
     cfg = ServerConfig(
         instance=_get(s, p, "instance", str, "a string", d.instance),
-        bind=_get(s, p, "bind", str, "a string", d.bind),
+        bind=_name(s, p, "bind", "an address (0.0.0.0 for every one)", d.bind),
         port=_port(s, p, "port", d.port),
         manager_port=_port(s, p, "manager_port", d.manager_port),
-        version=_get(s, p, "version", str, "a string", None),
+        version=_name(s, p, "version", "a version string", None),
         max_connections=_get(s, p, "max_connections", int, "an integer", d.max_connections),
         backend_timeout_s=float(_get(s, p, "backend_timeout_s", (int, float), "a number",
                                      d.backend_timeout_s)),
@@ -368,10 +370,15 @@ def _parse_cluster(s: dict[str, Any]) -> ClusterConfig:
     root = _get(s, p, "root", str, "a string", "/dble")
     if not root.startswith("/") or root.endswith("/") and root != "/":
         raise ConfigError("cluster.root", "must start with '/' and not end with '/'")
+    if "//" in root:
+        raise ConfigError("cluster.root", "must not have an empty path segment ('//')")
+    cluster_id = _name(s, p, "cluster_id", "a string", "cluster-1")
+    if "/" in cluster_id:
+        raise ConfigError("cluster.cluster_id", "must be one znode name, without '/'")
     cfg = ClusterConfig(
-        zk=_get(s, p, "zk", str, "a host:port list"),
+        zk=_name(s, p, "zk", "a host:port list"),
         root=root,
-        cluster_id=_get(s, p, "cluster_id", str, "a string", "cluster-1"),
+        cluster_id=cluster_id,
         session_timeout_s=float(_get(s, p, "session_timeout_s", (int, float), "a number", 10)),
         ack_timeout_s=float(_get(s, p, "ack_timeout_s", (int, float), "a number", 30)),
         auth=_get(s, p, "auth", str, "a string 'user:password'", None),
@@ -511,12 +518,18 @@ def _parse_schemas(schemas: dict[str, Any], nodes: dict[str, ShardingNodeConfig]
     for sname, s in schemas.items():
         p = f"schemas.{sname}"
         _typed(s, p, dict, "a table")
+        if sname.lower() in SYSTEM_SCHEMAS:
+            raise ConfigError(p, f"'{sname}' is a reserved schema name (the server's own)")
+        if "." in sname or not sname.strip():
+            raise ConfigError(p, "a schema name must be non-empty, without '.'")
         _take(s, p, {"default_node", "tables"})
         default = _get(s, p, "default_node", str, "a shardingNode name", None)
         if default is not None and default not in nodes:
             raise ConfigError(f"{p}.default_node", f"unknown shardingNode '{default}'")
         tables: dict[str, TableConfig] = {}
         for tname, t in _get(s, p, "tables", dict, "a table of tables", {}).items():
+            if "." in tname or not tname.strip():
+                raise ConfigError(f"{p}.tables.{tname}", "a table name must be non-empty, without '.'")
             if tname.lower() in tables:
                 raise ConfigError(f"{p}.tables.{tname}", f"duplicate of table '{tname.lower()}' "
                                                          "(table names are case-insensitive)")
@@ -621,7 +634,7 @@ def _parse_manager_users(users: Any) -> dict[str, ManagerUserConfig]:
         p = f"manager_users[{i}]"
         _typed(u, p, dict, "a table")
         _take(u, p, {"name", "password"})
-        name = _get(u, p, "name", str, "a string")
+        name = _name(u, p, "name", "a user name")
         if name in out:
             raise ConfigError(f"manager_users.{name}", "duplicate manager user")
         out[name] = ManagerUserConfig(name, _get(u, p, "password", str, "a string", ""))
