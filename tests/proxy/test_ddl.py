@@ -209,6 +209,21 @@ def test_unconfigured_table_in_schema_without_default_node_is_1146(env: MetaProx
     assert all(env.show_create(n, "nope") is None for n in NODES)
 
 
+def test_drop_table_if_exists_of_a_table_that_can_be_nowhere_is_ok_with_a_note(env: MetaProxyEnv) -> None:
+    """Idempotent scripts: MySQL (and DBLE) answer OK, with MySQL's Note 1051."""
+    conn = env.client("schema2")
+    try:
+        with conn.cursor() as cur:
+            for sql in ("DROP TABLE IF EXISTS nope", "DROP TABLE IF EXISTS schema2.nope, nope2"):
+                cur.execute(sql)
+                cur.execute("SHOW WARNINGS")
+                assert cur.fetchall()[0] == ("Note", 1051, "Unknown table 'schema2.nope'"), sql
+    finally:
+        conn.close()
+    code, msg = env.error_of("DROP TABLE IF EXISTS sing_a, nope", "schema2")   # one of them is real: refused
+    assert code == 1146 and "nope" in msg
+
+
 def test_ddl_failing_on_some_nodes_names_the_node_and_logical_table_and_memory_shows_the_truth(
         env: MetaProxyEnv) -> None:
     env.drop_everywhere("shard_d")
