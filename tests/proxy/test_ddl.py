@@ -200,6 +200,24 @@ def test_insert_without_a_column_list_on_a_sharding_table_memory_cannot_route_is
     env.reset("shard_b")
 
 
+def test_ddl_on_a_table_missing_on_some_nodes_is_refused_before_it_runs_anywhere(env: MetaProxyEnv) -> None:
+    """An ALTER would change the nodes holding the table and fail on the others, every time: refused,
+    naming the nodes; CREATE TABLE IF NOT EXISTS completes the table, then the ALTER runs."""
+    env.reset("shard_b")
+    env.sql(f"CREATE TABLE shard_b {T_DEF}")
+    env.run("dn4", "DROP TABLE shard_b")
+    env.reload("schema='schema1' and table='shard_b'")
+    for sql in ("ALTER TABLE shard_b ADD COLUMN c INT", "CREATE INDEX iv ON shard_b (v)"):
+        code, msg = env.error_of(sql)
+        assert code == 1105 and "schema1.shard_b is missing on dn4" in msg, msg
+    assert all("`c`" not in env.show_create(n, "shard_b") and "iv" not in env.show_create(n, "shard_b")
+               for n in ("dn1", "dn2", "dn3"))
+    env.sql(f"CREATE TABLE IF NOT EXISTS shard_b {T_DEF}")
+    env.sql("ALTER TABLE shard_b ADD COLUMN c INT")
+    assert all("`c` int(11)" in env.show_create(n, "shard_b") for n in ALL4)
+    env.reset("shard_b")
+
+
 def test_unconfigured_table_in_schema_without_default_node_is_1146(env: MetaProxyEnv) -> None:
     for sql, db in ((f"CREATE TABLE nope {T_DEF}", "schema2"), (f"CREATE TABLE schema2.nope {T_DEF}", "schema1"),
                     ("DROP TABLE nope", "schema2"), ("ALTER TABLE nope ADD COLUMN x INT", "schema2"),
