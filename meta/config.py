@@ -217,7 +217,7 @@ def tls_context(server: ServerConfig) -> ssl.SSLContext | None:
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     for key, path in (("ssl_cert", server.ssl_cert), ("ssl_key", server.ssl_key)):
         if not Path(path).is_file():
-            raise ConfigError(f"server.{key}", f"file {path} not found")
+            raise ConfigError(f"server.{key}", f"{path} is not a file" if Path(path).exists() else f"file {path} not found")
     try:
         ctx.load_cert_chain(server.ssl_cert, server.ssl_key)
     except (ssl.SSLError, OSError) as e:

@@ -248,3 +248,13 @@ def test_a_config_path_that_cannot_be_read_as_text_is_one_line(what: str, tmp_pa
     with pytest.raises(ConfigError) as e:
         load_config(path)
     assert e.value.key == "config" and str(path) in e.value.problem, str(e.value)
+
+
+def test_an_ssl_path_that_is_a_folder_says_so(tmp_path: Path) -> None:
+    from meta.config import tls_context
+
+    raw = _raw()
+    raw["server"].update(ssl_cert=str(tmp_path), ssl_key=str(tmp_path))
+    with pytest.raises(ConfigError) as e:
+        tls_context(parse_config(raw).server)
+    assert e.value.key == "server.ssl_cert" and e.value.problem == f"{tmp_path} is not a file", str(e.value)
