@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import ssl
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -206,6 +207,21 @@ def load_config(path: str | Path) -> Config:
         folder = Path(path).resolve().parent / "data" / cfg.server.instance
         cfg = replace(cfg, server=replace(cfg.server, data_dir=str(folder)))
     return cfg
+
+
+def usable_data_dir(server: ServerConfig) -> str | None:
+    """The data_dir (DDL history, XA decisions, sequences, views), created and known writable at start
+    rather than at the first DDL or XA commit that needs it; None without one."""
+    if not server.data_dir:
+        return None
+    folder = Path(server.data_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError("server.data_dir", f"cannot use {folder}: {e.strerror or e}") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError("server.data_dir", f"cannot use {folder}: not writable")
+    return str(folder)
 
 
 def tls_context(server: ServerConfig) -> ssl.SSLContext | None:

@@ -258,3 +258,18 @@ def test_an_ssl_path_that_is_a_folder_says_so(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as e:
         tls_context(parse_config(raw).server)
     assert e.value.key == "server.ssl_cert" and e.value.problem == f"{tmp_path} is not a file", str(e.value)
+
+
+def test_serve_refuses_a_data_dir_it_cannot_write_at_start(tmp_path: Path) -> None:
+    """Found at start, not at the first DDL's history or XA decision (root may write anywhere: a file
+    standing where a folder must be is what no one can use)."""
+    (tmp_path / "afile").write_text("")
+    text = DESIGN_EXAMPLE.replace("[cluster]", f'data_dir = "{tmp_path / "afile" / "data"}"\n\n[cluster]', 1)
+    path = tmp_path / "pydble.toml"
+    path.write_text(text)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    r = subprocess.run([sys.executable, "-m", "cli", "serve", "--config", str(path)], capture_output=True,
+                       text=True, timeout=30, env=env, cwd=REPO_ROOT)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("pydble: config error: server.data_dir: cannot use ") and r.stderr.count("\n") == 1, \
+        r.stderr
