@@ -219,6 +219,15 @@ def test_every_dble_hash_slice_form_is_accepted(hash_slice: str) -> None:
     assert parse_config(raw).functions["by-name"].hash_slice == hash_slice
 
 
+def _serve(tmp_path: Path, text: str) -> subprocess.CompletedProcess:
+    """`pydble serve --config` on this text, as an operator starts it (bounded: a bad file ends it at once)."""
+    path = tmp_path / "pydble.toml"
+    path.write_text(text)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.run([sys.executable, "-m", "cli", "serve", "--config", str(path)], capture_output=True,
+                          text=True, timeout=30, env=env, cwd=REPO_ROOT)
+
+
 @pytest.mark.parametrize("edit", (
     ('[sharding_nodes]', '[[sharding_nodes]]'),                      # was a traceback
     ('default_node = "dn5"', 'defualt_node = "dn5"'),               # a typo
@@ -228,11 +237,7 @@ def test_every_dble_hash_slice_form_is_accepted(hash_slice: str) -> None:
 def test_serve_refuses_a_bad_file_with_one_line_and_exit_2(edit: tuple[str, str], tmp_path: Path) -> None:
     secret = "S3cretPassw0rd"
     text = DESIGN_EXAMPLE.replace('password = "111111"', f'password = "{secret}"').replace(*edit)
-    path = tmp_path / "bad.toml"
-    path.write_text(text)
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    r = subprocess.run([sys.executable, "-m", "cli", "serve", "--config", str(path)], capture_output=True,
-                       text=True, timeout=30, env=env, cwd=REPO_ROOT)
+    r = _serve(tmp_path, text)
     assert r.returncode == 2, r.stderr
     assert r.stdout == "" and r.stderr.count("\n") == 1 and r.stderr.startswith("pydble: config error: "), r.stderr
     assert secret not in r.stderr
@@ -265,11 +270,7 @@ def test_serve_refuses_a_data_dir_it_cannot_write_at_start(tmp_path: Path) -> No
     standing where a folder must be is what no one can use)."""
     (tmp_path / "afile").write_text("")
     text = DESIGN_EXAMPLE.replace("[cluster]", f'data_dir = "{tmp_path / "afile" / "data"}"\n\n[cluster]', 1)
-    path = tmp_path / "pydble.toml"
-    path.write_text(text)
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    r = subprocess.run([sys.executable, "-m", "cli", "serve", "--config", str(path)], capture_output=True,
-                       text=True, timeout=30, env=env, cwd=REPO_ROOT)
+    r = _serve(tmp_path, text)
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("pydble: config error: server.data_dir: cannot use ") and r.stderr.count("\n") == 1, \
         r.stderr
