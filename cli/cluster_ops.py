@@ -12,10 +12,10 @@ import json
 import logging
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TextIO
 
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import AuthFailedError, KazooException, NoAuthError
 
 from meta.config import Config, ConfigError, load_config
 from zk.ops import CONNECT_TIMEOUT_S, HolderView, OnlineView, TableDdl, ZkOps, ZkUnreachable, age
@@ -176,9 +176,79 @@ def run_command(args: argparse.Namespace, fn: Command) -> int:
     except ZkUnreachable as e:
         out.error(str(e))
         return EXIT_USAGE
+    except (NoAuthError, AuthFailedError) as e:
+        which = "this config's auth is not it" if auth else "pass --config with that auth"
+        out.error(f"ZooKeeper at {target.hosts} refused access ({e.__class__.__name__}): the cluster's znodes "
+                  f"need the digest identity of its [cluster] auth; {which}")
+        return EXIT_USAGE
     except KazooException as e:
         out.error(f"ZooKeeper at {target.hosts} failed: {e.__class__.__name__} {e}".rstrip())
         return EXIT_USAGE
+
+
+# -- a running instance's manager port -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ManagerPort:
+    """Where a running instance's manager port is, and who logs in (commands that ask an instance)."""
+
+    host: str
+    port: int
+    user: str
+    password: str = field(repr=False)
+
+    def describe(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def add_manager_options(p: argparse.ArgumentParser) -> None:
+    """--config / --host / --port / --user / --password / --timeout / --json, on commands that ask an instance."""
+    p.add_argument("--config", metavar="FILE", help="the instance's config: its manager port and manager user")
+    p.add_argument("--host", help="the instance's manager address (default: the config's bind, or 127.0.0.1)")
+    p.add_argument("--port", type=int, help="the instance's manager port (default: the config's)")
+    p.add_argument("--user", help="manager user (default: the config's first)")
+    p.add_argument("--password", help="manager password (default: the config's, when in clear text)")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="bound on connecting")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("-v", "--verbose", action="store_true", help="log to stderr what the command does")
+
+
+def resolve_manager(args: argparse.Namespace) -> ManagerPort:
+    """The manager port from --config and/or --host/--port/--user/--password; UsageError when unknown."""
+    host, port, user, password = args.host, args.port, args.user, args.password
+    if args.config:
+        try:
+            config = load_config(args.config)
+        except ConfigError as e:
+            raise UsageError(f"config error: {e}") from None
+        bind = config.server.bind
+        host = host or ("127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind)
+        port = port or config.server.manager_port
+        if user is None and config.manager_users:
+            user = next(iter(config.manager_users))
+        mu = config.manager_users.get(user or "")
+        if password is None and mu is not None and not (len(mu.password) == 41 and mu.password[0] == "*"):
+            password = mu.password   # clear text in the config (a '*' hash cannot log in)
+    if not port or not user:
+        raise UsageError("say which instance to ask: --config FILE (its manager port and user) or --port and --user")
+    if args.timeout <= 0:
+        raise UsageError("--timeout must be positive")
+    return ManagerPort(host or "127.0.0.1", port, user, password or "")
+
+
+def manager_connect(m: ManagerPort, timeout: float, read_timeout: float | None = None) -> Any:
+    """A PyMySQL connection to the manager port; UsageError (one line) when it is down or refuses the login."""
+    import pymysql
+
+    try:
+        return pymysql.connect(host=m.host, port=m.port, user=m.user, password=m.password,
+                               connect_timeout=timeout, read_timeout=read_timeout)
+    except pymysql.OperationalError as e:
+        if e.args[0] in (1044, 1045):
+            raise UsageError(f"the manager port {m.describe()} refused the login: ({e.args[0]}) {e.args[-1]}") from None
+        raise UsageError(f"cannot reach the manager port {m.describe()}: {e.args[-1]}") from None
+    except pymysql.MySQLError as e:
+        raise UsageError(f"cannot reach the manager port {m.describe()}: {e.args[-1]}") from None
 
 
 # -- JSON shapes shared by the commands -----------------------------------------------------------

@@ -15,15 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import AuthFailedError
 
-from meta.config import Config, ConfigError, load_config
+from meta.config import Config
 from meta.consistency import Consistency
 from zk.aio import Zk, ZkTimeout
 from zk.ops import LockView, OnlineView, RecordView, TableDdl, ZkOps, ZkUnreachable, age
 from zk.paths import table_node
 from zk.release import ReleaseRefused, Released, release_ddl
 
-from .cluster_ops import (EXIT_NOTHING, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Output, Target,
-                          add_connection_options, fmt_age, fmt_time, quiet_logs, run_command, yes_no)
+from .cluster_ops import (EXIT_NOTHING, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, Output, Target, UsageError,
+                          add_connection_options, add_manager_options, fmt_age, fmt_time, manager_connect,
+                          quiet_logs, resolve_manager, run_command, yes_no)
 
 if TYPE_CHECKING:
     from meta.model import TableMeta
@@ -429,32 +430,17 @@ def ddl_repair(args: argparse.Namespace) -> int:
     quiet_logs(args.verbose)
     out = Output(args.json)
     schema, table = args.table
-    host, port, user, password = args.host, args.port, args.user, args.password
-    if args.config:
-        try:
-            config = load_config(args.config)
-        except ConfigError as e:
-            out.error(f"config error: {e}")
-            return EXIT_USAGE
-        bind = config.server.bind
-        host = host or ("127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind)
-        port = port or config.server.manager_port
-        if user is None and config.manager_users:
-            user = next(iter(config.manager_users))
-        mu = config.manager_users.get(user or "")
-        if password is None and mu is not None and not (len(mu.password) == 41 and mu.password[0] == "*"):
-            password = mu.password   # clear text in the config (a '*' hash cannot log in)
-    if not port or not user:
-        out.error("say which instance to ask: --config FILE (its manager port and user) or --port and --user")
+    try:
+        m = resolve_manager(args)
+    except UsageError as e:
+        out.error(str(e))
         return EXIT_USAGE
     sql = f"repair @@ddl where schema='{schema}' and table='{table}'"
-    result: dict[str, Any] = {"instance": f"{host or '127.0.0.1'}:{port}", "schema": schema, "table": table}
+    result: dict[str, Any] = {"instance": m.describe(), "schema": schema, "table": table}
     try:
-        conn = pymysql.connect(host=host or "127.0.0.1", port=port, user=user, password=password or "",
-                               connect_timeout=args.timeout, read_timeout=REPAIR_TIMEOUT_S)
-    except pymysql.MySQLError as e:
-        return _finish(out, result, "unreachable", f"cannot reach the manager port {result['instance']}: "
-                       f"{e.args[-1]}", EXIT_USAGE)
+        conn = manager_connect(m, args.timeout, REPAIR_TIMEOUT_S)
+    except UsageError as e:
+        return _finish(out, result, "unreachable", str(e), EXIT_USAGE)
     try:
         with conn.cursor() as cur:
             cur.execute(sql)
@@ -502,14 +488,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = dsub.add_parser("repair", help="re-run a table's half-applied DDL on the nodes where it failed "
                                        "(through a running instance's manager port)")
     p.add_argument("table", metavar="SCHEMA.TABLE", type=parse_table_arg)
-    p.add_argument("--config", metavar="FILE", help="the instance's config: its manager port and manager user")
-    p.add_argument("--host", help="the instance's manager address (default: the config's bind, or 127.0.0.1)")
-    p.add_argument("--port", type=int, help="the instance's manager port (default: the config's)")
-    p.add_argument("--user", help="manager user (default: the config's first)")
-    p.add_argument("--password", help="manager password (default: the config's, when in clear text)")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="bound on connecting")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a line")
-    p.add_argument("-v", "--verbose", action="store_true", help="log to stderr what the command does")
+    add_manager_options(p)
     p.set_defaults(func=ddl_repair)
     from .history_ops import add_history_parser
     add_history_parser(dsub)

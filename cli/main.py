@@ -1,4 +1,4 @@
-"""The `pydble` command: serve, init-db, and (with a cluster) ddl and cluster tools."""
+"""The `pydble` command: serve, init-db, meta (a running instance's metadata), and (with a cluster) ddl and cluster tools."""
 
 from __future__ import annotations
 
@@ -126,9 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("init-db", help="create the shardingNodes' databases on the backends")
     i.add_argument("--config", required=True)
     i.set_defaults(func=cmd_init_db)
-    from cli import cluster_ops, ddl_ops  # noqa: PLC0415 - operator tools: ZooKeeper, no server
+    from cli import cluster_ops, ddl_ops, meta_ops  # noqa: PLC0415 - operator tools: ZooKeeper, no server
     ddl_ops.add_parser(sub)
     cluster_ops.add_parser(sub)
+    meta_ops.add_parser(sub)
     from cli import xa_ops  # noqa: PLC0415
     xa_ops.add_parser(sub)
     from jobs.pipeline import add_arguments as pipeline_arguments, run_cli  # noqa: PLC0415 - imports no Spark

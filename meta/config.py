@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import ssl
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 TABLE_TYPES = ("sharding", "global", "single")
+# the server's own schemas: pydble answers or refuses them itself, so no logical schema may take the name
+SYSTEM_SCHEMAS = frozenset({"information_schema", "mysql", "performance_schema", "sys"})
 FUNCTION_TYPES = ("hash", "stringhash", "range")
 
 
@@ -193,6 +196,10 @@ def load_config(path: str | Path) -> Config:
         raw = tomllib.loads(Path(path).read_text())
     except FileNotFoundError:
         raise ConfigError("config", f"file {path} not found") from None
+    except OSError as e:
+        raise ConfigError("config", f"cannot read {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError("config", f"{path} is not UTF-8 text (byte {e.start})") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError("config", f"not valid TOML: {e}") from None
     cfg = parse_config(raw)
@@ -200,6 +207,21 @@ def load_config(path: str | Path) -> Config:
         folder = Path(path).resolve().parent / "data" / cfg.server.instance
         cfg = replace(cfg, server=replace(cfg.server, data_dir=str(folder)))
     return cfg
+
+
+def usable_data_dir(server: ServerConfig) -> str | None:
+    """The data_dir (DDL history, XA decisions, sequences, views), created and known writable at start
+    rather than at the first DDL or XA commit that needs it; None without one."""
+    if not server.data_dir:
+        return None
+    folder = Path(server.data_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError("server.data_dir", f"cannot use {folder}: {e.strerror or e}") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError("server.data_dir", f"cannot use {folder}: not writable")
+    return str(folder)
 
 
 def tls_context(server: ServerConfig) -> ssl.SSLContext | None:
@@ -211,7 +233,7 @@ def tls_context(server: ServerConfig) -> ssl.SSLContext | None:
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     for key, path in (("ssl_cert", server.ssl_cert), ("ssl_key", server.ssl_key)):
         if not Path(path).is_file():
-            raise ConfigError(f"server.{key}", f"file {path} not found")
+            raise ConfigError(f"server.{key}", f"{path} is not a file" if Path(path).exists() else f"file {path} not found")
     try:
         ctx.load_cert_chain(server.ssl_cert, server.ssl_key)
     except (ssl.SSLError, OSError) as e:
@@ -241,6 +263,35 @@ def _get(section: dict[str, Any], prefix: str, key: str, typ: Any, what: str, de
     return _typed(section[key], f"{prefix}.{key}", typ, what)
 
 
+def _positive(value: float, key: str, what: str = "a positive number of seconds") -> float:
+    """A timeout or bound that must be above zero (NaN, which compares false to everything, is refused too)."""
+    if not value > 0:
+        raise ConfigError(key, f"must be {what}")
+    return value
+
+
+def _name(section: dict[str, Any], prefix: str, key: str, what: str, default: Any = ...) -> Any:
+    """A string naming something (a host, a database, a column): an empty one names nothing."""
+    v = _get(section, prefix, key, str, what, default)
+    if v is not None and not v.strip():
+        raise ConfigError(f"{prefix}.{key}", "must not be empty")
+    return v
+
+
+def _section(raw: dict[str, Any], key: str, what: str) -> dict[str, Any]:
+    """A top-level section of named tables ([key.NAME]); another shape is refused before it is walked."""
+    return _typed(raw.get(key, {}), key, dict, what)
+
+
+def parse_slice(text: str) -> tuple[int, int]:
+    """DBLE's hashSlice syntax: "2" -> (0,2), "-2" -> (-2,0), "1:" -> (1,0), ":-1" -> (0,-1)."""
+    if ":" not in text:
+        i = int(text.strip())
+        return (0, i) if i >= 0 else (i, 0)
+    left, right = text.split(":", 1)
+    return (int(left) if left.strip() else 0, int(right) if right.strip() else 0)
+
+
 def _port(section: dict[str, Any], prefix: str, key: str, default: Any = ...) -> int:
     p = _get(section, prefix, key, int, "a port number", default)
     if not 0 < p < 65536:
@@ -261,10 +312,10 @@ def parse_config(raw: dict[str, Any]) -> Config:
                           "sharding_nodes", "functions", "schemas"})
     server = _parse_server(raw.get("server", {}))
     cluster = _parse_cluster(raw["cluster"]) if "cluster" in raw else None
-    db_groups = _parse_db_groups(raw.get("db_groups", {}))
-    nodes = _parse_nodes(raw.get("sharding_nodes", {}), db_groups)
-    functions = _parse_functions(raw.get("functions", {}))
-    schemas = _parse_schemas(raw.get("schemas", {}), nodes, functions)
+    db_groups = _parse_db_groups(_section(raw, "db_groups", "a table of dbGroups ([db_groups.NAME])"))
+    nodes = _parse_nodes(_section(raw, "sharding_nodes", "a table of shardingNodes ([sharding_nodes])"), db_groups)
+    functions = _parse_functions(_section(raw, "functions", "a table of functions ([functions.NAME])"))
+    schemas = _parse_schemas(_section(raw, "schemas", "a table of schemas ([schemas.NAME])"), nodes, functions)
     users = _parse_users(raw.get("users", []), schemas)
     managers = _parse_manager_users(raw.get("manager_users", []))
     if not users:
@@ -284,10 +335,10 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
     d = ServerConfig()
     cfg = ServerConfig(
         instance=_get(s, p, "instance", str, "a string", d.instance),
-        bind=_get(s, p, "bind", str, "a string", d.bind),
+        bind=_name(s, p, "bind", "an address (0.0.0.0 for every one)", d.bind),
         port=_port(s, p, "port", d.port),
         manager_port=_port(s, p, "manager_port", d.manager_port),
-        version=_get(s, p, "version", str, "a string", None),
+        version=_name(s, p, "version", "a version string", None),
         max_connections=_get(s, p, "max_connections", int, "an integer", d.max_connections),
         backend_timeout_s=float(_get(s, p, "backend_timeout_s", (int, float), "a number",
                                      d.backend_timeout_s)),
@@ -303,6 +354,9 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
         sequence_block=_get(s, p, "sequence_block", int, "an integer", d.sequence_block),
         reuse_port=_get(s, p, "reuse_port", bool, "true or false", d.reuse_port),
     )
+    if cfg.max_connections < 1:
+        raise ConfigError("server.max_connections", "must be at least 1")
+    _positive(cfg.backend_timeout_s, "server.backend_timeout_s")
     if not 1 <= cfg.sequence_block <= 1_000_000:
         raise ConfigError("server.sequence_block", "must be between 1 and 1000000 values")
     if (cfg.ssl_cert is None) != (cfg.ssl_key is None):
@@ -310,9 +364,8 @@ def _parse_server(s: dict[str, Any]) -> ServerConfig:
         raise ConfigError(f"server.{missing}", "ssl_cert and ssl_key go together (both or neither)")
     if not 1024 <= cfg.max_allowed_packet <= 1 << 30:
         raise ConfigError("server.max_allowed_packet", "must be between 1024 and 1073741824 bytes")
-    if cfg.packet_timeout_s <= 0:
-        raise ConfigError("server.packet_timeout_s", "must be a positive number of seconds")
-    if cfg.ddl_timeout_s < 0:
+    _positive(cfg.packet_timeout_s, "server.packet_timeout_s")
+    if not cfg.ddl_timeout_s >= 0:
         raise ConfigError("server.ddl_timeout_s", "must be >= 0 (0: a DDL is never given up)")
     if cfg.merge_memory_mb < 1 or cfg.client_buffer_kb < 16:
         raise ConfigError("server.merge_memory_mb", "merge_memory_mb must be >= 1 and client_buffer_kb >= 16")
@@ -333,10 +386,15 @@ def _parse_cluster(s: dict[str, Any]) -> ClusterConfig:
     root = _get(s, p, "root", str, "a string", "/dble")
     if not root.startswith("/") or root.endswith("/") and root != "/":
         raise ConfigError("cluster.root", "must start with '/' and not end with '/'")
+    if "//" in root:
+        raise ConfigError("cluster.root", "must not have an empty path segment ('//')")
+    cluster_id = _name(s, p, "cluster_id", "a string", "cluster-1")
+    if "/" in cluster_id:
+        raise ConfigError("cluster.cluster_id", "must be one znode name, without '/'")
     cfg = ClusterConfig(
-        zk=_get(s, p, "zk", str, "a host:port list"),
+        zk=_name(s, p, "zk", "a host:port list"),
         root=root,
-        cluster_id=_get(s, p, "cluster_id", str, "a string", "cluster-1"),
+        cluster_id=cluster_id,
         session_timeout_s=float(_get(s, p, "session_timeout_s", (int, float), "a number", 10)),
         ack_timeout_s=float(_get(s, p, "ack_timeout_s", (int, float), "a number", 30)),
         auth=_get(s, p, "auth", str, "a string 'user:password'", None),
@@ -349,8 +407,8 @@ def _parse_cluster(s: dict[str, Any]) -> ClusterConfig:
         raise ConfigError("cluster.peer_port", "must be a port number, 0 (any free port) or -1 (off)")
     if cfg.auth is not None and (":" not in cfg.auth or cfg.auth.startswith(":")):
         raise ConfigError("cluster.auth", "must be 'user:password' (the ZooKeeper digest identity)")
-    if cfg.session_timeout_s <= 0 or cfg.ack_timeout_s <= 0:
-        raise ConfigError("cluster.session_timeout_s", "timeouts must be positive")
+    _positive(cfg.session_timeout_s, "cluster.session_timeout_s")
+    _positive(cfg.ack_timeout_s, "cluster.ack_timeout_s")
     return cfg
 
 
@@ -363,7 +421,7 @@ def _parse_db_groups(groups: dict[str, Any]) -> dict[str, DbGroupConfig]:
         _take(g, p, {"host", "port", "user", "password", "max_con", "connect_timeout_s"})
         cfg = DbGroupConfig(
             name=name,
-            host=_get(g, p, "host", str, "a host name"),
+            host=_name(g, p, "host", "a host name"),
             port=_port(g, p, "port", 3306),
             user=_get(g, p, "user", str, "a string"),
             password=_get(g, p, "password", str, "a string", ""),
@@ -372,6 +430,7 @@ def _parse_db_groups(groups: dict[str, Any]) -> dict[str, DbGroupConfig]:
         )
         if cfg.max_con < 1:
             raise ConfigError(f"{p}.max_con", "must be at least 1")
+        _positive(cfg.connect_timeout_s, f"{p}.connect_timeout_s")
         addr = (cfg.host, cfg.port)
         if addr in seen:
             raise ConfigError(f"{p}.port",
@@ -391,7 +450,7 @@ def _parse_nodes(nodes: dict[str, Any], groups: dict[str, DbGroupConfig]) -> dic
         _typed(n, p, dict, "a table")
         _take(n, p, {"db_group", "database"})
         cfg = ShardingNodeConfig(name, _get(n, p, "db_group", str, "a string"),
-                                 _get(n, p, "database", str, "a string"))
+                                 _name(n, p, "database", "a database name"))
         if cfg.db_group not in groups:
             raise ConfigError(f"{p}.db_group", f"unknown db_group '{cfg.db_group}'")
         key = (cfg.db_group, cfg.database)
@@ -400,6 +459,12 @@ def _parse_nodes(nodes: dict[str, Any], groups: dict[str, DbGroupConfig]) -> dic
         seen[key] = name
         out[name] = cfg
     return out
+
+
+# the keys each function type reads; another type's key is a mistake, not silently ignored
+FUNCTION_KEYS = {"hash": {"partition_count", "partition_length"},
+                 "stringhash": {"partition_count", "partition_length", "hash_slice"},
+                 "range": {"ranges", "default_partition"}}
 
 
 def _parse_functions(funcs: dict[str, Any]) -> dict[str, FunctionConfig]:
@@ -412,6 +477,10 @@ def _parse_functions(funcs: dict[str, Any]) -> dict[str, FunctionConfig]:
         typ = _get(f, p, "type", str, "a string")
         if typ not in FUNCTION_TYPES:
             raise ConfigError(f"{p}.type", f"unknown function type '{typ}' (one of {', '.join(FUNCTION_TYPES)})")
+        for k in f:
+            if k != "type" and k not in FUNCTION_KEYS[typ]:
+                raise ConfigError(f"{p}.{k}", f"a {typ} function takes no {k} "
+                                              f"(it reads {', '.join(sorted(FUNCTION_KEYS[typ]))})")
         counts = _int_list(f, p, "partition_count")
         lengths = _int_list(f, p, "partition_length")
         ranges: list[tuple[int, int, int]] = []
@@ -430,17 +499,25 @@ def _parse_functions(funcs: dict[str, Any]) -> dict[str, FunctionConfig]:
                 lo, hi = _get(r, rp, "start", int, "an integer"), _get(r, rp, "end", int, "an integer")
                 if hi <= lo:
                     raise ConfigError(f"{rp}.end", "must be greater than start")
-                ranges.append((lo, hi, _get(r, rp, "node", int, "a node index")))
+                node = _get(r, rp, "node", int, "a node index")
+                if node < 0:
+                    raise ConfigError(f"{rp}.node", "must be >= 0 (an index into the table's nodes)")
+                for j, (a, b, _n) in enumerate(ranges):
+                    if lo < b and a < hi:
+                        raise ConfigError(rp, f"[{lo}, {hi}) overlaps ranges[{j}] [{a}, {b})")
+                ranges.append((lo, hi, node))
             if not ranges:
                 raise ConfigError(f"{p}.ranges", "a range function needs at least one range")
         hs = _get(f, p, "hash_slice", str, "a string like '0:-1'", "0:-1")
         try:
-            a, b = hs.split(":")
-            int(a), int(b)
+            parse_slice(hs)
         except ValueError:
-            raise ConfigError(f"{p}.hash_slice", f"'{hs}' is not 'start:end'") from None
-        out[name] = FunctionConfig(name, typ, counts, lengths, hs, tuple(ranges),
-                                   _get(f, p, "default_partition", int, "an integer", None))
+            raise ConfigError(f"{p}.hash_slice", f"'{hs}' is not a DBLE hash slice ('start:end', 'n', 'start:' "
+                                                 "or ':end')") from None
+        default = _get(f, p, "default_partition", int, "an integer", None)
+        if default is not None and default < 0:
+            raise ConfigError(f"{p}.default_partition", "must be >= 0 (an index into the table's nodes)")
+        out[name] = FunctionConfig(name, typ, counts, lengths, hs, tuple(ranges), default)
     return out
 
 
@@ -457,12 +534,21 @@ def _parse_schemas(schemas: dict[str, Any], nodes: dict[str, ShardingNodeConfig]
     for sname, s in schemas.items():
         p = f"schemas.{sname}"
         _typed(s, p, dict, "a table")
+        if sname.lower() in SYSTEM_SCHEMAS:
+            raise ConfigError(p, f"'{sname}' is a reserved schema name (the server's own)")
+        if "." in sname or not sname.strip():
+            raise ConfigError(p, "a schema name must be non-empty, without '.'")
         _take(s, p, {"default_node", "tables"})
         default = _get(s, p, "default_node", str, "a shardingNode name", None)
         if default is not None and default not in nodes:
             raise ConfigError(f"{p}.default_node", f"unknown shardingNode '{default}'")
         tables: dict[str, TableConfig] = {}
         for tname, t in _get(s, p, "tables", dict, "a table of tables", {}).items():
+            if "." in tname or not tname.strip():
+                raise ConfigError(f"{p}.tables.{tname}", "a table name must be non-empty, without '.'")
+            if tname.lower() in tables:
+                raise ConfigError(f"{p}.tables.{tname}", f"duplicate of table '{tname.lower()}' "
+                                                         "(table names are case-insensitive)")
             tables[tname.lower()] = _parse_table(sname, tname, t, nodes, funcs)
         out[sname] = SchemaConfig(sname, default, tables)
     if not out:
@@ -487,7 +573,7 @@ def _parse_table(sname: str, tname: str, t: Any, nodes: dict[str, ShardingNodeCo
     if len(set(tnodes)) != len(tnodes):
         raise ConfigError(f"{p}.nodes", "lists a shardingNode twice")
     func = _get(t, p, "function", str, "a function name", None)
-    col = _get(t, p, "column", str, "a column name", None)
+    col = _name(t, p, "column", "a column name", None)
     if typ == "sharding":
         if func is None:
             raise ConfigError(f"{p}.function", "is required for a sharding table")
@@ -520,7 +606,7 @@ def _parse_users(users: Any, schemas: dict[str, SchemaConfig]) -> dict[str, User
         p = f"users[{i}]"
         _typed(u, p, dict, "a table")
         _take(u, p, {"name", "password", "schemas", "read_only", "max_con", "privileges", "admin"})
-        name = _get(u, p, "name", str, "a string")
+        name = _name(u, p, "name", "a user name")
         p = f"users.{name}"
         if name in out:
             raise ConfigError(p, "duplicate user")
@@ -528,9 +614,11 @@ def _parse_users(users: Any, schemas: dict[str, SchemaConfig]) -> dict[str, User
         for s in sch:
             if s not in schemas:
                 raise ConfigError(f"{p}.schemas", f"unknown schema '{s}'")
+        max_con = _get(u, p, "max_con", int, "an integer", 0)
+        if max_con < 0:
+            raise ConfigError(f"{p}.max_con", "must be >= 0 (0: no cap)")
         out[name] = UserConfig(name, _get(u, p, "password", str, "a string", ""), tuple(sch),
-                               _get(u, p, "read_only", bool, "true or false", False),
-                               _get(u, p, "max_con", int, "an integer", 0),
+                               _get(u, p, "read_only", bool, "true or false", False), max_con,
                                _parse_privileges(_get(u, p, "privileges", dict, "a table", {}), f"{p}.privileges",
                                                  tuple(sch), schemas),
                                _get(u, p, "admin", bool, "true or false", False))
@@ -562,7 +650,7 @@ def _parse_manager_users(users: Any) -> dict[str, ManagerUserConfig]:
         p = f"manager_users[{i}]"
         _typed(u, p, dict, "a table")
         _take(u, p, {"name", "password"})
-        name = _get(u, p, "name", str, "a string")
+        name = _name(u, p, "name", "a user name")
         if name in out:
             raise ConfigError(f"manager_users.{name}", "duplicate manager user")
         out[name] = ManagerUserConfig(name, _get(u, p, "password", str, "a string", ""))

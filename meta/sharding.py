@@ -17,7 +17,7 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any
 
-from meta.config import FunctionConfig, TableConfig
+from meta.config import FunctionConfig, TableConfig, parse_slice
 from meta.errors import NotSupported
 
 _MASK64 = (1 << 64) - 1
@@ -70,15 +70,6 @@ def to_long(value: Any) -> int:
             pass
     raise BadShardingValue(
         f"columnValue:{_show(value)} Please eliminate any quote and non number within it.")
-
-
-def parse_slice(text: str) -> tuple[int, int]:
-    """DBLE's hashSlice syntax: "2" -> (0,2), "-2" -> (-2,0), "1:" -> (1,0), ":-1" -> (0,-1)."""
-    if ":" not in text:
-        i = int(text.strip())
-        return (0, i) if i >= 0 else (i, 0)
-    left, right = text.split(":", 1)
-    return (int(left) if left.strip() else 0, int(right) if right.strip() else 0)
 
 
 def java_string_hash(s: str, start: int = 0, end: int | None = None) -> int:

@@ -164,8 +164,13 @@ class Runtime:
         return (node,) if node is not None else ()
 
     def table_columns(self, schema: str, table: str) -> tuple[str, ...] | None:
-        """Column order from memory, for INSERTs without a column list."""
+        """Column order from memory, for INSERTs without a column list; a configured table memory
+        cannot route raises its own error (1146 on no node, 3009) rather than leaving a 1235 to guess."""
         meta = self.registry.get(schema, table)
+        if meta is None and self.config.table(schema, table) is not None:
+            err = self.registry.unusable(schema, table)
+            if err is not None:
+                raise err
         parsed = meta.parsed if meta is not None else None
         return parsed.column_names if parsed is not None else None
 

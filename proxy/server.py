@@ -7,7 +7,7 @@ import gc
 
 import structlog
 
-from meta.config import Config, tls_context
+from meta.config import Config, tls_context, usable_data_dir
 from meta.errors import BackendUnavailable, ProxyError
 from meta.history import DdlHistory
 from meta.registry import Registry
@@ -38,7 +38,7 @@ def assemble(config: Config) -> Runtime:
     set_server_version(version)
     registry = Registry(config)
     rt = Runtime(config=config, registry=registry, backends=Backends(config), meta_backend=MetaLink(),
-                 history=DdlHistory(config.server.data_dir or None), tls=tls_context(config.server), version=version)
+                 history=DdlHistory(usable_data_dir(config.server)), tls=tls_context(config.server), version=version)
     rt.metrics = Metrics(rt)
     rt.router = Router(config, registry.tables_of, rt.table_columns)
     rt.ddl = DdlRunner(rt)

@@ -43,6 +43,7 @@ log = structlog.get_logger("pydble.ddl")
 RELOAD_RETRY_FIRST_S = 1.0    # a DDL's own refresh that missed a node: first retry after this long,
 RELOAD_RETRY_MAX_S = 30.0     # doubling up to this, until every node answers (or pydble stops)
 ER_TABLE_EXISTS = 1050
+ER_BAD_TABLE_ERROR = 1051
 ER_NO_SUCH_TABLE = 1146
 Texts = dict[str, dict[str, str | None]]   # shardingNode -> lower table name -> CREATE text (None: absent)
 # session variables a pooled connection may carry that cannot change how SHOW CREATE TABLE prints a
@@ -611,6 +612,10 @@ class DdlRunner:
         if not failed:
             return None
         first = failed[0]
+        if (len(failed) == len(results) and first.error.code in (ER_NO_SUCH_TABLE, ER_BAD_TABLE_ERROR)
+                and all((x.error.code, x.error.message) == (first.error.code, first.error.message) for x in failed)):
+            # the table is on none of its nodes: one MySQL's answer, word for word
+            return ProxyError(first.error.message, first.error.code, first.error.sqlstate)
         tables = ",".join(f"{s}.{t}" for s, t in plan.tables)   # logical names: a client never sees db1
         ok_nodes = [x.node for x in results if x.error is None]
         note = f" (shardingNode[{first.node}], table {tables}"

@@ -52,7 +52,8 @@ FREE_ON_DIFFERING = frozenset({"DROP_TABLE", "TRUNCATE_TABLE", "CREATE_TABLE"})
 
 async def refuse_on_differing(server: Runtime, plan: Plan) -> None:
     """RepairFirst when a table of the DDL is known to hold more than one structure across its nodes
-    (what `repair @@ddl` finds work in): a later DDL there would leave the half-applied one unrepairable.
+    (what `repair @@ddl` finds work in): a later DDL there would leave the half-applied one unrepairable;
+    or to be missing on some of them (it would fail there after changing the others, every time).
     Known from memory, which every instance refreshed from the backends after that DDL (a difference
     made behind pydble's back is not known until a reload, and costs no read on every DDL); where memory
     could not read a node (a partial reload still being retried), the nodes are read now."""
@@ -66,6 +67,11 @@ async def refuse_on_differing(server: Runtime, plan: Plan) -> None:
         if meta is None or meta.unknown:
             continue   # the DDL itself reports a node that cannot answer
         v = meta.verdict()
+        name = f"{schema}.{table}"
+        if v.missing and v.variants:
+            raise RepairFirst(f"DDL refused: {name} is missing on {','.join(v.missing)} (it exists on "
+                              f"{','.join(n for x in v.variants for n in x.nodes)}), where it would fail after "
+                              f"changing the others; CREATE TABLE IF NOT EXISTS completes it, DROP TABLE removes it")
         if len(v.variants) < 2:
             continue
         try:
@@ -74,7 +80,6 @@ async def refuse_on_differing(server: Runtime, plan: Plan) -> None:
             entry = None   # the history is only for naming the lagging nodes here
         lag = (",".join(entry.failed_nodes) if entry is not None and entry.failed_nodes
                else ",".join(n for x in v.variants[1:] for n in x.nodes))
-        name = f"{schema}.{table}"
         raise RepairFirst(f"DDL refused: the shardingNodes of {name} differ ({lag} lag behind a half-applied DDL); "
                           f"run `repair @@ddl where schema='{schema}' and table='{table}'` (or `pydble ddl repair "
                           f"{name}`) first; DROP TABLE and TRUNCATE are allowed")

@@ -15,7 +15,6 @@ from proxy.plan.sqltok import Token, hex_value, unquote_string
 
 
 # words and table types the analyzer and the planner both judge statements by
-SYSTEM_SCHEMAS = frozenset({"information_schema", "mysql", "performance_schema", "sys"})
 SESSION_WORDS = frozenset({"SET", "USE", "BEGIN", "START", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE",
                            "KILL", "RESET", "PING"})
 UNSUPPORTED = {

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from meta.config import Config, UserConfig
+from meta.config import SYSTEM_SCHEMAS, Config, UserConfig
 from meta.errors import (DbAccessDenied, NoDatabaseSelected, NoSuchTable, NotSupported, ProxyError,
                          TableAccessDenied, UnknownDatabase)
 from meta.sharding import make_function
 from proxy.plan.analysis import (ALL, ANY, DELETE, HIDDEN_SCHEMAS, INSERT, LOCAL_TYPES, SELECT, SESSION_WORDS,
-                            SYSTEM_SCHEMAS, UNSUPPORTED, UPDATE, Analysis, Query, Ref, Scope, Table, not_supported,
+                            UNSUPPORTED, UPDATE, Analysis, Query, Ref, Scope, Table, not_supported,
                             shard_update_error)
 from proxy.plan.conditions import conjuncts, join_edges, names_shard_column
 from proxy.plan.parser import Parser

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from meta.config import SYSTEM_SCHEMAS
 from meta.errors import NotSupported
 
-from proxy.plan.analysis import SYSTEM_SCHEMAS
 from proxy.plan.local import PROCESSLIST_TABLE_COLUMNS, processlist_table_rows, substitute_database
 from proxy.exec.materialize import chunks, inserts, quote, setup_error
 from proxy.wire.messages import ColumnDef, ResultSet

@@ -286,16 +286,20 @@ class ViewService:
             return True
         if st.op == "DESC":
             return await self._describe(session, st, r, more)
-        if st.op == "DROP_TABLE":   # DROP TABLE IF EXISTS of views only (a dump's placeholder): nothing to do
+        if st.op == "DROP_TABLE":
+            # DROP TABLE IF EXISTS of views only (a dump's placeholder), or of names no node can hold (not
+            # configured, in a schema without a default node): nothing to do, a Note each, as MySQL (and DBLE)
             cfg = self.runtime.config.schemas
             if any(len(p) == 2 and p[0] not in cfg for p in st.names) or (session.schema is None and
                                                                           any(len(p) == 1 for p in st.names)):
                 return False
             keys = [self._target(session, p, granted=False) for p in st.names]
-            if not all(self.catalog.get(s, n) is not None for s, n in keys):
+            if not all(self.catalog.get(s, n) is not None or self._nowhere(s, n) for s, n in keys):
                 return False
             if session.grants is not None:
                 session.grants.check(tuple(("DROP", ALL, s, n) for s, n in keys))
+            if session.read_only:
+                raise ReadOnly(f"User '{session.user}' is read only")
             refuse_implicit_commit(session.executor.xa, "a DDL statement")
             session.warnings = [("Note", ER_BAD_TABLE, f"Unknown table '{s}.{n}'") for s, n in keys]
             r.ok(session.status(), warnings=len(keys), more=more)
@@ -351,6 +355,11 @@ class ViewService:
             raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
         r.resultset(sc.results[1], session.status(), more)
         return True
+
+    def _nowhere(self, schema: str, name: str) -> bool:
+        """A name no shardingNode can hold: not configured, in a schema without a default node."""
+        cfg = self.runtime.config
+        return cfg.table(schema, name) is None and cfg.schemas[schema].default_node is None
 
     def _target(self, session: SessionPort, parts: list[str], granted: bool = True) -> tuple[str, str]:
         """The (schema, name) a view statement is about, checked against the user's schemas."""

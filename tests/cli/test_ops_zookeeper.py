@@ -7,7 +7,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
 from cliops import Seeder, run_cli, zk_args
 from harness import free_port, proxy_config, to_toml
 
@@ -223,6 +222,26 @@ def test_zookeeper_unreachable_exits_2_with_one_line():
         assert r.rc == 2, r
         assert r.out == ""
         assert r.err.count("\n") == 1 and "cannot reach ZooKeeper at 127.0.0.1" in r.err, r.err
+
+
+def test_credentials_zookeeper_refuses_exit_2_with_one_line_saying_so(zookeeper, zk_root, tmp_path):
+    """A cluster whose znodes carry [cluster] auth's digest ACL, read without it or with other credentials."""
+    from kazoo.security import make_digest_acl
+
+    client = zookeeper.client(auth_data=[("digest", "pydble:right-one")])
+    try:
+        acl = [make_digest_acl("pydble", "right-one", all=True)]
+        client.create(f"{zk_root}/cluster-1/online/dble-1", b"{}", acl=acl, makepath=True)
+        client.set_acls(f"{zk_root}/cluster-1/online", acl)
+    finally:
+        client.stop()
+        client.close()
+    wrong = Path(_config_file(tmp_path, zookeeper, zk_root))
+    wrong.write_text(wrong.read_text().replace('cluster_id = "cluster-1"', 'cluster_id = "cluster-1"\nauth = "pydble:wrong"'))
+    for args in (["--config", str(wrong)], zk_args(zookeeper, zk_root)):
+        r = run_cli("cluster", "status", *args)
+        assert r.rc == 2 and r.out == "" and r.err.count("\n") == 1, r
+        assert "refused access" in r.err and "[cluster] auth" in r.err and "wrong" not in r.err, r.err
 
 
 def test_bad_arguments_exit_2(zookeeper, zk_root, tmp_path):

@@ -162,6 +162,9 @@ def test_configured_table_never_created_is_1146_as_in_mysql(env: MetaProxyEnv) -
                 "INSERT INTO never_created VALUES (1)", "UPDATE never_created SET a = 1",
                 "DELETE FROM never_created"):
         assert env.error_of(sql) == (1146, "Table 'schema1.never_created' doesn't exist"), sql
+    for sql in ("ALTER TABLE never_created ADD COLUMN c INT", "TRUNCATE TABLE never_created"):   # word for word
+        assert env.error_of(sql) == (1146, "Table 'schema1.never_created' doesn't exist"), sql
+    assert env.error_of("DROP TABLE never_created") == (1051, "Unknown table 'schema1.never_created'")
     row = env.row("schema1", "never_created")
     assert [row[k] for k in ("reload_time", "table_structure", "consistent_in_sharding_nodes",
                              "consistent_in_memory")] == ["null", "null", 0, 0]
@@ -183,6 +186,38 @@ def test_configured_table_dropped_behind_the_proxy_is_3009_on_some_nodes_1146_on
     assert env.sql("SELECT COUNT(*) FROM glob_b") == [(0,)]
 
 
+def test_insert_without_a_column_list_on_a_sharding_table_memory_cannot_route_is_1146_or_3009(
+        env: MetaProxyEnv) -> None:
+    """The sharding key's position comes from metadata; with none, the table's own error, not a 1235."""
+    env.reset("shard_b")
+    for sql in ("INSERT INTO shard_b VALUES (1, 'a')", "REPLACE INTO shard_b VALUES (1, 'a')",
+                "INSERT INTO shard_b VALUES (1, 'a'), (2, 'b')"):
+        assert env.error_of(sql) == (1146, "Table 'schema1.shard_b' doesn't exist"), sql
+    env.run("dn1", f"CREATE TABLE shard_b {T_DEF}")
+    env.reload("schema='schema1' and table='shard_b'")
+    assert env.error_of("INSERT INTO shard_b VALUES (1, 'a')") == (
+        3009, "Table meta 'schema1.shard_b' is lost,PLEASE reload @@metadata")
+    env.reset("shard_b")
+
+
+def test_ddl_on_a_table_missing_on_some_nodes_is_refused_before_it_runs_anywhere(env: MetaProxyEnv) -> None:
+    """An ALTER would change the nodes holding the table and fail on the others, every time: refused,
+    naming the nodes; CREATE TABLE IF NOT EXISTS completes the table, then the ALTER runs."""
+    env.reset("shard_b")
+    env.sql(f"CREATE TABLE shard_b {T_DEF}")
+    env.run("dn4", "DROP TABLE shard_b")
+    env.reload("schema='schema1' and table='shard_b'")
+    for sql in ("ALTER TABLE shard_b ADD COLUMN c INT", "CREATE INDEX iv ON shard_b (v)"):
+        code, msg = env.error_of(sql)
+        assert code == 1105 and "schema1.shard_b is missing on dn4" in msg, msg
+    assert all("`c`" not in env.show_create(n, "shard_b") and "iv" not in env.show_create(n, "shard_b")
+               for n in ("dn1", "dn2", "dn3"))
+    env.sql(f"CREATE TABLE IF NOT EXISTS shard_b {T_DEF}")
+    env.sql("ALTER TABLE shard_b ADD COLUMN c INT")
+    assert all("`c` int(11)" in env.show_create(n, "shard_b") for n in ALL4)
+    env.reset("shard_b")
+
+
 def test_unconfigured_table_in_schema_without_default_node_is_1146(env: MetaProxyEnv) -> None:
     for sql, db in ((f"CREATE TABLE nope {T_DEF}", "schema2"), (f"CREATE TABLE schema2.nope {T_DEF}", "schema1"),
                     ("DROP TABLE nope", "schema2"), ("ALTER TABLE nope ADD COLUMN x INT", "schema2"),
@@ -190,6 +225,21 @@ def test_unconfigured_table_in_schema_without_default_node_is_1146(env: MetaProx
         code, msg = env.error_of(sql, db)
         assert code == 1146 and "Table 'schema2.nope' doesn't exist in the config of sharding" in msg, sql
     assert all(env.show_create(n, "nope") is None for n in NODES)
+
+
+def test_drop_table_if_exists_of_a_table_that_can_be_nowhere_is_ok_with_a_note(env: MetaProxyEnv) -> None:
+    """Idempotent scripts: MySQL (and DBLE) answer OK, with MySQL's Note 1051."""
+    conn = env.client("schema2")
+    try:
+        with conn.cursor() as cur:
+            for sql in ("DROP TABLE IF EXISTS nope", "DROP TABLE IF EXISTS schema2.nope, nope2"):
+                cur.execute(sql)
+                cur.execute("SHOW WARNINGS")
+                assert cur.fetchall()[0] == ("Note", 1051, "Unknown table 'schema2.nope'"), sql
+    finally:
+        conn.close()
+    code, msg = env.error_of("DROP TABLE IF EXISTS sing_a, nope", "schema2")   # one of them is real: refused
+    assert code == 1146 and "nope" in msg
 
 
 def test_ddl_failing_on_some_nodes_names_the_node_and_logical_table_and_memory_shows_the_truth(

@@ -4,13 +4,18 @@ the exact columns and texts, and usage errors for malformed commands."""
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
 import re
+import subprocess
+import sys
 from typing import Any, Iterator
 
 import pymysql
 import pytest
 
 from ddl_env import ALL4, CHECK_FULL_COLUMNS, MetaProxyEnv, env_fixture
+from harness.proxy import REPO_ROOT
 
 T_DEF = "(id INT NOT NULL, v VARCHAR(10), PRIMARY KEY (id))"
 TIMESTAMP = re.compile(r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d")   # yyyy/MM/dd HH:mm:ss, as DBLE shows it
@@ -142,6 +147,38 @@ def test_check_full_columns_and_rows(tables: MetaProxyEnv) -> None:
     assert rows[("schema1", "glob_a")][4:] == (0, 0, "dn3(missing)")   # missing on dn3: never consistent
     assert rows[("schema1", "dflt_m")][4:] == (1, 1, "")
     assert rows[("schema1", "never_created")][2:] == ("null", "null", 0, 0, "")
+
+
+def _pydble(*args: str) -> subprocess.CompletedProcess:
+    """`python -m cli ARGS` from the repo root, as an operator runs `pydble`."""
+    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+
+
+def test_pydble_meta_check_and_reload_ask_the_manager_port(tables: MetaProxyEnv) -> None:
+    """DESIGN.md §1: `pydble meta check/reload`; exit 1 when a table is inconsistent, one-line errors."""
+    env = tables
+    conf = str(env.proxy.config_path)
+    r = _pydble("meta", "check", "--config", conf, "--schema", "schema1", "--table", "shard_a")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    header, row = r.stdout.splitlines()
+    assert header.split()[:5] == ["SCHEMA", "TABLE", "RELOAD_TIME", "CONSISTENT_IN_SHARDING_NODES",
+                                  "CONSISTENT_IN_MEMORY"]
+    assert row.split()[:2] == ["schema1", "shard_a"] and TIMESTAMP.search(row) and row.split()[-2:] == ["1", "1"]
+    r = _pydble("meta", "check", "--config", conf, "--json")
+    assert r.returncode == 1, r.stderr   # glob_a is missing on dn3
+    found = {(t["schema"], t["table"]): t for t in json.loads(r.stdout)["tables"]}
+    assert found[("schema1", "glob_a")]["differing_sharding_nodes"] == "dn3(missing)"
+    r = _pydble("meta", "reload", "--config", conf, "--tables", "schema1.shard_a,schema2.sing_a")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "reload metadata success\n", "")
+    port = str(env.proxy.manager_port)
+    for args, code, text in (
+            (("--port", port, "--user", "nobody", "--password", "x"), 2, "refused the login: (1045)"),
+            (("--port", "1", "--user", "root"), 2, "cannot reach the manager port 127.0.0.1:1"),
+            (("--config", conf, "--table", "t"), 2, "--table needs --schema"),
+            (("--config", conf, "--schema", "nope"), 3, "(1049)")):
+        r = _pydble("meta", "check", *args)
+        assert r.returncode == code and r.stderr.count("\n") == 1 and text in r.stderr, (args, r.stderr)
 
 
 def test_check_full_schema_and_table_filters(tables: MetaProxyEnv) -> None:
