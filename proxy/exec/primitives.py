@@ -146,6 +146,29 @@ class Route:
 
 # -- several nodes ---------------------------------------------------------------------------------
 
+SELECT_LIMIT_OFF = "SET SESSION sql_select_limit = DEFAULT"
+
+
+@dataclass(frozen=True)
+class NodesUnlimited:
+    """A read answered from several nodes while the session has sql_select_limit: the nodes read with it
+    off, since their rows feed a merge, a join or copies (the limit is in the statement itself)."""
+
+    inner: Primitive
+
+    async def run(self, ctx: ExecContext, r: Reply, more: bool, may_relay: bool) -> bool:
+        variables = ctx.session.vars
+        kept = variables["sql_select_limit"]
+        variables["sql_select_limit"] = SELECT_LIMIT_OFF
+        try:
+            return await self.inner.run(ctx, r, more, may_relay)
+        finally:
+            variables["sql_select_limit"] = kept
+
+    def explain(self, out: Explainer) -> str:
+        return self.inner.explain(out)
+
+
 @dataclass(frozen=True)
 class Scatter:
     """A read on several nodes: streamed when the merge is concatenation, else merged in the proxy

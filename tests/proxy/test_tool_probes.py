@@ -1,0 +1,169 @@
+"""What client tools send besides their users' queries, answered through pydble as one MariaDB holding the
+logical schemas answers it: Connector/J's setMaxRows (sql_select_limit), mysqldump's and HeidiSQL's SHOW
+forms. Each is compared with a plain MariaDB database holding the same rows."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pymysql
+import pytest
+
+from wire import drop_after
+
+REF_DB = "toolref"
+ROWS = [(i, i % 3, f"s{i}") for i in range(1, 13)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_our_tables(proxy) -> Iterator[None]:
+    """Leave the shared backends without this module's tables."""
+    yield from drop_after(proxy, "sharding_4_t1", "sharding_2_t1")
+
+
+@pytest.fixture(scope="module")
+def pair(proxy, backends) -> Iterator[tuple[Any, Any]]:
+    """(pydble session on schema1, reference session): sharding_4_t1 and sharding_2_t1 with the same rows."""
+    backends[0].create_databases(REF_DB)
+    ddl = ["DROP TABLE IF EXISTS sharding_4_t1", "DROP TABLE IF EXISTS sharding_2_t1",
+           "CREATE TABLE sharding_4_t1 (id INT PRIMARY KEY, k INT, s VARCHAR(10))",
+           "CREATE TABLE sharding_2_t1 (id INT PRIMARY KEY, k INT)",
+           "INSERT INTO sharding_4_t1 VALUES " + ", ".join(f"({i}, {k}, '{s}')" for i, k, s in ROWS),
+           "INSERT INTO sharding_2_t1 VALUES " + ", ".join(f"({i}, {k})" for i, k, _ in ROWS[:6])]
+    px, ref = proxy.connect(), backends[0].connect(REF_DB)
+    try:
+        for conn in (px, ref):
+            with conn.cursor() as cur:
+                for sql in ddl:
+                    cur.execute(sql)
+        yield px, ref
+    finally:
+        px.close()
+        ref.close()
+
+
+def rows(conn: Any, sql: str) -> list[tuple[Any, ...]]:
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        return [tuple(r) for r in cur.fetchall()]
+
+
+def on_both(pair: tuple[Any, Any], *sqls: str) -> None:
+    """The same statements in the pydble session and in the reference one."""
+    for conn in pair:
+        for sql in sqls:
+            rows(conn, sql)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT id FROM sharding_4_t1 ORDER BY id DESC",
+    "SELECT k, COUNT(*) FROM sharding_4_t1 GROUP BY k ORDER BY k DESC",
+    "SELECT DISTINCT k FROM sharding_4_t1 ORDER BY k",
+    "SELECT COUNT(*) FROM sharding_4_t1 a JOIN sharding_2_t1 b ON a.k = b.id",
+    "SELECT id FROM sharding_4_t1 ORDER BY id LIMIT 5",
+    "SELECT id FROM sharding_4_t1 WHERE id = 7",
+    "SELECT id FROM sharding_4_t1 UNION SELECT id FROM sharding_2_t1 ORDER BY id",
+])
+def test_sql_select_limit_caps_the_answer_not_the_nodes_reads(pair, sql: str) -> None:
+    """Connector/J's Statement.setMaxRows(n) sends SET SQL_SELECT_LIMIT=n (DBeaver sets it on every query):
+    the answer is the first n rows MariaDB gives, never a merge of cut node reads (wrong counts, groups)."""
+    px, ref = pair
+    try:
+        on_both(pair, "SET @@SQL_SELECT_LIMIT=2")
+        assert rows(px, sql) == rows(ref, sql)
+    finally:
+        on_both(pair, "SET @@SQL_SELECT_LIMIT=DEFAULT")
+    assert rows(px, sql) == rows(ref, sql)   # and back to whole answers
+
+
+def test_sql_select_limit_inside_a_transaction(pair) -> None:
+    """The nodes a transaction pinned read whole rows too, and keep the session's limit afterwards."""
+    px, ref = pair
+    sql = "SELECT k, COUNT(*) FROM sharding_4_t1 GROUP BY k ORDER BY k"
+    try:
+        on_both(pair, "SET sql_select_limit = 1", "BEGIN")
+        assert rows(px, "SELECT id FROM sharding_4_t1 WHERE id = 3") == [(3,)]
+        assert rows(px, sql) == rows(ref, sql)
+        assert rows(px, "SELECT id FROM sharding_4_t1 WHERE id IN (1, 2, 3, 4) ORDER BY id") == [(1,)]
+    finally:
+        on_both(pair, "ROLLBACK", "SET sql_select_limit = DEFAULT")
+
+
+def test_sql_select_limit_set_to_an_expression_is_refused_across_nodes(pair) -> None:
+    px, _ = pair
+    try:
+        rows(px, "SET sql_select_limit = 1 + 1")
+        assert rows(px, "SELECT id FROM sharding_4_t1 WHERE id = 5") == [(5,)]
+        with pytest.raises(pymysql.MySQLError) as e:
+            rows(px, "SELECT k, COUNT(*) FROM sharding_4_t1 GROUP BY k")
+        assert e.value.args[0] == 1235
+    finally:
+        rows(px, "SET sql_select_limit = DEFAULT")
+
+
+# -- SHOW forms of tools: mysqldump --routines/--events, HeidiSQL's and Workbench's object lists -------------
+
+@pytest.mark.parametrize("sql", [
+    "SHOW FUNCTION STATUS WHERE Db = 'schema1'",
+    "SHOW PROCEDURE STATUS WHERE `Db` = 'schema1'",
+    "SHOW FUNCTION STATUS LIKE 'zz%'",
+    "SHOW TRIGGERS",
+    "SHOW TRIGGERS FROM {db}",
+    "SHOW TRIGGERS IN {db} LIKE 'sharding%'",
+    "SHOW EVENTS",
+    "SHOW EVENTS FROM {db}",
+    "SHOW EVENTS WHERE Name = 'e'",
+    "SHOW CREATE DATABASE {db}",
+    "SHOW CREATE SCHEMA IF NOT EXISTS `{db}`",
+])
+def test_show_forms_of_dumps_and_gui_tools_answer_as_mariadb(pair, sql: str) -> None:
+    """As MariaDB answers them for a database without stored programs: the same columns, no rows (a logical
+    schema has none: CREATE PROCEDURE/TRIGGER/EVENT are refused), the schema's CREATE DATABASE."""
+    px, ref = pair
+
+    def answer(conn: Any, db: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        with conn.cursor() as cur:
+            cur.execute(sql.format(db=db))
+            return [d[0] for d in cur.description], [tuple(r) for r in cur.fetchall()]
+
+    got, want = answer(px, "schema1"), answer(ref, REF_DB)
+    assert got[0] == want[0]
+    assert [tuple(str(v).replace(REF_DB, "schema1") for v in r) for r in want[1]] == \
+           [tuple(str(v) for v in r) for r in got[1]]
+
+
+def test_show_forms_about_a_schema_keep_to_the_grants(pair) -> None:
+    px, _ = pair
+    for sql in ("SHOW TRIGGERS FROM db1", "SHOW EVENTS FROM mysql", "SHOW CREATE DATABASE db2"):
+        with pytest.raises(pymysql.MySQLError) as e:
+            rows(px, sql)
+        assert e.value.args[0] == 1044, sql
+
+
+def test_show_table_status_counts_a_global_tables_rows_once(proxy) -> None:
+    """A global table's four copies hold the same rows: SHOW TABLE STATUS (HeidiSQL's and Navicat's row
+    counts) shows them once, as information_schema.TABLES does."""
+    proxy.query("DROP TABLE IF EXISTS test")
+    proxy.query("CREATE TABLE test (id INT PRIMARY KEY)")
+    try:
+        proxy.query("INSERT INTO test VALUES (1), (2), (3)")
+        for t in ("test", "sharding_4_t1"):
+            proxy.query(f"ANALYZE TABLE {t}")
+        status = {r[0]: r[4] for r in proxy.query("SHOW TABLE STATUS WHERE Name IN ('test', 'sharding_4_t1')")}
+        tables = dict(proxy.query("SELECT TABLE_NAME, TABLE_ROWS FROM information_schema.TABLES "
+                                  "WHERE TABLE_SCHEMA = 'schema1' AND TABLE_NAME IN ('test', 'sharding_4_t1')"))
+        assert status == tables and status["test"] == 3
+    finally:
+        proxy.query("DROP TABLE IF EXISTS test")
+
+
+def test_set_continued_in_a_version_comment(pair) -> None:
+    """mysqldump --skip-opt / --compatible: SET SQL_QUOTE_SHOW_CREATE=1/*!40102 ,SQL_MODE=concat(...) */."""
+    px, ref = pair
+    sql = "SET SQL_QUOTE_SHOW_CREATE=1/*!40102 ,SQL_MODE=concat(@@sql_mode, _utf8 ',NO_KEY_OPTIONS') */"
+    try:
+        on_both(pair, "SET @b = 0", sql, "SET @a = 1 /*!40101 , @b = 2 */ /*!99999 , @a = 3 */")
+        assert rows(px, "SELECT @a, @b, @@sql_mode LIKE '%NO_KEY_OPTIONS%'") == [(1, 2, 1)]
+        assert rows(ref, "SELECT @a, @b, @@sql_mode LIKE '%NO_KEY_OPTIONS%'") == [(1, 2, 1)]
+    finally:
+        on_both(pair, "SET SQL_MODE = DEFAULT")
