@@ -420,8 +420,8 @@ _SHOWN_FROM_INFOSCHEMA = {   # SHOW ... -> (information_schema table, (column AS
                           ("DATABASE_COLLATION", "Database Collation")), "Name"),
 }
 _IDENT = r"(?:`(?:[^`]|``)+`|[\w$]+)"
-_SHOW_ROUTINES = re.compile(r"^\s*SHOW\s+(?P<kind>FUNCTION|PROCEDURE|PACKAGE(?:\s+BODY)?)\s+STATUS(?P<rest>.*?)\s*;?\s*$",
-                            re.I | re.S)
+_SHOW_ROUTINES = re.compile(r"^\s*SHOW\s+(?P<kind>FUNCTION|PROCEDURE|PACKAGE(?:\s+BODY)?)\s+STATUS"
+                            r"(?P<rest>.*?)\s*;?\s*$", re.I | re.S)
 _SHOW_OF_SCHEMA = re.compile(rf"^\s*SHOW\s+(?P<kind>TRIGGERS|EVENTS)(?:\s+(?:FROM|IN)\s+(?P<db>{_IDENT}))?"
                              r"(?P<rest>.*?)\s*;?\s*$", re.I | re.S)
 _SHOW_FILTER = re.compile(r"^(?:\s+LIKE\s+(?P<like>'(?:[^'\\]|\\.|'')*')|\s+WHERE\s+(?P<where>.+))?$", re.I | re.S)

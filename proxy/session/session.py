@@ -602,7 +602,15 @@ class Session:
         await run_statements(self.client, sql, r, bool(self.capabilities & C.MULTI_STATEMENTS), self.statement)
 
     async def statement(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
-        """Run one statement; True if its answer was relayed straight to the client."""
+        """Run one statement; True if its answer was relayed straight to the client. The error it ends with,
+        pydble's own too, is what SHOW WARNINGS lists next, as in MariaDB."""
+        try:
+            return await self._statement(sql, r, more, may_relay)
+        except ProxyError as e:
+            self.warnings = [("Error", e.code, e.message)]
+            raise
+
+    async def _statement(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
         kw = first_keyword(sql)
         if kw == "CALL":
             sql_prepare.note_assignments(self, sql, kw)

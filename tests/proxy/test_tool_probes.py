@@ -167,3 +167,33 @@ def test_set_continued_in_a_version_comment(pair) -> None:
         assert rows(ref, "SELECT @a, @b, @@sql_mode LIKE '%NO_KEY_OPTIONS%'") == [(1, 2, 1)]
     finally:
         on_both(pair, "SET SQL_MODE = DEFAULT")
+
+
+def test_show_warnings_after_an_error_pydble_answers_itself(pair) -> None:
+    """HeidiSQL and the mysql CLI read SHOW WARNINGS after an error: it is that error, not an older one."""
+    px, _ = pair
+    with pytest.raises(pymysql.MySQLError):
+        rows(px, "SELECT * FROM no_such_table")
+    for sql, code in (("SELECT * FROM db1.sharding_4_t1", 1142), ("USE db2", 1044),
+                      ("SHOW BINLOG EVENTS", 1235)):
+        with pytest.raises(pymysql.MySQLError) as e:
+            rows(px, sql)
+        assert e.value.args[0] == code
+        assert rows(px, "SHOW WARNINGS") == [("Error", code, e.value.args[1])], sql
+        assert rows(px, "SHOW COUNT(*) ERRORS") == [(1,)]
+
+
+@pytest.mark.parametrize("sql", ["SHOW INDEX FROM {v}", "SHOW KEYS FROM {v} WHERE Key_name = 'PRIMARY'",
+                                 "SHOW INDEXES FROM {v} FROM {db}"])
+def test_show_index_of_a_view_pydble_keeps_is_empty_as_on_mariadb(pair, proxy, sql: str) -> None:
+    """mysqldump --xml and --order-by-primary read SHOW KEYS of every table, views included."""
+    px, ref = pair
+    on_both(pair, "CREATE OR REPLACE VIEW tool_v AS SELECT id, k FROM sharding_4_t1")
+    try:
+        with px.cursor() as a, ref.cursor() as b:
+            a.execute(sql.format(v="tool_v", db="schema1"))
+            b.execute(sql.format(v="tool_v", db=REF_DB))
+            assert [d[0] for d in a.description] == [d[0] for d in b.description]
+            assert a.fetchall() == b.fetchall() == ()
+    finally:
+        on_both(pair, "DROP VIEW IF EXISTS tool_v")
