@@ -278,7 +278,8 @@ def substitute_database(sql: str, schema: str | None, conn_id: int | None = None
 
 
 # -- SHOW DATABASES / SHOW [FULL] TABLES --------------------------------------------------------------
-_SHOW_DATABASES = re.compile(r"^\s*SHOW\s+(?:DATABASES|SCHEMAS)(?:\s+LIKE\s+'(?P<like>[^']*)')?\s*;?\s*$", re.I)
+_SHOW_DATABASES = re.compile(r"^\s*SHOW\s+(?:DATABASES|SCHEMAS)(?:\s+LIKE\s+'(?P<like>[^']*)'"
+                             r"|\s+WHERE\s+(?P<where>.+?))?\s*;?\s*$", re.I | re.S)
 _SHOW_TABLES = re.compile(
     r"^\s*SHOW\s+(?P<full>FULL\s+)?TABLES(?:\s+(?:FROM|IN)\s+`?(?P<db>[\w$]+)`?)?"
     r"(?:\s+LIKE\s+'(?P<like>[^']*)'|\s+WHERE\s+(?P<where>.+?))?\s*;?\s*$", re.I | re.S)
@@ -300,15 +301,16 @@ def like_match(pattern: str, name: str) -> bool:
     return re.fullmatch("".join(regex), name, re.I | re.S) is not None
 
 
-def show_databases(sql: str, schemas: list[str]) -> ResultSet | None:
-    """SHOW DATABASES lists the logical schemas the user may use."""
+def show_databases(sql: str, schemas: list[str]) -> tuple[ResultSet, str | None] | None:
+    """SHOW DATABASES lists the logical schemas the user may use; with the WHERE text left to judge."""
     m = _SHOW_DATABASES.match(sql)
     if not m:
         return None
     like = m.group("like")
     rows = [[s.encode()] for s in sorted(schemas) if like is None or like_match(like, s)]
-    return ResultSet([ColumnDef("Database", T_VAR_STRING, 45, 256, 1, schema="information_schema",
-                                table="SCHEMATA", org_table="SCHEMATA", org_name="SCHEMA_NAME")], rows)
+    name = "Database" if like is None else f"Database ({like})"   # MariaDB's heading
+    return ResultSet([ColumnDef(name, T_VAR_STRING, 45, 256, 1, schema="information_schema",
+                                table="SCHEMATA", org_table="SCHEMATA", org_name="SCHEMA_NAME")], rows), m.group("where")
 
 
 @dataclass(frozen=True)

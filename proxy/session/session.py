@@ -779,9 +779,9 @@ class Session:
 
     async def show(self, sql: str) -> ResultSet | None:
         """SHOW statements answered from the proxy's own knowledge, or None to route them."""
-        rs = local.show_databases(sql, list(self.schemas))
-        if rs is not None:
-            return rs
+        dbs = local.show_databases(sql, list(self.schemas))
+        if dbs is not None:
+            return dbs[0] if dbs[1] is None else await show_where.where_filter(self, dbs[0], dbs[1])
         st = local.parse_show_tables(sql)
         if st is not None:
             schema = self._show_schema(st.schema)

@@ -197,3 +197,50 @@ def test_show_index_of_a_view_pydble_keeps_is_empty_as_on_mariadb(pair, proxy, s
             assert a.fetchall() == b.fetchall() == ()
     finally:
         on_both(pair, "DROP VIEW IF EXISTS tool_v")
+
+
+def test_information_schema_read_opens_no_transaction_with_autocommit_off(pair, proxy) -> None:
+    """A tool with autocommit off (mysql-connector-python's default, DBeaver's manual commit) reads metadata
+    first: as on MariaDB that opens no transaction, so IN_TRANS stays clear and a later read still sees rows
+    committed meanwhile (its snapshot starts at its first read of a table)."""
+    px, ref = pair
+    on_both(pair, "CREATE TABLE tool_plain (id INT PRIMARY KEY)")   # on the default node, where copies are made
+    writer = proxy.connect()
+    try:
+        for conn, db in ((px, "schema1"), (ref, REF_DB)):
+            conn.autocommit(False)
+            try:
+                rows(conn, f"SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = '{db}'")
+                rows(conn, "SET @after_metadata = 1")   # an OK packet: its status flags
+                assert not (conn.server_status & 1), db   # SERVER_STATUS_IN_TRANS
+            finally:
+                conn.rollback()
+                conn.autocommit(True)
+        px.autocommit(False)
+        try:
+            rows(px, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'schema1'")
+            rows(writer, "INSERT INTO tool_plain VALUES (1)")
+            assert rows(px, "SELECT COUNT(*) FROM tool_plain") == [(1,)]
+        finally:
+            px.rollback()
+            px.autocommit(True)
+    finally:
+        writer.close()
+        on_both(pair, "DROP TABLE tool_plain")
+
+
+def test_show_databases_like_and_where_as_mariadb(pair) -> None:
+    """MariaDB heads a LIKE's column `Database (pattern)` and judges a WHERE over the rows it lists."""
+    px, ref = pair
+    for sql, want in (("SHOW DATABASES LIKE 'schema%'", [("schema1",), ("schema2",)]),
+                      ("SHOW SCHEMAS WHERE `Database` = 'schema2'", [("schema2",)]),
+                      ("SHOW DATABASES WHERE `Database` LIKE 'SCHEMA_' AND LENGTH(`Database`) = 7",
+                       [("schema1",), ("schema2",)])):
+        with px.cursor() as a, ref.cursor() as b:
+            a.execute(sql)
+            b.execute(sql)
+            assert [d[0] for d in a.description] == [d[0] for d in b.description], sql
+            assert [tuple(r) for r in a.fetchall()] == want, sql
+    with pytest.raises(pymysql.MySQLError) as e:
+        rows(px, "SHOW DATABASES WHERE nosuch = 1")
+    assert e.value.args[0] == 1054
