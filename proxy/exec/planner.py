@@ -17,8 +17,9 @@ from proxy.plan.analyzer import Refused
 from proxy.plan.router import POINT_KEY_MAX, POINT_TEXT_MAX
 from proxy.ddl.ddl import require_meta
 from proxy.plan.local import calls_session_functions
-from proxy.exec.primitives import (Concatenate, Ddl, Join, MultiWrite, NodesUnlimited, OrCopies, OverCopies, Primitive,
-                         Route, Scatter, SelectInsertId, SequenceInsert, TempDdl, TempStatement, UserLockCall)
+from proxy.exec.primitives import (Concatenate, Ddl, Join, MultiWrite, NodePlan, NodesUnlimited, OrCopies, OverCopies,
+                         Primitive, Route, Scatter, SelectInsertId, SequenceInsert, TempDdl, TempStatement,
+                         UserLockCall)
 from proxy.exec.temp_tables import is_temporary_ddl
 from proxy.wire.packets import com_query
 from proxy.plan.sqltok import first_keyword, tokenize
@@ -112,6 +113,9 @@ async def _build(ctx: ExecContext, sql: str, explain: bool) -> Primitive:
     if plan.setop is not None:
         return OrCopies(Concatenate(plan), sql) if shadow is None else Concatenate(plan)
     if len(plan.targets) == 1:
+        schemas = {schema for schema, _ in plan.tables}
+        if first_keyword(sql) in ("EXPLAIN", "ANALYZE") and len(schemas) == 1 and not plan.hint:
+            return NodePlan(plan.targets[0].node, plan.targets[0].sql, schemas.pop())
         return Route(plan.targets[0].node, plan.targets[0].sql)
     if plan.kind in WRITES:
         return MultiWrite(plan, ctx._global_only(plan))

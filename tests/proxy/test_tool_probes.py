@@ -244,3 +244,20 @@ def test_show_databases_like_and_where_as_mariadb(pair) -> None:
     with pytest.raises(pymysql.MySQLError) as e:
         rows(px, "SHOW DATABASES WHERE nosuch = 1")
     assert e.value.args[0] == 1054
+
+
+@pytest.mark.parametrize("form", ["EXPLAIN EXTENDED", "EXPLAIN FORMAT=JSON", "ANALYZE"])
+def test_mariadb_plans_name_the_logical_schema(pair, form: str) -> None:
+    """EXPLAIN EXTENDED / FORMAT=JSON and ANALYZE (DBeaver's and Workbench's visual plans) are the node's
+    own plan: its `ref` names the logical schema (schema1.p.id), never the node's database."""
+    px, ref = pair
+    on_both(pair, "CREATE TABLE tool_p (id INT PRIMARY KEY)",
+            "CREATE TABLE tool_c (id INT PRIMARY KEY, pid INT, KEY (pid))",
+            "INSERT INTO tool_p VALUES (1), (2)", "INSERT INTO tool_c VALUES (1, 1), (2, 2), (3, NULL)")
+    try:
+        sql = f"{form} SELECT * FROM tool_p p JOIN tool_c c ON c.pid = p.id"
+        got = str(rows(px, sql))
+        assert "schema1.p.id" in got and "db3" not in got
+        assert got == str(rows(ref, sql)).replace(REF_DB, "schema1") or form == "ANALYZE"   # (timings)
+    finally:
+        on_both(pair, "DROP TABLE tool_c", "DROP TABLE tool_p")
