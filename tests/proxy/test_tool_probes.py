@@ -261,3 +261,19 @@ def test_mariadb_plans_name_the_logical_schema(pair, form: str) -> None:
         assert got == str(rows(ref, sql)).replace(REF_DB, "schema1") or form == "ANALYZE"   # (timings)
     finally:
         on_both(pair, "DROP TABLE tool_c", "DROP TABLE tool_p")
+
+
+def test_sql_mode_is_the_servers_on_every_backend_connection(pair, proxy, backends) -> None:
+    """A new backend connection's sql_mode is the server's (no IGNORE_SPACE of pydble's own asking): GUI tools
+    show @@sql_mode, and `count (*)` is a syntax error as on MariaDB, whichever pooled connection runs it."""
+    want = backends[0].query("SELECT @@session.sql_mode")
+    fresh = proxy.connect()
+    try:
+        for i in range(6):   # every node's connections, new and reused
+            assert rows(fresh, f"SELECT @@session.sql_mode FROM sharding_4_t1 WHERE id = {i + 1}") == want
+        assert rows(fresh, "SELECT @@session.sql_mode") == want
+        with pytest.raises(pymysql.MySQLError) as e:
+            rows(fresh, "SELECT count (*) FROM sharding_4_t1 WHERE id = 1")
+        assert e.value.args[0] == 1064
+    finally:
+        fresh.close()
