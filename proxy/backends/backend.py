@@ -24,10 +24,12 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("pydble.backend")
 
-# What pydble always asks backends for; FORMAT_FLAGS come from the client so bytes relay unchanged.
+# What pydble always asks backends for; FORMAT_FLAGS come from the client so bytes relay unchanged. Not
+# IGNORE_SPACE: it would put IGNORE_SPACE into a new connection's sql_mode (until a reset took it out again),
+# so `count (*)` would parse or not depending on the pooled connection a statement lands on.
 BACKEND_CAPS = (C.LONG_PASSWORD | C.LONG_FLAG | C.PROTOCOL_41 | C.TRANSACTIONS | C.SECURE_CONNECTION
                 | C.MULTI_STATEMENTS | C.MULTI_RESULTS | C.PS_MULTI_RESULTS | C.PLUGIN_AUTH
-                | C.PLUGIN_AUTH_LENENC_CLIENT_DATA | C.IGNORE_SPACE)
+                | C.PLUGIN_AUTH_LENENC_CLIENT_DATA)
 
 
 # Errors after which InnoDB has rolled back the whole transaction (deadlock, lock wait with

@@ -37,6 +37,7 @@ from proxy.plan.sqltok import Token, tokenize
 
 if TYPE_CHECKING:  # pragma: no cover
     from proxy.runtime import ExecContext
+    from proxy.backends.backend import BackendConnection
     from proxy.wire.response import ResponseScanner
     from proxy.wire.reply import Reply
 
@@ -230,6 +231,26 @@ def _item_names(an: object, toks: list[Token], sql: str, spans: list[tuple[int, 
     return names
 
 
+async def scratch_connection(ex: ExecContext, node: str) -> BackendConnection:
+    """A pooled connection of node with the session's variables, in autocommit and never one the session holds:
+    what the proxy loads and reads there opens no transaction of the client's (nor its snapshot). The caller
+    gives it back to the pool (closing it first when temporary tables may be left on it)."""
+    backends = ex.runtime.backends
+    session = ex.session
+    conn = await backends.acquire(node, session.format_flags)
+    try:
+        if conn.vars or not conn.autocommit:
+            await conn.reset(backends.timeout_s)
+        state = [sql for sql in session.vars.values() if sql]
+        if state:
+            await conn.query(";".join(state), backends.timeout_s)
+        conn.vars = dict(session.vars)
+    except BaseException:
+        backends.release(node, conn)
+        raise
+    return conn
+
+
 class Materialize:
     """One SELECT answered on a scratch connection over temporary copies of the rows it reads."""
 
@@ -411,19 +432,12 @@ class Materialize:
 
     async def _run(self, budget: Budget, r: Reply, more: bool) -> None:
         ex = self.ex
-        session = ex.session
         backends = self.runtime.backends
         timeout = backends.timeout_s
         data = {key: await self._read(copy, budget) for key, copy in self.copies.items()}
-        conn = await backends.acquire(self.node, session.format_flags)
+        conn = await scratch_connection(ex, self.node)
         clean = False
         try:
-            if conn.vars or not conn.autocommit:
-                await conn.reset(timeout)
-            state = [sql for sql in session.vars.values() if sql]
-            if state:
-                await conn.query(";".join(state), timeout)
-            conn.vars = dict(session.vars)
             # loading: UTC for TIMESTAMPs given as epoch seconds, no strictness about values that came
             # out of these very columns (zero dates), then the session's own settings again
             setup = ["SET @pydble_tz = @@session.time_zone, @pydble_mode = @@session.sql_mode, "
@@ -464,4 +478,4 @@ class Materialize:
         ex.add_results(sc, r, more)
 
 
-__all__ = ["Materialize", "SESSION_FUNCTIONS", "chunks", "inserts", "quote", "setup_error", "temporary_definition"]
+__all__ = ["Materialize", "SESSION_FUNCTIONS", "scratch_connection", "chunks", "inserts", "quote", "setup_error", "temporary_definition"]

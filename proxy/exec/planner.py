@@ -17,11 +17,12 @@ from proxy.plan.analyzer import Refused
 from proxy.plan.router import POINT_KEY_MAX, POINT_TEXT_MAX
 from proxy.ddl.ddl import require_meta
 from proxy.plan.local import calls_session_functions
-from proxy.exec.primitives import (Concatenate, Ddl, Join, MultiWrite, OrCopies, OverCopies, Primitive, Route, Scatter,
-                         SelectInsertId, SequenceInsert, TempDdl, TempStatement, UserLockCall)
+from proxy.exec.primitives import (Concatenate, Ddl, Join, MultiWrite, NodePlan, NodesUnlimited, OrCopies, OverCopies,
+                         Primitive, Route, Scatter, SelectInsertId, SequenceInsert, TempDdl, TempStatement,
+                         UserLockCall)
 from proxy.exec.temp_tables import is_temporary_ddl
 from proxy.wire.packets import com_query
-from proxy.plan.sqltok import first_keyword
+from proxy.plan.sqltok import first_keyword, tokenize
 from proxy.exec.user_locks import calls as user_lock_calls, refuse_assignment, sets_insert_id
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,6 +46,14 @@ def explained(sql: str) -> str | None:
 async def build(ctx: ExecContext, sql: str, *, explain: bool = False) -> Primitive:
     """The plan of one statement in this session. explain: only to show it (nothing is drawn from a
     sequence, the session's warnings stay)."""
+    if not explain and _limited(ctx.session.vars) and first_keyword(sql) in ("SELECT", "WITH"):
+        plan = await _build(ctx, sql, explain)
+        if isinstance(plan, Route):
+            return plan   # one node applies sql_select_limit itself, as MariaDB does
+        # The proxy answers from several nodes: their reads must be whole (they feed a merge, a join or copies)
+        # and the limit applies to the statement's own answer, as a LIMIT of its outermost query does.
+        limit = _select_limit(ctx.session.vars)
+        return NodesUnlimited(await _build(ctx, _with_limit(sql, limit), explain) if limit is not None else plan)
     seqs = ctx.runtime.sequences
     if seqs.columns and first_keyword(sql) in ("INSERT", "REPLACE") and ctx.temp.shadow_for(sql) is None and not (
             explain and seqs.nothing_to_fill(ctx.session, sql)):
@@ -104,11 +113,55 @@ async def _build(ctx: ExecContext, sql: str, explain: bool) -> Primitive:
     if plan.setop is not None:
         return OrCopies(Concatenate(plan), sql) if shadow is None else Concatenate(plan)
     if len(plan.targets) == 1:
+        schemas = {schema for schema, _ in plan.tables}
+        if first_keyword(sql) in ("EXPLAIN", "ANALYZE") and len(schemas) == 1 and not plan.hint:
+            return NodePlan(plan.targets[0].node, plan.targets[0].sql, schemas.pop())
         return Route(plan.targets[0].node, plan.targets[0].sql)
     if plan.kind in WRITES:
         return MultiWrite(plan, ctx._global_only(plan))
     scatter = Scatter(plan, ctx._global_only(plan))
     return OrCopies(scatter, sql) if plan.kind == "select" and plan.merge is not None and shadow is None else scatter
+
+
+_NO_LIMIT = 18446744073709551615
+
+
+def _limited(variables: dict[str, str]) -> bool:
+    """The session set sql_select_limit (what Connector/J's setMaxRows sends) to something but DEFAULT."""
+    sql = variables.get("sql_select_limit")
+    return bool(sql) and sql.split("=", 1)[1].strip().upper() != "DEFAULT"
+
+
+def _select_limit(variables: dict[str, str]) -> int | None:
+    """The number of rows the session's sql_select_limit allows, None for no limit."""
+    if not _limited(variables):
+        return None
+    value = variables["sql_select_limit"].split("=", 1)[1].strip()
+    if not value.isdigit():
+        raise NotSupported("a read across shardingNodes under sql_select_limit set to an expression is not "
+                           "supported by pydble: set it to a number")
+    return None if int(value) >= _NO_LIMIT else int(value)
+
+
+def _with_limit(sql: str, limit: int) -> str:
+    """The SELECT with LIMIT n on its outermost query, unless it has one (which wins, as in MariaDB)."""
+    toks = tokenize(sql)
+    while toks and toks[-1][0] == "o" and toks[-1][1] == ";":
+        toks.pop()
+    depth, at = 0, toks[-1][3] if toks else len(sql)
+    for i, (kind, text, start, _) in enumerate(toks):
+        if kind == "o" and text == "(":
+            depth += 1
+        elif kind == "o" and text == ")":
+            depth -= 1
+        elif depth == 0 and kind == "w":
+            up = text.upper()
+            nxt = toks[i + 1][1].upper() if i + 1 < len(toks) else ""
+            if up == "LIMIT":
+                return sql
+            if (up, nxt) in (("FOR", "UPDATE"), ("LOCK", "IN"), ("INTO", nxt)) and at == toks[-1][3]:
+                at = start   # LIMIT comes before the locking clause
+    return f"{sql[:at]} LIMIT {limit} {sql[at:]}"
 
 
 def quick_route(ctx: ExecContext, sql: str) -> Route | None:

@@ -144,7 +144,56 @@ class Route:
         return out.base(self.node, self.sql)  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class NodePlan:
+    """MariaDB's own plan of a statement on one node (EXPLAIN EXTENDED / FORMAT=JSON, ANALYZE): its rows
+    name the node's database (`ref` db1.t.id); they name the statement's logical schema instead."""
+
+    node: str
+    sql: str
+    schema: str
+
+    async def run(self, ctx: ExecContext, r: Reply, more: bool, may_relay: bool) -> bool:
+        db = re.escape(ctx.runtime.backends.database_of(self.node).encode())
+        named = re.compile(rb"(?<![\w$`])(`?)" + db + rb"\1(?=\.)")
+        logical = self.schema.encode()
+
+        def rename(rows: list) -> None:
+            for row in rows:
+                for i, cell in enumerate(row):
+                    if cell is not None:
+                        row[i] = named.sub(lambda m: m.group(1) + logical + m.group(1), bytes(cell))
+
+        return await ctx.run_single(self.node, com_query(self.sql), r, more, False, rewrite=rename)
+
+    def explain(self, out: Explainer) -> str:
+        return out.base(self.node, self.sql)  # type: ignore[return-value]
+
+
 # -- several nodes ---------------------------------------------------------------------------------
+
+SELECT_LIMIT_OFF = "SET SESSION sql_select_limit = DEFAULT"
+
+
+@dataclass(frozen=True)
+class NodesUnlimited:
+    """A read answered from several nodes while the session has sql_select_limit: the nodes read with it
+    off, since their rows feed a merge, a join or copies (the limit is in the statement itself)."""
+
+    inner: Primitive
+
+    async def run(self, ctx: ExecContext, r: Reply, more: bool, may_relay: bool) -> bool:
+        variables = ctx.session.vars
+        kept = variables["sql_select_limit"]
+        variables["sql_select_limit"] = SELECT_LIMIT_OFF
+        try:
+            return await self.inner.run(ctx, r, more, may_relay)
+        finally:
+            variables["sql_select_limit"] = kept
+
+    def explain(self, out: Explainer) -> str:
+        return self.inner.explain(out)
+
 
 @dataclass(frozen=True)
 class Scatter:

@@ -78,6 +78,18 @@ def _replayable(value: str) -> None:
                                "pydble: the value is replayed on backend connections")
 
 
+def _spans(sql: str, toks: list[tuple[str, str, int, int]]) -> str:
+    """The text the tokens cover, a comment between two of them (a version comment's markers, as in
+    mysqldump's `SET SQL_QUOTE_SHOW_CREATE=1/*!40102 ,SQL_MODE=...*/`) read as a space."""
+    out: list[str] = []
+    for i, (_, _, start, end) in enumerate(toks):
+        if i:
+            gap = sql[toks[i - 1][3]:start]
+            out.append(gap if gap.isspace() or not gap else " ")
+        out.append(sql[start:end])
+    return "".join(out)
+
+
 def parse_set(sql: str) -> list[Assignment]:
     """Turn a SET statement into session changes; GLOBAL scope is refused."""
     toks = tokenize(sql)  # version comments are opened here: /*!40101 SET NAMES utf8 */
@@ -87,7 +99,7 @@ def parse_set(sql: str) -> list[Assignment]:
         raise ParseError("not a SET statement")
     if len(toks) < 2:
         raise ParseError("You have an error in your SQL syntax near ''")
-    body = sql[toks[1][2]:toks[-1][3]]
+    body = _spans(sql, toks[1:])
     out: list[Assignment] = []
     tm = _TRANSACTION.match(body)
     if tm:
@@ -282,7 +294,8 @@ def substitute_database(sql: str, schema: str | None, conn_id: int | None = None
 
 
 # -- SHOW DATABASES / SHOW [FULL] TABLES --------------------------------------------------------------
-_SHOW_DATABASES = re.compile(r"^\s*SHOW\s+(?:DATABASES|SCHEMAS)(?:\s+LIKE\s+'(?P<like>[^']*)')?\s*;?\s*$", re.I)
+_SHOW_DATABASES = re.compile(r"^\s*SHOW\s+(?:DATABASES|SCHEMAS)(?:\s+LIKE\s+'(?P<like>[^']*)'"
+                             r"|\s+WHERE\s+(?P<where>.+?))?\s*;?\s*$", re.I | re.S)
 _SHOW_TABLES = re.compile(
     r"^\s*SHOW\s+(?P<full>FULL\s+)?TABLES(?:\s+(?:FROM|IN)\s+`?(?P<db>[\w$]+)`?)?"
     r"(?:\s+LIKE\s+'(?P<like>[^']*)'|\s+WHERE\s+(?P<where>.+?))?\s*;?\s*$", re.I | re.S)
@@ -304,15 +317,16 @@ def like_match(pattern: str, name: str) -> bool:
     return re.fullmatch("".join(regex), name, re.I | re.S) is not None
 
 
-def show_databases(sql: str, schemas: list[str]) -> ResultSet | None:
-    """SHOW DATABASES lists the logical schemas the user may use."""
+def show_databases(sql: str, schemas: list[str]) -> tuple[ResultSet, str | None] | None:
+    """SHOW DATABASES lists the logical schemas the user may use; with the WHERE text left to judge."""
     m = _SHOW_DATABASES.match(sql)
     if not m:
         return None
     like = m.group("like")
     rows = [[s.encode()] for s in sorted(schemas) if like is None or like_match(like, s)]
-    return ResultSet([ColumnDef("Database", T_VAR_STRING, 45, 256, 1, schema="information_schema",
-                                table="SCHEMATA", org_table="SCHEMATA", org_name="SCHEMA_NAME")], rows)
+    name = "Database" if like is None else f"Database ({like})"   # MariaDB's heading
+    return ResultSet([ColumnDef(name, T_VAR_STRING, 45, 256, 1, schema="information_schema",
+                                table="SCHEMATA", org_table="SCHEMATA", org_name="SCHEMA_NAME")], rows), m.group("where")
 
 
 @dataclass(frozen=True)
@@ -399,6 +413,85 @@ def table_status_result(columns: list[ColumnDef], rows: dict[str, list[list[byte
                 row[i] = str(max(ais)).encode() if ais else None
         out.append(row)
     return ResultSet(list(columns), out)
+
+
+# -- SHOW forms MariaDB answers from information_schema: answered over the logical schemas ---------
+_SHOWN_FROM_INFOSCHEMA = {   # SHOW ... -> (information_schema table, (column AS shown name)..., LIKE column)
+    "ROUTINES": ("ROUTINES", (("ROUTINE_SCHEMA", "Db"), ("ROUTINE_NAME", "Name"), ("ROUTINE_TYPE", "Type"),
+                              ("DEFINER", "Definer"), ("LAST_ALTERED", "Modified"), ("CREATED", "Created"),
+                              ("SECURITY_TYPE", "Security_type"), ("ROUTINE_COMMENT", "Comment"),
+                              ("CHARACTER_SET_CLIENT", "character_set_client"),
+                              ("COLLATION_CONNECTION", "collation_connection"),
+                              ("DATABASE_COLLATION", "Database Collation")), "Name"),
+    "TRIGGERS": ("TRIGGERS", (("TRIGGER_NAME", "Trigger"), ("EVENT_MANIPULATION", "Event"),
+                              ("EVENT_OBJECT_TABLE", "Table"), ("ACTION_STATEMENT", "Statement"),
+                              ("ACTION_TIMING", "Timing"), ("CREATED", "Created"), ("SQL_MODE", "sql_mode"),
+                              ("DEFINER", "Definer"), ("CHARACTER_SET_CLIENT", "character_set_client"),
+                              ("COLLATION_CONNECTION", "collation_connection"),
+                              ("DATABASE_COLLATION", "Database Collation")), "Table"),
+    "EVENTS": ("EVENTS", (("EVENT_SCHEMA", "Db"), ("EVENT_NAME", "Name"), ("DEFINER", "Definer"),
+                          ("TIME_ZONE", "Time zone"), ("EVENT_TYPE", "Type"), ("EXECUTE_AT", "Execute at"),
+                          ("INTERVAL_VALUE", "Interval value"), ("INTERVAL_FIELD", "Interval field"),
+                          ("STARTS", "Starts"), ("ENDS", "Ends"), ("STATUS", "Status"),
+                          ("ORIGINATOR", "Originator"), ("CHARACTER_SET_CLIENT", "character_set_client"),
+                          ("COLLATION_CONNECTION", "collation_connection"),
+                          ("DATABASE_COLLATION", "Database Collation")), "Name"),
+}
+_IDENT = r"(?:`(?:[^`]|``)+`|[\w$]+)"
+_SHOW_ROUTINES = re.compile(r"^\s*SHOW\s+(?P<kind>FUNCTION|PROCEDURE|PACKAGE(?:\s+BODY)?)\s+STATUS"
+                            r"(?P<rest>.*?)\s*;?\s*$", re.I | re.S)
+_SHOW_OF_SCHEMA = re.compile(rf"^\s*SHOW\s+(?P<kind>TRIGGERS|EVENTS)(?:\s+(?:FROM|IN)\s+(?P<db>{_IDENT}))?"
+                             r"(?P<rest>.*?)\s*;?\s*$", re.I | re.S)
+_SHOW_FILTER = re.compile(r"^(?:\s+LIKE\s+(?P<like>'(?:[^'\\]|\\.|'')*')|\s+WHERE\s+(?P<where>.+))?$", re.I | re.S)
+_SHOW_CREATE_DB = re.compile(rf"^\s*SHOW\s+CREATE\s+(?:DATABASE|SCHEMA)\s+(?P<ine>IF\s+NOT\s+EXISTS\s+)?"
+                             rf"(?P<db>{_IDENT})\s*;?\s*$", re.I | re.S)
+
+
+@dataclass(frozen=True)
+class ShowOverInfoSchema:
+    """A SHOW answered by a SELECT over information_schema; schema: the one it is about (None: every
+    schema the user has, or the current one when `current` is set)."""
+
+    select: str
+    schema: str | None
+    current: bool
+
+    def sql_for(self, schema: str | None) -> str:
+        """The SELECT about that schema."""
+        return self.select.replace("{schema}", _literal(schema)) if schema else self.select
+
+
+def show_over_infoschema(sql: str) -> ShowOverInfoSchema | None:
+    """SHOW {FUNCTION|PROCEDURE|PACKAGE [BODY]} STATUS, SHOW {TRIGGERS|EVENTS} [FROM db], SHOW CREATE DATABASE db as the
+    SELECT MariaDB answers them by (mysqldump --routines/--events, HeidiSQL, Workbench send them), else None."""
+    m = _SHOW_CREATE_DB.match(sql)
+    if m is not None:
+        ine = "/*!32312 IF NOT EXISTS*/ " if m.group("ine") else ""
+        return ShowOverInfoSchema(
+            "SELECT SCHEMA_NAME AS `Database`, CONCAT('CREATE DATABASE " + ine + "`', REPLACE(SCHEMA_NAME, '`', "
+            "'``'), '` /*!40100 DEFAULT CHARACTER SET ', DEFAULT_CHARACTER_SET_NAME, ' COLLATE ', "
+            "DEFAULT_COLLATION_NAME, ' */', IF(SCHEMA_COMMENT = '', '', CONCAT(' COMMENT ', QUOTE(SCHEMA_COMMENT))))"
+            " AS `Create Database` FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = {schema}",
+            unquote_ident(m.group("db")), False)
+    m = _SHOW_ROUTINES.match(sql)
+    if m is not None:
+        key, db, where = "ROUTINES", None, f"ROUTINE_TYPE = '{' '.join(m.group('kind').upper().split())}'"
+    else:
+        m = _SHOW_OF_SCHEMA.match(sql)
+        if m is None:
+            return None
+        key = m.group("kind").upper()
+        db = unquote_ident(m.group("db")) if m.group("db") else None
+        where = ("EVENT_OBJECT_SCHEMA" if key == "TRIGGERS" else "EVENT_SCHEMA") + " = {schema}"
+    f = _SHOW_FILTER.match(m.group("rest"))
+    if f is None:
+        return None
+    table, columns, like_column = _SHOWN_FROM_INFOSCHEMA[key]
+    shown = ", ".join(f"{c} AS `{name}`" for c, name in columns)
+    inner = f"SELECT {shown} FROM information_schema.{table} WHERE {where}"
+    outer = (f" WHERE `{like_column}` LIKE {f.group('like')}" if f.group("like")
+             else f" WHERE {f.group('where')}" if f.group("where") else "")
+    return ShowOverInfoSchema(f"SELECT * FROM ({inner}) AS shown{outer}", db, key != "ROUTINES")
 
 
 # -- CREATE DATABASE IF NOT EXISTS (dumps made with --databases) ----------------------------------

@@ -1,5 +1,6 @@
 """The view statements pydble answers itself, read from their tokens: CREATE [OR REPLACE] / ALTER / DROP
-VIEW, SHOW CREATE VIEW|TABLE, DESC / SHOW [FULL] COLUMNS (proxy/session/views.py decides which are about views)."""
+VIEW, SHOW CREATE VIEW|TABLE, DESC / SHOW [FULL] COLUMNS / SHOW INDEX (proxy/session/views.py decides which are
+about views)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from meta.errors import ParseError
 from proxy.plan.sqltok import Token, tokenize, unquote_ident
 
 KEYWORDS = frozenset({"CREATE", "ALTER", "DROP", "SHOW", "DESC", "DESCRIBE", "EXPLAIN"})   # what parse() reads
+# SHOW ... FROM a view that MariaDB answers from the view's structure (a view has no index: SHOW INDEX is empty)
+_DESCRIBING = {"COLUMNS": "COLUMNS", "FIELDS": "COLUMNS", "INDEX": "INDEX", "INDEXES": "INDEX", "KEYS": "INDEX"}
 
 
 @dataclass
@@ -67,9 +70,9 @@ def parse(sql: str) -> ViewStmt | None:
             return None   # EXPLAIN of a statement, or not a table: the router decides
         tail = sql[toks[k][2]:toks[k][3]] if k < n else ""
         return ViewStmt("DESC", [parts], select="SHOW COLUMNS FROM {}" + (f" LIKE {_like(toks[k])}" if tail else ""))
-    if first == "SHOW" and at(1) in ("FULL", "COLUMNS", "FIELDS"):
+    if first == "SHOW" and at(1) in ("FULL", *_DESCRIBING):
         k = 2 if at(1) == "FULL" else 1
-        if at(k) not in ("COLUMNS", "FIELDS") or at(k + 1) not in ("FROM", "IN"):
+        if at(k) not in _DESCRIBING or at(k + 1) not in ("FROM", "IN"):
             return None
         parts, j = _name(toks, k + 2)
         if not parts:
@@ -78,7 +81,7 @@ def parse(sql: str) -> ViewStmt | None:
             parts = [unquote_ident(toks[j + 1][1]) if toks[j + 1][0] == "q" else toks[j + 1][1], parts[0]]
             j += 2
         tail = sql[toks[j][2]:toks[n - 1][3]] if j < n else ""
-        head = "SHOW FULL COLUMNS FROM {}" if at(1) == "FULL" else "SHOW COLUMNS FROM {}"
+        head = f"SHOW {'FULL ' if at(1) == 'FULL' else ''}{_DESCRIBING[at(k)]} FROM {{}}"
         return ViewStmt("DESC", [parts], select=head + (f" {tail}" if tail else ""))
     if first == "SHOW":
         if at(1) != "CREATE" or at(2) not in ("VIEW", "TABLE"):

@@ -32,7 +32,7 @@ from meta.config import SYSTEM_SCHEMAS
 from meta.errors import NotSupported
 
 from proxy.plan.local import PROCESSLIST_TABLE_COLUMNS, processlist_table_rows, substitute_database
-from proxy.exec.materialize import chunks, inserts, quote, setup_error
+from proxy.exec.materialize import chunks, inserts, quote, scratch_connection, setup_error
 from proxy.wire.messages import ColumnDef, ResultSet
 from proxy.wire.packets import com_query, splice
 from proxy.wire.reply import Reply
@@ -325,7 +325,7 @@ class InfoSchema:
         timeout = self.runtime.backends.timeout_s
         ex = self.session.executor
         node = self.runtime.any_node(self.session.schema)
-        conn = await ex._get(node)
+        conn = await scratch_connection(ex, node)   # (the session's own would start its transaction, autocommit=0)
         clean = not copies
         try:
             for chunk in parts[:-1]:
@@ -352,7 +352,7 @@ class InfoSchema:
         finally:
             if not clean:
                 conn.close()  # its temporary copies go with it
-            ex._done_with(node, conn)
+            self.runtime.backends.release(node, conn)
         upper = {k.lower(): v for k, v in copies.items()}
         for res in sc.results:
             res.columns = [c if c.org_table.lower() not in upper

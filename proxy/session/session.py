@@ -611,12 +611,14 @@ class Session:
 
     async def statement(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
         """Run one statement; True if its answer was relayed straight to the client. ROW_COUNT() is
-        the session's own: what this statement's answer says (a relaying path sets it), else unknown."""
+        the session's own: what this statement's answer says (a relaying path sets it), else unknown. The
+        error it ends with, pydble's own too, is what SHOW WARNINGS lists next, as in MariaDB."""
         before, self.row_count, r.row_count = self.row_count, None, None
         try:
             relayed = await self._statement(sql, r, more, may_relay, before)
-        except ProxyError:
+        except ProxyError as e:
             self.row_count = -1   # the client hears an error: -1, as MariaDB answers
+            self.warnings = [("Error", e.code, e.message)]
             raise
         if self.row_count is None and not relayed:
             self.row_count = r.row_count
@@ -626,6 +628,10 @@ class Session:
         kw = first_keyword(sql)
         if kw == "CALL":
             sql_prepare.note_assignments(self, sql, kw)
+        if kw == "SHOW":
+            shown = local.show_over_infoschema(sql)
+            if shown is not None:   # answered over the logical schemas, as MariaDB answers it from information_schema
+                sql = shown.sql_for(self._show_schema(shown.schema) if shown.schema or shown.current else None)
         if infoschema.mentions(sql) and await infoschema.answer(self, sql, r, more):
             return False  # never sent to a backend as it is, in any statement kind (even SET @x = (SELECT ...))
         if kw == "SELECT":
@@ -775,6 +781,11 @@ class Session:
             raise DbAccessDenied(f"Access denied for user '{self.user}'@'{self.peer}' to database '{schema}'")
         return schema
 
+    def _sharded(self, schema: str, table: str) -> bool:
+        """A sharding table: its nodes' rows add up to the table's."""
+        t = self.runtime.config.table(schema, table)
+        return t is not None and t.type == "sharding"
+
     async def _table_status(self, schema: str, like: str | None) -> ResultSet:
         """SHOW TABLE STATUS: the tables SHOW TABLES lists, each as one row under its logical name."""
         names = [t for t in await self.runtime.tables_of(schema) if like is None or local.like_match(like, t)]
@@ -788,16 +799,17 @@ class Session:
                 raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
         by_node = {n: {bytes(r[0] or b"").decode().lower(): r for r in sc.results[0].rows}
                    for n, sc in zip(nodes, scanners)}
-        rows = {t: [by_node[n][t] for n in homes[t] if t in by_node[n]] for t in names}
+        rows = {t: [by_node[n][t] for n in homes[t] if t in by_node[n]][:None if self._sharded(schema, t) else 1]
+                for t in names}   # a global table's copies hold the same rows: one stands for all
         columns = scanners[0].results[0].columns
         rows.update(self.runtime.views.status_rows(schema, like, columns))   # views: Comment 'VIEW', as MySQL
         return local.table_status_result(columns, {t: r for t, r in rows.items() if r})
 
     async def show(self, sql: str) -> ResultSet | None:
         """SHOW statements answered from the proxy's own knowledge, or None to route them."""
-        rs = local.show_databases(sql, list(self.schemas))
-        if rs is not None:
-            return rs
+        dbs = local.show_databases(sql, list(self.schemas))
+        if dbs is not None:
+            return dbs[0] if dbs[1] is None else await show_where.where_filter(self, dbs[0], dbs[1])
         st = local.parse_show_tables(sql)
         if st is not None:
             schema = self._show_schema(st.schema)

@@ -324,8 +324,8 @@ class ViewService:
         return True
 
     async def _describe(self, session: SessionPort, st: ViewStmt, r: Reply, more: bool) -> bool:
-        """DESC / SHOW [FULL] COLUMNS of a view pydble keeps: MariaDB describes the view's statement as one
-        node runs it (every node's tables have the same structure), from a view made for the moment on a
+        """DESC / SHOW [FULL] COLUMNS / SHOW INDEX of a view pydble keeps: MariaDB describes the view's statement
+        as one node runs it (every node's tables have the same structure), from a view made for the moment on a
         connection of its own; False for anything else (the router routes it)."""
         parts = st.names[0]
         if len(parts) == 2 and parts[0].lower() not in {x.lower() for x in self.runtime.config.schemas}:

@@ -74,13 +74,15 @@ def _assert_loaded(proxy: Any, backends: list[Any], backend_rows: Any) -> None:
     assert "sharded on id" in proxy.query("SHOW CREATE TABLE sharding_4_t1")[0][1]
 
 
-@pytest.mark.parametrize("options", [[], ["--single-transaction"]], ids=["lock-tables", "single-transaction"])
+@pytest.mark.parametrize("options", [[], ["--single-transaction"], ["--single-transaction", "--routines", "--events"]],
+                         ids=["lock-tables", "single-transaction", "routines-events"])
 def test_mysqldump_through_pydble_then_load_it_back_with_the_mysql_cli(proxy: Any, backends: list[Any],
                                                                        backend_rows: Any, options: list[str]) -> None:
     _make_tables(proxy.query)
     # the default options (--opt: LOCK TABLES ... READ LOCAL while dumping), or one consistent-snapshot
     # transaction (SET SESSION TRANSACTION ISOLATION LEVEL, START TRANSACTION WITH CONSISTENT SNAPSHOT,
-    # SAVEPOINT / ROLLBACK TO SAVEPOINT around each table)
+    # SAVEPOINT / ROLLBACK TO SAVEPOINT around each table); --routines asks SHOW {FUNCTION|PROCEDURE|PACKAGE}
+    # STATUS, --events SHOW EVENTS (none in a logical schema: nothing is dumped for them)
     dump = _cli("mysqldump", proxy.port, *options, "schema1", *TABLES)
     assert dump.returncode == 0 and not dump.stderr, dump.stderr
     text = dump.stdout
@@ -90,6 +92,20 @@ def test_mysqldump_through_pydble_then_load_it_back_with_the_mysql_cli(proxy: An
     load = _cli("mysql", proxy.port, "schema1", stdin=text)
     assert load.returncode == 0, load.stderr
     _assert_loaded(proxy, backends, backend_rows)
+
+
+def test_mysqldump_skip_opt_through_pydble(proxy: Any, backends: list[Any], backend_rows: Any) -> None:
+    """--skip-opt (and --skip-create-options, --compatible) first sends
+    SET SQL_QUOTE_SHOW_CREATE=1/*!40102 ,SQL_MODE=concat(@@sql_mode, ...) */: a SET continued in a version comment."""
+    _make_tables(proxy.query)
+    dump = _cli("mysqldump", proxy.port, "--skip-opt", "--add-drop-table", "schema1", *TABLES)
+    assert dump.returncode == 0 and not dump.stderr, dump.stderr
+    assert "INSERT INTO `sharding_4_t1` VALUES (1,'n1'," in dump.stdout   # a statement per row
+    proxy.query("DELETE FROM sharding_4_t1")
+    load = _cli("mysql", proxy.port, "schema1", stdin=dump.stdout)
+    assert load.returncode == 0, load.stderr
+    assert _node_ids(backends, backend_rows) == {"dn1": [4, 8, 12], "dn2": [1, 5, 9], "dn3": [2, 6, 10],
+                                                 "dn4": [3, 7, 11]}
 
 
 def test_a_dump_made_straight_from_mariadb_loads_through_pydble(proxy: Any, backends: list[Any],

@@ -161,8 +161,10 @@ def test_view_statements_are_read_as_written():
     assert st is not None and (st.op, st.select) == ("ALTER", "(SELECT x FROM t)")
     for other in ("CREATE TABLE t (id INT)", "ALTER TABLE t ADD c INT", "DROP TABLE v", "SHOW CREATE TABLE t x",
                   "CREATE DEFINER=root@localhost PROCEDURE p() SELECT 1", "SHOW TABLES",
-                  "EXPLAIN SELECT * FROM v", "DESC SELECT 1", "SHOW INDEX FROM v"):
+                  "EXPLAIN SELECT * FROM v", "DESC SELECT 1", "SHOW INDEX IN"):
         assert parse(other) is None, other
+    st = parse("SHOW KEYS FROM v IN s WHERE Non_unique = 0")   # answered from a scratch view: no index
+    assert st is not None and (st.names, st.select) == ([["s", "v"]], "SHOW INDEX FROM {} WHERE Non_unique = 0")
     for bad in ("DROP VIEW", "CREATE VIEW v", "CREATE VIEW v SELECT 1", "CREATE VIEW v () AS SELECT 1",
                 "SHOW CREATE VIEW", "DROP VIEW a b"):
         with pytest.raises(ParseError):

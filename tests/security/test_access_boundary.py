@@ -151,10 +151,14 @@ def test_backend_schemas_and_host_are_out_of_reach(limited, px):
                         "/*!pydble:shardingNode=dn5*/ SELECT LOAD_FILE('/etc/passwd')",
                         "SET @x = LOAD_FILE('/etc/passwd')", "SET @x = (SELECT authentication_string FROM mysql.user)",
                         "CREATE TABLE evil3 (id INT) DATA DIRECTORY = '/tmp'",
-                        "SHOW PROCEDURE STATUS", "SHOW BINLOG EVENTS", "SHOW ENGINE INNODB STATUS",
-                        "SHOW TABLE STATUS FROM db3"):
+                        "SHOW BINLOG EVENTS", "SHOW ENGINE INNODB STATUS", "SHOW TABLE STATUS FROM db3",
+                        "SHOW TRIGGERS FROM db1", "SHOW EVENTS FROM mysql", "SHOW CREATE DATABASE db1"):
                 code, msg = _err(conn, sql)
                 assert code in (1235, 1044), (sql, code, msg)
+            with conn.cursor() as cur:   # the logical schemas' stored programs (none), never the backend's (sys)
+                for sql in ("SHOW PROCEDURE STATUS", "SHOW FUNCTION STATUS", "SHOW EVENTS"):
+                    cur.execute(sql)
+                    assert cur.fetchall() == (), sql
             # the backend's account and thread never show through a statement a backend answers
             with conn.cursor() as cur:
                 cur.execute("SELECT CONNECTION_ID(), USER(), CURRENT_USER() FROM sharding_2_t1 WHERE id = 1")
