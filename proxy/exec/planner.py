@@ -86,7 +86,7 @@ async def _build(ctx: ExecContext, sql: str, explain: bool) -> Primitive:
     if plan.tables and not explain:  # as in MariaDB, a statement on tables starts a fresh SHOW WARNINGS
         s.warnings = []
     if s.read_only and (plan.is_write or plan.kind == "ddl") and not explain:
-        raise ReadOnly(f"User '{s.user}' is read only")
+        raise ReadOnly.of(s.user)
     if ctx.locked_tables and not explain:
         ctx.check_locked(plan)
     if user_lock_calls(sql):

@@ -151,7 +151,7 @@ class TempTables:
             raise NotSupported("temporary tables while LOCK TABLES is held are not supported by pydble: "
                                "UNLOCK TABLES first")
         if ex.session.read_only:
-            raise ReadOnly(f"User '{ex.session.user}' is read only")
+            raise ReadOnly.of(ex.session.user)
         toks = tokenize(sql)
         while toks and toks[-1][0] == "o" and toks[-1][1] == ";":
             toks.pop()

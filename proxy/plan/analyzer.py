@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from meta.config import Config, UserConfig
-from meta.errors import (DbAccessDenied, NoDatabaseSelected, NoSuchTable, NotSupported, ProxyError,
+from meta.errors import (DbAccessDenied, NoDatabaseSelected, NoSuchTable, NotSupported, ProxyError, ReadOnly,
                          TableAccessDenied, UnknownDatabase)
 from meta.sharding import make_function
 from proxy.plan.analysis import (ALL, ANY, DELETE, HIDDEN_SCHEMAS, INSERT, LOCAL_TYPES, SELECT, SESSION_WORDS,
@@ -30,9 +30,11 @@ class HiddenSchema(DbAccessDenied):
 
 
 # SHOW forms a backend may answer for any client: they describe the session or the server's
-# capabilities, never another database's objects or sessions (the rest is refused, see _an_show)
+# capabilities, never a database's objects or sessions (the rest is refused, see _an_show; SHOW TABLE
+# STATUS and SHOW TRIGGERS are answered by the session over the logical schemas, any other spelling of
+# them would list a node's physical database, which may hold other schemas' tables)
 _SHOW_PASS = frozenset({"VARIABLES", "STATUS", "WARNINGS", "ERRORS", "COUNT", "CHARACTER", "CHARSET",
-                        "COLLATION", "ENGINES", "PRIVILEGES", "TABLE", "TRIGGERS", "SESSION", "GLOBAL", "LOCAL"})
+                        "COLLATION", "ENGINES", "PRIVILEGES", "SESSION", "GLOBAL", "LOCAL"})
 # functions and clauses that act on the backend's host (its files), not on the logical schemas
 _HOST_WORDS = frozenset({"LOAD_FILE", "OUTFILE", "DUMPFILE", "SYS_EXEC", "SYS_EVAL"})
 # table options that put a table's files elsewhere on the backend's host or make it read another server
@@ -103,6 +105,14 @@ class Grants:
             bits = user.dml(schema, table)
             if not (bits == "1111" if bit == ALL else "1" in bits if bit == ANY else bits[bit] == "1"):
                 raise TableAccessDenied(f"{word} command denied to user {self.who} for table '{table}'")
+
+    def check_lock(self, items: Sequence[tuple[str, str, bool]]) -> None:
+        """LOCK TABLES of (schema, table, write) items, as MariaDB checks it: the database granted (1044),
+        SELECT on the table (1142), no WRITE lock for a read-only user (1290): a lock blocks other users."""
+        for schema, table, write in items:
+            self.check((("LOCK", ANY, schema, ""), ("SELECT", SELECT, schema, table)))
+            if write and self.user.read_only:
+                raise ReadOnly.of(self.user.name)
 
     def unknown_table(self, e: UnknownTable | UnknownSchema, first_word: str) -> ProxyError:
         """An unknown table in a schema outside the grants is refused, not reported missing."""
@@ -816,17 +826,10 @@ class Analyzer:
                     dels = []
                 return Analysis("other", False, self._names_of(table), nodes=(self._one(table, p.schema),),
                                  deletions=tuple(dels), access=(("SELECT", ANY, table.schema, table.name),))
-            if p.at(k) not in _SHOW_PASS or (p.word(k, "TABLE") and not p.word(k + 1, "STATUS")):
+            if p.at(k) not in _SHOW_PASS:
                 raise not_supported(f"SHOW {p.at(k)} is not supported by pydble: it would describe the backend "
                                     f"server rather than the logical schemas")
-            access: tuple[tuple[str, int, str, str], ...] = ()
-            j = p.skip_to(k, p.n, ("FROM", "IN", "LIKE", "WHERE"), None)
-            if j < p.n and p.at(j) in ("FROM", "IN"):   # SHOW TABLE STATUS FROM db: the user's schemas only
-                db = p.ident(j + 1) or ""
-                if db.lower() in HIDDEN_SCHEMAS:
-                    raise HiddenSchema(db.lower())
-                access = (("SHOW", ANY, self._schema_names.get(db.lower(), db), ""),)
-            return Analysis("other", False, (), nodes=(self.home(p.schema),), access=access)
+            return Analysis("other", False, (), nodes=(self.home(p.schema),))
         # DESC/DESCRIBE/EXPLAIN: a table, or a statement to explain
         while p.at(k) in ("EXTENDED", "PARTITIONS", "ANALYZE", "FORMAT"):
             if p.word(k, "FORMAT") and p.at(k + 1) == "=":

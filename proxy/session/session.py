@@ -652,6 +652,9 @@ class Session:
         elif kw in ("SAVEPOINT", "RELEASE"):
             return await self.savepoint(sql, r, more)
         elif kw == "SHOW":
+            if (trg := local.parse_show_triggers(sql)) is not None:
+                await infoschema.answer(self, local.show_triggers_query(self._show_schema(trg[0]), *trg[1:]), r, more)
+                return False
             rs = await self.show(sql)
             if rs is not None:
                 r.resultset(rs, self.status(), more)

@@ -21,6 +21,10 @@ def _config(backends):
         {"name": "limited", "password": "lim-pw", "schemas": ["schema1"]},
         {"name": "priv", "password": "priv-pw", "schemas": ["schema1", "schema2"], "privileges": PRIV},
         {"name": "watcher", "password": "watch-pw", "schemas": ["schema1"], "admin": True},
+        {"name": "other", "password": "other-pw", "schemas": ["schema2"]},
+        {"name": "blind", "password": "blind-pw", "schemas": ["schema1", "schema2"],
+         "privileges": {"schema2.sing": "0000"}},
+        {"name": "ro", "password": "ro-pw", "schemas": ["schema1"], "read_only": True},
     ]
     return cfg
 
@@ -323,3 +327,97 @@ def test_kill_query_interrupts_a_running_statement(px):
     finally:
         victim.close()
         killer.close()
+
+
+def _denied(user: str, word: str, table: str) -> tuple[int, str]:
+    return 1142, f"{word} command denied to user '{user}'@'127.0.0.1' for table '{table}'"
+
+
+def _db_denied(user: str, db: str) -> tuple[int, str]:
+    return 1044, f"Access denied for user '{user}'@'127.0.0.1' to database '{db}'"
+
+
+def test_lock_tables_stays_inside_the_grants(px, limited):
+    """A lock blocks every other user of the table: LOCK TABLES is checked as MariaDB checks it."""
+    for sql, db in (("LOCK TABLES schema2.sing READ", "schema2"),
+                    ("LOCK TABLES sharding_2_t1 READ, `schema2` . /*x*/ `sing` WRITE", "schema2"),
+                    ("LOCK TABLES schema2.nosuch READ", "schema2"),
+                    ("LOCK TABLES db1.sing WRITE", "db1"), ("LOCK TABLES mysql.user READ", "mysql")):
+        assert _err(limited, sql) == _db_denied("limited", db), sql
+    blind = px.connect(user="blind", password="blind-pw", database="schema2")
+    ro = px.connect(user="ro", password="ro-pw")
+    try:
+        assert _err(blind, "LOCK TABLES sing WRITE") == _denied("blind", "SELECT", "sing")
+        assert _err(ro, "LOCK TABLES sharding_2_t1 READ, test WRITE") == (1290, "User 'ro' is read only")
+        with ro.cursor() as cur:          # a read lock is a read
+            cur.execute("LOCK TABLES sharding_2_t1 READ")
+            cur.execute("SELECT COUNT(*) FROM sharding_2_t1")
+            cur.execute("UNLOCK TABLES")
+    finally:
+        blind.close()
+        ro.close()
+    # nothing was left locked: the owner still writes at once
+    owner = px.connect(database="schema2", read_timeout=5)
+    try:
+        with owner.cursor() as cur:
+            cur.execute("UPDATE sing SET v = 'secret' WHERE id = 1")
+    finally:
+        owner.close()
+
+
+def test_session_variables_only_a_privileged_account_may_set_are_refused(px, limited):
+    """SET is replayed on the backend's own (privileged) account: what MariaDB lets only SUPER, BINLOG
+    ADMIN/REPLAY or FILE set (binary log, general log, server identity, file paths) gets 1227."""
+    super_, binlog = "SUPER", "SUPER, BINLOG ADMIN"
+    for sql, need in (("SET sql_log_bin = 0", binlog), ("SET @@session.`SQL_LOG_BIN` = OFF", binlog),
+                      ("SET SESSION sql_log_off = 1, autocommit = 1", super_),
+                      ("SET LOCAL binlog_format = 'STATEMENT'", binlog),
+                      ("SET @@gtid_seq_no = 5", "SUPER, BINLOG REPLAY"), ("SET server_id = 7", "SUPER, BINLOG REPLAY"),
+                      ("SET pseudo_thread_id = 1", "SUPER, BINLOG REPLAY"), ("SET innodb_tmpdir = '/tmp'", "FILE"),
+                      ("/*!40101 SET sql_log_bin = 0 */", binlog)):
+        assert _err(limited, sql) == (1227, f"Access denied; you need (at least one of) the {need} privilege(s) "
+                                            f"for this operation"), sql
+    assert _rows(limited, "SELECT @@sql_log_bin, @@sql_log_off, @@autocommit FROM sharding_2_t1 WHERE id = 1") == \
+        [(1, 0, 1)]
+
+
+def test_view_ddl_needs_the_grants_on_the_view(px):
+    """A view is DDL on its name: a user with SELECT only may not create, replace, alter or drop one."""
+    px.query("CREATE OR REPLACE VIEW v_owned AS SELECT id FROM sharding_2_t1")
+    c = px.connect(user="priv", password="priv-pw")    # schema1 = 0010: SELECT only
+    try:
+        for sql, word, name in (("CREATE VIEW v_new AS SELECT id FROM sharding_2_t1", "CREATE VIEW", "v_new"),
+                                ("CREATE OR REPLACE VIEW v_owned AS SELECT 1 AS id", "CREATE VIEW", "v_owned"),
+                                ("ALTER VIEW v_owned AS SELECT 1 AS id", "CREATE VIEW", "v_owned"),
+                                ("DROP VIEW v_owned", "DROP", "v_owned"),
+                                ("DROP VIEW IF EXISTS schema1.v_owned", "DROP", "v_owned")):
+            assert _err(c, sql) == _denied("priv", word, name), sql
+        assert sorted(_rows(c, "SELECT id FROM v_owned")) == [(1,), (2,)]
+    finally:
+        c.close()
+        px.query("DROP VIEW IF EXISTS v_owned")
+
+
+def test_triggers_and_table_status_never_list_a_nodes_physical_database(px, backends, limited):
+    """dn1's database db1 holds schema1's sharding_2_t1 beside schema2's sing: what lists a database
+    (SHOW TRIGGERS, SHOW TABLE STATUS, in any spelling or through a hint) speaks of logical schemas."""
+    backends[0].query("CREATE TRIGGER trg_hidden BEFORE INSERT ON sharding_2_t1 FOR EACH ROW SET NEW.v = 42",
+                      database="db1")
+    other = px.connect(user="other", password="other-pw", database="schema2")
+    full = px.connect()
+    try:
+        assert _rows(other, "SHOW TRIGGERS") == []                     # schema2 has none
+        assert _rows(other, "SHOW TRIGGERS FROM schema2 LIKE 's%'") == []
+        assert _err(other, "SHOW TRIGGERS FROM schema1") == _db_denied("other", "schema1")
+        assert [r[0] for r in _rows(other, "SHOW TABLE STATUS")] == ["sing"]
+        for sql in ("SHOW TRIGGERS /*x*/", "SHOW TABLE STATUS /*x*/", "SHOW /*x*/ TABLE STATUS"):
+            code, msg = _err(other, sql)
+            assert code == 1235 and "trg_hidden" not in msg, (sql, msg)
+        for sql in ("/*!pydble:shardingNode=dn1*/ SHOW TABLE STATUS", "/*!pydble:shardingNode=dn1*/ SHOW TRIGGERS"):
+            assert _err(limited, sql)[0] == 1235, sql
+        # schema1's own trigger is on a physical table: refused, as information_schema.TRIGGERS refuses it
+        assert _err(full, "SHOW TRIGGERS")[0] == 1235
+    finally:
+        other.close()
+        full.close()
+        backends[0].query("DROP TRIGGER IF EXISTS trg_hidden", database="db1")
