@@ -62,6 +62,7 @@ _TRANSACTION = re.compile(r"^(?:(?P<scope>SESSION|LOCAL|GLOBAL)\s+)?TRANSACTION\
 _ASSIGN = re.compile(
     r"^(?:(?P<scope>GLOBAL|SESSION|LOCAL|PERSIST)\s+|@@(?P<scope2>global|session|local)\.|@@)?"
     r"(?P<name>@?`?[\w$.]+`?)\s*(?::=|=)\s*(?P<value>.+)$", re.I | re.S)
+_PASSWORD = re.compile(r"PASSWORD\b", re.I)   # SET PASSWORD [FOR user] = ...
 _BOOL = {"0": "0", "1": "1", "off": "0", "on": "1", "false": "0", "true": "1", "'off'": "0", "'on'": "1",
          "'0'": "0", "'1'": "1"}
 
@@ -124,6 +125,9 @@ def parse_set(sql: str) -> list[Assignment]:
             else:
                 raise ParseError(f"You have an error in your SQL syntax near '{item}'")
         return out
+    if _PASSWORD.match(body):
+        raise NotSupported("SET PASSWORD is not supported by pydble: client users' passwords are in its "
+                           "configuration, and a backend account's is the operator's")
     for item in split_top_level(body):
         nm = _NAMES.match(item)
         if nm:

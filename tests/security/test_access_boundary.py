@@ -379,6 +379,11 @@ def test_session_variables_only_a_privileged_account_may_set_are_refused(px, lim
                                             f"for this operation"), sql
     assert _rows(limited, "SELECT @@sql_log_bin, @@sql_log_off, @@autocommit FROM sharding_2_t1 WHERE id = 1") == \
         [(1, 0, 1)]
+    # a password is the config's (client users) or the operator's (the backend account): never set through SET
+    for sql in ("SET PASSWORD = PASSWORD('x')", "SET PASSWORD FOR root@localhost = PASSWORD('x')",
+                "set password='x'"):
+        code, msg = _err(limited, sql)
+        assert code == 1235 and msg.startswith("SET PASSWORD is not supported by pydble"), (sql, msg)
 
 
 def test_view_ddl_needs_the_grants_on_the_view(px):
