@@ -106,6 +106,11 @@ class Grants:
             if not (bits == "1111" if bit == ALL else "1" in bits if bit == ANY else bits[bit] == "1"):
                 raise TableAccessDenied(f"{word} command denied to user {self.who} for table '{table}'")
 
+    def sees(self, schema: str, table: str) -> bool:
+        """Is the table listed to this user (SHOW TABLES, information_schema)? As MySQL lists only the
+        tables a user holds some privilege on, one with none of the four dml bits is not."""
+        return not self.dml_limited or self.user.dml(schema, table) != "0000"
+
     def check_lock(self, items: Sequence[tuple[str, str, bool]]) -> None:
         """LOCK TABLES of (schema, table, write) items, as MariaDB checks it: the database granted (1044),
         SELECT on the table (1142), no WRITE lock for a read-only user (1290): a lock blocks other users."""

@@ -226,7 +226,7 @@ class InfoSchema:
         for node in self._nodes_of(schema):
             for r in node_rows[node]:
                 name = (r[tidx] or b"").decode("utf-8", "replace")
-                if node in self._owner_nodes(schema, name):
+                if node in self._owner_nodes(schema, name) and self.session.sees(schema, name):
                     owned.setdefault(name.lower(), {}).setdefault(node, []).append(r)
         out: list[list[bytes | None]] = []
         for key in sorted(owned):

@@ -735,6 +735,10 @@ class Session:
                 self.explicit_txn = False
             self.autocommit = new_autocommit
 
+    def sees(self, schema: str, table: str) -> bool:
+        """Is schema.table listed to this session's user (Grants.sees)?"""
+        return self.grants is None or self.grants.sees(schema, table)
+
     def _show_schema(self, named: str | None) -> str:
         """The schema a SHOW ... [FROM db] is about: named or current, and granted."""
         schema = named or self.schema
@@ -746,7 +750,8 @@ class Session:
 
     async def _table_status(self, schema: str, like: str | None) -> ResultSet:
         """SHOW TABLE STATUS: the tables SHOW TABLES lists, each as one row under its logical name."""
-        names = [t for t in await self.runtime.tables_of(schema) if like is None or local.like_match(like, t)]
+        names = [t for t in await self.runtime.tables_of(schema)
+                 if (like is None or local.like_match(like, t)) and self.sees(schema, t)]
         homes = {t: self.runtime.nodes_of_table(schema, t) for t in names}
         nodes = list(dict.fromkeys(n for ns in homes.values() for n in ns))
         if not nodes:
@@ -760,7 +765,7 @@ class Session:
         rows = {t: [by_node[n][t] for n in homes[t] if t in by_node[n]] for t in names}
         columns = scanners[0].results[0].columns
         rows.update(self.runtime.views.status_rows(schema, like, columns))   # views: Comment 'VIEW', as MySQL
-        return local.table_status_result(columns, {t: r for t, r in rows.items() if r})
+        return local.table_status_result(columns, {t: r for t, r in rows.items() if r and self.sees(schema, t)})
 
     async def show(self, sql: str) -> ResultSet | None:
         """SHOW statements answered from the proxy's own knowledge, or None to route them."""
@@ -770,8 +775,9 @@ class Session:
         st = local.parse_show_tables(sql)
         if st is not None:
             schema = self._show_schema(st.schema)
-            tables = await self.runtime.tables_of(schema)
-            rs = local.show_tables_result(st, schema, tables, self.runtime.views.names_of(schema))
+            tables = [t for t in await self.runtime.tables_of(schema) if self.sees(schema, t)]
+            views = [v for v in self.runtime.views.names_of(schema) if self.sees(schema, v)]
+            rs = local.show_tables_result(st, schema, tables, views)
             return rs if st.where is None else await show_where.where_filter(self, rs, st.where)
         ts = local.parse_show_table_status(sql)
         if ts is not None:

@@ -583,7 +583,7 @@ class ViewService:
         """information_schema TABLES / VIEWS / COLUMNS of a schema: the nodes' rows without the views pydble
         knows, and the rows of those views (TABLE_TYPE VIEW; the definition as written; their columns as
         MariaDB describes them on a node)."""
-        views = self.catalog.of_schema(schema)
+        views = [v for v in self.catalog.of_schema(schema) if grants is None or grants.sees(schema, v.name)]
         if not views or table not in ("TABLES", "VIEWS", "COLUMNS") or "TABLE_NAME" not in names:
             return node_rows, []
         ti = names.index("TABLE_NAME")

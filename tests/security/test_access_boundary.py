@@ -426,3 +426,26 @@ def test_triggers_and_table_status_never_list_a_nodes_physical_database(px, back
         other.close()
         full.close()
         backends[0].query("DROP TRIGGER IF EXISTS trg_hidden", database="db1")
+
+
+def test_a_table_without_any_privilege_is_not_listed(px):
+    """As MySQL lists only the tables a user holds some privilege on: `blind` has none on schema2.sing,
+    so no listing names it or shows its columns, indexes or row count (DESC of it is refused too)."""
+    c = px.connect(user="blind", password="blind-pw", database="schema2")
+    try:
+        assert _err(c, "DESC sing") == _denied("blind", "SELECT", "sing")
+        assert _rows(c, "SHOW TABLES") == [] and _rows(c, "SHOW FULL TABLES FROM schema2") == []
+        assert _rows(c, "SHOW TABLE STATUS") == [] and _rows(c, "SHOW OPEN TABLES FROM schema2") == []
+        for t in ("TABLES", "COLUMNS", "STATISTICS", "PARTITIONS", "KEY_COLUMN_USAGE", "TABLE_CONSTRAINTS"):
+            assert _rows(c, f"SELECT TABLE_NAME FROM information_schema.{t} WHERE TABLE_SCHEMA = 'schema2'") == [], t
+        # schema1, where it holds every bit, is listed as before
+        assert "sharding_2_t1" in [r[0] for r in _rows(c, "SHOW TABLES FROM schema1")]
+        assert ("sharding_2_t1", "v") in _rows(c, "SELECT TABLE_NAME, COLUMN_NAME FROM information_schema.COLUMNS "
+                                                 "WHERE TABLE_SCHEMA = 'schema1'")
+    finally:
+        c.close()
+    priv = px.connect(user="priv", password="priv-pw", database="schema2")    # some bits on it: listed
+    try:
+        assert _rows(priv, "SHOW TABLES") == [("sing",)]
+    finally:
+        priv.close()
