@@ -17,7 +17,7 @@ from proxy.plan.analyzer import Refused
 from proxy.plan.router import POINT_KEY_MAX, POINT_TEXT_MAX
 from proxy.ddl.ddl import require_meta
 from proxy.plan.local import calls_session_functions
-from proxy.exec.primitives import (Concatenate, Ddl, Join, MultiWrite, OrCopies, OverCopies, Primitive, Route, Scatter,
+from proxy.exec.primitives import (Concatenate, Ddl, Join, Maintenance, MultiWrite, OrCopies, OverCopies, Primitive, Route, Scatter,
                          SelectInsertId, SequenceInsert, TempDdl, TempStatement, UserLockCall)
 from proxy.exec.temp_tables import is_temporary_ddl
 from proxy.wire.packets import com_query
@@ -103,6 +103,8 @@ async def _build(ctx: ExecContext, sql: str, explain: bool) -> Primitive:
         s.route = "single" if len(plan.targets) == 1 else "multi"
     if plan.setop is not None:
         return OrCopies(Concatenate(plan), sql) if shadow is None else Concatenate(plan)
+    if plan.maintenance:
+        return Maintenance(plan)
     if len(plan.targets) == 1:
         return Route(plan.targets[0].node, plan.targets[0].sql)
     if plan.kind in WRITES:

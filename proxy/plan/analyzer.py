@@ -891,4 +891,4 @@ class Analyzer:
         word, bit = ("SELECT", SELECT) if first in ("CHECK", "CHECKSUM") else ("INSERT", ALL)
         return Analysis("other", first in ("ANALYZE", "OPTIMIZE", "REPAIR"),
                          tuple(dict.fromkeys((t.schema, t.name) for t in tables)), nodes=tables[0].nodes,
-                         access=tuple((word, bit, t.schema, t.name) for t in tables))
+                         access=tuple((word, bit, t.schema, t.name) for t in tables), maintenance=True)

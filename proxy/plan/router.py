@@ -434,7 +434,7 @@ class Router:
             return Plan(an.kind, (Target(an.nodes[0], sql[:at] + inner),), an.is_write, an.tables)
         phys = self._render(sql, toks, an.deletions)
         return Plan(an.kind, tuple(Target(n, phys) for n in an.nodes), an.is_write, an.tables, None, an.ddl,
-                    an.if_exists)
+                    an.if_exists, maintenance=an.maintenance)
 
     def _plan_query(self, an: Analysis, sql: str, toks: list[Token], schema: str | None) -> Plan:
         ref = an.single

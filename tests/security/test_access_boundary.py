@@ -449,3 +449,26 @@ def test_a_table_without_any_privilege_is_not_listed(px):
         assert _rows(priv, "SHOW TABLES") == [("sing",)]
     finally:
         priv.close()
+
+
+def test_maintenance_statements_answer_logical_names_over_every_node(px, backends):
+    """CHECK / CHECKSUM / ANALYZE TABLE answered the first node's rows under its physical `db1.t` name:
+    a checksum of one part, a part missing elsewhere unreported. Every node answers, under schema1."""
+    parts = [backends[i].query("CHECKSUM TABLE sharding_2_t1", database="db1")[0][1] for i in (0, 1)]
+    c = px.connect(user="limited", password="lim-pw")
+    try:
+        assert _rows(c, "CHECKSUM TABLE sharding_2_t1") == [("schema1.sharding_2_t1", sum(parts) % 2 ** 32)]
+        assert _rows(c, "CHECK TABLE sharding_2_t1") == [("schema1.sharding_2_t1", "check", "status", "OK")]
+        assert _rows(c, "ANALYZE TABLE `sharding_2_t1`") == [("schema1.sharding_2_t1", "analyze", "status", "OK")]
+        with c.cursor() as cur:
+            cur.execute("CREATE TABLE sharding_4_t1 (id INT PRIMARY KEY)")
+        backends[1].query("DROP TABLE sharding_4_t1", database="db2")      # dn4's part is gone
+        assert _rows(c, "CHECK TABLE sharding_4_t1") == [
+            ("schema1.sharding_4_t1", "check", "Error", "Table 'schema1.sharding_4_t1' doesn't exist"),
+            ("schema1.sharding_4_t1", "check", "status", "Operation failed")]
+        assert _rows(c, "CHECKSUM TABLE sharding_4_t1") == [("schema1.sharding_4_t1", None)]
+    finally:
+        c.close()
+        for i, db in ((0, "db1"), (1, "db1"), (0, "db2"), (1, "db2")):
+            backends[i].query("DROP TABLE IF EXISTS sharding_4_t1", database=db)
+        px.manager_query("reload @@metadata")
