@@ -30,7 +30,7 @@ from proxy.wire.handshake import parse_change_user, parse_stored_password, verif
 from proxy.wire.messages import ResultSet, eof_packet, err_packet
 from proxy.wire.packets import PacketFramer, PacketTooBig, ProtocolError, frame
 from proxy.wire.reply import Reply
-from proxy.plan.sqltok import first_keyword, tokenize
+from proxy.plan.sqltok import first_keyword, tokenize, unquote_ident
 from proxy.exec.user_locks import calls as user_lock_calls
 from proxy.exec.xa import refuse_implicit_commit, xa_switch
 
@@ -620,9 +620,10 @@ class Session:
             r.ok(self.status(), more=more)
             return False
         elif kw == "USE":
-            parts = sql.strip().rstrip(";").split(None, 1)  # "USE ;" has no name: refused, not a crash
-            name = parts[1].strip().strip("`") if len(parts) > 1 else ""
-            self.use_schema(name)
+            toks = [t for t in tokenize(sql) if not (t[0] == "o" and t[1] == ";")]   # comments, quotes as MySQL reads them
+            if len(toks) != 2 or toks[1][0] not in "wq":
+                raise ParseError(f"You have an error in your SQL syntax near '{sql.strip()[:40]}'")
+            self.use_schema(unquote_ident(toks[1][1]))
             r.ok(self.status(), more=more)
             return False
         elif kw in ("BEGIN", "START"):

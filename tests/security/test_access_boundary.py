@@ -472,3 +472,16 @@ def test_maintenance_statements_answer_logical_names_over_every_node(px, backend
         for i, db in ((0, "db1"), (1, "db1"), (0, "db2"), (1, "db2")):
             backends[i].query("DROP TABLE IF EXISTS sharding_4_t1", database=db)
         px.manager_query("reload @@metadata")
+
+
+def test_use_reads_the_database_name_as_mysql_does(limited):
+    """USE's name is read from the tokens: comments around it, backquotes and doubled backquotes, as MySQL."""
+    with limited.cursor() as cur:
+        cur.execute("USE /* the granted one */ `schema1` -- trailing")
+        cur.execute("USE schema1 /* x */;")
+    assert _rows(limited, "SELECT DATABASE()") == [("schema1",)]
+    assert _err(limited, "USE /*x*/ `schema2` /*y*/") == _db_denied("limited", "schema2")
+    assert _err(limited, "USE `sche``ma2`") == _db_denied("limited", "sche`ma2")
+    for sql in ("USE", "USE ;", "USE schema1 schema2"):
+        assert _err(limited, sql)[0] == 1064, sql
+    assert _rows(limited, "SELECT DATABASE()") == [("schema1",)]
