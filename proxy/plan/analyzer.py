@@ -350,6 +350,9 @@ class Analyzer:
         return an
 
     def _an_select(self, p: Parser) -> Analysis:
+        if any(t[0] == "w" and w == "PROCEDURE" for t, w in zip(p.toks, p.up)):
+            raise Refused("PROCEDURE ANALYSE is not supported by pydble: its rows name a node's physical "
+                          "database and describe one part of the table")
         q = p.query(0, p.n, None, {})
         an = Analysis("select", False, ())
         an.top = q

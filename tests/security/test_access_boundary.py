@@ -460,6 +460,8 @@ def test_maintenance_statements_answer_logical_names_over_every_node(px, backend
         assert _rows(c, "CHECKSUM TABLE sharding_2_t1") == [("schema1.sharding_2_t1", sum(parts) % 2 ** 32)]
         assert _rows(c, "CHECK TABLE sharding_2_t1") == [("schema1.sharding_2_t1", "check", "status", "OK")]
         assert _rows(c, "ANALYZE TABLE `sharding_2_t1`") == [("schema1.sharding_2_t1", "analyze", "status", "OK")]
+        code, msg = _err(c, "SELECT id FROM sharding_2_t1 WHERE id = 1 PROCEDURE ANALYSE()")   # named db1.sharding_2_t1.id
+        assert code == 1235 and "PROCEDURE ANALYSE" in msg
         with c.cursor() as cur:
             cur.execute("CREATE TABLE sharding_4_t1 (id INT PRIMARY KEY)")
         backends[1].query("DROP TABLE sharding_4_t1", database="db2")      # dn4's part is gone
