@@ -250,12 +250,16 @@ class Analyzer:
 
     def _returning(self, p: Parser, analyze: Callable[[], Analysis]) -> Analysis:
         """MariaDB's `... RETURNING select_list` ends an INSERT, REPLACE or DELETE: the statement is read
-        up to it (the parser's end moved there), the list goes to the backend as written."""
+        up to it (the parser's end moved there), the list goes to the backend as written: so a subquery in
+        it, which would read any table of that node's database past the grants, is refused."""
         at = p.skip_to(1, p.n, ("RETURNING",), None)
         if at >= p.n:
             return analyze()
         if at + 1 >= p.n:
             raise p.syntax(at)
+        if any(p.toks[i][0] == "o" and p.up[i] == "(" and p.is_query(i + 1) for i in range(at + 1, p.n)):
+            raise Refused("a subquery in RETURNING is not supported by pydble: the list runs as written on the "
+                          "written table's node")
         n, p.n = p.n, at
         try:
             an = analyze()

@@ -99,6 +99,13 @@ def test_tables_outside_the_grants_are_refused_in_every_statement_kind(px, backe
         assert code == 1142, (sql, code, msg)
         table = "evil" if "schema2.evil" in sql else "sing"
         assert msg == f"{word} command denied to user 'limited'@'127.0.0.1' for table '{table}'", (sql, msg)
+    # RETURNING's list runs as written on the written table's node (dn1 also holds schema2.sing)
+    for sql in ("INSERT INTO sharding_2_t1 VALUES (8, 8) RETURNING (SELECT v FROM sing LIMIT 1)",
+                "REPLACE INTO sharding_2_t1 VALUES (8, 8) RETURNING id, (SELECT MAX(v) FROM db1.sing)",
+                "DELETE FROM sharding_2_t1 WHERE id = 8 RETURNING *, (WITH q AS (SELECT v FROM schema2.sing) "
+                "SELECT MAX(v) FROM q)"):
+        code, msg = _err(limited, sql)
+        assert code == 1235 and "secret" not in msg, (sql, msg)
     assert _err(limited, "USE schema2")[0] == 1044
     assert _err(limited, "CREATE TABLE evil2 LIKE schema2.sing")[0] in (1142, 1235)  # 1235: not co-located
     # a prepared statement (COM_STMT_PREPARE) is checked at PREPARE, before any backend prepares it
