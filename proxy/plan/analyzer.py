@@ -41,6 +41,8 @@ _HOST_WORDS = frozenset({"LOAD_FILE", "OUTFILE", "DUMPFILE", "SYS_EXEC", "SYS_EV
 _HOST_TABLE_OPTIONS = frozenset({"DIRECTORY", "CONNECTION", "FILE_NAME", "CONNECT", "FEDERATED", "FEDERATEDX",
                                  "SPIDER"})
 _HOST_ENGINES = frozenset({"CONNECT", "FEDERATED", "FEDERATEDX", "SPIDER"})
+# MariaDB SEQUENCE objects (CREATE SEQUENCE is refused): their functions name a table no grant check reads
+_SEQUENCE_FUNCTIONS = frozenset({"NEXTVAL", "LASTVAL", "SETVAL"})
 _DDL_WORDS = {"CREATE_TABLE": "CREATE", "DROP_TABLE": "DROP", "TRUNCATE_TABLE": "DROP", "ALTER_TABLE": "ALTER",
               "CREATE_INDEX": "INDEX", "DROP_INDEX": "INDEX", "RENAME_TABLE": "ALTER"}
 
@@ -330,6 +332,10 @@ class Analyzer:
             w = up[i] if kind == "w" else unquote_ident(t[1]).upper()
             if w in _HOST_WORDS:
                 raise Refused(f"{w} is not supported by pydble: it would act on the backend server's host")
+            if (kind == "w" and ((w in _SEQUENCE_FUNCTIONS and p.at(i + 1) == "(")
+                                 or (w == "VALUE" and p.at(i - 1) in ("NEXT", "PREVIOUS") and p.at(i + 1) == "FOR"))):
+                raise Refused(f"{w if w != 'VALUE' else p.at(i - 1) + ' VALUE FOR'} is not supported by pydble: "
+                              f"MariaDB SEQUENCE objects are not (pydble's own sequences fill increment columns)")
             if ddl and w in _HOST_TABLE_OPTIONS and self._table_option(p, i, w):
                 raise Refused(f"the table option {w} is not supported by pydble: it would reach the backend "
                                 f"server's files or another server")

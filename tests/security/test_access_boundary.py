@@ -106,6 +106,10 @@ def test_tables_outside_the_grants_are_refused_in_every_statement_kind(px, backe
                 "SELECT MAX(v) FROM q)"):
         code, msg = _err(limited, sql)
         assert code == 1235 and "secret" not in msg, (sql, msg)
+    for sql in ("SELECT SETVAL(schema2.sing, 100)", "SELECT NEXTVAL(db1.sing)", "SELECT PREVIOUS VALUE FOR sing",
+                "INSERT INTO sharding_2_t1 VALUES (NEXT VALUE FOR schema2.sing, 1)"):
+        code, msg = _err(limited, sql)     # a SEQUENCE object is a table: never reached unchecked
+        assert code == 1235 and "SEQUENCE" in msg, (sql, msg)
     assert _err(limited, "USE schema2")[0] == 1044
     assert _err(limited, "CREATE TABLE evil2 LIKE schema2.sing")[0] in (1142, 1235)  # 1235: not co-located
     # a prepared statement (COM_STMT_PREPARE) is checked at PREPARE, before any backend prepares it
