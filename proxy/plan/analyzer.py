@@ -825,6 +825,9 @@ class Analyzer:
     def _an_show(self, p: Parser, sql: str, first: str) -> Analysis:
         k = 1
         if first == "SHOW":
+            if "SELECT" in p.up:   # SHOW ... WHERE runs on a node as written: a subquery would read past the grants
+                raise Refused("SHOW ... WHERE with a subquery is not supported by pydble: it would run on a node's "
+                              "database as written")
             while p.at(k) in ("EXTENDED", "FULL"):
                 k += 1
             if p.word(k, "CREATE") and p.word(k + 1, "TABLE"):

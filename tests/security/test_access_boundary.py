@@ -110,6 +110,15 @@ def test_tables_outside_the_grants_are_refused_in_every_statement_kind(px, backe
                 "INSERT INTO sharding_2_t1 VALUES (NEXT VALUE FOR schema2.sing, 1)"):
         code, msg = _err(limited, sql)     # a SEQUENCE object is a table: never reached unchecked
         assert code == 1235 and "SEQUENCE" in msg, (sql, msg)
+    # a SHOW's WHERE runs on a node as written: a subquery in it would be a yes/no oracle on any table there
+    for sql in ("SHOW COLUMNS FROM sharding_2_t1 WHERE (SELECT MAX(v) FROM schema2.sing) = 'secret'",
+                "SHOW INDEX FROM sharding_2_t1 WHERE (SELECT COUNT(*) FROM db1.sing) > 0",
+                "SHOW VARIABLES WHERE Variable_name = 'version' AND (SELECT MAX(v) FROM sing) = 'secret'",
+                "SHOW SESSION STATUS WHERE EXISTS (SELECT 1 FROM schema2.sing)",
+                "SHOW COLLATION WHERE Collation = 'utf8mb4_bin' AND (SELECT 1 FROM sing) = 1"):
+        code, msg = _err(limited, sql)
+        assert code in (1235, 1142), (sql, msg)
+    assert _rows(limited, "SHOW VARIABLES WHERE Variable_name = 'version' AND 1 = 1")   # the WHERE itself works
     assert _err(limited, "USE schema2")[0] == 1044
     assert _err(limited, "CREATE TABLE evil2 LIKE schema2.sing")[0] in (1142, 1235)  # 1235: not co-located
     # a prepared statement (COM_STMT_PREPARE) is checked at PREPARE, before any backend prepares it
