@@ -507,3 +507,18 @@ def test_use_reads_the_database_name_as_mysql_does(limited):
     for sql in ("USE", "USE ;", "USE schema1 schema2"):
         assert _err(limited, sql)[0] == 1064, sql
     assert _rows(limited, "SELECT DATABASE()") == [("schema1",)]
+
+
+def test_information_schema_queries_leave_nothing_on_shared_connections(px, limited):
+    """An information_schema query runs on a pooled backend connection: a variable assigned or a user lock
+    taken there would outlive the statement and reach whichever session gets the connection next."""
+    for sql in ("SELECT @leak := 'topsecret' FROM information_schema.SCHEMATA",
+                "SELECT GET_LOCK('leak', 0) FROM information_schema.SCHEMATA"):
+        assert _err(limited, sql)[0] == 1235, sql
+    other = px.connect()
+    try:
+        for _ in range(8):   # whichever pooled connection it lands on
+            assert _rows(other, "SELECT @leak FROM sharding_2_t1 WHERE id = 1") == [(None,)]
+        assert _rows(other, "SELECT IS_FREE_LOCK('leak')") == [(1,)]
+    finally:
+        other.close()
