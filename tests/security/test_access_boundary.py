@@ -119,6 +119,13 @@ def test_tables_outside_the_grants_are_refused_in_every_statement_kind(px, backe
         code, msg = _err(limited, sql)
         assert code in (1235, 1142), (sql, msg)
     assert _rows(limited, "SHOW VARIABLES WHERE Variable_name = 'version' AND 1 = 1")   # the WHERE itself works
+    # MariaDB's dynamic SQL: refused as a whole (it answered 1243 'Unknown prepared statement handler (IMMEDIATE)')
+    code, msg = _err(limited, "EXECUTE IMMEDIATE 'SELECT * FROM schema2.sing'")
+    assert (code, msg) == (1235, "EXECUTE IMMEDIATE is not supported by pydble: PREPARE the statement, then EXECUTE it")
+    with limited.cursor() as cur:      # a statement named `immediate` is still a name
+        cur.execute("PREPARE immediate FROM 'SELECT 7'")
+        cur.execute("EXECUTE immediate")
+        assert cur.fetchall() == ((7,),)
     assert _err(limited, "USE schema2")[0] == 1044
     assert _err(limited, "CREATE TABLE evil2 LIKE schema2.sing")[0] in (1142, 1235)  # 1235: not co-located
     # a prepared statement (COM_STMT_PREPARE) is checked at PREPARE, before any backend prepares it
