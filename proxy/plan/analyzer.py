@@ -247,8 +247,20 @@ class Analyzer:
             an.deletions = tuple(self.strips(toks))
         else:
             an.deletions = tuple(sorted(set(an.deletions) | set(self.strips(toks))))
-        an.access = self._access(an, p)
+        an.access = self._access(an, p) + self._routines(toks)
         return an
+
+    def _routines(self, toks: list[Token]) -> tuple[tuple[str, int, str, str], ...]:
+        """`schema.f(...)`, a stored function of a logical schema: the schema must be the user's (1044), as
+        the backend would run it with its definer's rights in a database other schemas share."""
+        out = []
+        for i in range(len(toks) - 3):
+            if (toks[i][0] in "wq" and toks[i + 1][:2] == ("o", ".") and toks[i + 2][0] in "wq"
+                    and toks[i + 3][:2] == ("o", "(") and not (i and toks[i - 1][:2] == ("o", "."))):
+                real = self._schema_names.get(unquote_ident(toks[i][1]).lower())
+                if real is not None:
+                    out.append(("EXECUTE", ANY, real, ""))
+        return tuple(dict.fromkeys(out))
 
     def _returning(self, p: Parser, analyze: Callable[[], Analysis]) -> Analysis:
         """MariaDB's `... RETURNING select_list` ends an INSERT, REPLACE or DELETE: the statement is read

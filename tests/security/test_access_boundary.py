@@ -126,6 +126,9 @@ def test_tables_outside_the_grants_are_refused_in_every_statement_kind(px, backe
         cur.execute("PREPARE immediate FROM 'SELECT 7'")
         cur.execute("EXECUTE immediate")
         assert cur.fetchall() == ((7,),)
+    # a stored function of another schema (its definer's rights, in a database schemas share)
+    assert _err(limited, "SELECT schema2.f()") == _db_denied("limited", "schema2")
+    assert _err(limited, "SELECT id FROM sharding_2_t1 WHERE v = `schema2` . f(1)") == _db_denied("limited", "schema2")
     assert _err(limited, "USE schema2")[0] == 1044
     assert _err(limited, "CREATE TABLE evil2 LIKE schema2.sing")[0] in (1142, 1235)  # 1235: not co-located
     # a prepared statement (COM_STMT_PREPARE) is checked at PREPARE, before any backend prepares it
