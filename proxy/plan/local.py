@@ -77,6 +77,11 @@ _PRIVILEGED_VARS = {
     "gtid_seq_no": _BINLOG_REPLAY, "sql_log_off": _SUPER, "log_disabled_statements": _SUPER,
     "enforce_storage_engine": _SUPER, "wsrep_on": _SUPER, "debug": _SUPER, "debug_dbug": _SUPER,
     "debug_sync": _SUPER, "innodb_tmpdir": "FILE",
+    # MySQL 8 backends: what its SYSTEM_VARIABLES_ADMIN / REPLICATION_APPLIER guard
+    "gtid_next": _SUPER, "original_commit_timestamp": _SUPER, "original_server_version": _SUPER,
+    "immediate_server_version": _SUPER, "pseudo_replica_mode": _SUPER, "rbr_exec_mode": _SUPER,
+    "sql_require_primary_key": _SUPER, "default_table_encryption": _SUPER, "binlog_rows_query_log_events": _SUPER,
+    "binlog_row_value_options": _SUPER, "binlog_transaction_compression": _SUPER,
 }
 
 

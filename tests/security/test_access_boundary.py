@@ -404,7 +404,7 @@ def test_session_variables_only_a_privileged_account_may_set_are_refused(px, lim
                       ("SET LOCAL binlog_format = 'STATEMENT'", binlog),
                       ("SET @@gtid_seq_no = 5", "SUPER, BINLOG REPLAY"), ("SET server_id = 7", "SUPER, BINLOG REPLAY"),
                       ("SET pseudo_thread_id = 1", "SUPER, BINLOG REPLAY"), ("SET innodb_tmpdir = '/tmp'", "FILE"),
-                      ("/*!40101 SET sql_log_bin = 0 */", binlog)):
+                      ("/*!40101 SET sql_log_bin = 0 */", binlog), ("SET gtid_next = 'AUTOMATIC'", super_)):
         assert _err(limited, sql) == (1227, f"Access denied; you need (at least one of) the {need} privilege(s) "
                                             f"for this operation"), sql
     assert _rows(limited, "SELECT @@sql_log_bin, @@sql_log_off, @@autocommit FROM sharding_2_t1 WHERE id = 1") == \
