@@ -15,7 +15,7 @@ from proxy.plan.analysis import (ALL, ANY, DELETE, HIDDEN_SCHEMAS, INSERT, LOCAL
                             shard_update_error)
 from proxy.plan.conditions import conjuncts, join_edges, names_shard_column
 from proxy.plan.parser import Parser
-from proxy.plan.sqltok import Token, unquote_ident
+from proxy.plan.sqltok import Token, unquote_ident, unquote_string
 
 if TYPE_CHECKING:  # pragma: no cover
     from proxy.plan.plan import Plan
@@ -38,9 +38,10 @@ _SHOW_PASS = frozenset({"VARIABLES", "STATUS", "WARNINGS", "ERRORS", "COUNT", "C
 # functions and clauses that act on the backend's host (its files), not on the logical schemas
 _HOST_WORDS = frozenset({"LOAD_FILE", "OUTFILE", "DUMPFILE", "SYS_EXEC", "SYS_EVAL"})
 # table options that put a table's files elsewhere on the backend's host or make it read another server
+# (MERGE / MRG_MyISAM and its UNION=(db.t, ...) read and write any MyISAM table of any database of the server)
 _HOST_TABLE_OPTIONS = frozenset({"DIRECTORY", "CONNECTION", "FILE_NAME", "CONNECT", "FEDERATED", "FEDERATEDX",
-                                 "SPIDER"})
-_HOST_ENGINES = frozenset({"CONNECT", "FEDERATED", "FEDERATEDX", "SPIDER"})
+                                 "SPIDER", "MERGE", "MRG_MYISAM", "UNION"})
+_HOST_ENGINES = frozenset({"CONNECT", "FEDERATED", "FEDERATEDX", "SPIDER", "MERGE", "MRG_MYISAM"})
 # MariaDB SEQUENCE objects (CREATE SEQUENCE is refused): their functions name a table no grant check reads
 _SEQUENCE_FUNCTIONS = frozenset({"NEXTVAL", "LASTVAL", "SETVAL"})
 _DDL_WORDS = {"CREATE_TABLE": "CREATE", "DROP_TABLE": "DROP", "TRUNCATE_TABLE": "DROP", "ALTER_TABLE": "ALTER",
@@ -310,6 +311,9 @@ class Analyzer:
         if w in _HOST_ENGINES:
             j = i - 2 if p.at(i - 1) == "=" else i - 1
             return p.at(j) == "ENGINE"
+        if w == "UNION":   # UNION [=] (t1, t2): the MERGE table option, not a set operation's UNION (SELECT ...)
+            j = i + 2 if p.at(i + 1) == "=" else i + 1
+            return p.at(j) == "(" and not p.is_query(j + 1)
         return p.at(i + 1) == "=" or (i + 1 < p.n and p.toks[i + 1][0] == "s")
 
     def _ddl_names(self, p: Parser, an: Analysis) -> Analysis:
@@ -332,6 +336,13 @@ class Analyzer:
         an.access = an.access + tuple(out)
         return an
 
+    def host_reach(self, toks: list[Token], schema: str | None, grants: Grants | None) -> None:
+        """_host_reach for a statement planned outside analyze() (a session's temporary table DDL)."""
+        try:
+            self._host_reach(Parser(self.resolve, toks, schema))
+        except HiddenSchema as e:
+            raise (grants.db_denied(e.schema) if grants is not None else e) from None
+
     def _host_reach(self, p: Parser) -> None:
         """Refuse what acts on the backend's host (files, other servers) or names a hidden schema,
         wherever it sits in the statement (read from the tokens: no clause of it is skipped)."""
@@ -339,6 +350,8 @@ class Analyzer:
         ddl = up[0] in ("CREATE", "ALTER") if toks else False
         for i, t in enumerate(toks):
             kind = t[0]
+            if kind == "s" and ddl and "ENGINE" in (p.at(i - 1), p.at(i - 2)):   # ENGINE [=] 'name'
+                kind, t = "q", (kind, "`" + unquote_string(t[1]).replace("`", "``") + "`", t[2], t[3])
             if kind not in "wq":
                 continue
             w = up[i] if kind == "w" else unquote_ident(t[1]).upper()
@@ -350,7 +363,7 @@ class Analyzer:
                               f"MariaDB SEQUENCE objects are not (pydble's own sequences fill increment columns)")
             if ddl and w in _HOST_TABLE_OPTIONS and self._table_option(p, i, w):
                 raise Refused(f"the table option {w} is not supported by pydble: it would reach the backend "
-                                f"server's files or another server")
+                                f"server's files, other databases or another server")
             if i + 2 < p.n and toks[i + 1][1] == "." and toks[i + 1][0] == "o" and w.lower() in HIDDEN_SCHEMAS:
                 if not (i and toks[i - 1][1] == "." and toks[i - 1][0] == "o"):
                     raise HiddenSchema(w.lower())

@@ -200,6 +200,32 @@ def test_backend_schemas_and_host_are_out_of_reach(limited, px):
         full.close()
 
 
+def test_no_table_reads_another_database_through_the_merge_engine(backends, limited):
+    """ENGINE=MERGE UNION=(db.t, ...) reads and writes any MyISAM table of any database of the server: a
+    user granted only schema1 read db1's. Refused (1235) for tables and temporary tables, however spelled."""
+    backends[0].query("CREATE TABLE IF NOT EXISTS myi (id INT, v VARCHAR(20)) ENGINE=MyISAM", database="db1")
+    backends[0].query("REPLACE INTO myi VALUES (1, 'myisam-secret')", database="db1")
+    try:
+        for sql in ("CREATE TABLE mrg (id INT, v VARCHAR(20)) ENGINE=MRG_MyISAM UNION=(db1.myi)",
+                    "CREATE TABLE mrg (id INT, v VARCHAR(20)) ENGINE = 'MERGE' UNION (`db1`.`myi`) INSERT_METHOD=LAST",
+                    "CREATE TABLE mrg (id INT, v VARCHAR(20)) UNION=(db1.myi)",   # default_storage_engine = MERGE
+                    "CREATE TEMPORARY TABLE mrg (id INT, v VARCHAR(20)) ENGINE=MERGE UNION=(db1.myi)",
+                    "CREATE TEMPORARY TABLE mrg (id INT) ENGINE=MyISAM DATA DIRECTORY='/tmp'",
+                    "CREATE TABLE fed (id INT) ENGINE='FEDERATED'",
+                    "ALTER TABLE sharding_2_t1 ENGINE=MRG_MyISAM"):
+            code, msg = _err(limited, sql)
+            assert code == 1235 and "secret" not in msg, (sql, msg)
+        with limited.cursor() as cur:   # a set operation's UNION in CREATE ... SELECT is not the option
+            cur.execute("CREATE TEMPORARY TABLE un (a INT) SELECT 1 AS a UNION (SELECT 2)")
+            cur.execute("SELECT a FROM un ORDER BY a")
+            assert cur.fetchall() == ((1,), (2,))
+            cur.execute("DROP TEMPORARY TABLE un")
+    finally:
+        backends[0].query("DROP TABLE IF EXISTS myi", database="db1")
+        for db in ("db1", "db3"):
+            backends[0].query("DROP TABLE IF EXISTS mrg", database=db)
+
+
 def test_hints_cannot_leave_the_grants(limited):
     # dn1's database (db1) also holds schema2.sing: a hint must not reach it under schema1's name
     for sql in ("/*!pydble:shardingNode=dn1*/ SELECT * FROM sing",
