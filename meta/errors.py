@@ -107,6 +107,17 @@ class RefreshIncomplete(BackendUnavailable):
 class ReadOnly(ProxyError):
     code, sqlstate = 1290, "HY000"
 
+    @classmethod
+    def of(cls, user: str) -> "ReadOnly":
+        """The refusal of a write or DDL by a `read_only = true` user."""
+        return cls(f"User '{user}' is read only")
+
+
+class SpecificAccessDenied(ProxyError):
+    """ER_SPECIFIC_ACCESS_DENIED_ERROR: what MariaDB answers a user without SUPER (or the privilege named)."""
+
+    code, sqlstate = 1227, "42000"
+
 
 class TooManyConnections(ProxyError):
     code, sqlstate = 1040, "08004"

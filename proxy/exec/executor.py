@@ -469,7 +469,7 @@ class Executor:
         if self.temp.tables:
             raise NotSupported("LOCK TABLES while the session has temporary tables is not supported by pydble: "
                                "DROP TEMPORARY TABLE first")
-        per_node, tables = self.runtime.router.lock_plan(sql, self.session.schema)
+        per_node, tables = self.runtime.router.lock_plan(sql, self.session.schema, self.session.grants)
         await self.unlock_tables()
         timeout = self.runtime.backends.timeout_s
         got: dict[str, BackendConnection] = {}

@@ -17,8 +17,8 @@ from proxy.plan.analyzer import Refused
 from proxy.plan.router import POINT_KEY_MAX, POINT_TEXT_MAX
 from proxy.ddl.ddl import require_meta
 from proxy.plan.local import calls_session_functions
-from proxy.exec.primitives import (Concatenate, Ddl, Join, MultiWrite, NodePlan, NodesUnlimited, OrCopies, OverCopies,
-                         Primitive, Route, Scatter, SelectInsertId, SequenceInsert, TempDdl, TempStatement,
+from proxy.exec.primitives import (Concatenate, Ddl, Join, Maintenance, MultiWrite, NodePlan, NodesUnlimited, OrCopies,
+                         OverCopies, Primitive, Route, Scatter, SelectInsertId, SequenceInsert, TempDdl, TempStatement,
                          UserLockCall)
 from proxy.exec.temp_tables import is_temporary_ddl
 from proxy.wire.packets import com_query
@@ -95,7 +95,7 @@ async def _build(ctx: ExecContext, sql: str, explain: bool) -> Primitive:
     if plan.tables and not explain:  # as in MariaDB, a statement on tables starts a fresh SHOW WARNINGS
         s.warnings = []
     if s.read_only and (plan.is_write or plan.kind == "ddl") and not explain:
-        raise ReadOnly(f"User '{s.user}' is read only")
+        raise ReadOnly.of(s.user)
     if ctx.locked_tables and not explain:
         ctx.check_locked(plan)
     if user_lock_calls(sql):
@@ -112,6 +112,8 @@ async def _build(ctx: ExecContext, sql: str, explain: bool) -> Primitive:
         s.route = "single" if len(plan.targets) == 1 else "multi"
     if plan.setop is not None:
         return OrCopies(Concatenate(plan), sql) if shadow is None else Concatenate(plan)
+    if plan.maintenance:
+        return Maintenance(plan)
     if len(plan.targets) == 1:
         schemas = {schema for schema, _ in plan.tables}
         if first_keyword(sql) in ("EXPLAIN", "ANALYZE") and len(schemas) == 1 and not plan.hint:

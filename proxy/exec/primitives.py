@@ -218,6 +218,71 @@ class Scatter:
 
 
 @dataclass(frozen=True)
+class Maintenance:
+    """ANALYZE / CHECK / CHECKSUM / OPTIMIZE / REPAIR TABLE: every node of the tables runs it, and the rows,
+    which name each node's `database.table`, are answered under the logical schema, one table's rows
+    combined over its nodes (never the first node's verdict for the whole table)."""
+
+    plan: Plan
+
+    async def run(self, ctx: ExecContext, r: Reply, more: bool, may_relay: bool) -> bool:
+        scanners = await ctx._run_on([(t.node, t.sql) for t in self.plan.targets])
+        failed = next((sc.error for sc in scanners if sc.error is not None), None)
+        if failed is not None:
+            r.err_info(failed)
+        elif all(sc.results and sc.results[0].columns for sc in scanners):
+            r.resultset(maintenance_rows(ctx, self.plan, scanners), ctx.session.status(), more)
+        else:
+            ctx.add_results(scanners[0], r, more)
+        return False
+
+    def explain(self, out: Explainer) -> str:
+        return out.step("MERGE", _bases(out, self.plan), "each table's rows under its logical name")
+
+
+_CHECKSUM_MOD = 1 << 32   # MariaDB's table checksum is the sum of its rows' checksums, in 32 bits
+
+
+def maintenance_rows(ctx: ExecContext, plan: Plan, scanners: list[ResponseScanner]) -> ResultSet:
+    """The nodes' rows of a maintenance statement as one server answers it: `db.table` named
+    `schema.table` (in the messages too); per table, CHECKSUM is summed over a sharding table's parts (one
+    copy of any other), and the other statements' rows are listed once each, an `OK` status left out
+    where some node reported another."""
+    config, backends = ctx.runtime.config, ctx.runtime.backends
+    columns = scanners[0].results[0].columns
+    schema_of = {t: s for s, t in plan.tables}
+    checksum = [c.name.lower() for c in columns] == ["table", "checksum"]
+    per_table: dict[bytes, list[tuple[int, list[bytes | None]]]] = {}
+    for i, (target, sc) in enumerate(zip(plan.targets, scanners)):
+        db = backends.database_of(target.node)
+        for row in sc.results[0].rows:
+            full = bytes(row[0] or b"")
+            d, _, t = full.decode("utf-8", "replace").partition(".")
+            schema = schema_of.get(t.lower())
+            if d == db and schema is not None:
+                logical = f"{schema}.{t}".encode()
+                row = [logical] + [v.replace(full, logical) if v is not None else None for v in row[1:]]
+            per_table.setdefault(row[0] or b"", []).append((i, list(row)))
+    out: list[list[bytes | None]] = []
+    for name, rows in per_table.items():
+        schema, _, t = name.decode("utf-8", "replace").partition(".")
+        cfg = config.table(schema, t) if schema in config.schemas else None
+        if checksum:
+            if cfg is None or cfg.type != "sharding":
+                out.append(rows[0][1])
+            else:
+                values = [r[1] for _, r in rows]
+                total = None if None in values else sum(int(v) for v in values) % _CHECKSUM_MOD  # type: ignore
+                out.append([name, None if total is None else str(total).encode()])
+            continue
+        distinct = list(dict.fromkeys(tuple(r) for _, r in rows))
+        verdicts = {r[3] for r in distinct if (r[2] or b"").lower() == b"status"}
+        out += [list(r) for r in distinct if not (len(verdicts) > 1 and (r[2] or b"").lower() == b"status"
+                                                  and r[3] == b"OK")]
+    return ResultSet(columns, out)
+
+
+@dataclass(frozen=True)
 class MultiWrite:
     """A write on several nodes, all of them or none (the executor's implicit transaction, XA or
     savepoint); a global table's copies (`broadcast`) count once. Multi-row INSERTs were split per node."""

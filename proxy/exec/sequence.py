@@ -167,7 +167,7 @@ class Sequences:
             return None
         # who may not write the table burns no values (and learns nothing from MAX(column))
         if session.read_only:
-            raise ReadOnly(f"User '{session.user}' is read only")
+            raise ReadOnly.of(session.user)
         if session.grants is not None:
             word = "REPLACE" if sql.lstrip()[:7].upper() == "REPLACE" else "INSERT"
             session.grants.check(((word, INSERT, table[0], table[1]),))

@@ -151,7 +151,7 @@ class TempTables:
             raise NotSupported("temporary tables while LOCK TABLES is held are not supported by pydble: "
                                "UNLOCK TABLES first")
         if ex.session.read_only:
-            raise ReadOnly(f"User '{ex.session.user}' is read only")
+            raise ReadOnly.of(ex.session.user)
         toks = tokenize(sql)
         while toks and toks[-1][0] == "o" and toks[-1][1] == ";":
             toks.pop()
@@ -186,6 +186,8 @@ class TempTables:
         return schema, parts[-1], k
 
     async def _create(self, sql: str, toks: list[Token], r: Reply, more: bool) -> None:
+        ex = self.executor   # its table options go to the node as written: none may reach the host or other databases
+        ex.runtime.router.analyzer.host_reach(toks, ex.session.schema, ex.session.grants)
         up = [t[1].upper() if t[0] == "w" else t[1] for t in toks]
         k = 1
         replace_ = up[1:3] == ["OR", "REPLACE"]

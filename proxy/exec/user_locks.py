@@ -104,8 +104,7 @@ class UserLocks:
     async def run(self, plan: Plan, sql: str, packet: bytes, r: Reply, more: bool) -> None:
         """Run a table-less statement calling lock functions on the session's lock connection."""
         if plan.tables or plan.hint or first_keyword(sql) not in ("SELECT", "DO"):
-            raise NotSupported("GET_LOCK and the other user-lock functions are supported by pydble only in a "
-                               "SELECT without tables: user locks live on one connection of the session")
+            raise NotSupported(ONLY_WITHOUT_TABLES)
         if any(t[0] == "w" and t[1].upper() == "INTO" for t in tokenize(sql)):
             raise NotSupported("SELECT ... INTO with a user-lock function is not supported by pydble: the variable "
                                "would be set on the lock connection only")
@@ -175,6 +174,10 @@ def assigns_variable(sql: str) -> bool:
     return any(t[0] == "v" and not t[1].startswith("@@") and nxt[0] == "o" and nxt[1] == ":="
                or into and t[0] == "w" and t[1].upper() == "INTO" and nxt[0] == "v" and not nxt[1].startswith("@@")
                for t, nxt in zip(toks, toks[1:]))
+
+
+ONLY_WITHOUT_TABLES = ("GET_LOCK and the other user-lock functions are supported by pydble only in a SELECT "
+                       "without tables: user locks live on one connection of the session")
 
 
 def refuse_assignment(sql: str) -> None:

@@ -104,6 +104,7 @@ class Analysis:
     nodes: tuple[str, ...] = ()       # for mode fixed
     ddl: str | None = None
     if_exists: bool = False
+    maintenance: bool = False            # ANALYZE/CHECK/CHECKSUM/OPTIMIZE/REPAIR TABLE: rows name db.table
     cacheable: bool = True
     # mode query
     top: Query | None = None

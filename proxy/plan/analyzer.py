@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from meta.config import SYSTEM_SCHEMAS, Config, UserConfig
-from meta.errors import (DbAccessDenied, NoDatabaseSelected, NoSuchTable, NotSupported, ProxyError,
+from meta.errors import (DbAccessDenied, NoDatabaseSelected, NoSuchTable, NotSupported, ProxyError, ReadOnly,
                          TableAccessDenied, UnknownDatabase)
 from meta.sharding import make_function
 from proxy.plan.analysis import (ALL, ANY, DELETE, HIDDEN_SCHEMAS, INSERT, LOCAL_TYPES, SELECT, SESSION_WORDS,
@@ -15,7 +15,7 @@ from proxy.plan.analysis import (ALL, ANY, DELETE, HIDDEN_SCHEMAS, INSERT, LOCAL
                             shard_update_error)
 from proxy.plan.conditions import conjuncts, join_edges, names_shard_column
 from proxy.plan.parser import Parser
-from proxy.plan.sqltok import Token, unquote_ident
+from proxy.plan.sqltok import Token, unquote_ident, unquote_string
 
 if TYPE_CHECKING:  # pragma: no cover
     from proxy.plan.plan import Plan
@@ -30,15 +30,20 @@ class HiddenSchema(DbAccessDenied):
 
 
 # SHOW forms a backend may answer for any client: they describe the session or the server's
-# capabilities, never another database's objects or sessions (the rest is refused, see _an_show)
+# capabilities, never a database's objects or sessions (the rest is refused, see _an_show; SHOW TABLE
+# STATUS and SHOW TRIGGERS are answered by the session over the logical schemas, any other spelling of
+# them would list a node's physical database, which may hold other schemas' tables)
 _SHOW_PASS = frozenset({"VARIABLES", "STATUS", "WARNINGS", "ERRORS", "COUNT", "CHARACTER", "CHARSET",
-                        "COLLATION", "ENGINES", "PRIVILEGES", "TABLE", "TRIGGERS", "SESSION", "GLOBAL", "LOCAL"})
+                        "COLLATION", "ENGINES", "PRIVILEGES", "SESSION", "GLOBAL", "LOCAL"})
 # functions and clauses that act on the backend's host (its files), not on the logical schemas
 _HOST_WORDS = frozenset({"LOAD_FILE", "OUTFILE", "DUMPFILE", "SYS_EXEC", "SYS_EVAL"})
 # table options that put a table's files elsewhere on the backend's host or make it read another server
+# (MERGE / MRG_MyISAM and its UNION=(db.t, ...) read and write any MyISAM table of any database of the server)
 _HOST_TABLE_OPTIONS = frozenset({"DIRECTORY", "CONNECTION", "FILE_NAME", "CONNECT", "FEDERATED", "FEDERATEDX",
-                                 "SPIDER"})
-_HOST_ENGINES = frozenset({"CONNECT", "FEDERATED", "FEDERATEDX", "SPIDER"})
+                                 "SPIDER", "MERGE", "MRG_MYISAM", "UNION"})
+_HOST_ENGINES = frozenset({"CONNECT", "FEDERATED", "FEDERATEDX", "SPIDER", "MERGE", "MRG_MYISAM"})
+# MariaDB SEQUENCE objects (CREATE SEQUENCE is refused): their functions name a table no grant check reads
+_SEQUENCE_FUNCTIONS = frozenset({"NEXTVAL", "LASTVAL", "SETVAL"})
 _DDL_WORDS = {"CREATE_TABLE": "CREATE", "DROP_TABLE": "DROP", "TRUNCATE_TABLE": "DROP", "ALTER_TABLE": "ALTER",
               "CREATE_INDEX": "INDEX", "DROP_INDEX": "INDEX", "RENAME_TABLE": "ALTER"}
 
@@ -103,6 +108,19 @@ class Grants:
             bits = user.dml(schema, table)
             if not (bits == "1111" if bit == ALL else "1" in bits if bit == ANY else bits[bit] == "1"):
                 raise TableAccessDenied(f"{word} command denied to user {self.who} for table '{table}'")
+
+    def sees(self, schema: str, table: str) -> bool:
+        """Is the table listed to this user (SHOW TABLES, information_schema)? As MySQL lists only the
+        tables a user holds some privilege on, one with none of the four dml bits is not."""
+        return not self.dml_limited or self.user.dml(schema, table) != "0000"
+
+    def check_lock(self, items: Sequence[tuple[str, str, bool]]) -> None:
+        """LOCK TABLES of (schema, table, write) items, as MariaDB checks it: the database granted (1044),
+        SELECT on the table (1142), no WRITE lock for a read-only user (1290): a lock blocks other users."""
+        for schema, table, write in items:
+            self.check((("LOCK", ANY, schema, ""), ("SELECT", SELECT, schema, table)))
+            if write and self.user.read_only:
+                raise ReadOnly.of(self.user.name)
 
     def unknown_table(self, e: UnknownTable | UnknownSchema, first_word: str) -> ProxyError:
         """An unknown table in a schema outside the grants is refused, not reported missing."""
@@ -230,17 +248,33 @@ class Analyzer:
             an.deletions = tuple(self.strips(toks))
         else:
             an.deletions = tuple(sorted(set(an.deletions) | set(self.strips(toks))))
-        an.access = self._access(an, p)
+        an.access = self._access(an, p) + self._routines(toks)
         return an
+
+    def _routines(self, toks: list[Token]) -> tuple[tuple[str, int, str, str], ...]:
+        """`schema.f(...)`, a stored function of a logical schema: the schema must be the user's (1044), as
+        the backend would run it with its definer's rights in a database other schemas share."""
+        out = []
+        for i in range(len(toks) - 3):
+            if (toks[i][0] in "wq" and toks[i + 1][:2] == ("o", ".") and toks[i + 2][0] in "wq"
+                    and toks[i + 3][:2] == ("o", "(") and not (i and toks[i - 1][:2] == ("o", "."))):
+                real = self._schema_names.get(unquote_ident(toks[i][1]).lower())
+                if real is not None:
+                    out.append(("EXECUTE", ANY, real, ""))
+        return tuple(dict.fromkeys(out))
 
     def _returning(self, p: Parser, analyze: Callable[[], Analysis]) -> Analysis:
         """MariaDB's `... RETURNING select_list` ends an INSERT, REPLACE or DELETE: the statement is read
-        up to it (the parser's end moved there), the list goes to the backend as written."""
+        up to it (the parser's end moved there), the list goes to the backend as written: so a subquery in
+        it, which would read any table of that node's database past the grants, is refused."""
         at = p.skip_to(1, p.n, ("RETURNING",), None)
         if at >= p.n:
             return analyze()
         if at + 1 >= p.n:
             raise p.syntax(at)
+        if any(p.toks[i][0] == "o" and p.up[i] == "(" and p.is_query(i + 1) for i in range(at + 1, p.n)):
+            raise Refused("a subquery in RETURNING is not supported by pydble: the list runs as written on the "
+                          "written table's node")
         n, p.n = p.n, at
         try:
             an = analyze()
@@ -277,6 +311,9 @@ class Analyzer:
         if w in _HOST_ENGINES:
             j = i - 2 if p.at(i - 1) == "=" else i - 1
             return p.at(j) == "ENGINE"
+        if w == "UNION":   # UNION [=] (t1, t2): the MERGE table option, not a set operation's UNION (SELECT ...)
+            j = i + 2 if p.at(i + 1) == "=" else i + 1
+            return p.at(j) == "(" and not p.is_query(j + 1)
         return p.at(i + 1) == "=" or (i + 1 < p.n and p.toks[i + 1][0] == "s")
 
     def _ddl_names(self, p: Parser, an: Analysis) -> Analysis:
@@ -299,6 +336,13 @@ class Analyzer:
         an.access = an.access + tuple(out)
         return an
 
+    def host_reach(self, toks: list[Token], schema: str | None, grants: Grants | None) -> None:
+        """_host_reach for a statement planned outside analyze() (a session's temporary table DDL)."""
+        try:
+            self._host_reach(Parser(self.resolve, toks, schema))
+        except HiddenSchema as e:
+            raise (grants.db_denied(e.schema) if grants is not None else e) from None
+
     def _host_reach(self, p: Parser) -> None:
         """Refuse what acts on the backend's host (files, other servers) or names a hidden schema,
         wherever it sits in the statement (read from the tokens: no clause of it is skipped)."""
@@ -306,14 +350,20 @@ class Analyzer:
         ddl = up[0] in ("CREATE", "ALTER") if toks else False
         for i, t in enumerate(toks):
             kind = t[0]
+            if kind == "s" and ddl and "ENGINE" in (p.at(i - 1), p.at(i - 2)):   # ENGINE [=] 'name'
+                kind, t = "q", (kind, "`" + unquote_string(t[1]).replace("`", "``") + "`", t[2], t[3])
             if kind not in "wq":
                 continue
             w = up[i] if kind == "w" else unquote_ident(t[1]).upper()
             if w in _HOST_WORDS:
                 raise Refused(f"{w} is not supported by pydble: it would act on the backend server's host")
+            if (kind == "w" and ((w in _SEQUENCE_FUNCTIONS and p.at(i + 1) == "(")
+                                 or (w == "VALUE" and p.at(i - 1) in ("NEXT", "PREVIOUS") and p.at(i + 1) == "FOR"))):
+                raise Refused(f"{w if w != 'VALUE' else p.at(i - 1) + ' VALUE FOR'} is not supported by pydble: "
+                              f"MariaDB SEQUENCE objects are not (pydble's own sequences fill increment columns)")
             if ddl and w in _HOST_TABLE_OPTIONS and self._table_option(p, i, w):
                 raise Refused(f"the table option {w} is not supported by pydble: it would reach the backend "
-                                f"server's files or another server")
+                                f"server's files, other databases or another server")
             if i + 2 < p.n and toks[i + 1][1] == "." and toks[i + 1][0] == "o" and w.lower() in HIDDEN_SCHEMAS:
                 if not (i and toks[i - 1][1] == "." and toks[i - 1][0] == "o"):
                     raise HiddenSchema(w.lower())
@@ -335,6 +385,9 @@ class Analyzer:
         return an
 
     def _an_select(self, p: Parser) -> Analysis:
+        if any(t[0] == "w" and w == "PROCEDURE" for t, w in zip(p.toks, p.up)):
+            raise Refused("PROCEDURE ANALYSE is not supported by pydble: its rows name a node's physical "
+                          "database and describe one part of the table")
         q = p.query(0, p.n, None, {})
         an = Analysis("select", False, ())
         an.top = q
@@ -797,6 +850,9 @@ class Analyzer:
     def _an_show(self, p: Parser, sql: str, first: str) -> Analysis:
         k = 1
         if first == "SHOW":
+            if "SELECT" in p.up:   # SHOW ... WHERE runs on a node as written: a subquery would read past the grants
+                raise Refused("SHOW ... WHERE with a subquery is not supported by pydble: it would run on a node's "
+                              "database as written")
             while p.at(k) in ("EXTENDED", "FULL"):
                 k += 1
             if p.word(k, "CREATE") and p.word(k + 1, "TABLE"):
@@ -816,17 +872,10 @@ class Analyzer:
                     dels = []
                 return Analysis("other", False, self._names_of(table), nodes=(self._one(table, p.schema),),
                                  deletions=tuple(dels), access=(("SELECT", ANY, table.schema, table.name),))
-            if p.at(k) not in _SHOW_PASS or (p.word(k, "TABLE") and not p.word(k + 1, "STATUS")):
+            if p.at(k) not in _SHOW_PASS:
                 raise not_supported(f"SHOW {p.at(k)} is not supported by pydble: it would describe the backend "
                                     f"server rather than the logical schemas")
-            access: tuple[tuple[str, int, str, str], ...] = ()
-            j = p.skip_to(k, p.n, ("FROM", "IN", "LIKE", "WHERE"), None)
-            if j < p.n and p.at(j) in ("FROM", "IN"):   # SHOW TABLE STATUS FROM db: the user's schemas only
-                db = p.ident(j + 1) or ""
-                if db.lower() in HIDDEN_SCHEMAS:
-                    raise HiddenSchema(db.lower())
-                access = (("SHOW", ANY, self._schema_names.get(db.lower(), db), ""),)
-            return Analysis("other", False, (), nodes=(self.home(p.schema),), access=access)
+            return Analysis("other", False, (), nodes=(self.home(p.schema),))
         # DESC/DESCRIBE/EXPLAIN: a table, or a statement to explain
         while p.at(k) in ("EXTENDED", "PARTITIONS", "ANALYZE", "FORMAT"):
             if p.word(k, "FORMAT") and p.at(k + 1) == "=":
@@ -883,4 +932,4 @@ class Analyzer:
         word, bit = ("SELECT", SELECT) if first in ("CHECK", "CHECKSUM") else ("INSERT", ALL)
         return Analysis("other", first in ("ANALYZE", "OPTIMIZE", "REPAIR"),
                          tuple(dict.fromkeys((t.schema, t.name) for t in tables)), nodes=tables[0].nodes,
-                         access=tuple((word, bit, t.schema, t.name) for t in tables))
+                         access=tuple((word, bit, t.schema, t.name) for t in tables), maintenance=True)

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from meta.errors import NotSupported, ParseError
+from meta.errors import NotSupported, ParseError, SpecificAccessDenied
 
 from proxy.wire.constants import T_LONGLONG, T_VAR_STRING
 from proxy.wire.messages import ColumnDef, ResultSet
@@ -62,8 +62,35 @@ _TRANSACTION = re.compile(r"^(?:(?P<scope>SESSION|LOCAL|GLOBAL)\s+)?TRANSACTION\
 _ASSIGN = re.compile(
     r"^(?:(?P<scope>GLOBAL|SESSION|LOCAL|PERSIST)\s+|@@(?P<scope2>global|session|local)\.|@@)?"
     r"(?P<name>@?`?[\w$.]+`?)\s*(?::=|=)\s*(?P<value>.+)$", re.I | re.S)
+_PASSWORD = re.compile(r"PASSWORD\b", re.I)   # SET PASSWORD [FOR user] = ...
 _BOOL = {"0": "0", "1": "1", "off": "0", "on": "1", "false": "0", "true": "1", "'off'": "0", "'on'": "1",
          "'0'": "0", "'1'": "1"}
+
+
+# Session variables MariaDB lets only SUPER (or the privilege named) set: they change what the backend
+# logs and replicates or where it writes files. A client never gets them through the backend's account.
+_SUPER, _BINLOG_ADMIN, _BINLOG_REPLAY = "SUPER", "SUPER, BINLOG ADMIN", "SUPER, BINLOG REPLAY"
+_PRIVILEGED_VARS = {
+    "sql_log_bin": _BINLOG_ADMIN, "binlog_format": _BINLOG_ADMIN, "binlog_row_image": _BINLOG_ADMIN,
+    "binlog_annotate_row_events": _BINLOG_ADMIN, "binlog_direct_non_transactional_updates": _BINLOG_ADMIN,
+    "pseudo_thread_id": _BINLOG_REPLAY, "server_id": _BINLOG_REPLAY, "gtid_domain_id": _BINLOG_REPLAY,
+    "gtid_seq_no": _BINLOG_REPLAY, "sql_log_off": _SUPER, "log_disabled_statements": _SUPER,
+    "enforce_storage_engine": _SUPER, "wsrep_on": _SUPER, "debug": _SUPER, "debug_dbug": _SUPER,
+    "debug_sync": _SUPER, "innodb_tmpdir": "FILE",
+    # MySQL 8 backends: what its SYSTEM_VARIABLES_ADMIN / REPLICATION_APPLIER guard
+    "gtid_next": _SUPER, "original_commit_timestamp": _SUPER, "original_server_version": _SUPER,
+    "immediate_server_version": _SUPER, "pseudo_replica_mode": _SUPER, "rbr_exec_mode": _SUPER,
+    "sql_require_primary_key": _SUPER, "default_table_encryption": _SUPER, "binlog_rows_query_log_events": _SUPER,
+    "binlog_row_value_options": _SUPER, "binlog_transaction_compression": _SUPER,
+}
+
+
+def _settable(name: str) -> None:
+    """Refuse (1227, MariaDB's words) a session variable only a privileged backend account may set."""
+    need = _PRIVILEGED_VARS.get(name)
+    if need is not None:
+        raise SpecificAccessDenied(f"Access denied; you need (at least one of) the {need} privilege(s) for this "
+                                   f"operation")
 
 
 _NOT_REPLAYED = frozenset({"SELECT", "WITH", "TABLE", "VALUES", "LOAD_FILE", "SYS_EXEC", "SYS_EVAL"})
@@ -115,6 +142,9 @@ def parse_set(sql: str) -> list[Assignment]:
             else:
                 raise ParseError(f"You have an error in your SQL syntax near '{item}'")
         return out
+    if _PASSWORD.match(body):
+        raise NotSupported("SET PASSWORD is not supported by pydble: client users' passwords are in its "
+                           "configuration, and a backend account's is the operator's")
     for item in split_top_level(body):
         nm = _NAMES.match(item)
         if nm:
@@ -143,6 +173,7 @@ def parse_set(sql: str) -> list[Assignment]:
             out.append(Assignment(name.lower(), f"SET {name} = {value}"))
             continue
         lname = name.lower()
+        _settable(lname)
         if lname == "autocommit":
             v = _BOOL.get(value.lower())
             if v is None:
@@ -386,6 +417,32 @@ def parse_show_table_status(sql: str) -> tuple[str | None, str | None, str | Non
     if not m:
         return None
     return m.group("db"), m.group("like"), m.group("where")
+
+
+_SHOW_TRIGGERS = re.compile(
+    r"^\s*SHOW\s+TRIGGERS(?:\s+(?:FROM|IN)\s+`?(?P<db>[\w$]+)`?)?(?:\s+LIKE\s+'(?P<like>[^'\\]*)'"
+    r"|\s+WHERE\s+(?P<where>.+?))?\s*;?\s*$", re.I | re.S)
+# SHOW TRIGGERS' columns, as MariaDB builds them from information_schema.TRIGGERS
+_TRIGGER_COLUMNS = (("TRIGGER_NAME", "Trigger"), ("EVENT_MANIPULATION", "Event"), ("EVENT_OBJECT_TABLE", "Table"),
+                    ("ACTION_STATEMENT", "Statement"), ("ACTION_TIMING", "Timing"), ("CREATED", "Created"),
+                    ("SQL_MODE", "sql_mode"), ("DEFINER", "Definer"), ("CHARACTER_SET_CLIENT", "character_set_client"),
+                    ("COLLATION_CONNECTION", "collation_connection"), ("DATABASE_COLLATION", "Database Collation"))
+
+
+def parse_show_triggers(sql: str) -> tuple[str | None, str | None, str | None] | None:
+    """(schema, LIKE pattern, WHERE text) of SHOW TRIGGERS [FROM db] [LIKE '...' | WHERE ...], else None."""
+    m = _SHOW_TRIGGERS.match(sql)
+    return None if m is None else (m.group("db"), m.group("like"), m.group("where"))
+
+
+def show_triggers_query(schema: str, like: str | None, where: str | None) -> str:
+    """SHOW TRIGGERS as the information_schema.TRIGGERS query it stands for, so the logical schemas'
+    triggers are told (or refused) in one place, never a node's physical database."""
+    cols = ", ".join(f"{c} AS `{n}`" for c, n in _TRIGGER_COLUMNS)
+    db = schema.replace("'", "''")
+    q = (f"SELECT {cols} FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = '{db}'"
+         + (f" AND EVENT_OBJECT_TABLE LIKE '{like}'" if like is not None else ""))
+    return q if where is None else f"SELECT * FROM ({q}) AS `triggers` WHERE {where}"
 
 
 def table_status_result(columns: list[ColumnDef], rows: dict[str, list[list[bytes | None]]]) -> ResultSet:

@@ -29,3 +29,4 @@ class Plan:
     returning_copies: bool = False  # ... RETURNING on a global table: every node must return the same rows
     setop: Any = None              # a UNION/INTERSECT/EXCEPT combined in the proxy (proxy.exec.setops.SetPlan)
     row_groups: tuple[Sequence[int], ...] | None = None  # INSERT on several nodes: each target's rows (0-based)
+    maintenance: bool = False      # ANALYZE/CHECK/CHECKSUM/OPTIMIZE/REPAIR TABLE: its rows name each node's db.table

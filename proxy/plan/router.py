@@ -185,11 +185,20 @@ class Router:
             raise ParseError("You have an error in your SQL syntax: the statement nests parentheses or "
                              "subqueries too deeply to route") from None
 
-    def lock_plan(self, sql: str, schema: str | None) -> tuple[dict[str, str], frozenset[tuple[str, str]]]:
-        """LOCK TABLES: the statement each shardingNode of the locked tables runs, and the tables locked."""
+    def lock_plan(self, sql: str, schema: str | None, grants: Grants | None = None
+                  ) -> tuple[dict[str, str], frozenset[tuple[str, str]]]:
+        """LOCK TABLES: the statement each shardingNode of the locked tables runs, and the tables locked;
+        with a client's grants, refused (1044/1142/1290) unless the user may lock every table it names."""
         per_node: dict[str, list[str]] = {}
         tables: dict[tuple[str, str], None] = {}
-        items = self.analyzer.lock_tables(tokenize(sql), schema)
+        try:
+            items = self.analyzer.lock_tables(tokenize(sql), schema)
+        except (HiddenSchema, UnknownTable, UnknownSchema) as e:
+            if grants is None or (isinstance(e, UnknownTable) and e.schema in grants.user.schemas):
+                raise
+            raise grants.db_denied(e.schema) from None   # as MariaDB: the database is refused
+        if grants is not None:
+            grants.check_lock([(t.schema, t.name, "WRITE" in mode) for t, _, _, mode in items])
         if self.views is not None:   # a view pydble keeps: its base tables are locked (proxy/session/views.py)
             items = self.views.lock_items(self.analyzer, items)
         for table, name, alias, mode in items:
@@ -425,7 +434,7 @@ class Router:
             return Plan(an.kind, (Target(an.nodes[0], sql[:at] + inner),), an.is_write, an.tables)
         phys = self._render(sql, toks, an.deletions)
         return Plan(an.kind, tuple(Target(n, phys) for n in an.nodes), an.is_write, an.tables, None, an.ddl,
-                    an.if_exists)
+                    an.if_exists, maintenance=an.maintenance)
 
     def _plan_query(self, an: Analysis, sql: str, toks: list[Token], schema: str | None) -> Plan:
         ref = an.single

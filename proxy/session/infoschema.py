@@ -33,6 +33,7 @@ from meta.errors import NotSupported
 
 from proxy.plan.local import PROCESSLIST_TABLE_COLUMNS, processlist_table_rows, substitute_database
 from proxy.exec.materialize import chunks, inserts, quote, scratch_connection, setup_error
+from proxy.exec.user_locks import ONLY_WITHOUT_TABLES, calls as user_lock_calls, refuse_assignment
 from proxy.wire.messages import ColumnDef, ResultSet
 from proxy.wire.packets import com_query, splice
 from proxy.wire.reply import Reply
@@ -226,7 +227,7 @@ class InfoSchema:
         for node in self._nodes_of(schema):
             for r in node_rows[node]:
                 name = (r[tidx] or b"").decode("utf-8", "replace")
-                if node in self._owner_nodes(schema, name):
+                if node in self._owner_nodes(schema, name) and self.session.sees(schema, name):
                     owned.setdefault(name.lower(), {}).setdefault(node, []).append(r)
         out: list[list[bytes | None]] = []
         for key in sorted(owned):
@@ -312,6 +313,9 @@ class InfoSchema:
         plan = self.runtime.router.route(sql, self.session.schema)
         if plan.is_write or plan.tables:
             raise NotSupported("a query that mixes information_schema with tables is not supported by pydble")
+        refuse_assignment(sql)   # as for any statement: nothing may stay on the shared backend connection
+        if user_lock_calls(sql):
+            raise NotSupported(ONLY_WITHOUT_TABLES)
         copies = {ref.spelling: ref.table for ref in refs if ref.table not in SERVER_WIDE}
         mapped = sorted({t for t in copies.values() if t in MAPPED})
         data = await self._logical_rows(mapped) if mapped else {}

@@ -30,7 +30,7 @@ from proxy.wire.handshake import parse_change_user, parse_stored_password, verif
 from proxy.wire.messages import ResultSet, eof_packet, err_packet
 from proxy.wire.packets import PacketFramer, PacketTooBig, ProtocolError, frame
 from proxy.wire.reply import Reply
-from proxy.plan.sqltok import first_keyword, tokenize
+from proxy.plan.sqltok import first_keyword, tokenize, unquote_ident
 from proxy.exec.user_locks import calls as user_lock_calls
 from proxy.exec.xa import refuse_implicit_commit, xa_switch
 
@@ -649,9 +649,10 @@ class Session:
             r.ok(self.status(), more=more)
             return False
         elif kw == "USE":
-            parts = sql.strip().rstrip(";").split(None, 1)  # "USE ;" has no name: refused, not a crash
-            name = parts[1].strip().strip("`") if len(parts) > 1 else ""
-            self.use_schema(name)
+            toks = [t for t in tokenize(sql) if not (t[0] == "o" and t[1] == ";")]   # comments, quotes as MySQL reads them
+            if len(toks) != 2 or toks[1][0] not in "wq":
+                raise ParseError(f"You have an error in your SQL syntax near '{sql.strip()[:40]}'")
+            self.use_schema(unquote_ident(toks[1][1]))
             r.ok(self.status(), more=more)
             return False
         elif kw in ("BEGIN", "START"):
@@ -681,6 +682,9 @@ class Session:
         elif kw in ("SAVEPOINT", "RELEASE"):
             return await self.savepoint(sql, r, more)
         elif kw == "SHOW":
+            if (trg := local.parse_show_triggers(sql)) is not None:
+                await infoschema.answer(self, local.show_triggers_query(self._show_schema(trg[0]), *trg[1:]), r, more)
+                return False
             rs = await self.show(sql)
             if rs is not None:
                 r.resultset(rs, self.status(), more)
@@ -772,6 +776,10 @@ class Session:
                 self.explicit_txn = False
             self.autocommit = new_autocommit
 
+    def sees(self, schema: str, table: str) -> bool:
+        """Is schema.table listed to this session's user (Grants.sees)?"""
+        return self.grants is None or self.grants.sees(schema, table)
+
     def _show_schema(self, named: str | None) -> str:
         """The schema a SHOW ... [FROM db] is about: named or current, and granted."""
         schema = named or self.schema
@@ -788,7 +796,8 @@ class Session:
 
     async def _table_status(self, schema: str, like: str | None) -> ResultSet:
         """SHOW TABLE STATUS: the tables SHOW TABLES lists, each as one row under its logical name."""
-        names = [t for t in await self.runtime.tables_of(schema) if like is None or local.like_match(like, t)]
+        names = [t for t in await self.runtime.tables_of(schema)
+                 if (like is None or local.like_match(like, t)) and self.sees(schema, t)]
         homes = {t: self.runtime.nodes_of_table(schema, t) for t in names}
         nodes = list(dict.fromkeys(n for ns in homes.values() for n in ns))
         if not nodes:
@@ -803,7 +812,7 @@ class Session:
                 for t in names}   # a global table's copies hold the same rows: one stands for all
         columns = scanners[0].results[0].columns
         rows.update(self.runtime.views.status_rows(schema, like, columns))   # views: Comment 'VIEW', as MySQL
-        return local.table_status_result(columns, {t: r for t, r in rows.items() if r})
+        return local.table_status_result(columns, {t: r for t, r in rows.items() if r and self.sees(schema, t)})
 
     async def show(self, sql: str) -> ResultSet | None:
         """SHOW statements answered from the proxy's own knowledge, or None to route them."""
@@ -813,8 +822,9 @@ class Session:
         st = local.parse_show_tables(sql)
         if st is not None:
             schema = self._show_schema(st.schema)
-            tables = await self.runtime.tables_of(schema)
-            rs = local.show_tables_result(st, schema, tables, self.runtime.views.names_of(schema))
+            tables = [t for t in await self.runtime.tables_of(schema) if self.sees(schema, t)]
+            views = [v for v in self.runtime.views.names_of(schema) if self.sees(schema, v)]
+            rs = local.show_tables_result(st, schema, tables, views)
             return rs if st.where is None else await show_where.where_filter(self, rs, st.where)
         ts = local.parse_show_table_status(sql)
         if ts is not None:

@@ -93,7 +93,7 @@ async def open_tables(session: SessionPort, schemas: list[str], like: str | None
     homes: dict[tuple[str, str], tuple[str, ...]] = {}
     for schema in schemas:
         for t in await server.tables_of(schema):
-            if like is None or like_match(like, t):
+            if (like is None or like_match(like, t)) and session.sees(schema, t):
                 homes[(schema, t)] = server.nodes_of_table(schema, t)
     nodes = sorted({n for ns in homes.values() for n in ns}) or [server.any_node(schemas[0] if schemas else None)]
     scanners = await session.executor._run_on(

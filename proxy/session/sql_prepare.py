@@ -239,6 +239,9 @@ async def run(session: SessionPort, sql: str, r: Reply, more: bool, may_relay: b
             raise ProxyError(f"Unknown prepared statement handler ({name}) given to DEALLOCATE PREPARE", 1243, "HY000")
         r.ok(session.status(), more=more)
         return False
+    if (word == "EXECUTE" and len(toks) > 2 and toks[1][0] == "w" and toks[1][1].upper() == "IMMEDIATE"
+            and not (toks[2][0] == "w" and toks[2][1].upper() == "USING")):
+        raise NotSupported("EXECUTE IMMEDIATE is not supported by pydble: PREPARE the statement, then EXECUTE it")
     name, key = _name(toks, 1, sql)
     if word == "PREPARE":
         if len(toks) < 4 or not (toks[2][0] == "w" and toks[2][1].upper() == "FROM"):

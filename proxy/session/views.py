@@ -305,7 +305,7 @@ class ViewService:
             r.ok(session.status(), warnings=len(keys), more=more)
             return True
         if session.read_only:
-            raise ReadOnly(f"User '{session.user}' is read only")
+            raise ReadOnly.of(session.user)
         ex = session.executor
         if ex.locked_tables:
             raise NotSupported("DDL while LOCK TABLES is held is not supported by pydble: UNLOCK TABLES first")
@@ -361,8 +361,10 @@ class ViewService:
         cfg = self.runtime.config
         return cfg.table(schema, name) is None and cfg.schemas[schema].default_node is None
 
-    def _target(self, session: SessionPort, parts: list[str], granted: bool = True) -> tuple[str, str]:
-        """The (schema, name) a view statement is about, checked against the user's schemas."""
+    def _target(self, session: SessionPort, parts: list[str], granted: bool = True,
+                word: str = "") -> tuple[str, str]:
+        """The (schema, name) a view statement is about, checked against the user's schemas and, for the
+        statement `word` (CREATE VIEW, DROP), its grants on that name: a view is DDL, it needs all four bits."""
         cfg = self.runtime.config
         if len(parts) == 2:
             real = {s.lower(): s for s in cfg.schemas}.get(parts[0].lower())
@@ -375,14 +377,17 @@ class ViewService:
             schema = session.schema
         if granted and schema not in session.schemas:
             raise DbAccessDenied(f"Access denied for user '{session.user}'@'{session.peer}' to database '{schema}'")
-        return schema, parts[-1].lower()
+        name = parts[-1].lower()
+        if word and session.grants is not None:
+            session.grants.check(((word, ALL, schema, name),))
+        return schema, name
 
     def _is_table(self, schema: str, name: str) -> bool:
         return (self.runtime.config.table(schema, name) is not None
                 or name in {t.lower() for t in self.runtime.registry.tables_of(schema)})
 
     async def _create(self, session: SessionPort, st: ViewStmt) -> list[tuple[str, int, str]]:
-        schema, name = self._target(session, st.names[0])
+        schema, name = self._target(session, st.names[0], word="CREATE VIEW")
         old = self.catalog.get(schema, name)
         if st.op == "ALTER" and old is None:
             raise NoSuchTable(f"Table '{name}' doesn't exist")
@@ -506,7 +511,7 @@ class ViewService:
             raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
 
     async def _drop(self, session: SessionPort, st: ViewStmt) -> list[tuple[str, int, str]]:
-        targets = [self._target(session, parts) for parts in st.names]
+        targets = [self._target(session, parts, word="DROP") for parts in st.names]
         missing = [f"{s}.{n}" for s, n in targets if self.catalog.get(s, n) is None]
         notes: list[tuple[str, int, str]] = []
         for schema, name in dict.fromkeys(targets):
@@ -587,7 +592,7 @@ class ViewService:
         """information_schema TABLES / VIEWS / COLUMNS of a schema: the nodes' rows without the views pydble
         knows, and the rows of those views (TABLE_TYPE VIEW; the definition as written; their columns as
         MariaDB describes them on a node)."""
-        views = self.catalog.of_schema(schema)
+        views = [v for v in self.catalog.of_schema(schema) if grants is None or grants.sees(schema, v.name)]
         if not views or table not in ("TABLES", "VIEWS", "COLUMNS") or "TABLE_NAME" not in names:
             return node_rows, []
         ti = names.index("TABLE_NAME")

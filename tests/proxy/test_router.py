@@ -225,7 +225,6 @@ ROUTES = [
     ("DESCRIBE test id", "schema1", ["dn1"], "other", False, False),
     ("SHOW INDEX FROM test", "schema1", ["dn1"], "other", False, False),
     ("SHOW FULL COLUMNS FROM schema2.sing", "schema1", ["dn1"], "other", False, False),
-    ("SHOW TABLE STATUS", "schema1", ["dn5"], "other", False, False),
     ("EXPLAIN SELECT * FROM sharding_4_t1 WHERE id = 2", "schema1", ["dn3"], "other", False, False),
     ("EXPLAIN SELECT * FROM sharding_4_t1", "schema1", ["dn1"], "other", False, False),
     ("CHECK TABLE sharding_4_t1", "schema1", ALL4, "other", False, False),

@@ -21,6 +21,10 @@ def _config(backends):
         {"name": "limited", "password": "lim-pw", "schemas": ["schema1"]},
         {"name": "priv", "password": "priv-pw", "schemas": ["schema1", "schema2"], "privileges": PRIV},
         {"name": "watcher", "password": "watch-pw", "schemas": ["schema1"], "admin": True},
+        {"name": "other", "password": "other-pw", "schemas": ["schema2"]},
+        {"name": "blind", "password": "blind-pw", "schemas": ["schema1", "schema2"],
+         "privileges": {"schema2.sing": "0000"}},
+        {"name": "ro", "password": "ro-pw", "schemas": ["schema1"], "read_only": True},
     ]
     return cfg
 
@@ -95,6 +99,36 @@ def test_tables_outside_the_grants_are_refused_in_every_statement_kind(px, backe
         assert code == 1142, (sql, code, msg)
         table = "evil" if "schema2.evil" in sql else "sing"
         assert msg == f"{word} command denied to user 'limited'@'127.0.0.1' for table '{table}'", (sql, msg)
+    # RETURNING's list runs as written on the written table's node (dn1 also holds schema2.sing)
+    for sql in ("INSERT INTO sharding_2_t1 VALUES (8, 8) RETURNING (SELECT v FROM sing LIMIT 1)",
+                "REPLACE INTO sharding_2_t1 VALUES (8, 8) RETURNING id, (SELECT MAX(v) FROM db1.sing)",
+                "DELETE FROM sharding_2_t1 WHERE id = 8 RETURNING *, (WITH q AS (SELECT v FROM schema2.sing) "
+                "SELECT MAX(v) FROM q)"):
+        code, msg = _err(limited, sql)
+        assert code == 1235 and "secret" not in msg, (sql, msg)
+    for sql in ("SELECT SETVAL(schema2.sing, 100)", "SELECT NEXTVAL(db1.sing)", "SELECT PREVIOUS VALUE FOR sing",
+                "INSERT INTO sharding_2_t1 VALUES (NEXT VALUE FOR schema2.sing, 1)"):
+        code, msg = _err(limited, sql)     # a SEQUENCE object is a table: never reached unchecked
+        assert code == 1235 and "SEQUENCE" in msg, (sql, msg)
+    # a SHOW's WHERE runs on a node as written: a subquery in it would be a yes/no oracle on any table there
+    for sql in ("SHOW COLUMNS FROM sharding_2_t1 WHERE (SELECT MAX(v) FROM schema2.sing) = 'secret'",
+                "SHOW INDEX FROM sharding_2_t1 WHERE (SELECT COUNT(*) FROM db1.sing) > 0",
+                "SHOW VARIABLES WHERE Variable_name = 'version' AND (SELECT MAX(v) FROM sing) = 'secret'",
+                "SHOW SESSION STATUS WHERE EXISTS (SELECT 1 FROM schema2.sing)",
+                "SHOW COLLATION WHERE Collation = 'utf8mb4_bin' AND (SELECT 1 FROM sing) = 1"):
+        code, msg = _err(limited, sql)
+        assert code in (1235, 1142), (sql, msg)
+    assert _rows(limited, "SHOW VARIABLES WHERE Variable_name = 'version' AND 1 = 1")   # the WHERE itself works
+    # MariaDB's dynamic SQL: refused as a whole (it answered 1243 'Unknown prepared statement handler (IMMEDIATE)')
+    code, msg = _err(limited, "EXECUTE IMMEDIATE 'SELECT * FROM schema2.sing'")
+    assert (code, msg) == (1235, "EXECUTE IMMEDIATE is not supported by pydble: PREPARE the statement, then EXECUTE it")
+    with limited.cursor() as cur:      # a statement named `immediate` is still a name
+        cur.execute("PREPARE immediate FROM 'SELECT 7'")
+        cur.execute("EXECUTE immediate")
+        assert cur.fetchall() == ((7,),)
+    # a stored function of another schema (its definer's rights, in a database schemas share)
+    assert _err(limited, "SELECT schema2.f()") == _db_denied("limited", "schema2")
+    assert _err(limited, "SELECT id FROM sharding_2_t1 WHERE v = `schema2` . f(1)") == _db_denied("limited", "schema2")
     assert _err(limited, "USE schema2")[0] == 1044
     assert _err(limited, "CREATE TABLE evil2 LIKE schema2.sing")[0] in (1142, 1235)  # 1235: not co-located
     # a prepared statement (COM_STMT_PREPARE) is checked at PREPARE, before any backend prepares it
@@ -168,6 +202,32 @@ def test_backend_schemas_and_host_are_out_of_reach(limited, px):
                 assert cur.fetchall() == ((0,),)
     finally:
         full.close()
+
+
+def test_no_table_reads_another_database_through_the_merge_engine(backends, limited):
+    """ENGINE=MERGE UNION=(db.t, ...) reads and writes any MyISAM table of any database of the server: a
+    user granted only schema1 read db1's. Refused (1235) for tables and temporary tables, however spelled."""
+    backends[0].query("CREATE TABLE IF NOT EXISTS myi (id INT, v VARCHAR(20)) ENGINE=MyISAM", database="db1")
+    backends[0].query("REPLACE INTO myi VALUES (1, 'myisam-secret')", database="db1")
+    try:
+        for sql in ("CREATE TABLE mrg (id INT, v VARCHAR(20)) ENGINE=MRG_MyISAM UNION=(db1.myi)",
+                    "CREATE TABLE mrg (id INT, v VARCHAR(20)) ENGINE = 'MERGE' UNION (`db1`.`myi`) INSERT_METHOD=LAST",
+                    "CREATE TABLE mrg (id INT, v VARCHAR(20)) UNION=(db1.myi)",   # default_storage_engine = MERGE
+                    "CREATE TEMPORARY TABLE mrg (id INT, v VARCHAR(20)) ENGINE=MERGE UNION=(db1.myi)",
+                    "CREATE TEMPORARY TABLE mrg (id INT) ENGINE=MyISAM DATA DIRECTORY='/tmp'",
+                    "CREATE TABLE fed (id INT) ENGINE='FEDERATED'",
+                    "ALTER TABLE sharding_2_t1 ENGINE=MRG_MyISAM"):
+            code, msg = _err(limited, sql)
+            assert code == 1235 and "secret" not in msg, (sql, msg)
+        with limited.cursor() as cur:   # a set operation's UNION in CREATE ... SELECT is not the option
+            cur.execute("CREATE TEMPORARY TABLE un (a INT) SELECT 1 AS a UNION (SELECT 2)")
+            cur.execute("SELECT a FROM un ORDER BY a")
+            assert cur.fetchall() == ((1,), (2,))
+            cur.execute("DROP TEMPORARY TABLE un")
+    finally:
+        backends[0].query("DROP TABLE IF EXISTS myi", database="db1")
+        for db in ("db1", "db3"):
+            backends[0].query("DROP TABLE IF EXISTS mrg", database=db)
 
 
 def test_hints_cannot_leave_the_grants(limited):
@@ -327,3 +387,178 @@ def test_kill_query_interrupts_a_running_statement(px):
     finally:
         victim.close()
         killer.close()
+
+
+def _denied(user: str, word: str, table: str) -> tuple[int, str]:
+    return 1142, f"{word} command denied to user '{user}'@'127.0.0.1' for table '{table}'"
+
+
+def _db_denied(user: str, db: str) -> tuple[int, str]:
+    return 1044, f"Access denied for user '{user}'@'127.0.0.1' to database '{db}'"
+
+
+def test_lock_tables_stays_inside_the_grants(px, limited):
+    """A lock blocks every other user of the table: LOCK TABLES is checked as MariaDB checks it."""
+    for sql, db in (("LOCK TABLES schema2.sing READ", "schema2"),
+                    ("LOCK TABLES sharding_2_t1 READ, `schema2` . /*x*/ `sing` WRITE", "schema2"),
+                    ("LOCK TABLES schema2.nosuch READ", "schema2"),
+                    ("LOCK TABLES db1.sing WRITE", "db1"), ("LOCK TABLES mysql.user READ", "mysql")):
+        assert _err(limited, sql) == _db_denied("limited", db), sql
+    blind = px.connect(user="blind", password="blind-pw", database="schema2")
+    ro = px.connect(user="ro", password="ro-pw")
+    try:
+        assert _err(blind, "LOCK TABLES sing WRITE") == _denied("blind", "SELECT", "sing")
+        assert _err(ro, "LOCK TABLES sharding_2_t1 READ, test WRITE") == (1290, "User 'ro' is read only")
+        with ro.cursor() as cur:          # a read lock is a read
+            cur.execute("LOCK TABLES sharding_2_t1 READ")
+            cur.execute("SELECT COUNT(*) FROM sharding_2_t1")
+            cur.execute("UNLOCK TABLES")
+    finally:
+        blind.close()
+        ro.close()
+    # nothing was left locked: the owner still writes at once
+    owner = px.connect(database="schema2", read_timeout=5)
+    try:
+        with owner.cursor() as cur:
+            cur.execute("UPDATE sing SET v = 'secret' WHERE id = 1")
+    finally:
+        owner.close()
+
+
+def test_session_variables_only_a_privileged_account_may_set_are_refused(px, limited):
+    """SET is replayed on the backend's own (privileged) account: what MariaDB lets only SUPER, BINLOG
+    ADMIN/REPLAY or FILE set (binary log, general log, server identity, file paths) gets 1227."""
+    super_, binlog = "SUPER", "SUPER, BINLOG ADMIN"
+    for sql, need in (("SET sql_log_bin = 0", binlog), ("SET @@session.`SQL_LOG_BIN` = OFF", binlog),
+                      ("SET SESSION sql_log_off = 1, autocommit = 1", super_),
+                      ("SET LOCAL binlog_format = 'STATEMENT'", binlog),
+                      ("SET @@gtid_seq_no = 5", "SUPER, BINLOG REPLAY"), ("SET server_id = 7", "SUPER, BINLOG REPLAY"),
+                      ("SET pseudo_thread_id = 1", "SUPER, BINLOG REPLAY"), ("SET innodb_tmpdir = '/tmp'", "FILE"),
+                      ("/*!40101 SET sql_log_bin = 0 */", binlog), ("SET gtid_next = 'AUTOMATIC'", super_)):
+        assert _err(limited, sql) == (1227, f"Access denied; you need (at least one of) the {need} privilege(s) "
+                                            f"for this operation"), sql
+    assert _rows(limited, "SELECT @@sql_log_bin, @@sql_log_off, @@autocommit FROM sharding_2_t1 WHERE id = 1") == \
+        [(1, 0, 1)]
+    # a password is the config's (client users) or the operator's (the backend account): never set through SET
+    for sql in ("SET PASSWORD = PASSWORD('x')", "SET PASSWORD FOR root@localhost = PASSWORD('x')",
+                "set password='x'"):
+        code, msg = _err(limited, sql)
+        assert code == 1235 and msg.startswith("SET PASSWORD is not supported by pydble"), (sql, msg)
+
+
+def test_view_ddl_needs_the_grants_on_the_view(px):
+    """A view is DDL on its name: a user with SELECT only may not create, replace, alter or drop one."""
+    px.query("CREATE OR REPLACE VIEW v_owned AS SELECT id FROM sharding_2_t1")
+    c = px.connect(user="priv", password="priv-pw")    # schema1 = 0010: SELECT only
+    try:
+        for sql, word, name in (("CREATE VIEW v_new AS SELECT id FROM sharding_2_t1", "CREATE VIEW", "v_new"),
+                                ("CREATE OR REPLACE VIEW v_owned AS SELECT 1 AS id", "CREATE VIEW", "v_owned"),
+                                ("ALTER VIEW v_owned AS SELECT 1 AS id", "CREATE VIEW", "v_owned"),
+                                ("DROP VIEW v_owned", "DROP", "v_owned"),
+                                ("DROP VIEW IF EXISTS schema1.v_owned", "DROP", "v_owned")):
+            assert _err(c, sql) == _denied("priv", word, name), sql
+        assert sorted(_rows(c, "SELECT id FROM v_owned")) == [(1,), (2,)]
+    finally:
+        c.close()
+        px.query("DROP VIEW IF EXISTS v_owned")
+
+
+def test_triggers_and_table_status_never_list_a_nodes_physical_database(px, backends, limited):
+    """dn1's database db1 holds schema1's sharding_2_t1 beside schema2's sing: what lists a database
+    (SHOW TRIGGERS, SHOW TABLE STATUS, in any spelling or through a hint) speaks of logical schemas."""
+    backends[0].query("CREATE TRIGGER trg_hidden BEFORE INSERT ON sharding_2_t1 FOR EACH ROW SET NEW.v = 42",
+                      database="db1")
+    other = px.connect(user="other", password="other-pw", database="schema2")
+    full = px.connect()
+    try:
+        assert _rows(other, "SHOW TRIGGERS") == []                     # schema2 has none
+        assert _rows(other, "SHOW TRIGGERS FROM schema2 LIKE 's%'") == []
+        assert _err(other, "SHOW TRIGGERS FROM schema1") == _db_denied("other", "schema1")
+        assert [r[0] for r in _rows(other, "SHOW TABLE STATUS")] == ["sing"]
+        for sql in ("SHOW TRIGGERS /*x*/", "SHOW TABLE STATUS /*x*/", "SHOW /*x*/ TABLE STATUS"):
+            code, msg = _err(other, sql)
+            assert code == 1235 and "trg_hidden" not in msg, (sql, msg)
+        for sql in ("/*!pydble:shardingNode=dn1*/ SHOW TABLE STATUS", "/*!pydble:shardingNode=dn1*/ SHOW TRIGGERS"):
+            assert _err(limited, sql)[0] == 1235, sql
+        # schema1's own trigger is on a physical table: refused, as information_schema.TRIGGERS refuses it
+        assert _err(full, "SHOW TRIGGERS")[0] == 1235
+    finally:
+        other.close()
+        full.close()
+        backends[0].query("DROP TRIGGER IF EXISTS trg_hidden", database="db1")
+
+
+def test_a_table_without_any_privilege_is_not_listed(px):
+    """As MySQL lists only the tables a user holds some privilege on: `blind` has none on schema2.sing,
+    so no listing names it or shows its columns, indexes or row count (DESC of it is refused too)."""
+    c = px.connect(user="blind", password="blind-pw", database="schema2")
+    try:
+        assert _err(c, "DESC sing") == _denied("blind", "SELECT", "sing")
+        assert _rows(c, "SHOW TABLES") == [] and _rows(c, "SHOW FULL TABLES FROM schema2") == []
+        assert _rows(c, "SHOW TABLE STATUS") == [] and _rows(c, "SHOW OPEN TABLES FROM schema2") == []
+        for t in ("TABLES", "COLUMNS", "STATISTICS", "PARTITIONS", "KEY_COLUMN_USAGE", "TABLE_CONSTRAINTS"):
+            assert _rows(c, f"SELECT TABLE_NAME FROM information_schema.{t} WHERE TABLE_SCHEMA = 'schema2'") == [], t
+        # schema1, where it holds every bit, is listed as before
+        assert "sharding_2_t1" in [r[0] for r in _rows(c, "SHOW TABLES FROM schema1")]
+        assert ("sharding_2_t1", "v") in _rows(c, "SELECT TABLE_NAME, COLUMN_NAME FROM information_schema.COLUMNS "
+                                                 "WHERE TABLE_SCHEMA = 'schema1'")
+    finally:
+        c.close()
+    priv = px.connect(user="priv", password="priv-pw", database="schema2")    # some bits on it: listed
+    try:
+        assert _rows(priv, "SHOW TABLES") == [("sing",)]
+    finally:
+        priv.close()
+
+
+def test_maintenance_statements_answer_logical_names_over_every_node(px, backends):
+    """CHECK / CHECKSUM / ANALYZE TABLE answered the first node's rows under its physical `db1.t` name:
+    a checksum of one part, a part missing elsewhere unreported. Every node answers, under schema1."""
+    parts = [backends[i].query("CHECKSUM TABLE sharding_2_t1", database="db1")[0][1] for i in (0, 1)]
+    c = px.connect(user="limited", password="lim-pw")
+    try:
+        assert _rows(c, "CHECKSUM TABLE sharding_2_t1") == [("schema1.sharding_2_t1", sum(parts) % 2 ** 32)]
+        assert _rows(c, "CHECK TABLE sharding_2_t1") == [("schema1.sharding_2_t1", "check", "status", "OK")]
+        assert _rows(c, "ANALYZE TABLE `sharding_2_t1`") == [("schema1.sharding_2_t1", "analyze", "status", "OK")]
+        code, msg = _err(c, "SELECT id FROM sharding_2_t1 WHERE id = 1 PROCEDURE ANALYSE()")   # named db1.sharding_2_t1.id
+        assert code == 1235 and "PROCEDURE ANALYSE" in msg
+        with c.cursor() as cur:
+            cur.execute("CREATE TABLE sharding_4_t1 (id INT PRIMARY KEY)")
+        backends[1].query("DROP TABLE sharding_4_t1", database="db2")      # dn4's part is gone
+        assert _rows(c, "CHECK TABLE sharding_4_t1") == [
+            ("schema1.sharding_4_t1", "check", "Error", "Table 'schema1.sharding_4_t1' doesn't exist"),
+            ("schema1.sharding_4_t1", "check", "status", "Operation failed")]
+        assert _rows(c, "CHECKSUM TABLE sharding_4_t1") == [("schema1.sharding_4_t1", None)]
+    finally:
+        c.close()
+        for i, db in ((0, "db1"), (1, "db1"), (0, "db2"), (1, "db2")):
+            backends[i].query("DROP TABLE IF EXISTS sharding_4_t1", database=db)
+        px.manager_query("reload @@metadata")
+
+
+def test_use_reads_the_database_name_as_mysql_does(limited):
+    """USE's name is read from the tokens: comments around it, backquotes and doubled backquotes, as MySQL."""
+    with limited.cursor() as cur:
+        cur.execute("USE /* the granted one */ `schema1` -- trailing")
+        cur.execute("USE schema1 /* x */;")
+    assert _rows(limited, "SELECT DATABASE()") == [("schema1",)]
+    assert _err(limited, "USE /*x*/ `schema2` /*y*/") == _db_denied("limited", "schema2")
+    assert _err(limited, "USE `sche``ma2`") == _db_denied("limited", "sche`ma2")
+    for sql in ("USE", "USE ;", "USE schema1 schema2"):
+        assert _err(limited, sql)[0] == 1064, sql
+    assert _rows(limited, "SELECT DATABASE()") == [("schema1",)]
+
+
+def test_information_schema_queries_leave_nothing_on_shared_connections(px, limited):
+    """An information_schema query runs on a pooled backend connection: a variable assigned or a user lock
+    taken there would outlive the statement and reach whichever session gets the connection next."""
+    for sql in ("SELECT @leak := 'topsecret' FROM information_schema.SCHEMATA",
+                "SELECT GET_LOCK('leak', 0) FROM information_schema.SCHEMATA"):
+        assert _err(limited, sql)[0] == 1235, sql
+    other = px.connect()
+    try:
+        for _ in range(8):   # whichever pooled connection it lands on
+            assert _rows(other, "SELECT @leak FROM sharding_2_t1 WHERE id = 1") == [(None,)]
+        assert _rows(other, "SELECT IS_FREE_LOCK('leak')") == [(1,)]
+    finally:
+        other.close()
