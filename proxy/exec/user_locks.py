@@ -165,12 +165,11 @@ class UserLocks:
 def assigns_variable(sql: str) -> bool:
     """True for `@v := ...` or `INTO @v` inside a statement: the variable would be set on whichever backend
     connection ran it (shared with other sessions later), not on the session's."""
-    low = sql.lower()
-    if ":=" not in sql and "into" not in low:
+    # a routine's body (CREATE PROCEDURE ...) runs where it is called; a big INSERT is not tokenized here
+    into = "@" in sql and "into" in sql.lower() and first_keyword(sql) in ("SELECT", "WITH", "(")
+    if ":=" not in sql and not into:
         return False
     toks = tokenize(sql)
-    head = next((t[1].upper() for t in toks if t[0] != "h"), "")
-    into = head in ("SELECT", "WITH", "(")   # a routine's body (CREATE PROCEDURE ...) runs where it is called
     return any(t[0] == "v" and not t[1].startswith("@@") and nxt[0] == "o" and nxt[1] == ":="
                or into and t[0] == "w" and t[1].upper() == "INTO" and nxt[0] == "v" and not nxt[1].startswith("@@")
                for t, nxt in zip(toks, toks[1:]))

@@ -523,6 +523,7 @@ def test_maintenance_statements_answer_logical_names_over_every_node(px, backend
         code, msg = _err(c, "SELECT id FROM sharding_2_t1 WHERE id = 1 PROCEDURE ANALYSE()")   # named db1.sharding_2_t1.id
         assert code == 1235 and "PROCEDURE ANALYSE" in msg
         with c.cursor() as cur:
+            cur.execute("DROP TABLE IF EXISTS sharding_4_t1")   # another test of this worker may have made it
             cur.execute("CREATE TABLE sharding_4_t1 (id INT PRIMARY KEY)")
         backends[1].query("DROP TABLE sharding_4_t1", database="db2")      # dn4's part is gone
         assert _rows(c, "CHECK TABLE sharding_4_t1") == [
