@@ -75,7 +75,7 @@ _NUMBER_TYPES = frozenset({C.T_TINY, C.T_SHORT, C.T_LONG, C.T_INT24, C.T_LONGLON
 
 
 def user_var_literal(col: ColumnDef, value: bytes | None, collation: bytes | None, hexed: bytes | None) -> str:
-    """A user variable's value as SQL that gives it back with its type: an integer or decimal as written,
+    """A variable's value as SQL that gives it back with its type: an integer or decimal as written,
     a double with an exponent (shortest round-trip text, so the same double), a string by its bytes in
     its own character set and collation."""
     if value is None:
@@ -531,13 +531,14 @@ class Executor:
         finally:
             self.runtime.backends.release(node, conn)
 
-    async def user_var_values(self, assigns: list[tuple[str, str]]) -> dict[str, str]:
-        """Run `SET @x = expr` once, on one connection carrying the session's state, and return for each
-        variable a statement setting its value as a literal: the session replays that on every other
-        connection, where the expression would be computed again (RAND(), NOW(), or @x + 1 on a
-        connection that never saw @x)."""
-        names = list(dict.fromkeys(key for key, _ in assigns))
-        probe = ", ".join(f"{n}, COLLATION({n}), HEX({n})" for n in names)
+    async def set_values(self, assigns: list[tuple[str, str, str]]) -> dict[str, str]:
+        """Run a SET's assignments (key, statement, variable read back: `@x` or `@@session.name`) once, on
+        one connection carrying the session's state, and return for each key a statement setting the value
+        it got as a literal: the session replays that on every other connection, where the expression would
+        be computed again (RAND(), NOW(), `@x + 1` on a connection that never saw @x, `CONCAT(@@sql_mode,
+        ...)` over that connection's own sql_mode)."""
+        targets = list(dict.fromkeys(target for _, _, target in assigns))
+        probe = ", ".join(f"{t}, COLLATION({t}), HEX({t})" for t in targets)
         own = next(iter([*self.pinned.items(), *self.locked.items()]), None)
         node, conn = own if own is not None else (self.runtime.any_node(self.session.schema), None)
         if conn is None:
@@ -546,14 +547,15 @@ class Executor:
         try:
             await self._sync(conn)
             try:
-                sc = await conn.query(";".join([*(sql for _, sql in assigns), f"SELECT {probe}"]), timeout)
+                sc = await conn.query(";".join([*(sql for _, sql, _ in assigns), f"SELECT {probe}"]), timeout)
             except BaseException:
                 conn.tainted = True   # some of the SETs may have run: no other session may take it
                 raise
             rs = sc.results[-1]
             row = rs.rows[0]
-            out = {n: f"SET {n} = {user_var_literal(rs.columns[3 * i], row[3 * i], row[3 * i + 1], row[3 * i + 2])}"
-                   for i, n in enumerate(names)}
+            literal = {t: user_var_literal(rs.columns[3 * i], row[3 * i], row[3 * i + 1], row[3 * i + 2])
+                       for i, t in enumerate(targets)}
+            out = {key: f"SET {target} = {literal[target]}" for key, _, target in assigns}
             conn.vars.update(out)   # the values it holds now are exactly these
             return out
         finally:

@@ -117,6 +117,14 @@ def _spans(sql: str, toks: list[tuple[str, str, int, int]]) -> str:
     return "".join(out)
 
 
+def computed_value(set_sql: str) -> bool:
+    """Whether a `SET name = value` statement's value reads variables or calls functions: its result
+    depends on the connection it runs on and when (`CONCAT(@@sql_mode, ',X')`, `@@wait_timeout + 10`), so
+    it is computed once and replayed by value; a literal or a bare word is replayed as written."""
+    value = set_sql.split(" = ", 1)[1] if " = " in set_sql else ""
+    return any(kind == "v" or (kind == "o" and text == "(") for kind, text, _, _ in tokenize(value))
+
+
 def parse_set(sql: str) -> list[Assignment]:
     """Turn a SET statement into session changes; GLOBAL scope is refused."""
     toks = tokenize(sql)  # version comments are opened here: /*!40101 SET NAMES utf8 */

@@ -741,20 +741,22 @@ class Session:
         old_vars = dict(self.vars)
         new_autocommit = self.autocommit
         new_xa = self.xa
-        users: list[tuple[str, str]] = []
+        computed: list[tuple[str, str, str]] = []   # run once on a backend, replayed by value
         for a in changes:
             if a.key == "autocommit":
                 new_autocommit = a.value == "1"
             elif a.key == "xa":
                 new_xa = xa_switch(self, a.sql)
             elif a.key.startswith("@"):   # a backend would answer its own DATABASE(), CONNECTION_ID(), USER()
-                users.append((a.key, local.substitute_database(a.sql, self.schema, self.conn_id,
-                                                                f"{self.user}@{self.peer}")))
+                computed.append((a.key, local.substitute_database(a.sql, self.schema, self.conn_id,
+                                                                   f"{self.user}@{self.peer}"), a.key))
+            elif a.key not in _REPLAYED_AS_WRITTEN and local.computed_value(a.sql):
+                computed.append((a.key, a.sql, f"@@session.{a.key}"))
             else:
                 self.set_var(a.key, a.sql)
-        if users:
+        if computed:
             try:
-                for key, literal in (await self.executor.user_var_values(users)).items():
+                for key, literal in (await self.executor.set_values(computed)).items():
                     self.set_var(key, literal)
             except ProxyError:
                 self.vars = old_vars
@@ -763,8 +765,9 @@ class Session:
             self.vars = old_vars
             raise NotSupported("SET autocommit=0 while LOCK TABLES is held is not supported by pydble: "
                                "UNLOCK TABLES first")
-        if any(self.vars.get(k) != old_vars.get(k) for k in {*self.vars, *old_vars} if k not in dict(users)):
-            try:   # (user variables were run on a backend just now)
+        done = {key for key, _, _ in computed}   # (run on a backend just now)
+        if any(self.vars.get(k) != old_vars.get(k) for k in {*self.vars, *old_vars} if k not in done):
+            try:
                 await self.executor.check_session_state()
             except ProxyError:
                 self.vars = old_vars
@@ -906,6 +909,7 @@ async def kill_session(runtime: Runtime, cid: int, user: str, admin: bool, query
     await target.interrupt()
 
 
+_REPLAYED_AS_WRITTEN = frozenset({"names", "isolation", "tx_read_only"})   # parse_set's own statements
 _HINTED = re.compile(r"\s*/\*!\s*(?:pydble|dble)\s*:", re.I)
 
 

@@ -121,6 +121,26 @@ def test_a_user_variable_set_from_an_expression_has_one_value_on_every_connectio
             assert cur.fetchone() == values, via
 
 
+def test_a_session_variable_set_from_an_expression_keeps_its_value(two) -> None:
+    """`SET sql_mode = CONCAT(@@sql_mode, ...)` twice keeps both modes on every connection, as on one
+    MySQL: replaying the second expression on a fresh connection would have lost the first."""
+    a, b = two
+    base = one(a, DN5 + "SELECT @@sql_mode")
+    one(a, "SET sql_mode = CONCAT(@@sql_mode, ',PIPES_AS_CONCAT')")
+    one(a, "SET SESSION sql_mode = CONCAT(@@sql_mode, ',NO_UNSIGNED_SUBTRACTION')")
+    wait = one(a, DN5 + "SELECT @@wait_timeout")
+    one(a, "SET SESSION wait_timeout = @@wait_timeout + 10")
+    one(a, "SET @@session.wait_timeout = @@session.wait_timeout + 10")
+    for via in (ONE, DN5, ONE, DN5):
+        one(b, ONE + "SELECT 1")
+        one(b, DN5 + "SELECT 1")
+        mode, timeout = one(a, via + "SELECT @@sql_mode, @@wait_timeout")
+        assert set(mode.split(",")) == set(base.split(",")) | {"PIPES_AS_CONCAT", "NO_UNSIGNED_SUBTRACTION"}, via
+        assert timeout == wait + 20, via
+        assert one(a, via + "SELECT 'a' || 'b'") == "ab"   # PIPES_AS_CONCAT in force on that node
+    assert one(b, DN5 + "SELECT @@wait_timeout") == wait   # b's session never had it
+
+
 def test_row_count_is_the_sessions_own_and_found_rows_is_refused(mx, two) -> None:
     """ROW_COUNT() speaks of the client's previous statement as on one MySQL, whichever backend connection
     or nodes ran it and whatever other sessions ran there since; FOUND_ROWS(), which pydble cannot count,
