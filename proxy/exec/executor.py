@@ -74,12 +74,16 @@ async def _apply_state(conn: BackendConnection, stmts: list[str], timeout: float
 _NUMBER_TYPES = frozenset({C.T_TINY, C.T_SHORT, C.T_LONG, C.T_INT24, C.T_LONGLONG, C.T_DECIMAL, C.T_NEWDECIMAL})
 
 
-def user_var_literal(col: ColumnDef, value: bytes | None, collation: bytes | None, hexed: bytes | None) -> str:
+def user_var_literal(name: str, col: ColumnDef, value: bytes | None, collation: bytes | None,
+                     hexed: bytes | None) -> str:
     """A variable's value as SQL that gives it back with its type: an integer or decimal as written,
     a double with an exponent (shortest round-trip text, so the same double), a string by its bytes in
     its own character set and collation."""
     if value is None:
         return "NULL"
+    if hexed is None and col.type not in _NUMBER_TYPES and col.type not in (C.T_DOUBLE, C.T_FLOAT):
+        raise NotSupported(f"the value of {name} ({len(value)} bytes) is too large for pydble to keep: it sets "
+                           f"it again on each backend connection the session uses, within max_allowed_packet")
     if col.type in _NUMBER_TYPES:
         return value.decode("ascii")
     if col.type in (C.T_DOUBLE, C.T_FLOAT):
@@ -531,13 +535,15 @@ class Executor:
         finally:
             self.runtime.backends.release(node, conn)
 
-    async def set_values(self, assigns: list[tuple[str, str, str]]) -> dict[str, str]:
-        """Run a SET's assignments (key, statement, variable read back: `@x` or `@@session.name`) once, on
-        one connection carrying the session's state, and return for each key a statement setting the value
-        it got as a literal: the session replays that on every other connection, where the expression would
-        be computed again (RAND(), NOW(), `@x + 1` on a connection that never saw @x, `CONCAT(@@sql_mode,
-        ...)` over that connection's own sql_mode)."""
-        targets = list(dict.fromkeys(target for _, _, target in assigns))
+    async def run_set(self, sql: str, plain: dict[str, str], computed: dict[str, str]) -> dict[str, str]:
+        """Run a SET once, as the client wrote it (every value worked out before any is assigned, as
+        MariaDB does), on one connection carrying the session's state before it, and return for each key of
+        `computed` (key -> the variable to read back: `@x` or `@@session.name`) a statement setting the
+        value it got as a literal. The session replays that on every other connection, where the expression
+        would be computed again (RAND(), NOW(), `@x + 1` on a connection that never saw @x,
+        `CONCAT(@@sql_mode, ...)` over that connection's own sql_mode). `plain`: the SET's other
+        assignments, key -> statement, now on the connection too."""
+        targets = list(dict.fromkeys(computed.values()))
         probe = ", ".join(f"{t}, COLLATION({t}), HEX({t})" for t in targets)
         own = next(iter([*self.pinned.items(), *self.locked.items()]), None)
         node, conn = own if own is not None else (self.runtime.any_node(self.session.schema), None)
@@ -547,15 +553,17 @@ class Executor:
         try:
             await self._sync(conn)
             try:
-                sc = await conn.query(";".join([*(sql for _, sql, _ in assigns), f"SELECT {probe}"]), timeout)
+                sc = await conn.query(f"{sql};SELECT {probe}", timeout)
+                rs = sc.results[-1]
+                row = rs.rows[0]
+                literal = {t: user_var_literal(t, rs.columns[3 * i], row[3 * i], row[3 * i + 1], row[3 * i + 2])
+                           for i, t in enumerate(targets)}
             except BaseException:
-                conn.tainted = True   # some of the SETs may have run: no other session may take it
+                conn.tainted = True   # the SET may have run: no other session may take it
+                conn.vars = {"": "unknown"}   # and the session's own re-sends its whole state before the next use
                 raise
-            rs = sc.results[-1]
-            row = rs.rows[0]
-            literal = {t: user_var_literal(rs.columns[3 * i], row[3 * i], row[3 * i + 1], row[3 * i + 2])
-                       for i, t in enumerate(targets)}
-            out = {key: f"SET {target} = {literal[target]}" for key, _, target in assigns}
+            out = {key: f"SET {target} = {literal[target]}" for key, target in computed.items()}
+            conn.vars.update(plain)
             conn.vars.update(out)   # the values it holds now are exactly these
             return out
         finally:

@@ -304,6 +304,7 @@ class Session:
         self.vars: dict[str, str] = {}
         self.last_insert_id = 0
         self.row_count: int | None = 0   # ROW_COUNT() as the client would read it now (None: pydble cannot tell)
+        self.running: int | None = None  # while a statement runs: ROW_COUNT() as it was before it
         self.warnings: list[tuple[str, int, str]] = []  # pydble's own warnings for SHOW WARNINGS
         self.requests = 0        # COM_QUERYs so far: with conn_id, the request id in the logs
         self.killed = False      # a KILL QUERY interrupted the command running (Executor.run_single sends no more of it)
@@ -582,9 +583,12 @@ class Session:
             elif cmd == C.COM_STATISTICS:
                 r.raw(frame(1, f"Uptime: {self.runtime.uptime():.0f}  Threads: {len(self.runtime.sessions)}".encode()))
             elif cmd in STMT_COMMANDS:
-                if cmd == C.COM_STMT_EXECUTE:
-                    self.row_count = None   # an execute that does not run through statement() leaves it unknown
-                await self.prepared.dispatch(payload)  # answers (or not) itself
+                if cmd == C.COM_STMT_EXECUTE:   # one that does not run through statement() leaves it unknown
+                    self.running, self.row_count = self.row_count, None
+                try:
+                    await self.prepared.dispatch(payload)  # answers (or not) itself
+                finally:
+                    self.running = None
                 return True
             else:
                 raise UnknownCommand(f"Unknown command {cmd:#04x}")
@@ -613,13 +617,18 @@ class Session:
         """Run one statement; True if its answer was relayed straight to the client. ROW_COUNT() is
         the session's own: what this statement's answer says (a relaying path sets it), else unknown. The
         error it ends with, pydble's own too, is what SHOW WARNINGS lists next, as in MariaDB."""
-        before, self.row_count, r.row_count = self.row_count, None, None
+        nested = self.running is not None   # EXECUTE's statement, or a COM_STMT_EXECUTE's
+        before = self.running if nested else self.row_count
+        self.running, self.row_count, r.row_count = before, None, None
         try:
             relayed = await self._statement(sql, r, more, may_relay, before)
         except ProxyError as e:
             self.row_count = -1   # the client hears an error: -1, as MariaDB answers
             self.warnings = [("Error", e.code, e.message)]
             raise
+        finally:
+            if not nested:
+                self.running = None
         if self.row_count is None and not relayed:
             self.row_count = r.row_count
         return relayed
@@ -639,13 +648,13 @@ class Session:
             if rs is not None:
                 r.resultset(rs, self.status(), more)
                 return False
-        if kw in ("SELECT", "INSERT", "UPDATE", "DELETE", "REPLACE"):   # a backend would answer its own
+        if kw in ("SELECT", "WITH", "DO", "INSERT", "UPDATE", "DELETE", "REPLACE"):   # a backend would answer its own
             sql = local.substitute_database(sql, self.schema, self.conn_id, f"{self.user}@{self.peer}", row_count)
         if kw == "SET":
             if _HINTED.match(sql):   # it would change one shared backend connection, not the session
                 raise NotSupported("SET cannot be sent through a shardingNode hint: a session's variables apply "
                                    "to every node; SET it without the hint")
-            await self.do_set(sql)
+            await self.do_set(sql, row_count)
             r.ok(self.status(), more=more)
             return False
         elif kw == "USE":
@@ -732,7 +741,7 @@ class Session:
         await self.executor.savepoint(sp[0], sp[1], r, more)
         return False
 
-    async def do_set(self, sql: str) -> None:
+    async def do_set(self, sql: str, row_count: int | None = None) -> None:
         """Apply a SET: autocommit here, everything else recorded and checked on a backend."""
         if user_lock_calls(sql):  # a SET is replayed on every backend connection: a lock would be taken on each
             raise NotSupported("GET_LOCK and the other user-lock functions are not supported by pydble in SET: "
@@ -741,32 +750,38 @@ class Session:
         old_vars = dict(self.vars)
         new_autocommit = self.autocommit
         new_xa = self.xa
-        computed: list[tuple[str, str, str]] = []   # run once on a backend, replayed by value
+        plain: dict[str, str] = {}      # replayed as written
+        computed: dict[str, str] = {}   # run once on a backend: key -> the variable read back, replayed by value
+        parts: list[str] = []           # the SET as a backend runs it (pydble's own switches left out)
         for a in changes:
             if a.key == "autocommit":
                 new_autocommit = a.value == "1"
-            elif a.key == "xa":
+                continue
+            if a.key == "xa":
                 new_xa = xa_switch(self, a.sql)
-            elif a.key.startswith("@"):   # a backend would answer its own DATABASE(), CONNECTION_ID(), USER()
-                computed.append((a.key, local.substitute_database(a.sql, self.schema, self.conn_id,
-                                                                   f"{self.user}@{self.peer}"), a.key))
+                continue
+            stmt = a.sql
+            if a.key.startswith("@"):   # a backend would answer its own DATABASE(), CONNECTION_ID(), USER()
+                stmt = local.substitute_database(a.sql, self.schema, self.conn_id, f"{self.user}@{self.peer}",
+                                                 row_count)
+                computed[a.key] = a.key
             elif a.key not in _REPLAYED_AS_WRITTEN and local.computed_value(a.sql):
-                computed.append((a.key, a.sql, f"@@session.{a.key}"))
+                computed[a.key] = f"@@session.{a.key}"
             else:
-                self.set_var(a.key, a.sql)
-        if computed:
-            try:
-                for key, literal in (await self.executor.set_values(computed)).items():
-                    self.set_var(key, literal)
-            except ProxyError:
-                self.vars = old_vars
-                raise
+                plain[a.key] = a.sql
+            if stmt:   # ('' is SET NAMES DEFAULT: pydble's own default, nothing to run)
+                parts.append(stmt[4:] if stmt[:4].upper() == "SET " else stmt)
+        values = await self.executor.run_set("SET " + ", ".join(parts), plain, computed) if computed else {}
+        for a in changes:   # nothing is recorded when the SET failed on the backend
+            if a.key in values:
+                self.set_var(a.key, values[a.key])
+            elif a.key in plain:
+                self.set_var(a.key, plain[a.key])
         if not new_autocommit and self.autocommit and self.executor.locked:
             self.vars = old_vars
             raise NotSupported("SET autocommit=0 while LOCK TABLES is held is not supported by pydble: "
                                "UNLOCK TABLES first")
-        done = {key for key, _, _ in computed}   # (run on a backend just now)
-        if any(self.vars.get(k) != old_vars.get(k) for k in {*self.vars, *old_vars} if k not in done):
+        if not computed and self.vars != old_vars:   # (a computed SET ran on a backend just now)
             try:
                 await self.executor.check_session_state()
             except ProxyError:

@@ -141,6 +141,32 @@ def test_a_session_variable_set_from_an_expression_keeps_its_value(two) -> None:
     assert one(b, DN5 + "SELECT @@wait_timeout") == wait   # b's session never had it
 
 
+def test_a_dumps_saved_and_restored_settings_come_back_on_every_connection(two) -> None:
+    """mysqldump's header saves settings in user variables and changes them in one SET; its footer puts
+    them back. Each SET works out every value before assigning any, as MariaDB does."""
+    a, b = two
+    before = one(a, DN5 + "SELECT @@sql_mode, @@foreign_key_checks, @@unique_checks")
+    for sql in ("/*!40101 SET @OLD_SQL_MODE=@@SQL_MODE, SQL_MODE='NO_AUTO_VALUE_ON_ZERO' */",
+                "/*!40014 SET @OLD_FOREIGN_KEY_CHECKS=@@FOREIGN_KEY_CHECKS, FOREIGN_KEY_CHECKS=0 */",
+                "/*!40014 SET @OLD_UNIQUE_CHECKS=@@UNIQUE_CHECKS, UNIQUE_CHECKS=0 */"):
+        one(a, sql)
+    for via in (ONE, DN5):
+        assert one(a, via + "SELECT @@sql_mode, @@foreign_key_checks, @@unique_checks") == \
+            ("NO_AUTO_VALUE_ON_ZERO", 0, 0)
+    for sql in ("/*!40101 SET SQL_MODE=@OLD_SQL_MODE */", "/*!40014 SET FOREIGN_KEY_CHECKS=@OLD_FOREIGN_KEY_CHECKS */",
+                "/*!40014 SET UNIQUE_CHECKS=@OLD_UNIQUE_CHECKS */"):
+        one(a, sql)
+    for via in (ONE, DN5, ONE):
+        one(b, ONE + "SELECT 1")
+        assert one(a, via + "SELECT @@sql_mode, @@foreign_key_checks, @@unique_checks") == before, via
+    one(a, "SET @mx_p = 1, @mx_q = 2")
+    one(a, "SET @mx_p = @mx_q, @mx_q = @mx_p, @mx_fresh = 1, @mx_fresh = @mx_fresh + 1")
+    assert one(a, DN5 + "SELECT @mx_p, @mx_q, @mx_fresh") == (2, 1, None)   # MariaDB's answer
+    half = one(a, DN5 + "SELECT @@max_allowed_packet") // 2 + 1000   # its HEX() exceeds what a backend sends
+    assert err(a, f"SET @mx_big = REPEAT('a', {half})") == 1235   # too large to replay: refused, never ''
+    assert one(a, ONE + "SELECT @mx_big") is None
+
+
 def test_row_count_is_the_sessions_own_and_found_rows_is_refused(mx, two) -> None:
     """ROW_COUNT() speaks of the client's previous statement as on one MySQL, whichever backend connection
     or nodes ran it and whatever other sessions ran there since; FOUND_ROWS(), which pydble cannot count,
@@ -174,6 +200,12 @@ def test_row_count_is_the_sessions_own_and_found_rows_is_refused(mx, two) -> Non
             assert cur.fetchone() == (-1,)
         finally:
             multi.close()
+        a.cursor().execute("INSERT INTO mx_rc VALUES (4, 4), (5, 5)")
+        one(a, "SET @mx_rc_seen = ROW_COUNT()")
+        assert one(a, ONE + "SELECT @mx_rc_seen") == 2
+        one(a, "PREPARE mx_p FROM 'SELECT ROW_COUNT()'")
+        assert one(a, "EXECUTE mx_p") == 0   # the PREPARE's
+        assert one(a, "WITH w AS (SELECT 1) SELECT ROW_COUNT() FROM w") == -1
         assert err(a, "INSERT INTO mx_rc VALUES (1, 1)") == 1062
         assert one(a, "SELECT ROW_COUNT()") == -1   # after an error, as MariaDB answers
         one(a, "SELECT SQL_CALC_FOUND_ROWS * FROM mx_rc LIMIT 1")
