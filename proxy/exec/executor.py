@@ -71,29 +71,26 @@ async def _apply_state(conn: BackendConnection, stmts: list[str], timeout: float
         raise
 
 
-_NUMBER_TYPES = frozenset({C.T_TINY, C.T_SHORT, C.T_LONG, C.T_INT24, C.T_LONGLONG, C.T_DECIMAL, C.T_NEWDECIMAL})
-
-
-def user_var_literal(name: str, col: ColumnDef, value: bytes | None, collation: bytes | None,
+def variable_literal(name: str, col: ColumnDef, value: bytes | None, collation: bytes | None,
                      hexed: bytes | None) -> str:
     """A variable's value as SQL that gives it back with its type: an integer or decimal as written,
     a double with an exponent (shortest round-trip text, so the same double), a string by its bytes in
-    its own character set and collation."""
+    its own character set and collation (HEX() is NULL when those exceed max_allowed_packet: refused)."""
     if value is None:
         return "NULL"
-    if hexed is None and col.type not in _NUMBER_TYPES and col.type not in (C.T_DOUBLE, C.T_FLOAT):
-        raise NotSupported(f"the value of {name} ({len(value)} bytes) is too large for pydble to keep: it sets "
-                           f"it again on each backend connection the session uses, within max_allowed_packet")
-    if col.type in _NUMBER_TYPES:
+    if col.type in C.INTEGER_TYPES or col.type in C.DECIMAL_TYPES:
         return value.decode("ascii")
-    if col.type in (C.T_DOUBLE, C.T_FLOAT):
+    if col.type in C.FLOAT_TYPES:
         text = value.decode("ascii")
         return text if "e" in text.lower() else f"{text}e0"
-    name = (collation or b"binary").decode("ascii")
-    raw = (hexed or b"").decode("ascii")
-    if name == "binary":
+    if hexed is None:
+        raise NotSupported(f"the value of {name} ({len(value)} bytes) is too large for pydble to keep: it sets "
+                           f"it again on each backend connection the session uses, within max_allowed_packet")
+    collation_name = (collation or b"binary").decode("ascii")
+    raw = hexed.decode("ascii")
+    if collation_name == "binary":
         return f"_binary X'{raw}'"
-    return f"_{charset_of(name)} X'{raw}' COLLATE {name}"
+    return f"_{charset_of(collation_name)} X'{raw}' COLLATE {collation_name}"
 
 
 class Executor:
@@ -409,10 +406,7 @@ class Executor:
                     e = _on_node(node, exc) if isinstance(exc, BackendUnavailable) else exc
                     client.write(frame(1, err_packet(e.code, e.sqlstate, e.message)))
             else:
-                ok = sc.ok
-                if ok is not None and ok.last_insert_id:
-                    s.last_insert_id = ok.last_insert_id
-                s.row_count = sc.row_count()
+                self._note_ok(sc)
             self.runtime.metrics.observe("single", self._single_started)
         except Exception:  # noqa: BLE001 - never leave the client waiting on a bug here
             s.log.exception("fast path completion failed")
@@ -556,7 +550,7 @@ class Executor:
                 sc = await conn.query(f"{sql};SELECT {probe}", timeout)
                 rs = sc.results[-1]
                 row = rs.rows[0]
-                literal = {t: user_var_literal(t, rs.columns[3 * i], row[3 * i], row[3 * i + 1], row[3 * i + 2])
+                literal = {t: variable_literal(t, rs.columns[3 * i], row[3 * i], row[3 * i + 1], row[3 * i + 2])
                            for i, t in enumerate(targets)}
             except BaseException:
                 conn.tainted = True   # the SET may have run: no other session may take it

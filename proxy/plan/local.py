@@ -117,11 +117,16 @@ def _spans(sql: str, toks: list[tuple[str, str, int, int]]) -> str:
     return "".join(out)
 
 
-def computed_value(set_sql: str) -> bool:
-    """Whether a `SET name = value` statement's value reads variables or calls functions: its result
-    depends on the connection it runs on and when (`CONCAT(@@sql_mode, ',X')`, `@@wait_timeout + 10`), so
-    it is computed once and replayed by value; a literal or a bare word is replayed as written."""
-    value = set_sql.split(" = ", 1)[1] if " = " in set_sql else ""
+_REPLAYED_AS_WRITTEN = frozenset({"names", "isolation", "tx_read_only"})   # statements parse_set wrote itself
+
+
+def computed_value(a: Assignment) -> bool:
+    """Whether a session variable's assignment reads variables or calls functions: its result depends on
+    the connection it runs on and when (`CONCAT(@@sql_mode, ',X')`, `@@wait_timeout + 10`), so it is
+    computed once and replayed by value; a literal or a bare word is replayed as written."""
+    if a.key in _REPLAYED_AS_WRITTEN:
+        return False
+    value = a.sql.split(" = ", 1)[1] if " = " in a.sql else ""
     return any(kind == "v" or (kind == "o" and text == "(") for kind, text, _, _ in tokenize(value))
 
 
@@ -130,6 +135,9 @@ def parse_set(sql: str) -> list[Assignment]:
     toks = tokenize(sql)  # version comments are opened here: /*!40101 SET NAMES utf8 */
     while toks and toks[-1][1] == ";" and toks[-1][0] == "o":
         toks.pop()
+    if toks and toks[0][0] == "h":   # it would change one shared backend connection, not the session
+        raise NotSupported("SET cannot be sent through a shardingNode hint: a session's variables apply to every "
+                           "node; SET it without the hint")
     if not toks or toks[0][0] != "w" or toks[0][1].upper() != "SET":
         raise ParseError("not a SET statement")
     if len(toks) < 2:

@@ -651,9 +651,6 @@ class Session:
         if kw in ("SELECT", "WITH", "DO", "INSERT", "UPDATE", "DELETE", "REPLACE"):   # a backend would answer its own
             sql = local.substitute_database(sql, self.schema, self.conn_id, f"{self.user}@{self.peer}", row_count)
         if kw == "SET":
-            if _HINTED.match(sql):   # it would change one shared backend connection, not the session
-                raise NotSupported("SET cannot be sent through a shardingNode hint: a session's variables apply "
-                                   "to every node; SET it without the hint")
             await self.do_set(sql, row_count)
             r.ok(self.status(), more=more)
             return False
@@ -765,7 +762,7 @@ class Session:
                 stmt = local.substitute_database(a.sql, self.schema, self.conn_id, f"{self.user}@{self.peer}",
                                                  row_count)
                 computed[a.key] = a.key
-            elif a.key not in _REPLAYED_AS_WRITTEN and local.computed_value(a.sql):
+            elif local.computed_value(a):
                 computed[a.key] = f"@@session.{a.key}"
             else:
                 plain[a.key] = a.sql
@@ -830,7 +827,7 @@ class Session:
                 for t in names}   # a global table's copies hold the same rows: one stands for all
         columns = scanners[0].results[0].columns
         rows.update(self.runtime.views.status_rows(schema, like, columns))   # views: Comment 'VIEW', as MySQL
-        return local.table_status_result(columns, {t: r for t, r in rows.items() if r and self.sees(schema, t)})
+        return local.table_status_result(columns, {t: r for t, r in rows.items() if r})
 
     async def show(self, sql: str) -> ResultSet | None:
         """SHOW statements answered from the proxy's own knowledge, or None to route them."""
@@ -924,8 +921,6 @@ async def kill_session(runtime: Runtime, cid: int, user: str, admin: bool, query
     await target.interrupt()
 
 
-_REPLAYED_AS_WRITTEN = frozenset({"names", "isolation", "tx_read_only"})   # parse_set's own statements
-_HINTED = re.compile(r"\s*/\*!\s*(?:pydble|dble)\s*:", re.I)
 
 
 def _is_lock_tables(sql: str) -> bool:
