@@ -22,6 +22,9 @@ class MetaLock:
     record: int = 0            # for a peer's DDL: the czxid of its cluster record (0: none known)
 
 
+RELOAD_OWNER = "reload:"   # the owners of a lock held while a table is re-read after a DDL: no DDL itself
+
+
 def another_instance_ddl(schema: str, table: str) -> DdlInProgress:
     """DBLE's 4006 for a table whose DDL another instance runs (its cluster lock, or our lock taken for it)."""
     return DdlInProgress(f"Found another instance doing ddl, due to table[{schema}.{table}]'s ddlLock is exists")

@@ -18,6 +18,8 @@ from kazoo.exceptions import NoNodeError
 
 from meta.errors import DdlInProgress, ProxyError
 from meta.later import Later
+from meta.locks import RELOAD_OWNER
+
 
 from .ddlcore.subscriber import GoneAction, SubscriberCore, may_release
 from .loops import PassLoop, clock
@@ -319,7 +321,7 @@ class DdlListener(PassLoop):
                 raise TableBusy(f"{schema}.{table}")
             await c.refresh([(schema, table)], texts)   # under that very record's lock
             return
-        mine = f"reload:{czxid}"
+        mine = f"{RELOAD_OWNER}{czxid}"
         c.locks.acquire(schema, table, "reload after a ddl finished elsewhere", mine).phase = "REFRESHING"
         try:
             await c.refresh([(schema, table)], texts)

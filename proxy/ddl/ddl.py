@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Awaitable, Callable, Iterable, Mapping
 
 import structlog
 
-from meta.errors import BackendUnavailable, ProxyError, RefreshIncomplete, TableExists
+from meta.errors import BackendUnavailable, DdlInProgress, ProxyError, RefreshIncomplete, TableExists
 from meta.history import DdlHistoryEntry
 from meta.later import Later
 from meta.loader import LoadResult, load_tables, node_tables, result_from_texts
-from meta.locks import MetaLocks
+from meta.locks import RELOAD_OWNER, MetaLocks
 from zk.originator import ClusterDdl
 from zk.records import MARKER_PREFIX
 
@@ -42,6 +42,7 @@ log = structlog.get_logger("pydble.ddl")
 
 RELOAD_RETRY_FIRST_S = 1.0    # a DDL's own refresh that missed a node: first retry after this long,
 RELOAD_RETRY_MAX_S = 30.0     # doubling up to this, until every node answers (or pydble stops)
+RELOAD_WAIT_S = 10.0          # how long a DDL waits for such a re-read (a dead node's connect timeout) to end
 ER_TABLE_EXISTS = 1050
 ER_BAD_TABLE_ERROR = 1051
 ER_NO_SUCH_TABLE = 1146
@@ -235,7 +236,7 @@ class DdlRunner:
     async def run(self, session: SessionPort, plan: Plan, sql: str, r: Reply, more: bool) -> None:
         """Run a DDL for a session; it finishes (and unlocks) even if the client leaves meanwhile."""
         owner = f"session:{session.conn_id}"
-        self._take_locks(plan, sql, owner)
+        await self._take_locks(plan, sql, owner)
         trace = DdlTrace(session.user, before=self._structures(plan, sql))
         trace.mark("lock")
         loop = asyncio.get_running_loop()
@@ -266,7 +267,7 @@ class DdlRunner:
         `plan.targets`: the same locks, cluster protocol, refresh and history as run(). `verify` runs
         once this instance's locks are held (raising refuses the DDL)."""
         owner = f"repair:{repair_of}"
-        self._take_locks(plan, sql, owner)
+        await self._take_locks(plan, sql, owner)
         if verify is not None:
             try:
                 await verify()
@@ -284,14 +285,26 @@ class DdlRunner:
         err, _ = await asyncio.shield(task)
         return err
 
-    def _take_locks(self, plan: Plan, sql: str, owner: str) -> None:
-        """This instance's lock on every table of the DDL, all or none."""
+    async def _take_locks(self, plan: Plan, sql: str, owner: str) -> None:
+        """This instance's lock on every table of the DDL, all or none. A background re-read of a table
+        (after a DDL that missed a node) is no DDL: it is waited for (bounded by RELOAD_WAIT_S) as MySQL
+        waits for a metadata lock, not answered with 4006."""
         taken: list[tuple[str, str]] = []
+        deadline = asyncio.get_running_loop().time() + RELOAD_WAIT_S
         try:
             for schema, table in self.keys_of(plan, sql):
-                self.locks.acquire(schema, table, sql, owner)
+                while True:
+                    try:
+                        self.locks.acquire(schema, table, sql, owner)
+                        break
+                    except DdlInProgress:
+                        held = self.locks.get(schema, table)
+                        if held is None or not held.owner.startswith(RELOAD_OWNER) \
+                                or asyncio.get_running_loop().time() > deadline:
+                            raise
+                    await asyncio.sleep(0.02)
                 taken.append((schema, table))
-        except ProxyError:
+        except BaseException:
             for s, t in taken:
                 self.locks.release(s, t, owner)
             raise
@@ -559,7 +572,7 @@ class DdlRunner:
                 continue
             # held meanwhile: a DDL starting on the table while we read would be overwritten by this read
             for k in keys:
-                self.locks.acquire(*k, "reload after a ddl missed nodes", "reload:later").phase = "REFRESHING"
+                self.locks.acquire(*k, "reload after a ddl missed nodes", f"{RELOAD_OWNER}later").phase = "REFRESHING"
             try:
                 await self.refresh(keys, None)
                 log.info("ddl refresh completed after missing nodes", tables=[f"{s}.{t}" for s, t in keys])
@@ -574,7 +587,7 @@ class DdlRunner:
                     self.reloads.pop(key, None)
             finally:
                 for k in keys:
-                    self.locks.release(*k, "reload:later")
+                    self.locks.release(*k, f"{RELOAD_OWNER}later")
 
     def refresh_now(self, keys: list[tuple[str, str]], texts: Mapping[str, Mapping[str, str | None]]) -> bool:
         """refresh without waiting (a peer's outcome handled on the spot): False, with nothing done,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 
 import pymysql
@@ -241,16 +242,22 @@ def test_ok_waits_for_a_subscriber_that_saw_the_record_removed_before_the_outcom
     assert not cluster.zk_children("ddl") and not show_ddl(p2)
 
 
-def test_a_ddl_with_an_unreachable_node_is_refused_and_leaves_no_lock_anywhere(cluster, backends):
+def test_a_ddl_with_an_unreachable_node_is_refused_and_leaves_no_lock_anywhere(cluster, backends, request):
     """The nodes' pings run beside the INIT write: an unreachable node still refuses the DDL before any
     node runs it, and the record and locks it took are gone everywhere (the next try gets the same
     refusal, not 4006)."""
     from harness import free_port, proxy_config
 
+    # dn6 hangs: a listener that never answers, so every read of it lasts its connect timeout
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(64)
+    request.addfinalizer(hung.close)
+
     def config(name: str) -> dict:
         cfg = proxy_config(backends, free_port(), free_port(), instance=name, cluster=cluster.section)
-        cfg["db_groups"]["ha_dead"] = {"host": "127.0.0.1", "port": free_port(), "user": "root", "password": "",
-                                       "connect_timeout_s": 1}
+        cfg["db_groups"]["ha_dead"] = {"host": "127.0.0.1", "port": hung.getsockname()[1], "user": "root",
+                                       "password": "", "connect_timeout_s": 1}
         cfg["sharding_nodes"]["dn6"] = {"db_group": "ha_dead", "database": "db1"}
         cfg["schemas"]["schema1"]["tables"]["half_dead"] = {"type": "global", "nodes": ["dn1", "dn6"]}
         return cfg
@@ -264,4 +271,11 @@ def test_a_ddl_with_an_unreachable_node_is_refused_and_leaves_no_lock_anywhere(c
         assert code == 1105 and "shardingNode[dn6]" in msg and "unreachable" in msg, e.value.args
     assert not backends[0].query("SHOW TABLES LIKE 'half_dead'", database="db1")   # not half-created
     assert not cluster.zk_children("ddl") and not cluster.zk_children("lock/ddl_lock")
-    assert not show_ddl(p2)
+    assert all(r[4] == "REFRESHING" for r in show_ddl(p2)), show_ddl(p2)   # no DDL, at most a re-read
+    # p1 re-reads the table in the background until dn6 answers, holding its local lock for the read
+    # (a connect timeout): a DDL meanwhile waits for that read, it is not told another DDL runs (4006)
+    wait_for(lambda: any(r[1] == "half_dead" and r[4] == "REFRESHING" for r in show_ddl(p1)), 20,
+             "p1's background re-read of half_dead")
+    with pytest.raises(pymysql.MySQLError) as e:
+        p1.query("CREATE TABLE half_dead (id INT PRIMARY KEY)")
+    assert e.value.args[0] == 1105 and "unreachable" in e.value.args[1], e.value.args
