@@ -257,7 +257,7 @@ def test_a_ddl_with_an_unreachable_node_is_refused_and_leaves_no_lock_anywhere(c
     def config(name: str) -> dict:
         cfg = proxy_config(backends, free_port(), free_port(), instance=name, cluster=cluster.section)
         cfg["db_groups"]["ha_dead"] = {"host": "127.0.0.1", "port": hung.getsockname()[1], "user": "root",
-                                       "password": "", "connect_timeout_s": 1}
+                                       "password": "", "connect_timeout_s": 0.5}
         cfg["sharding_nodes"]["dn6"] = {"db_group": "ha_dead", "database": "db1"}
         cfg["schemas"]["schema1"]["tables"]["half_dead"] = {"type": "global", "nodes": ["dn1", "dn6"]}
         return cfg
