@@ -131,5 +131,23 @@ class UnknownCommand(ProxyError):
     code, sqlstate = 1047, "08S01"
 
 
+class QueryInterrupted(ProxyError):
+    """ER_QUERY_INTERRUPTED: a KILL QUERY stopped the statement (the KILL QUERY of one's own id too)."""
+
+    code, sqlstate = 1317, "70100"
+
+    def __init__(self) -> None:
+        super().__init__("Query execution was interrupted")
+
+
+class ConnectionKilled(ProxyError):
+    """ER_CONNECTION_KILLED: what MariaDB answers a KILL of one's own connection before it closes it."""
+
+    code, sqlstate = 1927, "70100"
+
+    def __init__(self) -> None:
+        super().__init__("Connection was killed")
+
+
 class BackendError(ProxyError):
     """An ERR packet from a backend, passed through with its own code and state."""

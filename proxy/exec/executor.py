@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable
 
 import structlog
 
-from meta.errors import BackendUnavailable, NoSuchTable, NotSupported, ProxyError
+from meta.errors import BackendUnavailable, NoSuchTable, NotSupported, ProxyError, QueryInterrupted
 
 from proxy.backends.backend import BackendConnection, Sink
 from proxy.exec.planner import build, explained
@@ -614,7 +614,7 @@ class Executor:
         sc: ResponseScanner | None = None
         try:
             if self.session.killed:
-                raise ProxyError("Query execution was interrupted", 1317, "70100")
+                raise QueryInterrupted()
             if may_relay:
                 self.streaming.add(conn)
                 if self.session.client.write_paused:

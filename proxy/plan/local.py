@@ -301,7 +301,9 @@ def substitute_database(sql: str, schema: str | None, conn_id: int | None = None
     if user is not None:
         lits.update(dict.fromkeys(_USER_CALLS, _literal(user)))
     if row_count is not None:
-        lits["ROW_COUNT"] = str(int(row_count))
+        # typed as MariaDB types ROW_COUNT() (BIGINT, length 21, NOT NULL): a bare literal would be INT of
+        # its own length; the branch never taken carries the type and is a constant
+        lits["ROW_COUNT"] = f"IF(TRUE, {int(row_count)}, 0 - 9223372036854775807)"
     for i, (kind, text, _, _) in enumerate(toks):
         up = text.upper() if kind == "w" else ""
         if (up in ("ROW_COUNT", "FOUND_ROWS") and up not in lits and i + 1 < len(toks) and toks[i + 1][1] == "("

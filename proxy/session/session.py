@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import structlog
 
-from meta.errors import (AccessDenied, BackendError, DbAccessDenied, NoDatabaseSelected,
-                         NotSupported, ParseError, ProxyError, UnknownCommand)
+from meta.errors import (AccessDenied, BackendError, ConnectionKilled, DbAccessDenied, NoDatabaseSelected,
+                         NotSupported, ParseError, ProxyError, QueryInterrupted, UnknownCommand)
 
 from proxy.plan import local
 from proxy.session import infoschema, show_where, sql_prepare, views
@@ -308,6 +308,7 @@ class Session:
         self.warnings: list[tuple[str, int, str]] = []  # pydble's own warnings for SHOW WARNINGS
         self.requests = 0        # COM_QUERYs so far: with conn_id, the request id in the logs
         self.killed = False      # a KILL QUERY interrupted the command running (Executor.run_single sends no more of it)
+        self.ending = False      # the session closes once this command is answered (KILL of its own connection)
         self.route = "local"     # how the last statement was served: local | single | multi | ddl
         self.ready = False       # logged in: the fast path may serve commands from the data callback
         self.peer = "?"
@@ -340,7 +341,7 @@ class Session:
                 answer_seq += 1   # a malformed command is answered in the command's sequence, as any answer
                 if not payload:
                     raise ProtocolError("empty command packet")
-                if not await self.dispatch(payload):
+                if not await self.dispatch(payload) or self.ending:
                     break
         except asyncio.CancelledError:
             pass
@@ -913,10 +914,15 @@ async def kill_session(runtime: Runtime, cid: int, user: str, admin: bool, query
         raise ProxyError(f"Unknown thread id: {cid}", 1094, "HY000")
     if target.user != user and not admin:
         raise ProxyError(f"You are not owner of thread {cid}", 1095, "HY000")
+    if target is caller:   # as MariaDB: the KILL itself is interrupted, or the connection ends after its 1927
+        if query_only:
+            raise QueryInterrupted()
+        caller.ending = True
+        raise ConnectionKilled()
     if not query_only:
         target.client.close()
         return
-    if target.command != "Query" or target is caller:
+    if target.command != "Query":
         return
     await target.interrupt()
 

