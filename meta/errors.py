@@ -131,6 +131,15 @@ class UnknownCommand(ProxyError):
     code, sqlstate = 1047, "08S01"
 
 
+class TransactionInProgress(ProxyError):
+    """ER_CANT_CHANGE_TX_CHARACTERISTICS: SET TRANSACTION (for the next transaction) inside one."""
+
+    code, sqlstate = 1568, "25001"
+
+    def __init__(self) -> None:
+        super().__init__("Transaction characteristics can't be changed while a transaction is in progress")
+
+
 class QueryInterrupted(ProxyError):
     """ER_QUERY_INTERRUPTED: a KILL QUERY stopped the statement (the KILL QUERY of one's own id too)."""
 

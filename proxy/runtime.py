@@ -248,6 +248,7 @@ class SessionPort(Protocol):
     autocommit: bool
     explicit_txn: bool
     xa: bool
+    txn_chars: list[str]
     vars: dict[str, str]
     last_insert_id: int
     row_count: int | None

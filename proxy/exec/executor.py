@@ -151,9 +151,12 @@ class Executor:
         if conn.autocommit != s.autocommit:
             stmts.append(f"SET autocommit={1 if s.autocommit else 0}")
         if node is not None and s.xa and self._pinning() and node not in self.xa.nodes:
+            if s.explicit_txn:
+                stmts += s.txn_chars   # SET TRANSACTION's, for this transaction only
             stmts.append(self.xa.start_sql(node))   # the branch begins before any statement of the transaction
             joining = True
         elif s.explicit_txn and not conn.in_trans and node not in self.xa.nodes:
+            stmts += s.txn_chars
             stmts.append("START TRANSACTION")
             joining = True
         if joining and self.savepoints:

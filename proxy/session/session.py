@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import structlog
 
 from meta.errors import (AccessDenied, BackendError, ConnectionKilled, DbAccessDenied, NoDatabaseSelected,
-                         NotSupported, ParseError, ProxyError, QueryInterrupted, UnknownCommand)
+                         NotSupported, ParseError, ProxyError, QueryInterrupted, TransactionInProgress,
+                         UnknownCommand)
 
 from proxy.plan import local
 from proxy.session import infoschema, show_where, sql_prepare, views
@@ -42,6 +43,8 @@ log = structlog.get_logger("pydble.session")
 LOGIN_PACKET_MAX = 8192  # a handshake response with every connection attribute a driver sends fits
 
 
+# what may come between SET TRANSACTION and the transaction it is for (Session.before_next_txn)
+_NEXT_TXN_WORDS = frozenset({"BEGIN", "START", "SET", "COMMIT", "ROLLBACK"})
 _SHOW_COUNT = re.compile(r"^\s*SHOW\s+COUNT\s*\(\s*\*\s*\)\s+(WARNINGS|ERRORS)\s*;?\s*$", re.I)
 
 
@@ -301,6 +304,8 @@ class Session:
         self.autocommit = True
         self.explicit_txn = False
         self.xa = False          # SET xa = on: transactions over several nodes commit two-phase (proxy/exec/xa.py)
+        self.next_txn: dict[str, str] = {}   # SET TRANSACTION without SESSION: key -> statement, for the next one
+        self.txn_chars: list[str] = []       # those the explicit transaction open now began with (Executor._sync)
         self.vars: dict[str, str] = {}
         self.last_insert_id = 0
         self.row_count: int | None = 0   # ROW_COUNT() as the client would read it now (None: pydble cannot tell)
@@ -382,7 +387,9 @@ class Session:
         payload = pkt[1]  # type: ignore[index]
         cmd = payload[:1]
         before, self.row_count = self.row_count, None   # Executor._single_end sets it when the statement ends
-        if cmd == b"\x03":
+        if self.next_txn:
+            started = False   # the task answers it (Session.before_next_txn)
+        elif cmd == b"\x03":
             started = self._fast_query(payload, data)
         elif cmd == b"\x17":   # sysbench --db-ps-mode=auto
             started = self.prepared.fast_point(payload)
@@ -517,6 +524,7 @@ class Session:
         self.autocommit = True
         self.explicit_txn = False
         self.xa = False
+        self.next_txn, self.txn_chars = {}, []
         self.last_insert_id = 0
         self.row_count = 0
         self.warnings = []
@@ -585,6 +593,7 @@ class Session:
                 r.raw(frame(1, f"Uptime: {self.runtime.uptime():.0f}  Threads: {len(self.runtime.sessions)}".encode()))
             elif cmd in STMT_COMMANDS:
                 if cmd == C.COM_STMT_EXECUTE:   # one that does not run through statement() leaves it unknown
+                    self.before_next_txn("EXECUTE")
                     self.running, self.row_count = self.row_count, None
                 try:
                     await self.prepared.dispatch(payload)  # answers (or not) itself
@@ -636,6 +645,7 @@ class Session:
 
     async def _statement(self, sql: str, r: Reply, more: bool, may_relay: bool, row_count: int | None) -> bool:
         kw = first_keyword(sql)
+        self.before_next_txn(kw)
         if kw == "CALL":
             sql_prepare.note_assignments(self, sql, kw)
         if kw == "SHOW":
@@ -672,6 +682,7 @@ class Session:
                 self.explicit_txn = False  # the old transaction ended (rolled back, as the error says)
                 raise
             self.explicit_txn = True
+            self.txn_chars, self.next_txn = list(self.next_txn.values()), {}   # each node's part begins with them
             r.ok(self.status(), more=more)
             return False
         elif kw in ("COMMIT", "ROLLBACK"):
@@ -684,6 +695,7 @@ class Session:
                     await self.executor.rollback_all()
             finally:
                 self.explicit_txn = False  # ended either way: committed, or rolled back as the error says
+                self.next_txn = {}         # as MariaDB: a COMMIT or ROLLBACK uses up SET TRANSACTION's characteristics
             r.ok(self.status(), more=more)
             return False
         elif kw in ("SAVEPOINT", "RELEASE"):
@@ -731,6 +743,14 @@ class Session:
                 return False
         return await self.executor.execute(sql, r, more, may_relay)
 
+    def before_next_txn(self, kw: str) -> None:
+        """Refuse a statement while SET TRANSACTION waits for the next transaction: pydble gives it to the one
+        BEGIN or START TRANSACTION opens, never guesses which other statement MariaDB would give it to."""
+        if self.next_txn and kw not in _NEXT_TXN_WORDS:
+            raise NotSupported("SET TRANSACTION without SESSION applies to the next transaction only, and pydble "
+                               "gives it only to one that START TRANSACTION or BEGIN opens: start the transaction "
+                               "first (or SET SESSION TRANSACTION for every transaction)")
+
     async def savepoint(self, sql: str, r: Reply, more: bool) -> bool:
         """SAVEPOINT, ROLLBACK TO, RELEASE SAVEPOINT over every node of the transaction."""
         sp = local.parse_savepoint(sql)
@@ -745,6 +765,11 @@ class Session:
             raise NotSupported("GET_LOCK and the other user-lock functions are not supported by pydble in SET: "
                                "SELECT them")
         changes = local.parse_set(sql)
+        if changes and changes[0].next_only:   # (SET TRANSACTION: its characteristics only)
+            if self.explicit_txn or self.executor.pinned:
+                raise TransactionInProgress()
+            self.next_txn.update((a.key, a.sql) for a in changes)
+            return
         old_vars = dict(self.vars)
         new_autocommit = self.autocommit
         new_xa = self.xa
@@ -775,6 +800,7 @@ class Session:
                 self.set_var(a.key, values[a.key])
             elif a.key in plain:
                 self.set_var(a.key, plain[a.key])
+            self.next_txn.pop(a.key, None)   # the session's value wins over one for the next transaction, as in MariaDB
         if not new_autocommit and self.autocommit and self.executor.locked:
             self.vars = old_vars
             raise NotSupported("SET autocommit=0 while LOCK TABLES is held is not supported by pydble: "

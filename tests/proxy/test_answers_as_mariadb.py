@@ -109,3 +109,77 @@ def test_row_count_column_is_described_as_mariadb_describes_it(pair, expr: str) 
         error(conn, "SELECT * FROM h1_no_such_table")   # ROW_COUNT() -1
     same()
     assert one(px, "SELECT ROW_COUNT()") == one(ref, "SELECT ROW_COUNT()") == -1
+
+
+# -- SET TRANSACTION without SESSION -------------------------------------------------------------------
+
+@pytest.fixture
+def dirty(proxy, backends, pair) -> Iterator[tuple[Any, Any]]:
+    """pair, with a table of four rows (v = 0) on both sides: sharding_4_t1 (a row on each of its four nodes)
+    behind pydble; another session of each side holds all four updated to v = 1, uncommitted."""
+    writers = (proxy.connect(), backends[0].connect(REF_DB, autocommit=True))
+    for conn, name in zip(pair, ("sharding_4_t1", "h1_plain")):
+        with conn.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS {name}")
+            cur.execute(f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT)")
+            cur.execute(f"INSERT INTO {name} VALUES (1, 0), (2, 0), (3, 0), (4, 0)")
+    for w, name in zip(writers, ("sharding_4_t1", "h1_plain")):
+        with w.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"UPDATE {name} SET v = 1")
+    try:
+        yield pair
+    finally:
+        for w in writers:
+            w.rollback()
+            w.close()
+
+
+def test_set_transaction_isolation_applies_to_the_next_transaction_only(dirty) -> None:
+    for conn, name in zip(dirty, ("sharding_4_t1", "h1_plain")):
+        with conn.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT SUM(v) FROM {name}")
+            assert cur.fetchone()[0] == 4, conn    # the transaction reads uncommitted rows, on every node
+            cur.execute("COMMIT")
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT SUM(v) FROM {name}")
+            assert cur.fetchone()[0] == 0, conn    # the next one is the session's REPEATABLE READ again
+            cur.execute("COMMIT")
+            cur.execute("SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+            cur.execute("COMMIT")                  # a COMMIT uses it up, as on MariaDB
+            cur.execute("START TRANSACTION")
+            cur.execute(f"SELECT SUM(v) FROM {name}")
+            assert cur.fetchone()[0] == 0, conn
+            assert error(conn, "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE") == (
+                1568, "Transaction characteristics can't be changed while a transaction is in progress")
+            cur.execute("ROLLBACK")
+        assert one(conn, "SELECT @@session.tx_isolation") == "REPEATABLE-READ"
+
+
+def test_set_session_transaction_wins_over_one_for_the_next(dirty) -> None:
+    for conn, name in zip(dirty, ("sharding_4_t1", "h1_plain")):
+        with conn.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT SUM(v) FROM {name}")
+            assert cur.fetchone()[0] == 0, conn
+            cur.execute("COMMIT")
+
+
+def test_set_transaction_before_a_statement_outside_a_transaction_is_refused(dirty) -> None:
+    """MariaDB gives it to the next statement that opens a transaction of its own; pydble cannot tell which
+    one that would be on its nodes: refused, and still there for START TRANSACTION."""
+    px, _ = dirty
+    with px.cursor() as cur:
+        cur.execute("SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+    code, msg = error(px, "SELECT SUM(v) FROM sharding_4_t1 WHERE id = 1")
+    assert code == 1235 and "SET TRANSACTION" in msg
+    with px.cursor() as cur:
+        cur.execute("START TRANSACTION")
+        cur.execute("SELECT SUM(v) FROM sharding_4_t1")
+        assert cur.fetchone()[0] == 4
+        cur.execute("ROLLBACK")
+    assert one(px, "SELECT SUM(v) FROM sharding_4_t1") == 0
