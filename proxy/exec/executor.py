@@ -542,15 +542,9 @@ class Executor:
         assignments, key -> statement, now on the connection too."""
         targets = list(dict.fromkeys(computed.values()))
         probe = ", ".join(f"{t}, COLLATION({t}), HEX({t})" for t in targets)
-        own = next(iter([*self.pinned.items(), *self.locked.items()]), None)
-        node, conn = own if own is not None else (self.runtime.any_node(self.session.schema), None)
-        if conn is None:
-            conn = await self.runtime.backends.acquire(node, self.session.format_flags)
-        timeout = self.runtime.backends.timeout_s
-        try:
-            await self._sync(conn)
+        async with self._state_conn() as conn:
             try:
-                sc = await conn.query(f"{sql};SELECT {probe}", timeout)
+                sc = await conn.query(f"{sql};SELECT {probe}", self.runtime.backends.timeout_s)
                 rs = sc.results[-1]
                 row = rs.rows[0]
                 literal = {t: variable_literal(t, rs.columns[3 * i], row[3 * i], row[3 * i + 1], row[3 * i + 2])
@@ -563,6 +557,24 @@ class Executor:
             conn.vars.update(plain)
             conn.vars.update(out)   # the values it holds now are exactly these
             return out
+
+    async def session_variable(self, name: str) -> str:
+        """A session variable as MariaDB made it of the session's SETs (sql_mode 'ANSI' is a list that names
+        ANSI_QUOTES): read on a connection in the session's state."""
+        async with self._state_conn() as conn:
+            sc = await conn.query(f"SELECT @@session.{name}", self.runtime.backends.timeout_s)
+        return bytes(sc.results[-1].rows[0][0] or b"").decode("utf-8", "replace")
+
+    @contextlib.asynccontextmanager
+    async def _state_conn(self):  # noqa: ANN202 - an async context manager
+        """A connection in the session's state: the transaction's (or table locks') own, else a pooled one."""
+        own = next(iter([*self.pinned.items(), *self.locked.items()]), None)
+        node, conn = own if own is not None else (self.runtime.any_node(self.session.schema), None)
+        if conn is None:
+            conn = await self.runtime.backends.acquire(node, self.session.format_flags)
+        try:
+            await self._sync(conn)
+            yield conn
         finally:
             if own is None:
                 self.runtime.backends.release(node, conn)

@@ -304,6 +304,7 @@ class Session:
         self.autocommit = True
         self.explicit_txn = False
         self.xa = False          # SET xa = on: transactions over several nodes commit two-phase (proxy/exec/xa.py)
+        self.ansi_quotes = False  # the session's sql_mode has ANSI_QUOTES: "x" is an identifier (refuse_double_quotes)
         self.next_txn: dict[str, str] = {}   # SET TRANSACTION without SESSION: key -> statement, for the next one
         self.txn_chars: list[str] = []       # those the explicit transaction open now began with (Executor._sync)
         self.vars: dict[str, str] = {}
@@ -411,6 +412,8 @@ class Session:
         COM_STMT_EXECUTE and the sink turning its answer binary."""
         if sql is None:
             sql = payload[1:].decode("utf-8", "surrogateescape")
+        if self.ansi_quotes and '"' in sql:
+            return False   # the task refuses it (refuse_double_quotes)
         route = quick_route(self.executor, sql)
         if route is None:
             return False
@@ -525,6 +528,7 @@ class Session:
         self.explicit_txn = False
         self.xa = False
         self.next_txn, self.txn_chars = {}, []
+        self.ansi_quotes = False
         self.last_insert_id = 0
         self.row_count = 0
         self.warnings = []
@@ -593,7 +597,6 @@ class Session:
                 r.raw(frame(1, f"Uptime: {self.runtime.uptime():.0f}  Threads: {len(self.runtime.sessions)}".encode()))
             elif cmd in STMT_COMMANDS:
                 if cmd == C.COM_STMT_EXECUTE:   # one that does not run through statement() leaves it unknown
-                    self.before_next_txn("EXECUTE")
                     self.running, self.row_count = self.row_count, None
                 try:
                     await self.prepared.dispatch(payload)  # answers (or not) itself
@@ -646,6 +649,7 @@ class Session:
     async def _statement(self, sql: str, r: Reply, more: bool, may_relay: bool, row_count: int | None) -> bool:
         kw = first_keyword(sql)
         self.before_next_txn(kw)
+        self.refuse_double_quotes(sql)
         if kw == "CALL":
             sql_prepare.note_assignments(self, sql, kw)
         if kw == "SHOW":
@@ -751,6 +755,13 @@ class Session:
                                "gives it only to one that START TRANSACTION or BEGIN opens: start the transaction "
                                "first (or SET SESSION TRANSACTION for every transaction)")
 
+    def refuse_double_quotes(self, sql: str) -> None:
+        """Under sql_mode ANSI_QUOTES "x" names an identifier, where pydble's tokenizer reads a string (routing,
+        rewriting, checking grants by it): such a statement is refused, never run with another meaning."""
+        if self.ansi_quotes and '"' in sql and any(t[0] in "se" and t[1][0] == '"' for t in tokenize(sql)):
+            raise NotSupported('"..." under sql_mode ANSI_QUOTES is not supported by pydble: it reads "..." as a '
+                               "string; quote identifiers with backquotes (`x`) and strings with single quotes")
+
     async def savepoint(self, sql: str, r: Reply, more: bool) -> bool:
         """SAVEPOINT, ROLLBACK TO, RELEASE SAVEPOINT over every node of the transaction."""
         sp = local.parse_savepoint(sql)
@@ -811,6 +822,8 @@ class Session:
             except ProxyError:
                 self.vars = old_vars
                 raise
+        if any(a.key == "sql_mode" for a in changes):
+            self.ansi_quotes = "ANSI_QUOTES" in (await self.executor.session_variable("sql_mode")).split(",")
         self.xa = new_xa
         if new_autocommit != self.autocommit:
             if new_autocommit and (self.explicit_txn or self.executor.pinned):

@@ -183,3 +183,41 @@ def test_set_transaction_before_a_statement_outside_a_transaction_is_refused(dir
         assert cur.fetchone()[0] == 4
         cur.execute("ROLLBACK")
     assert one(px, "SELECT SUM(v) FROM sharding_4_t1") == 0
+
+
+# -- sql_mode ANSI_QUOTES ----------------------------------------------------------------------------
+
+@pytest.fixture
+def plain_rows(pair) -> tuple[Any, Any]:
+    for conn in pair:
+        with conn.cursor() as cur:
+            cur.execute("DROP TABLE IF EXISTS h1_plain")
+            cur.execute("CREATE TABLE h1_plain (id INT PRIMARY KEY, s VARCHAR(10))")
+            cur.execute("INSERT INTO h1_plain VALUES (1, 'id'), (2, 'x')")
+    return pair
+
+
+@pytest.mark.parametrize("mode", ["ANSI_QUOTES", "ANSI", "STRICT_TRANS_TABLES,ANSI_QUOTES"])
+@pytest.mark.parametrize("sql", ['SELECT "id" FROM h1_plain ORDER BY 1', 'SELECT id FROM "h1_plain" ORDER BY 1',
+                                 'SELECT id FROM h1_plain WHERE s = "id"'])
+def test_double_quotes_under_ansi_quotes_are_refused_not_read_as_strings(plain_rows, mode: str, sql: str) -> None:
+    """MariaDB reads "x" as an identifier then; pydble's tokenizer reads a string: a clear 1235, never an
+    answer of the other meaning (or 1064)."""
+    px, ref = plain_rows
+    for conn in plain_rows:
+        with conn.cursor() as cur:
+            cur.execute(f"SET SESSION sql_mode = '{mode}'")
+    with ref.cursor() as cur:
+        cur.execute(sql)   # an identifier on MariaDB
+    code, msg = error(px, sql)
+    assert code == 1235 and "ANSI_QUOTES" in msg
+    with px.cursor() as cur:   # nor prepared (the PREPARE is refused, as the statement would be)
+        with pytest.raises(pymysql.MySQLError) as e:
+            cur.execute("PREPARE h1_st FROM '" + sql + "'")
+        assert e.value.args[0] == 1235
+    assert one(px, "SELECT s FROM h1_plain WHERE `id` = 1") == "id"   # backquotes and single quotes work
+    for conn in plain_rows:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_mode = DEFAULT")
+        assert one(conn, 'SELECT id FROM h1_plain WHERE s = "id"') == 1   # a string again
+    assert one(ref, "SELECT @@sql_mode") == one(px, "SELECT @@sql_mode")
