@@ -412,8 +412,8 @@ class Session:
         COM_STMT_EXECUTE and the sink turning its answer binary."""
         if sql is None:
             sql = payload[1:].decode("utf-8", "surrogateescape")
-        if self.ansi_quotes and '"' in sql:
-            return False   # the task refuses it (refuse_double_quotes)
+        if (self.ansi_quotes and '"' in sql) or self.schema == infoschema.NAME:
+            return False   # the task refuses it (refuse_double_quotes, infoschema.refuse_as_current)
         route = quick_route(self.executor, sql)
         if route is None:
             return False
@@ -542,7 +542,11 @@ class Session:
         self.prepared.assigned.discard(key)  # a SET tells the variable's value again
 
     def use_schema(self, name: str) -> None:
-        """USE / COM_INIT_DB: only granted, configured schemas."""
+        """USE / COM_INIT_DB: only granted, configured schemas, and information_schema (as MariaDB allows every
+        user; pydble answers in it what infoschema.refuse_as_current lets through)."""
+        if name.lower() == infoschema.NAME:
+            self.schema = infoschema.NAME
+            return
         if name not in self.schemas:
             raise DbAccessDenied(f"Access denied for user '{self.user}'@'{self.peer}' to database '{name}'")
         self.schema = name
@@ -650,6 +654,8 @@ class Session:
         kw = first_keyword(sql)
         self.before_next_txn(kw)
         self.refuse_double_quotes(sql)
+        if self.schema == infoschema.NAME:
+            infoschema.refuse_as_current(kw)
         if kw == "CALL":
             sql_prepare.note_assignments(self, sql, kw)
         if kw == "SHOW":
@@ -840,6 +846,9 @@ class Session:
         schema = named or self.schema
         if schema is None:
             raise NoDatabaseSelected("No database selected")
+        if schema.lower() == infoschema.NAME:
+            raise NotSupported("SHOW of information_schema's own tables is not supported by pydble: SELECT from "
+                               "information_schema.<table>, which it answers for the logical schemas")
         if schema not in self.schemas:
             raise DbAccessDenied(f"Access denied for user '{self.user}'@'{self.peer}' to database '{schema}'")
         return schema

@@ -221,3 +221,61 @@ def test_double_quotes_under_ansi_quotes_are_refused_not_read_as_strings(plain_r
             cur.execute("SET SESSION sql_mode = DEFAULT")
         assert one(conn, 'SELECT id FROM h1_plain WHERE s = "id"') == 1   # a string again
     assert one(ref, "SELECT @@sql_mode") == one(px, "SELECT @@sql_mode")
+
+
+# -- USE information_schema ----------------------------------------------------------------------------
+
+def test_use_information_schema_as_mariadb_allows_every_user(proxy, pair) -> None:
+    """MariaDB lets every user USE information_schema; pydble too, and then answers what it can answer
+    exactly (its tables named information_schema.X, over the user's logical schemas only) and refuses the
+    rest with 1235, never a backend's physical databases."""
+    px, ref = pair
+    with px.cursor() as cur:
+        cur.execute("DROP TABLE IF EXISTS h1_plain")
+        cur.execute("CREATE TABLE h1_plain (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO h1_plain VALUES (1)")
+    for conn in pair:
+        with conn.cursor() as cur:
+            cur.execute("USE information_schema")
+        assert one(conn, "SELECT DATABASE()") == "information_schema"
+        assert one(conn, "SELECT 1 + 1") == 2
+    code, msg = error(px, "SHOW TABLES")
+    assert code == 1235 and "information_schema" in msg
+    code, msg = error(px, "SELECT COUNT(*) FROM TABLES")   # MariaDB's information_schema.TABLES: not guessed
+    assert code == 1235 and "information_schema.<table>" in msg
+    assert error(px, "CREATE TABLE h1_x (id INT)")[0] == 1235
+    schemas = {r[0] for r in _rows(px, "SELECT TABLE_SCHEMA FROM information_schema.TABLES")}
+    assert schemas <= {"schema1", "schema2"}
+    assert "db1" not in {r[0] for r in _rows(px, "SELECT SCHEMA_NAME FROM information_schema.SCHEMATA")}
+    assert one(px, "SELECT COUNT(*) FROM schema1.h1_plain WHERE id = 1") == 1   # a logical table, qualified
+    assert ("h1_plain",) in _rows(px, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'schema1'")
+    with px.cursor() as cur:
+        cur.execute("USE schema1")
+    assert one(px, "SELECT DATABASE()") == "schema1"
+
+
+def test_information_schema_as_current_database_shows_no_other_users_schemas(proxy, fresh_proxy, backends) -> None:
+    """A user granted schema2 only, in information_schema, sees schema2's rows and nothing of schema1."""
+    from harness import free_port, proxy_config
+    cfg = proxy_config(backends, free_port(), free_port())
+    cfg["users"] = [{"name": "test", "password": "111111", "schemas": ["schema1", "schema2"]},
+                    {"name": "other", "password": "other-pw", "schemas": ["schema2"]}]
+    p = fresh_proxy(cfg)
+    conn = p.connect(user="other", password="other-pw", database="schema2")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("USE information_schema")
+            cur.execute("SELECT DISTINCT TABLE_SCHEMA FROM information_schema.TABLES")
+            assert {r[0] for r in cur.fetchall()} <= {"schema2"}
+            cur.execute("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA")
+            assert [r[0] for r in cur.fetchall()] == ["schema2"]
+        assert error(conn, "SELECT * FROM schema1.test")[0] == 1142
+        assert error(conn, "USE schema1")[0] == 1044
+    finally:
+        conn.close()
+
+
+def _rows(conn: Any, sql: str) -> list[tuple[Any, ...]]:
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        return list(cur.fetchall())
