@@ -131,5 +131,32 @@ class UnknownCommand(ProxyError):
     code, sqlstate = 1047, "08S01"
 
 
+class TransactionInProgress(ProxyError):
+    """ER_CANT_CHANGE_TX_CHARACTERISTICS: SET TRANSACTION (for the next transaction) inside one."""
+
+    code, sqlstate = 1568, "25001"
+
+    def __init__(self) -> None:
+        super().__init__("Transaction characteristics can't be changed while a transaction is in progress")
+
+
+class QueryInterrupted(ProxyError):
+    """ER_QUERY_INTERRUPTED: a KILL QUERY stopped the statement (the KILL QUERY of one's own id too)."""
+
+    code, sqlstate = 1317, "70100"
+
+    def __init__(self) -> None:
+        super().__init__("Query execution was interrupted")
+
+
+class ConnectionKilled(ProxyError):
+    """ER_CONNECTION_KILLED: what MariaDB answers a KILL of one's own connection before it closes it."""
+
+    code, sqlstate = 1927, "70100"
+
+    def __init__(self) -> None:
+        super().__init__("Connection was killed")
+
+
 class BackendError(ProxyError):
     """An ERR packet from a backend, passed through with its own code and state."""

@@ -248,6 +248,7 @@ class SessionPort(Protocol):
     autocommit: bool
     explicit_txn: bool
     xa: bool
+    txn_chars: list[str]
     vars: dict[str, str]
     last_insert_id: int
     row_count: int | None
@@ -265,6 +266,7 @@ class SessionPort(Protocol):
     def status(self) -> int: ...
     def sees(self, schema: str, table: str) -> bool: ...
     async def statement(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool: ...
+    def refuse_double_quotes(self, sql: str) -> None: ...
 
 
 class ExecContext(Protocol):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable
 
 import structlog
 
-from meta.errors import BackendUnavailable, NoSuchTable, NotSupported, ProxyError
+from meta.errors import BackendUnavailable, NoSuchTable, NotSupported, ProxyError, QueryInterrupted
 
 from proxy.backends.backend import BackendConnection, Sink
 from proxy.exec.planner import build, explained
@@ -151,9 +151,12 @@ class Executor:
         if conn.autocommit != s.autocommit:
             stmts.append(f"SET autocommit={1 if s.autocommit else 0}")
         if node is not None and s.xa and self._pinning() and node not in self.xa.nodes:
+            if s.explicit_txn:
+                stmts += s.txn_chars   # SET TRANSACTION's, for this transaction only
             stmts.append(self.xa.start_sql(node))   # the branch begins before any statement of the transaction
             joining = True
         elif s.explicit_txn and not conn.in_trans and node not in self.xa.nodes:
+            stmts += s.txn_chars
             stmts.append("START TRANSACTION")
             joining = True
         if joining and self.savepoints:
@@ -539,15 +542,9 @@ class Executor:
         assignments, key -> statement, now on the connection too."""
         targets = list(dict.fromkeys(computed.values()))
         probe = ", ".join(f"{t}, COLLATION({t}), HEX({t})" for t in targets)
-        own = next(iter([*self.pinned.items(), *self.locked.items()]), None)
-        node, conn = own if own is not None else (self.runtime.any_node(self.session.schema), None)
-        if conn is None:
-            conn = await self.runtime.backends.acquire(node, self.session.format_flags)
-        timeout = self.runtime.backends.timeout_s
-        try:
-            await self._sync(conn)
+        async with self._state_conn() as conn:
             try:
-                sc = await conn.query(f"{sql};SELECT {probe}", timeout)
+                sc = await conn.query(f"{sql};SELECT {probe}", self.runtime.backends.timeout_s)
                 rs = sc.results[-1]
                 row = rs.rows[0]
                 literal = {t: variable_literal(t, rs.columns[3 * i], row[3 * i], row[3 * i + 1], row[3 * i + 2])
@@ -560,6 +557,24 @@ class Executor:
             conn.vars.update(plain)
             conn.vars.update(out)   # the values it holds now are exactly these
             return out
+
+    async def session_variable(self, name: str) -> str:
+        """A session variable as MariaDB made it of the session's SETs (sql_mode 'ANSI' is a list that names
+        ANSI_QUOTES): read on a connection in the session's state."""
+        async with self._state_conn() as conn:
+            sc = await conn.query(f"SELECT @@session.{name}", self.runtime.backends.timeout_s)
+        return bytes(sc.results[-1].rows[0][0] or b"").decode("utf-8", "replace")
+
+    @contextlib.asynccontextmanager
+    async def _state_conn(self):  # noqa: ANN202 - an async context manager
+        """A connection in the session's state: the transaction's (or table locks') own, else a pooled one."""
+        own = next(iter([*self.pinned.items(), *self.locked.items()]), None)
+        node, conn = own if own is not None else (self.runtime.any_node(self.session.schema), None)
+        if conn is None:
+            conn = await self.runtime.backends.acquire(node, self.session.format_flags)
+        try:
+            await self._sync(conn)
+            yield conn
         finally:
             if own is None:
                 self.runtime.backends.release(node, conn)
@@ -614,7 +629,7 @@ class Executor:
         sc: ResponseScanner | None = None
         try:
             if self.session.killed:
-                raise ProxyError("Query execution was interrupted", 1317, "70100")
+                raise QueryInterrupted()
             if may_relay:
                 self.streaming.add(conn)
                 if self.session.client.write_paused:

@@ -165,6 +165,9 @@ class Analyzer:
             schema = real
         elif schema is None:
             raise NoDatabaseSelected("No database selected")
+        elif schema not in self.config.schemas:   # information_schema, the current database (USE)
+            raise NotSupported(f"{parts[-1]}: pydble answers information_schema only as "
+                               f"information_schema.<table>: name the table so")
         name = parts[-1].lower()
         key = (schema, name)
         if self.shadow is not None and (tmp := self.shadow.get(key)) is not None:

@@ -21,6 +21,7 @@ class Assignment:
     key: str          # 'autocommit', 'names', 'isolation', 'tx_read_only', a variable name, or '@user'
     sql: str          # the statement that replays it on a backend ('' for autocommit)
     value: str = ""   # autocommit: '0' or '1'
+    next_only: bool = False   # SET TRANSACTION without SESSION: the next transaction's only, never replayed
 
 
 def split_top_level(text: str, sep: str = ",") -> list[str]:
@@ -62,6 +63,7 @@ _TRANSACTION = re.compile(r"^(?:(?P<scope>SESSION|LOCAL|GLOBAL)\s+)?TRANSACTION\
 _ASSIGN = re.compile(
     r"^(?:(?P<scope>GLOBAL|SESSION|LOCAL|PERSIST)\s+|@@(?P<scope2>global|session|local)\.|@@)?"
     r"(?P<name>@?`?[\w$.]+`?)\s*(?::=|=)\s*(?P<value>.+)$", re.I | re.S)
+_ISOLATION_LEVELS = frozenset({"READ UNCOMMITTED", "READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"})
 _PASSWORD = re.compile(r"PASSWORD\b", re.I)   # SET PASSWORD [FOR user] = ...
 _BOOL = {"0": "0", "1": "1", "off": "0", "on": "1", "false": "0", "true": "1", "'off'": "0", "'on'": "1",
          "'0'": "0", "'1'": "1"}
@@ -149,12 +151,13 @@ def parse_set(sql: str) -> list[Assignment]:
         if (tm.group("scope") or "").upper() == "GLOBAL":
             raise NotSupported("SET GLOBAL is not supported through the proxy; set it on the backends")
         rest = tm.group("rest").strip()
+        scope = "SESSION " if tm.group("scope") else ""
         for item in split_top_level(rest):
             up = " ".join(item.upper().split())
-            if up.startswith("ISOLATION LEVEL "):
-                out.append(Assignment("isolation", f"SET SESSION TRANSACTION {up}"))
+            if up.startswith("ISOLATION LEVEL ") and (scope or up[16:] in _ISOLATION_LEVELS):
+                out.append(Assignment("isolation", f"SET {scope}TRANSACTION {up}", next_only=not scope))
             elif up in ("READ ONLY", "READ WRITE"):
-                out.append(Assignment("tx_read_only", f"SET SESSION TRANSACTION {up}"))
+                out.append(Assignment("tx_read_only", f"SET {scope}TRANSACTION {up}", next_only=not scope))
             else:
                 raise ParseError(f"You have an error in your SQL syntax near '{item}'")
         return out
@@ -301,7 +304,9 @@ def substitute_database(sql: str, schema: str | None, conn_id: int | None = None
     if user is not None:
         lits.update(dict.fromkeys(_USER_CALLS, _literal(user)))
     if row_count is not None:
-        lits["ROW_COUNT"] = str(int(row_count))
+        # typed as MariaDB types ROW_COUNT() (BIGINT, length 21, NOT NULL): a bare literal would be INT of
+        # its own length; the branch never taken carries the type and is a constant
+        lits["ROW_COUNT"] = f"IF(TRUE, {int(row_count)}, 0 - 9223372036854775807)"
     for i, (kind, text, _, _) in enumerate(toks):
         up = text.upper() if kind == "w" else ""
         if (up in ("ROW_COUNT", "FOUND_ROWS") and up not in lits and i + 1 < len(toks) and toks[i + 1][1] == "("

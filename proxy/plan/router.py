@@ -125,8 +125,8 @@ class Router:
             self.analyzer.shadow = None
 
     def _route(self, sql: str, schema: str | None, grants: Grants | None) -> Plan:
-        if schema is not None and schema not in self.config.schemas:
-            real = self._schema_names.get(schema.lower())
+        if schema is not None and schema not in self.config.schemas and schema != "information_schema":
+            real = self._schema_names.get(schema.lower())   # (information_schema, USE'd: Analyzer.resolve)
             if real is None:
                 raise UnknownDatabase(f"Unknown database '{schema}'")
             schema = real

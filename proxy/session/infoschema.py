@@ -97,6 +97,20 @@ class Ref:
     spelling: str   # as the client wrote it (the copy's name, so `X.col` keeps resolving)
 
 
+NAME = "information_schema"
+# What runs while information_schema is the current database (USE information_schema, which MariaDB allows
+# every user): its tables named as information_schema.<table>, statements that name no table, the session's own
+_AS_CURRENT = frozenset({"SELECT", "WITH", "DO", "SET", "USE", "BEGIN", "START", "COMMIT", "ROLLBACK", "SAVEPOINT",
+                         "RELEASE", "KILL", "SHOW", "DESC", "DESCRIBE"})
+
+
+def refuse_as_current(kw: str) -> None:
+    """Refuse what pydble does not run while information_schema is the current database."""
+    if kw not in _AS_CURRENT:
+        raise NotSupported(f"{kw or 'this statement'} is not supported by pydble while information_schema is the "
+                           f"current database: USE a logical schema first")
+
+
 def mentions(sql: str) -> bool:
     """True when a statement must be answered (or refused) here rather than sent to a backend."""
     return "information_schema" in sql.lower() and first_keyword(sql) not in _PASS_KEYWORDS
@@ -400,4 +414,4 @@ async def answer(session: SessionPort, sql: str, r: Reply, more: bool) -> bool:
     return await InfoSchema(session).answer(sql, r, more)
 
 
-__all__ = ["MAPPED", "answer", "find_refs", "mentions"]
+__all__ = ["MAPPED", "NAME", "answer", "find_refs", "mentions", "refuse_as_current"]

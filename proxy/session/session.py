@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import structlog
 
-from meta.errors import (AccessDenied, BackendError, DbAccessDenied, NoDatabaseSelected,
-                         NotSupported, ParseError, ProxyError, UnknownCommand)
+from meta.errors import (AccessDenied, BackendError, ConnectionKilled, DbAccessDenied, NoDatabaseSelected,
+                         NotSupported, ParseError, ProxyError, QueryInterrupted, TransactionInProgress,
+                         UnknownCommand)
 
 from proxy.plan import local
 from proxy.session import infoschema, show_where, sql_prepare, views
@@ -42,6 +43,8 @@ log = structlog.get_logger("pydble.session")
 LOGIN_PACKET_MAX = 8192  # a handshake response with every connection attribute a driver sends fits
 
 
+# what may come between SET TRANSACTION and the transaction it is for (Session.before_next_txn)
+_NEXT_TXN_WORDS = frozenset({"BEGIN", "START", "SET", "COMMIT", "ROLLBACK"})
 _SHOW_COUNT = re.compile(r"^\s*SHOW\s+COUNT\s*\(\s*\*\s*\)\s+(WARNINGS|ERRORS)\s*;?\s*$", re.I)
 
 
@@ -301,6 +304,9 @@ class Session:
         self.autocommit = True
         self.explicit_txn = False
         self.xa = False          # SET xa = on: transactions over several nodes commit two-phase (proxy/exec/xa.py)
+        self.ansi_quotes = False  # the session's sql_mode has ANSI_QUOTES: "x" is an identifier (refuse_double_quotes)
+        self.next_txn: dict[str, str] = {}   # SET TRANSACTION without SESSION: key -> statement, for the next one
+        self.txn_chars: list[str] = []       # those the explicit transaction open now began with (Executor._sync)
         self.vars: dict[str, str] = {}
         self.last_insert_id = 0
         self.row_count: int | None = 0   # ROW_COUNT() as the client would read it now (None: pydble cannot tell)
@@ -308,6 +314,7 @@ class Session:
         self.warnings: list[tuple[str, int, str]] = []  # pydble's own warnings for SHOW WARNINGS
         self.requests = 0        # COM_QUERYs so far: with conn_id, the request id in the logs
         self.killed = False      # a KILL QUERY interrupted the command running (Executor.run_single sends no more of it)
+        self.ending = False      # the session closes once this command is answered (KILL of its own connection)
         self.route = "local"     # how the last statement was served: local | single | multi | ddl
         self.ready = False       # logged in: the fast path may serve commands from the data callback
         self.peer = "?"
@@ -340,7 +347,7 @@ class Session:
                 answer_seq += 1   # a malformed command is answered in the command's sequence, as any answer
                 if not payload:
                     raise ProtocolError("empty command packet")
-                if not await self.dispatch(payload):
+                if not await self.dispatch(payload) or self.ending:
                     break
         except asyncio.CancelledError:
             pass
@@ -381,7 +388,9 @@ class Session:
         payload = pkt[1]  # type: ignore[index]
         cmd = payload[:1]
         before, self.row_count = self.row_count, None   # Executor._single_end sets it when the statement ends
-        if cmd == b"\x03":
+        if self.next_txn:
+            started = False   # the task answers it (Session.before_next_txn)
+        elif cmd == b"\x03":
             started = self._fast_query(payload, data)
         elif cmd == b"\x17":   # sysbench --db-ps-mode=auto
             started = self.prepared.fast_point(payload)
@@ -403,6 +412,8 @@ class Session:
         COM_STMT_EXECUTE and the sink turning its answer binary."""
         if sql is None:
             sql = payload[1:].decode("utf-8", "surrogateescape")
+        if (self.ansi_quotes and '"' in sql) or self.schema == infoschema.NAME:
+            return False   # the task refuses it (refuse_double_quotes, infoschema.refuse_as_current)
         route = quick_route(self.executor, sql)
         if route is None:
             return False
@@ -516,6 +527,8 @@ class Session:
         self.autocommit = True
         self.explicit_txn = False
         self.xa = False
+        self.next_txn, self.txn_chars = {}, []
+        self.ansi_quotes = False
         self.last_insert_id = 0
         self.row_count = 0
         self.warnings = []
@@ -529,7 +542,11 @@ class Session:
         self.prepared.assigned.discard(key)  # a SET tells the variable's value again
 
     def use_schema(self, name: str) -> None:
-        """USE / COM_INIT_DB: only granted, configured schemas."""
+        """USE / COM_INIT_DB: only granted, configured schemas, and information_schema (as MariaDB allows every
+        user; pydble answers in it what infoschema.refuse_as_current lets through)."""
+        if name.lower() == infoschema.NAME:
+            self.schema = infoschema.NAME
+            return
         if name not in self.schemas:
             raise DbAccessDenied(f"Access denied for user '{self.user}'@'{self.peer}' to database '{name}'")
         self.schema = name
@@ -635,6 +652,10 @@ class Session:
 
     async def _statement(self, sql: str, r: Reply, more: bool, may_relay: bool, row_count: int | None) -> bool:
         kw = first_keyword(sql)
+        self.before_next_txn(kw)
+        self.refuse_double_quotes(sql)
+        if self.schema == infoschema.NAME:
+            infoschema.refuse_as_current(kw)
         if kw == "CALL":
             sql_prepare.note_assignments(self, sql, kw)
         if kw == "SHOW":
@@ -671,6 +692,7 @@ class Session:
                 self.explicit_txn = False  # the old transaction ended (rolled back, as the error says)
                 raise
             self.explicit_txn = True
+            self.txn_chars, self.next_txn = list(self.next_txn.values()), {}   # each node's part begins with them
             r.ok(self.status(), more=more)
             return False
         elif kw in ("COMMIT", "ROLLBACK"):
@@ -683,6 +705,7 @@ class Session:
                     await self.executor.rollback_all()
             finally:
                 self.explicit_txn = False  # ended either way: committed, or rolled back as the error says
+                self.next_txn = {}         # as MariaDB: a COMMIT or ROLLBACK uses up SET TRANSACTION's characteristics
             r.ok(self.status(), more=more)
             return False
         elif kw in ("SAVEPOINT", "RELEASE"):
@@ -730,6 +753,21 @@ class Session:
                 return False
         return await self.executor.execute(sql, r, more, may_relay)
 
+    def before_next_txn(self, kw: str) -> None:
+        """Refuse a statement while SET TRANSACTION waits for the next transaction: pydble gives it to the one
+        BEGIN or START TRANSACTION opens, never guesses which other statement MariaDB would give it to."""
+        if self.next_txn and kw not in _NEXT_TXN_WORDS:
+            raise NotSupported("SET TRANSACTION without SESSION applies to the next transaction only, and pydble "
+                               "gives it only to one that START TRANSACTION or BEGIN opens: start the transaction "
+                               "first (or SET SESSION TRANSACTION for every transaction)")
+
+    def refuse_double_quotes(self, sql: str) -> None:
+        """Under sql_mode ANSI_QUOTES "x" names an identifier, where pydble's tokenizer reads a string (routing,
+        rewriting, checking grants by it): such a statement is refused, never run with another meaning."""
+        if self.ansi_quotes and '"' in sql and any(t[0] in "se" and t[1][0] == '"' for t in tokenize(sql)):
+            raise NotSupported('"..." under sql_mode ANSI_QUOTES is not supported by pydble: it reads "..." as a '
+                               "string; quote identifiers with backquotes (`x`) and strings with single quotes")
+
     async def savepoint(self, sql: str, r: Reply, more: bool) -> bool:
         """SAVEPOINT, ROLLBACK TO, RELEASE SAVEPOINT over every node of the transaction."""
         sp = local.parse_savepoint(sql)
@@ -744,6 +782,11 @@ class Session:
             raise NotSupported("GET_LOCK and the other user-lock functions are not supported by pydble in SET: "
                                "SELECT them")
         changes = local.parse_set(sql)
+        if changes and changes[0].next_only:   # (SET TRANSACTION: its characteristics only)
+            if self.explicit_txn or self.executor.pinned:
+                raise TransactionInProgress()
+            self.next_txn.update((a.key, a.sql) for a in changes)
+            return
         old_vars = dict(self.vars)
         new_autocommit = self.autocommit
         new_xa = self.xa
@@ -774,6 +817,7 @@ class Session:
                 self.set_var(a.key, values[a.key])
             elif a.key in plain:
                 self.set_var(a.key, plain[a.key])
+            self.next_txn.pop(a.key, None)   # the session's value wins over one for the next transaction, as in MariaDB
         if not new_autocommit and self.autocommit and self.executor.locked:
             self.vars = old_vars
             raise NotSupported("SET autocommit=0 while LOCK TABLES is held is not supported by pydble: "
@@ -784,6 +828,8 @@ class Session:
             except ProxyError:
                 self.vars = old_vars
                 raise
+        if any(a.key == "sql_mode" for a in changes):
+            self.ansi_quotes = "ANSI_QUOTES" in (await self.executor.session_variable("sql_mode")).split(",")
         self.xa = new_xa
         if new_autocommit != self.autocommit:
             if new_autocommit and (self.explicit_txn or self.executor.pinned):
@@ -800,6 +846,9 @@ class Session:
         schema = named or self.schema
         if schema is None:
             raise NoDatabaseSelected("No database selected")
+        if schema.lower() == infoschema.NAME:
+            raise NotSupported("SHOW of information_schema's own tables is not supported by pydble: SELECT from "
+                               "information_schema.<table>, which it answers for the logical schemas")
         if schema not in self.schemas:
             raise DbAccessDenied(f"Access denied for user '{self.user}'@'{self.peer}' to database '{schema}'")
         return schema
@@ -913,10 +962,15 @@ async def kill_session(runtime: Runtime, cid: int, user: str, admin: bool, query
         raise ProxyError(f"Unknown thread id: {cid}", 1094, "HY000")
     if target.user != user and not admin:
         raise ProxyError(f"You are not owner of thread {cid}", 1095, "HY000")
+    if target is caller:   # as MariaDB: the KILL itself is interrupted, or the connection ends after its 1927
+        if query_only:
+            raise QueryInterrupted()
+        caller.ending = True
+        raise ConnectionKilled()
     if not query_only:
         target.client.close()
         return
-    if target.command != "Query" or target is caller:
+    if target.command != "Query":
         return
     await target.interrupt()
 

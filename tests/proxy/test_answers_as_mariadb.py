@@ -1,0 +1,281 @@
+"""Session-level answers pydble gives itself (KILL of the own session, a substituted ROW_COUNT(), USE
+information_schema, sql_mode ANSI_QUOTES, SET TRANSACTION for the next transaction), each compared with
+what one MariaDB server answers the same client: the same answer, or a clear 1235 where pydble cannot
+give MariaDB's."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pymysql
+import pytest
+
+from wire import drop_after
+
+REF_DB = "answersref"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_our_tables(proxy) -> Iterator[None]:
+    """Leave the shared backends without this module's tables."""
+    yield from drop_after(proxy, "sharding_4_t1", "h1_plain")
+
+
+@pytest.fixture
+def pair(proxy, backends) -> Iterator[tuple[Any, Any]]:
+    """(pydble session on schema1, a session on one plain MariaDB database), both with autocommit on."""
+    backends[0].create_databases(REF_DB)
+    px, ref = proxy.connect(), backends[0].connect(REF_DB, autocommit=True)
+    try:
+        yield px, ref
+    finally:
+        for c in (px, ref):
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001 - a killed session is already gone
+                pass
+
+
+def one(conn: Any, sql: str) -> Any:
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        row = cur.fetchone()
+        return None if row is None else row[0]
+
+
+def error(conn: Any, sql: str) -> tuple[int, str]:
+    """Run sql expecting an error: (code, message)."""
+    with conn.cursor() as cur:
+        with pytest.raises(pymysql.MySQLError) as e:
+            cur.execute(sql)
+            cur.fetchall()
+    return e.value.args[0], e.value.args[1]
+
+
+def fields(conn: Any, sql: str) -> list[tuple[Any, ...]]:
+    """The column definitions of sql's answer: name, type, length, flags, charset, decimals."""
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        cur.fetchall()
+        return [(f.name, f.type_code, f.length, f.flags, f.charsetnr, f.scale) for f in cur._result.fields]
+
+
+# -- KILL of the session's own id ----------------------------------------------------------------------
+
+def test_kill_query_of_the_own_session_is_interrupted_as_on_mariadb(pair) -> None:
+    """MariaDB interrupts the KILL QUERY statement itself (1317) and the session goes on."""
+    for conn in pair:
+        own = one(conn, "SELECT CONNECTION_ID()")
+        assert error(conn, f"KILL QUERY {own}") == (1317, "Query execution was interrupted")
+        assert one(conn, "SELECT 1") == 1
+
+
+@pytest.mark.parametrize("kill", ["KILL", "KILL CONNECTION"])
+def test_kill_of_the_own_connection_answers_killed_then_closes(pair, kill: str) -> None:
+    """MariaDB answers 1927 and then closes the connection."""
+    for conn in pair:
+        own = one(conn, "SELECT CONNECTION_ID()")
+        assert error(conn, f"{kill} {own}") == (1927, "Connection was killed")
+        with pytest.raises(pymysql.err.OperationalError) as e:
+            one(conn, "SELECT 1")
+        assert e.value.args[0] in (2006, 2013)   # the server has gone
+
+
+# -- ROW_COUNT() -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("expr", ["ROW_COUNT()", "ROW_COUNT() + 1", "ROW_COUNT() * 2.5", "CONCAT(ROW_COUNT())",
+                                  "ROW_COUNT() AS rc"])
+def test_row_count_column_is_described_as_mariadb_describes_it(pair, expr: str) -> None:
+    """BIGINT, length 21, NOT NULL, in the expressions around it too (the proxy answers the value). (The name
+    of a column whose expression holds ROW_COUNT() is not MariaDB's yet: compared where it is the item.)"""
+    px, ref = pair
+    named = expr in ("ROW_COUNT()", "ROW_COUNT() AS rc")
+
+    def same() -> None:
+        got, want = fields(px, f"SELECT {expr}"), fields(ref, f"SELECT {expr}")
+        assert (got if named else [f[1:] for f in got]) == (want if named else [f[1:] for f in want])
+
+    for conn in pair:
+        with conn.cursor() as cur:
+            cur.execute("DROP TABLE IF EXISTS h1_plain")
+            cur.execute("CREATE TABLE h1_plain (id INT PRIMARY KEY)")
+            cur.execute("INSERT INTO h1_plain VALUES (1), (2), (3)")
+    same()
+    for conn in pair:
+        with conn.cursor() as cur:
+            cur.execute("UPDATE h1_plain SET id = id + 10 WHERE id = 99")   # ROW_COUNT() 0
+    same()
+    for conn in pair:
+        error(conn, "SELECT * FROM h1_no_such_table")   # ROW_COUNT() -1
+    same()
+    assert one(px, "SELECT ROW_COUNT()") == one(ref, "SELECT ROW_COUNT()") == -1
+
+
+# -- SET TRANSACTION without SESSION -------------------------------------------------------------------
+
+@pytest.fixture
+def dirty(proxy, backends, pair) -> Iterator[tuple[Any, Any]]:
+    """pair, with a table of four rows (v = 0) on both sides: sharding_4_t1 (a row on each of its four nodes)
+    behind pydble; another session of each side holds all four updated to v = 1, uncommitted."""
+    writers = (proxy.connect(), backends[0].connect(REF_DB, autocommit=True))
+    for conn, name in zip(pair, ("sharding_4_t1", "h1_plain")):
+        with conn.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS {name}")
+            cur.execute(f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT)")
+            cur.execute(f"INSERT INTO {name} VALUES (1, 0), (2, 0), (3, 0), (4, 0)")
+    for w, name in zip(writers, ("sharding_4_t1", "h1_plain")):
+        with w.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"UPDATE {name} SET v = 1")
+    try:
+        yield pair
+    finally:
+        for w in writers:
+            w.rollback()
+            w.close()
+
+
+def test_set_transaction_isolation_applies_to_the_next_transaction_only(dirty) -> None:
+    for conn, name in zip(dirty, ("sharding_4_t1", "h1_plain")):
+        with conn.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT SUM(v) FROM {name}")
+            assert cur.fetchone()[0] == 4, conn    # the transaction reads uncommitted rows, on every node
+            cur.execute("COMMIT")
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT SUM(v) FROM {name}")
+            assert cur.fetchone()[0] == 0, conn    # the next one is the session's REPEATABLE READ again
+            cur.execute("COMMIT")
+            cur.execute("SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+            cur.execute("COMMIT")                  # a COMMIT uses it up, as on MariaDB
+            cur.execute("START TRANSACTION")
+            cur.execute(f"SELECT SUM(v) FROM {name}")
+            assert cur.fetchone()[0] == 0, conn
+            assert error(conn, "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE") == (
+                1568, "Transaction characteristics can't be changed while a transaction is in progress")
+            cur.execute("ROLLBACK")
+        assert one(conn, "SELECT @@session.tx_isolation") == "REPEATABLE-READ"
+
+
+def test_set_session_transaction_wins_over_one_for_the_next(dirty) -> None:
+    for conn, name in zip(dirty, ("sharding_4_t1", "h1_plain")):
+        with conn.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT SUM(v) FROM {name}")
+            assert cur.fetchone()[0] == 0, conn
+            cur.execute("COMMIT")
+
+
+def test_set_transaction_before_a_statement_outside_a_transaction_is_refused(dirty) -> None:
+    """MariaDB gives it to the next statement that opens a transaction of its own; pydble cannot tell which
+    one that would be on its nodes: refused, and still there for START TRANSACTION."""
+    px, _ = dirty
+    with px.cursor() as cur:
+        cur.execute("SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+    code, msg = error(px, "SELECT SUM(v) FROM sharding_4_t1 WHERE id = 1")
+    assert code == 1235 and "SET TRANSACTION" in msg
+    with px.cursor() as cur:
+        cur.execute("START TRANSACTION")
+        cur.execute("SELECT SUM(v) FROM sharding_4_t1")
+        assert cur.fetchone()[0] == 4
+        cur.execute("ROLLBACK")
+    assert one(px, "SELECT SUM(v) FROM sharding_4_t1") == 0
+
+
+# -- sql_mode ANSI_QUOTES ----------------------------------------------------------------------------
+
+@pytest.fixture
+def plain_rows(pair) -> tuple[Any, Any]:
+    for conn in pair:
+        with conn.cursor() as cur:
+            cur.execute("DROP TABLE IF EXISTS h1_plain")
+            cur.execute("CREATE TABLE h1_plain (id INT PRIMARY KEY, s VARCHAR(10))")
+            cur.execute("INSERT INTO h1_plain VALUES (1, 'id'), (2, 'x')")
+    return pair
+
+
+@pytest.mark.parametrize("mode", ["ANSI_QUOTES", "ANSI", "STRICT_TRANS_TABLES,ANSI_QUOTES"])
+@pytest.mark.parametrize("sql", ['SELECT "id" FROM h1_plain ORDER BY 1', 'SELECT id FROM "h1_plain" ORDER BY 1',
+                                 'SELECT id FROM h1_plain WHERE s = "id"'])
+def test_double_quotes_under_ansi_quotes_are_refused_not_read_as_strings(plain_rows, mode: str, sql: str) -> None:
+    """MariaDB reads "x" as an identifier then; pydble's tokenizer reads a string: a clear 1235, never an
+    answer of the other meaning (or 1064)."""
+    px, ref = plain_rows
+    for conn in plain_rows:
+        with conn.cursor() as cur:
+            cur.execute(f"SET SESSION sql_mode = '{mode}'")
+    with ref.cursor() as cur:
+        cur.execute(sql)   # an identifier on MariaDB
+    code, msg = error(px, sql)
+    assert code == 1235 and "ANSI_QUOTES" in msg
+    with px.cursor() as cur:   # nor prepared (the PREPARE is refused, as the statement would be)
+        with pytest.raises(pymysql.MySQLError) as e:
+            cur.execute("PREPARE h1_st FROM '" + sql + "'")
+        assert e.value.args[0] == 1235
+    assert one(px, "SELECT s FROM h1_plain WHERE `id` = 1") == "id"   # backquotes and single quotes work
+    for conn in plain_rows:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_mode = DEFAULT")
+        assert one(conn, 'SELECT id FROM h1_plain WHERE s = "id"') == 1   # a string again
+    assert one(ref, "SELECT @@sql_mode") == one(px, "SELECT @@sql_mode")
+
+
+# -- USE information_schema ----------------------------------------------------------------------------
+
+def test_use_information_schema_as_mariadb_allows_every_user(proxy, pair) -> None:
+    """MariaDB lets every user USE information_schema; pydble too, and then answers what it can answer
+    exactly (its tables named information_schema.X, over the user's logical schemas only) and refuses the
+    rest with 1235, never a backend's physical databases."""
+    px, ref = pair
+    with px.cursor() as cur:
+        cur.execute("DROP TABLE IF EXISTS h1_plain")
+        cur.execute("CREATE TABLE h1_plain (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO h1_plain VALUES (1)")
+    for conn in pair:
+        with conn.cursor() as cur:
+            cur.execute("USE information_schema")
+        assert one(conn, "SELECT DATABASE()") == "information_schema"
+        assert one(conn, "SELECT 1 + 1") == 2
+    code, msg = error(px, "SHOW TABLES")
+    assert code == 1235 and "information_schema" in msg
+    code, msg = error(px, "SELECT COUNT(*) FROM TABLES")   # MariaDB's information_schema.TABLES: not guessed
+    assert code == 1235 and "information_schema.<table>" in msg
+    assert error(px, "CREATE TABLE h1_x (id INT)")[0] == 1235
+    schemas = {r[0] for r in _rows(px, "SELECT TABLE_SCHEMA FROM information_schema.TABLES")}
+    assert schemas <= {"schema1", "schema2"}
+    assert "db1" not in {r[0] for r in _rows(px, "SELECT SCHEMA_NAME FROM information_schema.SCHEMATA")}
+    assert one(px, "SELECT COUNT(*) FROM schema1.h1_plain WHERE id = 1") == 1   # a logical table, qualified
+    assert ("h1_plain",) in _rows(px, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'schema1'")
+    with px.cursor() as cur:
+        cur.execute("USE schema1")
+    assert one(px, "SELECT DATABASE()") == "schema1"
+
+
+def test_information_schema_as_current_database_shows_no_other_users_schemas(proxy, fresh_proxy, backends) -> None:
+    """A user granted schema2 only, in information_schema, sees schema2's rows and nothing of schema1."""
+    from harness import free_port, proxy_config
+    cfg = proxy_config(backends, free_port(), free_port())
+    cfg["users"] = [{"name": "test", "password": "111111", "schemas": ["schema1", "schema2"]},
+                    {"name": "other", "password": "other-pw", "schemas": ["schema2"]}]
+    p = fresh_proxy(cfg)
+    conn = p.connect(user="other", password="other-pw", database="schema2")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("USE information_schema")
+            cur.execute("SELECT DISTINCT TABLE_SCHEMA FROM information_schema.TABLES")
+            assert {r[0] for r in cur.fetchall()} <= {"schema2"}
+            cur.execute("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA")
+            assert [r[0] for r in cur.fetchall()] == ["schema2"]
+        assert error(conn, "SELECT * FROM schema1.test")[0] == 1142
+        assert error(conn, "USE schema1")[0] == 1044
+    finally:
+        conn.close()
+
+
+def _rows(conn: Any, sql: str) -> list[tuple[Any, ...]]:
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        return list(cur.fetchall())
