@@ -75,14 +75,15 @@ def _ask(args: argparse.Namespace, sql_of: Callable[[argparse.Namespace], str]
 
 def _check_sql(args: argparse.Namespace) -> str:
     if not args.inconsistent:
-        return "check full @@metadata" + where_clause(args)
+        return "check full @@metadata_nodes" + where_clause(args)
     if args.schema or args.table:
         raise UsageError("--inconsistent goes without --schema/--table")
-    return "check full @@metadata where consistent_in_sharding_nodes=0"
+    return "check full @@metadata_nodes where consistent_in_sharding_nodes=0"
 
 
 def meta_check(args: argparse.Namespace) -> int:
-    """`check full @@metadata`: per table its reload time and whether its nodes and memory agree."""
+    """`check full @@metadata_nodes`: per table its reload time, whether its nodes and memory agree, and which
+    nodes differ."""
     out, code, cols, rows = _ask(args, _check_sql)
     if code != EXIT_OK:
         return code

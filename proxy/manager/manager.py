@@ -40,9 +40,11 @@ def text_result(names: list[str], rows: list[list[object]], int_columns: frozens
     return ResultSet(cols, [[None if v is None else str(v).encode() for v in row] for row in rows])
 
 
-# DBLE's six columns, then pydble's: the shardingNodes whose structure differs from the one most hold
+# DBLE's six columns (DESIGN.md §4); `check full @@metadata_nodes` adds pydble's: the shardingNodes whose
+# structure differs from the one most hold
 CHECK_FULL_COLUMNS = ["schema", "table", "reload_time", "table_structure", "consistent_in_sharding_nodes",
-                      "consistent_in_memory", "differing_sharding_nodes"]
+                      "consistent_in_memory"]
+NODES_COLUMN = "differing_sharding_nodes"
 ROWS_PER_STEP = 1000  # rows built between yields, so a check of 40,000 tables does not stall queries
 
 
@@ -256,7 +258,9 @@ class Manager:
                 rows.append(row)
             if i % ROWS_PER_STEP == ROWS_PER_STEP - 1:
                 await asyncio.sleep(0)
-        return text_result(CHECK_FULL_COLUMNS, rows, frozenset({4, 5}))
+        if cmd.nodes:
+            return text_result([*CHECK_FULL_COLUMNS, NODES_COLUMN], rows, frozenset({4, 5}))
+        return text_result(CHECK_FULL_COLUMNS, [row[:len(CHECK_FULL_COLUMNS)] for row in rows], frozenset({4, 5}))
 
     @staticmethod
     def _row(key: tuple[str, str], mem: TableMeta | None, new: TableMeta | None) -> list[object]:

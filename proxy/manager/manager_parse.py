@@ -40,6 +40,7 @@ class CheckFullMetadata:
     consistent_in_memory: int | None = None
     reload_time_op: str | None = None     # '>=', '<=', '=', '>', '<', 'is null'
     reload_time: str | None = None        # as given, normalized to 'yyyy/MM/dd HH:mm:ss' (as shown)
+    nodes: bool = False   # `check full @@metadata_nodes`: DBLE's six columns and pydble's differing_sharding_nodes
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,8 @@ HELP: list[tuple[str, str]] = [
     ("check full @@metadata [where schema='?' [and table='?'] | where reload_time [>=|<=|=] 'yyyy/MM/dd HH:mm:ss'"
      " | where reload_time is null | where consistent_in_sharding_nodes=0|1 | where consistent_in_memory=0|1]",
      "Show every table's metadata and whether it is consistent across nodes and with memory"),
+    ("check full @@metadata_nodes [where ... as check full @@metadata]",
+     "check full @@metadata's columns, then differing_sharding_nodes: the nodes whose structure differs"),
     ("show @@ddl", "Show the DDL statements in flight in the whole cluster"),
     ("kill @@ddl_lock where schema='?' and table='?' [force]",
      "Release a table's DDL lock here and in the cluster (refused while its holder is online unless force)"),
@@ -192,24 +195,25 @@ def parse_manager(sql: str) -> Command:
         if where is not None:
             raise _usage(head)
         return CheckMetadata()
-    if head == "check full @@metadata":
+    if head in ("check full @@metadata", "check full @@metadata_nodes"):
+        nodes = head.endswith("_nodes")
         if where is None:
-            return CheckFullMetadata(TableFilter())
+            return CheckFullMetadata(TableFilter(), nodes=nodes)
         m = _WHERE_CONSISTENT.match(where)
         if m:
             v = int(m.group("v"))
             if m.group("col").lower() == "consistent_in_memory":
-                return CheckFullMetadata(TableFilter(), consistent_in_memory=v)
-            return CheckFullMetadata(TableFilter(), consistent_in_sharding_nodes=v)
+                return CheckFullMetadata(TableFilter(), consistent_in_memory=v, nodes=nodes)
+            return CheckFullMetadata(TableFilter(), consistent_in_sharding_nodes=v, nodes=nodes)
         m = _WHERE_RELOAD_TIME.match(where)
         if m:
             t = normalize_time(m.group("t"))
             if t is None:
                 raise ManagerSyntaxError(f"bad time '{m.group('t')}', expected 'yyyy/MM/dd HH:mm:ss'")
-            return CheckFullMetadata(TableFilter(), reload_time_op=m.group("op"), reload_time=t)
+            return CheckFullMetadata(TableFilter(), reload_time_op=m.group("op"), reload_time=t, nodes=nodes)
         if _WHERE_RELOAD_NULL.match(where):
-            return CheckFullMetadata(TableFilter(), reload_time_op="is null")
-        return CheckFullMetadata(_table_filter(where, head))
+            return CheckFullMetadata(TableFilter(), reload_time_op="is null", nodes=nodes)
+        return CheckFullMetadata(_table_filter(where, head), nodes=nodes)
     if head in ("kill @@ddl_lock", "repair @@ddl"):
         force = _FORCE.search(where or "") if head == "kill @@ddl_lock" else None
         m = _WHERE_SCHEMA_TABLE.match((where or "")[:force.start()] if force else where or "")

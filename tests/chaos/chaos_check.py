@@ -218,7 +218,7 @@ class Checker:
         for t in sorted(divergent):
             for p in self.env.proxies:
                 try:
-                    rows = self.env.manager_rows(p, f"check full @@metadata where schema='{SCHEMA}' and table='{t}'")
+                    rows = self.env.manager_rows(p, f"check full @@metadata_nodes where schema='{SCHEMA}' and table='{t}'")
                 except Exception as e:  # noqa: BLE001
                     self.fail(f"{p.instance}: check full @@metadata of {t} failed: {e!r}")
                     continue

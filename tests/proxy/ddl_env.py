@@ -24,7 +24,7 @@ ALL4 = ("dn1", "dn2", "dn3", "dn4")
 # DESIGN.md §2 layout: shardingNode -> (index of the backend, logical database)
 NODES = {"dn1": (0, "db1"), "dn2": (1, "db1"), "dn3": (0, "db2"), "dn4": (1, "db2"), "dn5": (0, "db3")}
 CHECK_FULL_COLUMNS = ["schema", "table", "reload_time", "table_structure", "consistent_in_sharding_nodes",
-                      "consistent_in_memory", "differing_sharding_nodes"]
+                      "consistent_in_memory"]   # DESIGN.md §4, exactly (check full @@metadata_nodes adds one)
 
 _seq = itertools.count(1)
 

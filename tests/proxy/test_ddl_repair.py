@@ -105,9 +105,9 @@ def test_a_ddl_half_applied_by_a_dying_backend_is_shown_then_repaired(fresh_back
                      backends=fresh_backends)
     p = _half_applied(fresh_backends, fresh_proxy, section)
 
-    # check full @@metadata names the lagging node (DBLE's columns unchanged, pydble's at the end)
+    # check full @@metadata_nodes names the lagging node (DBLE's columns, then pydble's)
     where = f"where schema='schema1' and table='{TABLE}'"
-    row = _wait(lambda: (r := _manager(p, f"check full @@metadata {where}"))
+    row = _wait(lambda: (r := _manager(p, f"check full @@metadata_nodes {where}"))
                 and r[0]["differing_sharding_nodes"] == "dn2" and r[0], 20, "dn2 to be readable again")
     assert int(row["consistent_in_sharding_nodes"]) == 0
 
@@ -147,7 +147,7 @@ def test_a_ddl_half_applied_by_a_dying_backend_is_shown_then_repaired(fresh_back
     assert "re-run on dn2" in r.stdout
     assert _show_create(b1) == _show_create(b2)
     assert b2.query(f"SELECT COUNT(*), MIN(added), MAX(added) FROM {TABLE}", database="db1")[0] == (ROWS_SLOW, 7, 7)
-    row = _manager(p, f"check full @@metadata {where}")[0]
+    row = _manager(p, f"check full @@metadata_nodes {where}")[0]
     assert (int(row["consistent_in_sharding_nodes"]), int(row["consistent_in_memory"])) == (1, 1)
     assert "`added`" in row["table_structure"] and row["differing_sharding_nodes"] == ""
     for i, q in enumerate((p, p2)):   # every instance reloaded: memory's column order has three columns
@@ -176,7 +176,7 @@ def test_a_single_instance_repairs_from_its_own_history(fresh_backends, fresh_pr
     b1, b2 = fresh_backends
     p = _half_applied(fresh_backends, fresh_proxy)
     where = f"where schema='schema1' and table='{TABLE}'"
-    _wait(lambda: (r := _manager(p, f"check full @@metadata {where}")) and r[0]["differing_sharding_nodes"] == "dn2",
+    _wait(lambda: (r := _manager(p, f"check full @@metadata_nodes {where}")) and r[0]["differing_sharding_nodes"] == "dn2",
           20, "dn2 to be readable again")
     (done,) = _manager(p, f"repair @@ddl {where}")
     assert done["action"] == "repaired" and "re-run on dn2" in done["message"], done

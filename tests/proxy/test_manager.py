@@ -132,11 +132,15 @@ def test_check_full_columns_and_rows(tables: MetaProxyEnv) -> None:
     conn = env.manager()
     try:
         with conn.cursor() as cur:
-            cur.execute("check full @@metadata")
+            cur.execute("check full @@metadata")   # DESIGN.md §4's six columns, as DBLE's
             assert [d[0] for d in cur.description] == CHECK_FULL_COLUMNS
+            six = {(r[0], r[1]): r for r in cur.fetchall()}
+            cur.execute("check full @@metadata_nodes")   # the same, then which nodes differ
+            assert [d[0] for d in cur.description] == [*CHECK_FULL_COLUMNS, "differing_sharding_nodes"]
             rows = {(r[0], r[1]): r for r in cur.fetchall()}
     finally:
         conn.close()
+    assert {k: r[:6] for k, r in rows.items()} == six
     configured = {("schema1", t) for t in ("test", "sharding_2_t1", "sharding_4_t1", "shard_a", "shard_b",
                                            "shard_c", "shard_d", "glob_a", "glob_b", "never_created")}
     configured |= {("schema2", "sing"), ("schema2", "sing_a")}
