@@ -223,6 +223,35 @@ def test_double_quotes_under_ansi_quotes_are_refused_not_read_as_strings(plain_r
     assert one(ref, "SELECT @@sql_mode") == one(px, "SELECT @@sql_mode")
 
 
+# What MariaDB reads under NO_BACKSLASH_ESCAPES as a string 'a\' and then code that names mysql.user,
+# where a tokenizer with backslash escapes reads one string up to the quote after the '#'
+_BACKSLASH_SMUGGLE = "SELECT 'a\\', (SELECT COUNT(*) FROM mysql.user) #'\n FROM h1_plain"
+
+
+def test_backslash_under_no_backslash_escapes_never_hides_a_table(plain_rows) -> None:
+    """Under NO_BACKSLASH_ESCAPES MariaDB ends 'a\\' at its second quote: a statement with a backslash in a
+    quoted string is refused (1235), never read on past that quote (it would reach mysql.user, unchecked)."""
+    px, ref = plain_rows
+    for conn in plain_rows:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_mode = CONCAT(@@sql_mode, ',NO_BACKSLASH_ESCAPES')")
+    assert _rows(ref, _BACKSLASH_SMUGGLE)[0][0] == "a\\"   # the subquery runs on MariaDB
+    for sql in (_BACKSLASH_SMUGGLE, "SELECT id FROM h1_plain WHERE s = 'x\\' OR 1 = 1 #'",
+                "SELECT id FROM h1_plain WHERE s = 'x\\'; SELECT COUNT(*) FROM mysql.user #'"):
+        code, msg = error(px, sql)
+        assert code == 1235 and "NO_BACKSLASH_ESCAPES" in msg, (sql, code, msg)
+    with px.cursor() as cur:   # nor prepared
+        with pytest.raises(pymysql.MySQLError) as e:
+            cur.execute("PREPARE h1_st FROM 'SELECT id FROM h1_plain WHERE s = ''x\\'''")
+        assert e.value.args[0] == 1235
+    for conn in plain_rows:   # quotes doubled, no backslash: the same reading, answered
+        assert one(conn, "SELECT s FROM h1_plain WHERE s <> 'it''s' ORDER BY id") == "id"
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_mode = DEFAULT")
+        assert one(conn, "SELECT 'a\\'b'") == "a'b"   # an escape again
+    assert one(ref, "SELECT @@sql_mode") == one(px, "SELECT @@sql_mode")
+
+
 # -- USE information_schema ----------------------------------------------------------------------------
 
 def test_use_information_schema_as_mariadb_allows_every_user(proxy, pair) -> None:
