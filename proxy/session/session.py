@@ -687,6 +687,7 @@ class Session:
         elif kw in ("BEGIN", "START"):
             if kw == "START" and "TRANSACTION" not in sql.upper():
                 raise NotSupported(f"unsupported statement: {sql[:60]}")
+            modes = {a.key: a.sql for a in local.parse_begin(sql)}   # (a syntax error ends nothing)
             await self.executor.unlock_tables()  # as MySQL: a transaction starts by releasing table locks
             try:
                 await self.executor.commit_all()
@@ -694,7 +695,8 @@ class Session:
                 self.explicit_txn = False  # the old transaction ended (rolled back, as the error says)
                 raise
             self.explicit_txn = True
-            self.txn_chars, self.next_txn = list(self.next_txn.values()), {}   # each node's part begins with them
+            # each node's part begins with them: SET TRANSACTION's for this one, overridden by its own modes
+            self.txn_chars, self.next_txn = list({**self.next_txn, **modes}.values()), {}
             r.ok(self.status(), more=more)
             return False
         elif kw in ("COMMIT", "ROLLBACK"):

@@ -185,6 +185,32 @@ def test_set_transaction_before_a_statement_outside_a_transaction_is_refused(dir
     assert one(px, "SELECT SUM(v) FROM sharding_4_t1") == 0
 
 
+def test_start_transaction_modes_give_the_transaction_its_access_mode(plain_rows) -> None:
+    """START TRANSACTION READ ONLY / READ WRITE: the transaction's own mode, over SET TRANSACTION's for the
+    next one and the session's (was dropped: a READ ONLY transaction wrote, a READ WRITE one could not)."""
+    read_only = (1792, "Cannot execute statement in a READ ONLY transaction")
+    for conn in plain_rows:
+        with conn.cursor() as cur:
+            cur.execute("START TRANSACTION READ ONLY, WITH CONSISTENT SNAPSHOT")
+            assert error(conn, "INSERT INTO h1_plain VALUES (7, 'ro')") == read_only, conn
+            cur.execute("ROLLBACK")
+            cur.execute("SET TRANSACTION READ ONLY")
+            cur.execute("START TRANSACTION READ WRITE")
+            cur.execute("INSERT INTO h1_plain VALUES (8, 'rw')")
+            cur.execute("ROLLBACK")
+            cur.execute("SET SESSION TRANSACTION READ ONLY")
+            cur.execute("START TRANSACTION READ WRITE")
+            cur.execute("INSERT INTO h1_plain VALUES (9, 'rw')")
+            cur.execute("ROLLBACK")
+            cur.execute("SET SESSION TRANSACTION READ WRITE")
+            cur.execute("INSERT INTO h1_plain VALUES (10, 'ac')")   # used up: autocommit writes again
+        for bad in ("START TRANSACTION READ ONLY, READ WRITE", "START TRANSACTION FOO", "BEGIN READ ONLY"):
+            assert error(conn, bad)[0] == 1064, (conn, bad)
+        assert one(conn, "SELECT @@in_transaction") == 0
+    assert _rows(plain_rows[0], "SELECT id FROM h1_plain ORDER BY id") == [(1,), (2,), (10,)]
+    assert _rows(plain_rows[1], "SELECT id FROM h1_plain ORDER BY id") == [(1,), (2,), (10,)]
+
+
 # -- sql_mode ANSI_QUOTES ----------------------------------------------------------------------------
 
 @pytest.fixture
