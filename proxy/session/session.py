@@ -580,6 +580,8 @@ class Session:
                 self.use_schema(payload[1:].decode("utf-8", "replace").strip("`"))
                 r.ok(self.status())
             elif cmd == C.COM_FIELD_LIST:
+                if self.schema == infoschema.NAME:   # (no node holds its tables)
+                    infoschema.refuse_as_current("COM_FIELD_LIST")
                 if self.grants is not None and self.schema is not None:
                     name = payload[1:].split(b"\x00", 1)[0].decode("utf-8", "replace").lower()
                     self.grants.check((("SELECT", ANY, self.schema, name),))

@@ -334,3 +334,15 @@ def _rows(conn: Any, sql: str) -> list[tuple[Any, ...]]:
     with conn.cursor() as cur:
         cur.execute(sql)
         return list(cur.fetchall())
+
+
+def test_field_list_in_information_schema_is_refused_not_a_dropped_connection(proxy) -> None:
+    """COM_FIELD_LIST (the CLI's tab completion) while information_schema is the current database: a clear
+    1235 and the session goes on (was an exception that closed the connection)."""
+    from ps_wire import PsClient
+    with PsClient(proxy.port) as c:
+        assert c.query("USE information_schema").kind == "ok"
+        c.send(0, b"\x04SCHEMATA\x00")
+        a = c.answer()
+        assert (a.kind, a.err_code) == ("err", 1235) and "information_schema" in a.err_message
+        assert c.query("SELECT 1").kind == "rows"
