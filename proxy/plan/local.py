@@ -269,6 +269,36 @@ def parse_savepoint(sql: str) -> tuple[str, str] | None:
     return op, name
 
 
+_BEGIN_MODES = {("READ", "ONLY"): "READ ONLY", ("READ", "WRITE"): "READ WRITE",
+                ("WITH", "CONSISTENT", "SNAPSHOT"): ""}
+
+
+def parse_begin(sql: str) -> list[Assignment]:
+    """BEGIN [WORK] | START TRANSACTION [mode, ...]: the characteristics its modes give the transaction it
+    opens (READ ONLY / READ WRITE), as SET TRANSACTION for the next one would give them; a syntax error as
+    MariaDB's 1064."""
+    words = [t[1].upper() if t[0] == "w" else t[1] for t in tokenize(sql)]
+    while words and words[-1] == ";":
+        words.pop()
+    rest = words[2:] if words[:2] in (["START", "TRANSACTION"], ["BEGIN", "WORK"]) else words[1:]
+    if words[:1] == ["BEGIN"] and rest[:1] == ["NOT"]:
+        raise NotSupported("BEGIN NOT ATOMIC compound statements are not supported by pydble")
+    modes: list[str] = []
+    while rest and words[0] == "START":
+        found = next(((ws, m) for ws, m in _BEGIN_MODES.items() if tuple(rest[:len(ws)]) == ws), None)
+        if found is None:
+            break
+        modes.append(found[1])
+        rest = rest[len(found[0]):]
+        if rest[:1] == [","] and len(rest) > 1:
+            rest = rest[1:]
+        elif rest:
+            break
+    if rest or len({m for m in modes if m}) > 1:
+        raise ParseError(f"You have an error in your SQL syntax near '{' '.join(rest)[:40]}'")
+    return [Assignment("tx_read_only", f"SET TRANSACTION {m}", next_only=True) for m in dict.fromkeys(modes) if m]
+
+
 # -- DATABASE(), CONNECTION_ID() and USER() inside routed statements ---------------------------------
 _DB_CALL = re.compile(r"(?:database|schema|connection_id|user|row_count|found_rows)\s*\(", re.I)
 _USER_CALLS = ("USER", "CURRENT_USER", "SESSION_USER", "SYSTEM_USER")

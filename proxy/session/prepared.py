@@ -268,7 +268,7 @@ class PreparedStatements:
     async def shape_of(self, sql: str) -> Shape:
         """What PREPARE learns of a statement text (validated as MariaDB would), cached per instance."""
         refuse_assignment(sql)
-        self.session.refuse_double_quotes(sql)
+        self.session.refuse_misread(sql)
         if first_keyword(sql) == "SELECT" and "last_insert_id" in sql.lower() and sets_insert_id(sql) is not None:
             raise NotSupported("LAST_INSERT_ID(expr) is not supported by pydble in prepared statements: the "
                                "session's value would not follow it")

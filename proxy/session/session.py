@@ -304,7 +304,8 @@ class Session:
         self.autocommit = True
         self.explicit_txn = False
         self.xa = False          # SET xa = on: transactions over several nodes commit two-phase (proxy/exec/xa.py)
-        self.ansi_quotes = False  # the session's sql_mode has ANSI_QUOTES: "x" is an identifier (refuse_double_quotes)
+        self.ansi_quotes = False  # the session's sql_mode has ANSI_QUOTES: "x" is an identifier (refuse_misread)
+        self.no_backslash_escapes = False   # ... NO_BACKSLASH_ESCAPES: 'a\' is a whole string (refuse_misread)
         self.next_txn: dict[str, str] = {}   # SET TRANSACTION without SESSION: key -> statement, for the next one
         self.txn_chars: list[str] = []       # those the explicit transaction open now began with (Executor._sync)
         self.vars: dict[str, str] = {}
@@ -412,8 +413,9 @@ class Session:
         COM_STMT_EXECUTE and the sink turning its answer binary."""
         if sql is None:
             sql = payload[1:].decode("utf-8", "surrogateescape")
-        if (self.ansi_quotes and '"' in sql) or self.schema == infoschema.NAME:
-            return False   # the task refuses it (refuse_double_quotes, infoschema.refuse_as_current)
+        if (self.ansi_quotes and '"' in sql) or (self.no_backslash_escapes and "\\" in sql) \
+                or self.schema == infoschema.NAME:
+            return False   # the task refuses it (refuse_misread, infoschema.refuse_as_current)
         route = quick_route(self.executor, sql)
         if route is None:
             return False
@@ -528,7 +530,7 @@ class Session:
         self.explicit_txn = False
         self.xa = False
         self.next_txn, self.txn_chars = {}, []
-        self.ansi_quotes = False
+        self.ansi_quotes = self.no_backslash_escapes = False
         self.last_insert_id = 0
         self.row_count = 0
         self.warnings = []
@@ -578,6 +580,8 @@ class Session:
                 self.use_schema(payload[1:].decode("utf-8", "replace").strip("`"))
                 r.ok(self.status())
             elif cmd == C.COM_FIELD_LIST:
+                if self.schema == infoschema.NAME:   # (no node holds its tables)
+                    infoschema.refuse_as_current("COM_FIELD_LIST")
                 if self.grants is not None and self.schema is not None:
                     name = payload[1:].split(b"\x00", 1)[0].decode("utf-8", "replace").lower()
                     self.grants.check((("SELECT", ANY, self.schema, name),))
@@ -653,7 +657,7 @@ class Session:
     async def _statement(self, sql: str, r: Reply, more: bool, may_relay: bool, row_count: int | None) -> bool:
         kw = first_keyword(sql)
         self.before_next_txn(kw)
-        self.refuse_double_quotes(sql)
+        self.refuse_misread(sql)
         if self.schema == infoschema.NAME:
             infoschema.refuse_as_current(kw)
         if kw == "CALL":
@@ -685,6 +689,7 @@ class Session:
         elif kw in ("BEGIN", "START"):
             if kw == "START" and "TRANSACTION" not in sql.upper():
                 raise NotSupported(f"unsupported statement: {sql[:60]}")
+            modes = {a.key: a.sql for a in local.parse_begin(sql)}   # (a syntax error ends nothing)
             await self.executor.unlock_tables()  # as MySQL: a transaction starts by releasing table locks
             try:
                 await self.executor.commit_all()
@@ -692,7 +697,8 @@ class Session:
                 self.explicit_txn = False  # the old transaction ended (rolled back, as the error says)
                 raise
             self.explicit_txn = True
-            self.txn_chars, self.next_txn = list(self.next_txn.values()), {}   # each node's part begins with them
+            # each node's part begins with them: SET TRANSACTION's for this one, overridden by its own modes
+            self.txn_chars, self.next_txn = list({**self.next_txn, **modes}.values()), {}
             r.ok(self.status(), more=more)
             return False
         elif kw in ("COMMIT", "ROLLBACK"):
@@ -761,12 +767,17 @@ class Session:
                                "gives it only to one that START TRANSACTION or BEGIN opens: start the transaction "
                                "first (or SET SESSION TRANSACTION for every transaction)")
 
-    def refuse_double_quotes(self, sql: str) -> None:
-        """Under sql_mode ANSI_QUOTES "x" names an identifier, where pydble's tokenizer reads a string (routing,
-        rewriting, checking grants by it): such a statement is refused, never run with another meaning."""
+    def refuse_misread(self, sql: str) -> None:
+        """Refuse a statement that pydble's tokenizer (routing, rewriting, checking grants by it) would read
+        otherwise than MariaDB under the session's sql_mode, never run it with another meaning."""
         if self.ansi_quotes and '"' in sql and any(t[0] in "se" and t[1][0] == '"' for t in tokenize(sql)):
             raise NotSupported('"..." under sql_mode ANSI_QUOTES is not supported by pydble: it reads "..." as a '
                                "string; quote identifiers with backquotes (`x`) and strings with single quotes")
+        # NO_BACKSLASH_ESCAPES: MariaDB ends 'a\' at its second quote where pydble reads on (so what follows
+        # would pass unchecked): the two readings part only at a backslash in what pydble reads as quoted
+        if self.no_backslash_escapes and "\\" in sql and any(t[0] in "sev" and "\\" in t[1] for t in tokenize(sql)):
+            raise NotSupported("a backslash in a quoted string under sql_mode NO_BACKSLASH_ESCAPES is not supported "
+                               "by pydble: it reads \\ as an escape; write the string without it (CHAR(92))")
 
     async def savepoint(self, sql: str, r: Reply, more: bool) -> bool:
         """SAVEPOINT, ROLLBACK TO, RELEASE SAVEPOINT over every node of the transaction."""
@@ -829,7 +840,8 @@ class Session:
                 self.vars = old_vars
                 raise
         if any(a.key == "sql_mode" for a in changes):
-            self.ansi_quotes = "ANSI_QUOTES" in (await self.executor.session_variable("sql_mode")).split(",")
+            modes = (await self.executor.session_variable("sql_mode")).split(",")
+            self.ansi_quotes, self.no_backslash_escapes = "ANSI_QUOTES" in modes, "NO_BACKSLASH_ESCAPES" in modes
         self.xa = new_xa
         if new_autocommit != self.autocommit:
             if new_autocommit and (self.explicit_txn or self.executor.pinned):

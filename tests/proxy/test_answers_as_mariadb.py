@@ -185,6 +185,32 @@ def test_set_transaction_before_a_statement_outside_a_transaction_is_refused(dir
     assert one(px, "SELECT SUM(v) FROM sharding_4_t1") == 0
 
 
+def test_start_transaction_modes_give_the_transaction_its_access_mode(plain_rows) -> None:
+    """START TRANSACTION READ ONLY / READ WRITE: the transaction's own mode, over SET TRANSACTION's for the
+    next one and the session's (was dropped: a READ ONLY transaction wrote, a READ WRITE one could not)."""
+    read_only = (1792, "Cannot execute statement in a READ ONLY transaction")
+    for conn in plain_rows:
+        with conn.cursor() as cur:
+            cur.execute("START TRANSACTION READ ONLY, WITH CONSISTENT SNAPSHOT")
+            assert error(conn, "INSERT INTO h1_plain VALUES (7, 'ro')") == read_only, conn
+            cur.execute("ROLLBACK")
+            cur.execute("SET TRANSACTION READ ONLY")
+            cur.execute("START TRANSACTION READ WRITE")
+            cur.execute("INSERT INTO h1_plain VALUES (8, 'rw')")
+            cur.execute("ROLLBACK")
+            cur.execute("SET SESSION TRANSACTION READ ONLY")
+            cur.execute("START TRANSACTION READ WRITE")
+            cur.execute("INSERT INTO h1_plain VALUES (9, 'rw')")
+            cur.execute("ROLLBACK")
+            cur.execute("SET SESSION TRANSACTION READ WRITE")
+            cur.execute("INSERT INTO h1_plain VALUES (10, 'ac')")   # used up: autocommit writes again
+        for bad in ("START TRANSACTION READ ONLY, READ WRITE", "START TRANSACTION FOO", "BEGIN READ ONLY"):
+            assert error(conn, bad)[0] == 1064, (conn, bad)
+        assert one(conn, "SELECT @@in_transaction") == 0
+    assert _rows(plain_rows[0], "SELECT id FROM h1_plain ORDER BY id") == [(1,), (2,), (10,)]
+    assert _rows(plain_rows[1], "SELECT id FROM h1_plain ORDER BY id") == [(1,), (2,), (10,)]
+
+
 # -- sql_mode ANSI_QUOTES ----------------------------------------------------------------------------
 
 @pytest.fixture
@@ -220,6 +246,35 @@ def test_double_quotes_under_ansi_quotes_are_refused_not_read_as_strings(plain_r
         with conn.cursor() as cur:
             cur.execute("SET SESSION sql_mode = DEFAULT")
         assert one(conn, 'SELECT id FROM h1_plain WHERE s = "id"') == 1   # a string again
+    assert one(ref, "SELECT @@sql_mode") == one(px, "SELECT @@sql_mode")
+
+
+# What MariaDB reads under NO_BACKSLASH_ESCAPES as a string 'a\' and then code that names mysql.user,
+# where a tokenizer with backslash escapes reads one string up to the quote after the '#'
+_BACKSLASH_SMUGGLE = "SELECT 'a\\', (SELECT COUNT(*) FROM mysql.user) #'\n FROM h1_plain"
+
+
+def test_backslash_under_no_backslash_escapes_never_hides_a_table(plain_rows) -> None:
+    """Under NO_BACKSLASH_ESCAPES MariaDB ends 'a\\' at its second quote: a statement with a backslash in a
+    quoted string is refused (1235), never read on past that quote (it would reach mysql.user, unchecked)."""
+    px, ref = plain_rows
+    for conn in plain_rows:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_mode = CONCAT(@@sql_mode, ',NO_BACKSLASH_ESCAPES')")
+    assert _rows(ref, _BACKSLASH_SMUGGLE)[0][0] == "a\\"   # the subquery runs on MariaDB
+    for sql in (_BACKSLASH_SMUGGLE, "SELECT id FROM h1_plain WHERE s = 'x\\' OR 1 = 1 #'",
+                "SELECT id FROM h1_plain WHERE s = 'x\\'; SELECT COUNT(*) FROM mysql.user #'"):
+        code, msg = error(px, sql)
+        assert code == 1235 and "NO_BACKSLASH_ESCAPES" in msg, (sql, code, msg)
+    with px.cursor() as cur:   # nor prepared
+        with pytest.raises(pymysql.MySQLError) as e:
+            cur.execute("PREPARE h1_st FROM 'SELECT id FROM h1_plain WHERE s = ''x\\'''")
+        assert e.value.args[0] == 1235
+    for conn in plain_rows:   # quotes doubled, no backslash: the same reading, answered
+        assert one(conn, "SELECT s FROM h1_plain WHERE s <> 'it''s' ORDER BY id") == "id"
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_mode = DEFAULT")
+        assert one(conn, "SELECT 'a\\'b'") == "a'b"   # an escape again
     assert one(ref, "SELECT @@sql_mode") == one(px, "SELECT @@sql_mode")
 
 
@@ -279,3 +334,15 @@ def _rows(conn: Any, sql: str) -> list[tuple[Any, ...]]:
     with conn.cursor() as cur:
         cur.execute(sql)
         return list(cur.fetchall())
+
+
+def test_field_list_in_information_schema_is_refused_not_a_dropped_connection(proxy) -> None:
+    """COM_FIELD_LIST (the CLI's tab completion) while information_schema is the current database: a clear
+    1235 and the session goes on (was an exception that closed the connection)."""
+    from ps_wire import PsClient
+    with PsClient(proxy.port) as c:
+        assert c.query("USE information_schema").kind == "ok"
+        c.send(0, b"\x04SCHEMATA\x00")
+        a = c.answer()
+        assert (a.kind, a.err_code) == ("err", 1235) and "information_schema" in a.err_message
+        assert c.query("SELECT 1").kind == "rows"
