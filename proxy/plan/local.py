@@ -201,6 +201,11 @@ def parse_set(sql: str) -> list[Assignment]:
         elif lname in ("names", "character_set_client", "character_set_results", "character_set_connection",
                        "collation_connection"):
             out.append(Assignment(lname, f"SET SESSION {lname} = {value}"))
+        elif lname == "completion_type":
+            if value.strip("'\"").upper() not in ("0", "NO_CHAIN", "DEFAULT"):
+                raise NotSupported("completion_type other than NO_CHAIN is not supported by pydble: write COMMIT "
+                                   "AND CHAIN or COMMIT RELEASE, which it runs on every node of the transaction")
+            out.append(Assignment(lname, f"SET SESSION {lname} = {value}"))
         elif lname in ("transaction_isolation", "tx_isolation"):
             out.append(Assignment("isolation", f"SET SESSION tx_isolation = {value}"))
         elif lname in ("transaction_read_only", "tx_read_only"):
@@ -297,6 +302,24 @@ def parse_begin(sql: str) -> list[Assignment]:
     if rest or len({m for m in modes if m}) > 1:
         raise ParseError(f"You have an error in your SQL syntax near '{' '.join(rest)[:40]}'")
     return [Assignment("tx_read_only", f"SET TRANSACTION {m}", next_only=True) for m in dict.fromkeys(modes) if m]
+
+
+def parse_end(sql: str) -> tuple[bool, bool]:
+    """COMMIT | ROLLBACK [WORK] [AND [NO] CHAIN] [[NO] RELEASE]: (chain, release): whether a transaction
+    begins again at once, whether the connection closes after the answer; MariaDB's 1064 for anything else."""
+    words = [t[1].upper() if t[0] == "w" else t[1] for t in tokenize(sql) if t[:2] != ("o", ";")]
+    rest = words[1:]
+    if rest[:1] == ["WORK"]:
+        rest = rest[1:]
+    chain = rest[:2] == ["AND", "CHAIN"]
+    if chain or rest[:3] == ["AND", "NO", "CHAIN"]:
+        rest = rest[2 if chain else 3:]
+    release = rest[:1] == ["RELEASE"]
+    if release or rest[:2] == ["NO", "RELEASE"]:
+        rest = rest[1 if release else 2:]
+    if rest or (chain and release):
+        raise ParseError(f"You have an error in your SQL syntax near '{' '.join(rest or ['RELEASE'])[:40]}'")
+    return chain, release
 
 
 # -- DATABASE(), CONNECTION_ID() and USER() inside routed statements ---------------------------------

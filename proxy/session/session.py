@@ -704,6 +704,8 @@ class Session:
         elif kw in ("COMMIT", "ROLLBACK"):
             if kw == "ROLLBACK" and " TO " in f" {sql.upper()} ":
                 return await self.savepoint(sql, r, more)
+            chain, release = local.parse_end(sql)
+            chars = self.txn_chars
             try:
                 if kw == "COMMIT":
                     await self.executor.commit_all()
@@ -712,6 +714,9 @@ class Session:
             finally:
                 self.explicit_txn = False  # ended either way: committed, or rolled back as the error says
                 self.next_txn = {}         # as MariaDB: a COMMIT or ROLLBACK uses up SET TRANSACTION's characteristics
+            if chain:   # AND CHAIN: the next transaction begins now, with the characteristics of the one that ended
+                self.explicit_txn, self.txn_chars = True, chars
+            self.ending = release   # RELEASE: MariaDB closes the connection after its OK
             r.ok(self.status(), more=more)
             return False
         elif kw in ("SAVEPOINT", "RELEASE"):

@@ -211,6 +211,51 @@ def test_start_transaction_modes_give_the_transaction_its_access_mode(plain_rows
     assert _rows(plain_rows[1], "SELECT id FROM h1_plain ORDER BY id") == [(1,), (2,), (10,)]
 
 
+# -- COMMIT / ROLLBACK AND CHAIN, RELEASE ---------------------------------------------------------------
+
+@pytest.mark.parametrize("end", ["COMMIT", "ROLLBACK"])
+def test_and_chain_begins_the_next_transaction_and_release_closes_the_connection(pair, end: str) -> None:
+    """MariaDB begins the next transaction at once after COMMIT/ROLLBACK AND CHAIN (was: pydble ended it, so
+    the rows written next were committed one by one and a ROLLBACK after them undid nothing); RELEASE closes
+    the connection after the OK; anything else after the keyword is 1064."""
+    for conn, name in zip(pair, ("sharding_4_t1", "h1_plain")):
+        with conn.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS {name}")
+            cur.execute(f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT)")
+            cur.execute("BEGIN")
+            cur.execute(f"INSERT INTO {name} VALUES (1, 0), (2, 0)")
+            cur.execute(f"{end} WORK AND CHAIN")
+            cur.execute(f"INSERT INTO {name} VALUES (3, 0), (4, 0)")   # on other nodes than 1 and 2
+            cur.execute("ROLLBACK AND NO CHAIN")
+            cur.execute(f"SELECT COUNT(*) FROM {name}")
+            assert cur.fetchone()[0] == (2 if end == "COMMIT" else 0), (conn, end)
+            cur.execute(f"{end} AND CHAIN")   # outside a transaction too: one begins
+            cur.execute(f"INSERT INTO {name} VALUES (5, 0)")
+            cur.execute("ROLLBACK")
+            cur.execute(f"SELECT COUNT(*) FROM {name} WHERE id = 5")
+            assert cur.fetchone()[0] == 0, (conn, end)
+        for bad in (f"{end} AND CHAIN RELEASE", f"{end} FOO", f"{end} AND"):
+            assert error(conn, bad)[0] == 1064, (conn, bad)
+        with conn.cursor() as cur:
+            cur.execute(f"{end} NO RELEASE")
+            cur.execute(f"{end} AND NO CHAIN RELEASE")
+            with pytest.raises((pymysql.err.OperationalError, pymysql.err.InterfaceError)):
+                cur.execute("SELECT 1")   # the server closed the connection after the OK
+
+
+def test_completion_type_other_than_no_chain_is_refused(pair) -> None:
+    """completion_type=CHAIN or RELEASE changes what every COMMIT does on each node: refused, not sent."""
+    px, _ = pair
+    for value in ("CHAIN", "'RELEASE'", "1"):
+        code, msg = error(px, f"SET completion_type = {value}")
+        assert code == 1235 and "completion_type" in msg, (value, msg)
+    with px.cursor() as cur:
+        cur.execute("SET completion_type = NO_CHAIN")
+        cur.execute("BEGIN")
+        cur.execute("COMMIT")
+    assert one(px, "SELECT @@in_transaction") == 0
+
+
 # -- sql_mode ANSI_QUOTES ----------------------------------------------------------------------------
 
 @pytest.fixture
