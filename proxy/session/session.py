@@ -496,7 +496,7 @@ class Session:
             raise AccessDenied(f"Access denied for user '{user}'@'{self.peer}' (using password: {pw_note})")
         if not self.runtime.user_may_connect(u):
             raise ProxyError(f"Too many connections for user '{user}'", 1203, "42000")
-        if database and database not in u.schemas:
+        if database and database not in u.schemas and database.lower() != infoschema.NAME:   # as use_schema
             raise DbAccessDenied(f"Access denied for user '{user}'@'{self.peer}' to database '{database}'")
         # the session is the user's only now: a refusal above must not count against (or for) its max_con
         self.user = user
@@ -505,7 +505,7 @@ class Session:
         self.grants = Grants(u, self.peer, self.runtime.config)
         self.admin = u.admin
         if database:
-            self.schema = database
+            self.use_schema(database)
         self.runtime.count_user(u.name, +1)
 
     # -- state ----------------------------------------------------------------------------------

@@ -352,6 +352,13 @@ def test_use_information_schema_as_mariadb_allows_every_user(proxy, pair) -> Non
     with px.cursor() as cur:
         cur.execute("USE schema1")
     assert one(px, "SELECT DATABASE()") == "schema1"
+    at_login = proxy.connect(database="information_schema")   # as USE: allowed at login too (was 1044)
+    try:
+        assert one(at_login, "SELECT DATABASE()") == "information_schema"
+        at_login.select_db("INFORMATION_SCHEMA")
+        assert one(at_login, "SELECT DATABASE()") == "information_schema"
+    finally:
+        at_login.close()
 
 
 def test_information_schema_as_current_database_shows_no_other_users_schemas(proxy, fresh_proxy, backends) -> None:
