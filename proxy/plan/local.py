@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from meta.errors import NotSupported, ParseError, SpecificAccessDenied
 
-from proxy.wire.constants import T_LONGLONG, T_VAR_STRING
+from proxy.wire.constants import T_LONG, T_LONGLONG, T_VAR_STRING
 from proxy.wire.messages import ColumnDef, ResultSet
 from proxy.plan.sqltok import tokenize, unquote_ident
 
@@ -220,6 +220,9 @@ _LOCAL_FUNCS = {
     "@@warning_count": "warning_count", "@@session.warning_count": "warning_count",
     "@@error_count": "error_count", "@@session.error_count": "error_count",
 }
+# the integer probes' columns as MariaDB describes them (type, length, flags); a variable: BIGINT UNSIGNED NOT NULL
+_INT_COLUMNS = {"connection_id()": (T_LONG, 10, 0xA1), "last_insert_id()": (T_LONGLONG, 21, 0xA1)}
+_INT_VARIABLE = (T_LONGLONG, 21, 0xA0)
 _LOCAL_SELECT = re.compile(r"^\s*SELECT\s+(?P<items>.+?)\s*(?:LIMIT\s+\d+\s*)?;?\s*$", re.I | re.S)
 _ITEM = re.compile(r"^(?P<expr>[@\w.]+(?:\(\s*\))?)(?:\s+(?:AS\s+)?(?P<alias>`[^`]+`|'[^']+'|\"[^\"]+\"|\w+))?$",
                    re.I | re.S)
@@ -238,13 +241,15 @@ def local_select(sql: str, values: dict[str, object]) -> ResultSet | None:
         im = _ITEM.match(item)
         if not im:
             return None
-        key = _LOCAL_FUNCS.get(im.group("expr").lower().replace(" ", ""))
+        expr = im.group("expr").lower().replace(" ", "")
+        key = _LOCAL_FUNCS.get(expr)
         if key is None:
             return None
         name = (im.group("alias") or im.group("expr")).strip("`'\"")
         v = values.get(key)
         if isinstance(v, int):
-            cols.append(ColumnDef(name, T_LONGLONG, 63, 21, 0x81))
+            typ, length, flags = _INT_COLUMNS.get(expr, _INT_VARIABLE)
+            cols.append(ColumnDef(name, typ, 63, length, flags))
         else:
             cols.append(ColumnDef(name, T_VAR_STRING, 45, 256))
         row.append(None if v is None else str(v).encode())
@@ -300,7 +305,8 @@ def substitute_database(sql: str, schema: str | None, conn_id: int | None = None
     lits = {"DATABASE": "NULL" if schema is None else _literal(schema)}
     lits["SCHEMA"] = lits["DATABASE"]
     if conn_id is not None:
-        lits["CONNECTION_ID"] = str(int(conn_id))
+        # typed as MariaDB types CONNECTION_ID() (INT UNSIGNED, length 10, NOT NULL), the way ROW_COUNT() is
+        lits["CONNECTION_ID"] = f"IF(TRUE, CAST({int(conn_id)} AS UNSIGNED), CRC32(''))"
     if user is not None:
         lits.update(dict.fromkeys(_USER_CALLS, _literal(user)))
     if row_count is not None:
