@@ -157,7 +157,7 @@ class Executor:
             joining = True
         elif s.explicit_txn and not conn.in_trans and node not in self.xa.nodes:
             stmts += s.txn_chars
-            stmts.append("START TRANSACTION")
+            stmts.append("START TRANSACTION WITH CONSISTENT SNAPSHOT" if s.txn_snapshot else "START TRANSACTION")
             joining = True
         if joining and self.savepoints:
             stmts.extend(f"SAVEPOINT `{name}`" for name in self.savepoints)
@@ -165,6 +165,25 @@ class Executor:
             await _apply_state(conn, stmts, self.runtime.backends.timeout_s)
             conn.vars = dict(s.vars)
             conn.autocommit = s.autocommit
+
+    async def snapshot(self, nodes: tuple[str, ...]) -> None:
+        """START TRANSACTION WITH CONSISTENT SNAPSHOT: MariaDB's snapshot is of the moment the statement runs,
+        so each node's part of the transaction starts now, on every node the session may read, not as the node
+        joins (it would see what other sessions commit meanwhile). (Each node's snapshot is its own: a write
+        another session commits on several nodes at that very moment may be in some and not others.)"""
+        s = self.session
+        s.txn_snapshot = True
+        try:
+            got = await self._get_all(list(nodes))
+            failed = next((g for g in got if isinstance(g, BaseException)), None)
+            if failed is not None:
+                raise failed
+        except BaseException:
+            s.explicit_txn = False
+            await self.rollback_all()
+            raise
+        finally:
+            s.txn_snapshot = False
 
     async def _get(self, node: str) -> BackendConnection:
         """The connection this session uses for a node: its pinned one, or a pooled one made ready."""

@@ -256,6 +256,32 @@ def local_select(sql: str, values: dict[str, object]) -> ResultSet | None:
     return ResultSet(cols, [row])
 
 
+# -- BEGIN / START TRANSACTION -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class TxnStart:
+    """What BEGIN or START TRANSACTION asks of the transaction it opens."""
+
+    access: str | None    # "READ ONLY" | "READ WRITE" | None (the session's)
+    snapshot: bool        # WITH CONSISTENT SNAPSHOT
+
+
+def parse_start(sql: str) -> TxnStart:
+    """BEGIN [WORK] or START TRANSACTION [characteristic, ...]: its characteristics, as MariaDB reads them
+    (1064 for anything else, READ ONLY with READ WRITE, or one named twice)."""
+    toks = [t for t in tokenize(sql) if t[:2] != ("o", ";")]   # version comments opened: /*!40100 WITH ... */
+    words = [t[1].upper() if t[0] == "w" else t[1] for t in toks]
+    if words[:1] == ["BEGIN"] and words[1:] in ([], ["WORK"]):
+        return TxnStart(None, False)
+    if words[:2] != ["START", "TRANSACTION"]:
+        raise ParseError(f"You have an error in your SQL syntax near '{sql.strip()[:40]}'")
+    items = " ".join(words[2:]).split(" , ") if len(words) > 2 else []
+    if any(i not in ("READ ONLY", "READ WRITE", "WITH CONSISTENT SNAPSHOT") for i in items) or len(set(items)) < len(
+            items) or {"READ ONLY", "READ WRITE"} <= set(items):
+        raise ParseError(f"You have an error in your SQL syntax near '{sql.strip()[:40]}'")
+    access = next((i for i in items if i.startswith("READ ")), None)
+    return TxnStart(access, "WITH CONSISTENT SNAPSHOT" in items)
+
+
 # -- savepoints ------------------------------------------------------------------------------------
 _SP_NAME = r"(`(?:[^`]|``)+`|[\w$]+)"
 _SAVEPOINT = re.compile(rf"^\s*(?:SAVEPOINT\s+{_SP_NAME}|ROLLBACK\s+(?:WORK\s+)?TO\s+(?:SAVEPOINT\s+)?{_SP_NAME}"
