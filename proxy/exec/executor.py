@@ -101,6 +101,7 @@ class Executor:
         self.runtime = session.runtime
         self.pinned: dict[str, BackendConnection] = {}
         self.streaming: set[BackendConnection] = set()
+        self.gathering: set[BackendConnection] = set()   # running a statement whose answers pydble collects (_run_on)
         self.last_node: str | None = None
         self.savepoints: list[str] = []   # of the open transaction, oldest first (lower-cased names)
         self.broken_txn: str | None = None  # why the open transaction can only be rolled back now
@@ -722,9 +723,16 @@ class Executor:
         conns: list[BackendConnection] = acquired  # type: ignore[assignment]
         if budget is None:   # one cap for the whole query (a cross-node JOIN passes its own, for all its reads)
             budget = Budget(self.runtime.config.server.merge_memory_mb << 20)
-        results = await asyncio.gather(
-            *(c.run(_com_query(sql), self.runtime.backends.timeout_s, collect=True, budget=budget)
-              for c, (_, sql) in zip(conns, targets)), return_exceptions=True)
+        self.gathering.update(conns)
+        try:
+            if self.session.killed:   # KILL QUERY came while the connections were taken
+                results: list = [QueryInterrupted()] * len(conns)
+            else:
+                results = await asyncio.gather(
+                    *(c.run(_com_query(sql), self.runtime.backends.timeout_s, collect=True, budget=budget)
+                      for c, (_, sql) in zip(conns, targets)), return_exceptions=True)
+        finally:
+            self.gathering.difference_update(conns)
         await self.keep_warnings(list(zip(conns, results)), copies)
         if keep is not None:
             keep.extend(conns)

@@ -948,7 +948,8 @@ class Session:
         self.killed = True
         ex = self.executor
         fast = ex.relaying
-        conns = set(ex.streaming) | set(ex.pinned.values()) | ({fast} if fast and not fast.shared else set())
+        conns = set(ex.streaming) | set(ex.gathering) | set(ex.pinned.values())
+        conns |= {fast} if fast and not fast.shared else set()
         conns |= set(ex.locked.values()) | ({ex.user_locks.conn} if ex.user_locks.conn is not None else set())
         conns |= set(ex.temp.conns.values())
         for conn in conns:
