@@ -872,6 +872,8 @@ class Executor:
         schema = self.session.schema
         if schema is None:
             raise ProxyError("No database selected", 1046, "3D000")
+        if await self.runtime.views.field_list(self.session, schema, table, r):
+            return False   # a view pydble keeps: no node has it
         node = self.runtime.node_of_table(schema, table)
         if node is None:
             raise NoSuchTable(f"Table '{schema}.{table}' doesn't exist")

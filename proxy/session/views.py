@@ -29,8 +29,8 @@ from meta.views import BadView, ViewCatalog, ViewDef, ViewFile
 
 from proxy.plan.analysis import ALL, ANY, LOCAL_TYPES, SELECT, Analysis, Ref, Table
 from proxy.plan.local import substitute_database
-from proxy.wire.messages import ColumnDef, ResultSet
-from proxy.wire.packets import splice
+from proxy.wire.messages import ColumnDef, ResultSet, eof_packet, ok_packet
+from proxy.wire.packets import frame, lenenc_str, read_lenenc_int, splice
 from proxy.plan.sqltok import tokenize
 from proxy.plan.view_parse import KEYWORDS, ViewStmt, parse
 from proxy.exec.xa import refuse_implicit_commit
@@ -354,6 +354,48 @@ class ViewService:
         if sc.error is not None:
             raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
         r.resultset(sc.results[1], session.status(), more)
+        return True
+
+    async def field_list(self, session: SessionPort, schema: str, name: str, r: Reply) -> bool:
+        """COM_FIELD_LIST of a view pydble keeps: the columns MariaDB lists for such a view (its node's answer for
+        a view made for the moment there, as DESC does), under the view's own name and schema; False for any
+        other name (the node holding it answers)."""
+        v = self.catalog.get(schema, name.lower())
+        if v is None or v.node is not None:
+            return False
+        plan = self.runtime.router.route(f"SELECT * FROM {_q(schema)}.{_q(v.name)}", schema, session.grants)
+        node, sql = plan.targets[0].node, plan.targets[0].sql
+        scratch = f"_pydble_desc_{uuid.uuid4().hex[:16]}"
+        backends = self.runtime.backends
+        conn = await backends.acquire(node, session.format_flags)
+        try:
+            made = await conn.query(f"CREATE VIEW {_q(scratch)} AS {sql}", backends.timeout_s)
+            if made.error is not None:
+                raise BackendError(made.error.message, made.error.code, made.error.sqlstate)
+            try:
+                sc = await conn.run(frame(0, b"\x04" + scratch.encode() + b"\x00"), backends.timeout_s,
+                                    kind="field_list", collect=True)
+            finally:
+                await conn.query(f"DROP VIEW IF EXISTS {_q(scratch)}", backends.timeout_s)
+        except BaseException:
+            conn.close()
+            raise
+        finally:
+            backends.release(node, conn)
+        if sc.error is not None:
+            raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
+        head = lenenc_str(b"def") + lenenc_str(schema.encode()) + lenenc_str(v.name.encode()) * 2
+        seq = 1
+        for col in sc.results[0].columns if sc.results else []:
+            raw = col.raw or col.encode()
+            pos = 0
+            for _ in range(4):   # catalog, schema, table, org_table: the view's; the rest (name, type, default) as is
+                n, pos = read_lenenc_int(raw, pos)
+                pos += n or 0
+            r.raw(frame(seq, head + raw[pos:]))
+            seq += 1
+        status = session.status()
+        r.raw(frame(seq, ok_packet(0, 0, status, 0, header=0xFE) if session.deprecate_eof else eof_packet(0, status)))
         return True
 
     def _nowhere(self, schema: str, name: str) -> bool:

@@ -478,7 +478,8 @@ def test_field_list_of_a_view_pydble_keeps_lists_its_columns(proxy, backends, fo
         got, end = _field_list(proxy.port, "test", "111111", "schema1", "h2_v")
         assert end.kind == "eof", end.payload
         want, _ = _field_list(backends[0].port, backends[0].user, backends[0].password, REF_DB, "h2_v")
-        assert [d.replace(b"schema1", REF_DB.encode()) for d in got] == want
+        ref_db = bytes((len(REF_DB),)) + REF_DB.encode()
+        assert [d.replace(b"\x07schema1", ref_db, 1) for d in got] == want
     finally:
         for conn in four_rows:
             with conn.cursor() as cur:
