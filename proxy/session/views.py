@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import structlog
 
@@ -336,23 +336,15 @@ class ViewService:
         v = self.catalog.get(schema, name)
         if v is None or v.node is not None:
             return False
-        plan = self.runtime.router.route(f"SELECT * FROM {_q(schema)}.{_q(name)}", schema, session.grants)
-        node, sql = plan.targets[0].node, plan.targets[0].sql
-        scratch = _q(f"_pydble_desc_{uuid.uuid4().hex[:16]}")
-        backends = self.runtime.backends
-        conn = await backends.acquire(node, session.format_flags)
-        try:
-            sc = await conn.query(f"CREATE VIEW {scratch} AS {sql};{st.select.format(scratch)};DROP VIEW {scratch}",
-                                  backends.timeout_s)
+        async def ask(conn: Any, scratch: str, sql: str) -> Any:
+            timeout = self.runtime.backends.timeout_s
+            sc = await conn.query(f"CREATE VIEW {_q(scratch)} AS {sql};{st.select.format(_q(scratch))};"
+                                  f"DROP VIEW {_q(scratch)}", timeout)
             if sc.error is not None and len(sc.results) >= 1:
-                await conn.query(f"DROP VIEW IF EXISTS {scratch}", backends.timeout_s)
-        except BaseException:
-            conn.close()
-            raise
-        finally:
-            backends.release(node, conn)
-        if sc.error is not None:
-            raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
+                await conn.query(f"DROP VIEW IF EXISTS {_q(scratch)}", timeout)
+            return sc
+
+        sc = await self._on_scratch_view(session, schema, name, ask)
         r.resultset(sc.results[1], session.status(), more)
         return True
 
@@ -363,27 +355,18 @@ class ViewService:
         v = self.catalog.get(schema, name.lower())
         if v is None or v.node is not None:
             return False
-        plan = self.runtime.router.route(f"SELECT * FROM {_q(schema)}.{_q(v.name)}", schema, session.grants)
-        node, sql = plan.targets[0].node, plan.targets[0].sql
-        scratch = f"_pydble_desc_{uuid.uuid4().hex[:16]}"
-        backends = self.runtime.backends
-        conn = await backends.acquire(node, session.format_flags)
-        try:
-            made = await conn.query(f"CREATE VIEW {_q(scratch)} AS {sql}", backends.timeout_s)
+        async def ask(conn: Any, scratch: str, sql: str) -> Any:
+            timeout = self.runtime.backends.timeout_s
+            made = await conn.query(f"CREATE VIEW {_q(scratch)} AS {sql}", timeout)
             if made.error is not None:
-                raise BackendError(made.error.message, made.error.code, made.error.sqlstate)
+                return made
             try:
-                sc = await conn.run(frame(0, b"\x04" + scratch.encode() + b"\x00"), backends.timeout_s,
-                                    kind="field_list", collect=True)
+                return await conn.run(frame(0, b"\x04" + scratch.encode() + b"\x00"), timeout, kind="field_list",
+                                      collect=True)
             finally:
-                await conn.query(f"DROP VIEW IF EXISTS {_q(scratch)}", backends.timeout_s)
-        except BaseException:
-            conn.close()
-            raise
-        finally:
-            backends.release(node, conn)
-        if sc.error is not None:
-            raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
+                await conn.query(f"DROP VIEW IF EXISTS {_q(scratch)}", timeout)
+
+        sc = await self._on_scratch_view(session, schema, v.name, ask)
         head = lenenc_str(b"def") + lenenc_str(schema.encode()) + lenenc_str(v.name.encode()) * 2
         seq = 1
         for col in sc.results[0].columns if sc.results else []:
@@ -397,6 +380,31 @@ class ViewService:
         status = session.status()
         r.raw(frame(seq, ok_packet(0, 0, status, 0, header=0xFE) if session.deprecate_eof else eof_packet(0, status)))
         return True
+
+    async def _on_scratch_view(self, session: SessionPort, schema: str, name: str,
+                               ask: Callable[[Any, str, str], Awaitable[Any]]) -> Any:
+        """What one node answers `ask(conn, scratch, sql)`: sql is the kept view's statement as that node runs it,
+        scratch the name of a view of it that ask makes for the moment on conn (and drops); a node's error raised."""
+        plan = self.runtime.router.route(f"SELECT * FROM {_q(schema)}.{_q(name)}", schema, session.grants)
+        node, sql = plan.targets[0].node, plan.targets[0].sql
+        scratch = f"_pydble_desc_{uuid.uuid4().hex[:16]}"
+        return await self._ask_node(node, session.format_flags, lambda conn: ask(conn, scratch, sql))
+
+    async def _ask_node(self, node: str, flags: int, ask: Callable[[Any], Awaitable[Any]]) -> Any:
+        """What a pooled connection of node answers `ask(conn)` (a node's error raised); a connection that
+        failed midway is closed, never pooled with a scratch view or half a statement on it."""
+        backends = self.runtime.backends
+        conn = await backends.acquire(node, flags)
+        try:
+            sc = await ask(conn)
+        except BaseException:
+            conn.close()
+            raise
+        finally:
+            backends.release(node, conn)
+        if sc.error is not None:
+            raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
+        return sc
 
     def _nowhere(self, schema: str, name: str) -> bool:
         """A name no shardingNode can hold: not configured, in a schema without a default node."""
@@ -695,20 +703,15 @@ class ViewService:
             listed = ", ".join("'" + n.replace("'", "''") + "'" for _, n, _ in items)
             stmts.append(f"SELECT * FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = '{db}' AND TABLE_NAME IN "
                          f"({listed}) ORDER BY TABLE_NAME, ORDINAL_POSITION")
-            conn = await backends.acquire(node, flags)
-            try:
+            async def ask(conn: Any, stmts: list[str] = stmts, made: list[str] = made) -> Any:
                 if conn.vars or not conn.autocommit:
                     await conn.reset(backends.timeout_s)
                 sc = await conn.query(";".join(stmts), backends.timeout_s)
                 if made:
                     await conn.query("DROP VIEW IF EXISTS " + ", ".join(_q(n) for n in made), backends.timeout_s)
-            except BaseException:
-                conn.close()
-                raise
-            finally:
-                backends.release(node, conn)
-            if sc.error is not None:
-                raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
+                return sc
+
+            sc = await self._ask_node(node, flags, ask)
             real = {n: view for view, n, _ in items}
             rows = sc.results[-1].rows if sc.results and sc.results[-1].columns else []
             for row in rows:
