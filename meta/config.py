@@ -7,6 +7,7 @@ import hmac
 import os
 import ssl
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,10 @@ class Config:
             if nodes:
                 return nodes[0]
         return next(iter(self.sharding_nodes), None)
+
+    def all_nodes_of_schemas(self, schemas: Iterable[str]) -> tuple[str, ...]:
+        """Every shardingNode of these schemas (a user's): where a session's statements may go."""
+        return tuple(dict.fromkeys(n for s in schemas if s in self.schemas for n in self.all_nodes_of_schema(s)))
 
     def all_nodes_of_schema(self, schema: str) -> tuple[str, ...]:
         """Every shardingNode a schema's tables (and default node) live on, in config order."""

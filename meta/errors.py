@@ -140,6 +140,15 @@ class TransactionInProgress(ProxyError):
         super().__init__("Transaction characteristics can't be changed while a transaction is in progress")
 
 
+class UnknownColumn(ProxyError):
+    """ER_BAD_FIELD_ERROR: a column reference nothing in the statement's scope answers to."""
+
+    code, sqlstate = 1054, "42S22"
+
+    def __init__(self, name: str, clause: str) -> None:
+        super().__init__(f"Unknown column '{name}' in '{clause}'")
+
+
 class QueryInterrupted(ProxyError):
     """ER_QUERY_INTERRUPTED: a KILL QUERY stopped the statement (the KILL QUERY of one's own id too)."""
 

@@ -249,6 +249,7 @@ class SessionPort(Protocol):
     explicit_txn: bool
     xa: bool
     txn_chars: list[str]
+    txn_snapshot: bool
     vars: dict[str, str]
     last_insert_id: int
     row_count: int | None

@@ -101,6 +101,7 @@ class Executor:
         self.runtime = session.runtime
         self.pinned: dict[str, BackendConnection] = {}
         self.streaming: set[BackendConnection] = set()
+        self.gathering: set[BackendConnection] = set()   # running a statement whose answers pydble collects (_run_on)
         self.last_node: str | None = None
         self.savepoints: list[str] = []   # of the open transaction, oldest first (lower-cased names)
         self.broken_txn: str | None = None  # why the open transaction can only be rolled back now
@@ -157,7 +158,7 @@ class Executor:
             joining = True
         elif s.explicit_txn and not conn.in_trans and node not in self.xa.nodes:
             stmts += s.txn_chars
-            stmts.append("START TRANSACTION")
+            stmts.append("START TRANSACTION WITH CONSISTENT SNAPSHOT" if s.txn_snapshot else "START TRANSACTION")
             joining = True
         if joining and self.savepoints:
             stmts.extend(f"SAVEPOINT `{name}`" for name in self.savepoints)
@@ -165,6 +166,25 @@ class Executor:
             await _apply_state(conn, stmts, self.runtime.backends.timeout_s)
             conn.vars = dict(s.vars)
             conn.autocommit = s.autocommit
+
+    async def snapshot(self, nodes: tuple[str, ...]) -> None:
+        """START TRANSACTION WITH CONSISTENT SNAPSHOT: MariaDB's snapshot is of the moment the statement runs,
+        so each node's part of the transaction starts now, on every node the session may read, not as the node
+        joins (it would see what other sessions commit meanwhile). (Each node's snapshot is its own: a write
+        another session commits on several nodes at that very moment may be in some and not others.)"""
+        s = self.session
+        s.txn_snapshot = True
+        try:
+            got = await self._get_all(list(nodes))
+            failed = next((g for g in got if isinstance(g, BaseException)), None)
+            if failed is not None:
+                raise failed
+        except BaseException:
+            s.explicit_txn = False
+            await self.rollback_all()
+            raise
+        finally:
+            s.txn_snapshot = False
 
     async def _get(self, node: str) -> BackendConnection:
         """The connection this session uses for a node: its pinned one, or a pooled one made ready."""
@@ -703,9 +723,16 @@ class Executor:
         conns: list[BackendConnection] = acquired  # type: ignore[assignment]
         if budget is None:   # one cap for the whole query (a cross-node JOIN passes its own, for all its reads)
             budget = Budget(self.runtime.config.server.merge_memory_mb << 20)
-        results = await asyncio.gather(
-            *(c.run(_com_query(sql), self.runtime.backends.timeout_s, collect=True, budget=budget)
-              for c, (_, sql) in zip(conns, targets)), return_exceptions=True)
+        self.gathering.update(conns)
+        try:
+            if self.session.killed:   # KILL QUERY came while the connections were taken
+                results: list = [QueryInterrupted()] * len(conns)
+            else:
+                results = await asyncio.gather(
+                    *(c.run(_com_query(sql), self.runtime.backends.timeout_s, collect=True, budget=budget)
+                      for c, (_, sql) in zip(conns, targets)), return_exceptions=True)
+        finally:
+            self.gathering.difference_update(conns)
         await self.keep_warnings(list(zip(conns, results)), copies)
         if keep is not None:
             keep.extend(conns)
@@ -845,6 +872,8 @@ class Executor:
         schema = self.session.schema
         if schema is None:
             raise ProxyError("No database selected", 1046, "3D000")
+        if await self.runtime.views.field_list(self.session, schema, table, r):
+            return False   # a view pydble keeps: no node has it
         node = self.runtime.node_of_table(schema, table)
         if node is None:
             raise NoSuchTable(f"Table '{schema}.{table}' doesn't exist")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from meta.config import SYSTEM_SCHEMAS, Config, UserConfig
 from meta.errors import (DbAccessDenied, NoDatabaseSelected, NoSuchTable, NotSupported, ProxyError, ReadOnly,
-                         TableAccessDenied, UnknownDatabase)
+                         TableAccessDenied, UnknownColumn, UnknownDatabase)
 from meta.sharding import make_function
 from proxy.plan.analysis import (ALL, ANY, DELETE, HIDDEN_SCHEMAS, INSERT, LOCAL_TYPES, SELECT, SESSION_WORDS,
                             UNSUPPORTED, UPDATE, Analysis, Query, Ref, Scope, Table, not_supported,
@@ -64,6 +64,32 @@ class UnknownSchema(UnknownDatabase):
     def __init__(self, schema: str, table: str) -> None:
         super().__init__(f"Unknown database '{schema}'")
         self.schema, self.table = schema, table
+
+
+# the clause MariaDB names in 1054 by the word that opens it
+_CLAUSES = {"SELECT": "SELECT", "WHERE": "WHERE", "HAVING": "HAVING", "ON": "ON", "SET": "SET", "VALUES": "VALUES",
+            "VALUE": "VALUES"}
+
+
+def _clause_of(toks: list[Token], at: int) -> str | None:
+    """The clause a column reference at token `at` is in, as MariaDB names it in 1054 (its own or, inside
+    parentheses that are no subquery, the enclosing one's), or None where pydble cannot tell."""
+    depth = 0
+    for j in range(at - 1, -1, -1):
+        kind, text = toks[j][0], toks[j][1]
+        if kind == "o" and text == ")":
+            depth += 1
+        elif kind == "o" and text == "(":
+            depth = max(depth - 1, 0)
+        elif depth == 0 and kind == "w":
+            up = text.upper()
+            if up == "BY" and j and toks[j - 1][0] == "w" and toks[j - 1][1].upper() in ("ORDER", "GROUP"):
+                return f"{toks[j - 1][1].upper()} BY"
+            if up in _CLAUSES:
+                return _CLAUSES[up]
+            if up in ("UPDATE", "LIMIT", "RETURNING", "USING", "PARTITION", "DUPLICATE", "INTO", "FROM", "JOIN"):
+                return None
+    return None
 
 
 # the command word of a refusal (1142) by a statement's first word
@@ -202,6 +228,27 @@ class Analyzer:
             raise ProxyError("no shardingNode is configured", code=1105)
         return node
 
+    def refuse_other_databases(self, toks: list[Token]) -> None:
+        """`db.t.c` (or `db.t.*`) whose db is no logical schema (a backend's physical database, say) names no
+        table of the statement, whose tables are all of logical schemas: 1054 (1051) as MariaDB answers it,
+        never sent to a node whose own database might be that db."""
+        names = self._schema_names
+        for i in range(len(toks) - 4):
+            if (toks[i][0] in "wq" and toks[i + 1][:2] == ("o", ".") and toks[i + 2][0] in "wq"
+                    and toks[i + 3][:2] == ("o", ".") and (toks[i + 4][0] in "wq" or toks[i + 4][:2] == ("o", "*"))
+                    and not (i and toks[i - 1][:2] == ("o", "."))):
+                db = unquote_ident(toks[i][1])
+                if db.lower() in names or db.lower() in SYSTEM_SCHEMAS or db.lower() in HIDDEN_SCHEMAS:
+                    continue
+                table = unquote_ident(toks[i + 2][1])
+                if toks[i + 4][0] == "o":
+                    raise NoSuchTable(f"Unknown table '{db}.{table}'", 1051)
+                clause = _clause_of(toks, i)
+                if clause is None:
+                    raise Refused(f"the column {db}.{table}.{unquote_ident(toks[i + 4][1])} names a database that "
+                                  f"is no schema of pydble's: name the column by its table (or schema.table)")
+                raise UnknownColumn(f"{db}.{table}.{unquote_ident(toks[i + 4][1])}", clause)
+
     def strips(self, toks: list[Token]) -> list[tuple[int, int]]:
         """Token ranges of `schema.` qualifiers naming a logical schema: physical SQL drops them."""
         out = []
@@ -247,6 +294,7 @@ class Analyzer:
             raise not_supported(f"{first} is not supported by pydble in this form")
         else:
             raise p.syntax(0)
+        self.refuse_other_databases(toks)
         if not an.deletions:
             an.deletions = tuple(self.strips(toks))
         else:

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from meta.errors import NotSupported, ParseError, SpecificAccessDenied
 
-from proxy.wire.constants import T_LONGLONG, T_VAR_STRING
+from proxy.wire.constants import T_LONG, T_LONGLONG, T_VAR_STRING
 from proxy.wire.messages import ColumnDef, ResultSet
 from proxy.plan.sqltok import tokenize, unquote_ident
 
@@ -225,6 +225,9 @@ _LOCAL_FUNCS = {
     "@@warning_count": "warning_count", "@@session.warning_count": "warning_count",
     "@@error_count": "error_count", "@@session.error_count": "error_count",
 }
+# the integer probes' columns as MariaDB describes them (type, length, flags); a variable: BIGINT UNSIGNED NOT NULL
+_INT_COLUMNS = {"connection_id()": (T_LONG, 10, 0xA1), "last_insert_id()": (T_LONGLONG, 21, 0xA1)}
+_INT_VARIABLE = (T_LONGLONG, 21, 0xA0)
 _LOCAL_SELECT = re.compile(r"^\s*SELECT\s+(?P<items>.+?)\s*(?:LIMIT\s+\d+\s*)?;?\s*$", re.I | re.S)
 _ITEM = re.compile(r"^(?P<expr>[@\w.]+(?:\(\s*\))?)(?:\s+(?:AS\s+)?(?P<alias>`[^`]+`|'[^']+'|\"[^\"]+\"|\w+))?$",
                    re.I | re.S)
@@ -243,17 +246,45 @@ def local_select(sql: str, values: dict[str, object]) -> ResultSet | None:
         im = _ITEM.match(item)
         if not im:
             return None
-        key = _LOCAL_FUNCS.get(im.group("expr").lower().replace(" ", ""))
+        expr = im.group("expr").lower().replace(" ", "")
+        key = _LOCAL_FUNCS.get(expr)
         if key is None:
             return None
         name = (im.group("alias") or im.group("expr")).strip("`'\"")
         v = values.get(key)
         if isinstance(v, int):
-            cols.append(ColumnDef(name, T_LONGLONG, 63, 21, 0x81))
+            typ, length, flags = _INT_COLUMNS.get(expr, _INT_VARIABLE)
+            cols.append(ColumnDef(name, typ, 63, length, flags))
         else:
             cols.append(ColumnDef(name, T_VAR_STRING, 45, 256))
         row.append(None if v is None else str(v).encode())
     return ResultSet(cols, [row])
+
+
+# -- BEGIN / START TRANSACTION -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class TxnStart:
+    """What BEGIN or START TRANSACTION asks of the transaction it opens."""
+
+    access: str | None    # "READ ONLY" | "READ WRITE" | None (the session's)
+    snapshot: bool        # WITH CONSISTENT SNAPSHOT
+
+
+def parse_start(sql: str) -> TxnStart:
+    """BEGIN [WORK] or START TRANSACTION [characteristic, ...]: its characteristics, as MariaDB reads them
+    (1064 for anything else, READ ONLY with READ WRITE, or one named twice)."""
+    toks = [t for t in tokenize(sql) if t[:2] != ("o", ";")]   # version comments opened: /*!40100 WITH ... */
+    words = [t[1].upper() if t[0] == "w" else t[1] for t in toks]
+    if words[:1] == ["BEGIN"] and words[1:] in ([], ["WORK"]):
+        return TxnStart(None, False)
+    if words[:2] != ["START", "TRANSACTION"]:
+        raise ParseError(f"You have an error in your SQL syntax near '{sql.strip()[:40]}'")
+    items = " ".join(words[2:]).split(" , ") if len(words) > 2 else []
+    if any(i not in ("READ ONLY", "READ WRITE", "WITH CONSISTENT SNAPSHOT") for i in items) or len(set(items)) < len(
+            items) or {"READ ONLY", "READ WRITE"} <= set(items):
+        raise ParseError(f"You have an error in your SQL syntax near '{sql.strip()[:40]}'")
+    access = next((i for i in items if i.startswith("READ ")), None)
+    return TxnStart(access, "WITH CONSISTENT SNAPSHOT" in items)
 
 
 # -- savepoints ------------------------------------------------------------------------------------
@@ -272,36 +303,6 @@ def parse_savepoint(sql: str) -> tuple[str, str] | None:
     if name[0] == "`":
         name = name[1:-1].replace("``", "`")
     return op, name
-
-
-_BEGIN_MODES = {("READ", "ONLY"): "READ ONLY", ("READ", "WRITE"): "READ WRITE",
-                ("WITH", "CONSISTENT", "SNAPSHOT"): ""}
-
-
-def parse_begin(sql: str) -> list[Assignment]:
-    """BEGIN [WORK] | START TRANSACTION [mode, ...]: the characteristics its modes give the transaction it
-    opens (READ ONLY / READ WRITE), as SET TRANSACTION for the next one would give them; a syntax error as
-    MariaDB's 1064."""
-    words = [t[1].upper() if t[0] == "w" else t[1] for t in tokenize(sql)]
-    while words and words[-1] == ";":
-        words.pop()
-    rest = words[2:] if words[:2] in (["START", "TRANSACTION"], ["BEGIN", "WORK"]) else words[1:]
-    if words[:1] == ["BEGIN"] and rest[:1] == ["NOT"]:
-        raise NotSupported("BEGIN NOT ATOMIC compound statements are not supported by pydble")
-    modes: list[str] = []
-    while rest and words[0] == "START":
-        found = next(((ws, m) for ws, m in _BEGIN_MODES.items() if tuple(rest[:len(ws)]) == ws), None)
-        if found is None:
-            break
-        modes.append(found[1])
-        rest = rest[len(found[0]):]
-        if rest[:1] == [","] and len(rest) > 1:
-            rest = rest[1:]
-        elif rest:
-            break
-    if rest or len({m for m in modes if m}) > 1:
-        raise ParseError(f"You have an error in your SQL syntax near '{' '.join(rest)[:40]}'")
-    return [Assignment("tx_read_only", f"SET TRANSACTION {m}", next_only=True) for m in dict.fromkeys(modes) if m]
 
 
 def parse_end(sql: str) -> tuple[bool, bool]:
@@ -353,7 +354,8 @@ def substitute_database(sql: str, schema: str | None, conn_id: int | None = None
     lits = {"DATABASE": "NULL" if schema is None else _literal(schema)}
     lits["SCHEMA"] = lits["DATABASE"]
     if conn_id is not None:
-        lits["CONNECTION_ID"] = str(int(conn_id))
+        # typed as MariaDB types CONNECTION_ID() (INT UNSIGNED, length 10, NOT NULL), the way ROW_COUNT() is
+        lits["CONNECTION_ID"] = f"IF(TRUE, CAST({int(conn_id)} AS UNSIGNED), CRC32(''))"
     if user is not None:
         lits.update(dict.fromkeys(_USER_CALLS, _literal(user)))
     if row_count is not None:

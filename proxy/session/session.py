@@ -308,6 +308,7 @@ class Session:
         self.no_backslash_escapes = False   # ... NO_BACKSLASH_ESCAPES: 'a\' is a whole string (refuse_misread)
         self.next_txn: dict[str, str] = {}   # SET TRANSACTION without SESSION: key -> statement, for the next one
         self.txn_chars: list[str] = []       # those the explicit transaction open now began with (Executor._sync)
+        self.txn_snapshot = False            # while START TRANSACTION WITH CONSISTENT SNAPSHOT starts each node's part
         self.vars: dict[str, str] = {}
         self.last_insert_id = 0
         self.row_count: int | None = 0   # ROW_COUNT() as the client would read it now (None: pydble cannot tell)
@@ -689,7 +690,10 @@ class Session:
         elif kw in ("BEGIN", "START"):
             if kw == "START" and "TRANSACTION" not in sql.upper():
                 raise NotSupported(f"unsupported statement: {sql[:60]}")
-            modes = {a.key: a.sql for a in local.parse_begin(sql)}   # (a syntax error ends nothing)
+            start = local.parse_start(sql)
+            if start.snapshot and self.xa:
+                raise NotSupported("START TRANSACTION WITH CONSISTENT SNAPSHOT is not supported by pydble with SET "
+                                   "xa = on: XA START cannot take the snapshot; SET xa = off for this transaction")
             await self.executor.unlock_tables()  # as MySQL: a transaction starts by releasing table locks
             try:
                 await self.executor.commit_all()
@@ -697,8 +701,10 @@ class Session:
                 self.explicit_txn = False  # the old transaction ended (rolled back, as the error says)
                 raise
             self.explicit_txn = True
-            # each node's part begins with them: SET TRANSACTION's for this one, overridden by its own modes
-            self.txn_chars, self.next_txn = list({**self.next_txn, **modes}.values()), {}
+            chars = list(self.next_txn.values()) + ([f"SET TRANSACTION {start.access}"] if start.access else [])
+            self.txn_chars, self.next_txn = chars, {}   # each node's part begins with them
+            if start.snapshot:
+                await self.executor.snapshot(self.runtime.config.all_nodes_of_schemas(self.schemas))
             r.ok(self.status(), more=more)
             return False
         elif kw in ("COMMIT", "ROLLBACK"):
@@ -957,7 +963,8 @@ class Session:
         self.killed = True
         ex = self.executor
         fast = ex.relaying
-        conns = set(ex.streaming) | set(ex.pinned.values()) | ({fast} if fast and not fast.shared else set())
+        conns = set(ex.streaming) | set(ex.gathering) | set(ex.pinned.values())
+        conns |= {fast} if fast and not fast.shared else set()
         conns |= set(ex.locked.values()) | ({ex.user_locks.conn} if ex.user_locks.conn is not None else set())
         conns |= set(ex.temp.conns.values())
         for conn in conns:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import structlog
 
@@ -29,8 +29,8 @@ from meta.views import BadView, ViewCatalog, ViewDef, ViewFile
 
 from proxy.plan.analysis import ALL, ANY, LOCAL_TYPES, SELECT, Analysis, Ref, Table
 from proxy.plan.local import substitute_database
-from proxy.wire.messages import ColumnDef, ResultSet
-from proxy.wire.packets import splice
+from proxy.wire.messages import ColumnDef, ResultSet, eof_packet, ok_packet
+from proxy.wire.packets import frame, lenenc_str, read_lenenc_int, splice
 from proxy.plan.sqltok import tokenize
 from proxy.plan.view_parse import KEYWORDS, ViewStmt, parse
 from proxy.exec.xa import refuse_implicit_commit
@@ -336,16 +336,67 @@ class ViewService:
         v = self.catalog.get(schema, name)
         if v is None or v.node is not None:
             return False
+        async def ask(conn: Any, scratch: str, sql: str) -> Any:
+            timeout = self.runtime.backends.timeout_s
+            sc = await conn.query(f"CREATE VIEW {_q(scratch)} AS {sql};{st.select.format(_q(scratch))};"
+                                  f"DROP VIEW {_q(scratch)}", timeout)
+            if sc.error is not None and len(sc.results) >= 1:
+                await conn.query(f"DROP VIEW IF EXISTS {_q(scratch)}", timeout)
+            return sc
+
+        sc = await self._on_scratch_view(session, schema, name, ask)
+        r.resultset(sc.results[1], session.status(), more)
+        return True
+
+    async def field_list(self, session: SessionPort, schema: str, name: str, r: Reply) -> bool:
+        """COM_FIELD_LIST of a view pydble keeps: the columns MariaDB lists for such a view (its node's answer for
+        a view made for the moment there, as DESC does), under the view's own name and schema; False for any
+        other name (the node holding it answers)."""
+        v = self.catalog.get(schema, name.lower())
+        if v is None or v.node is not None:
+            return False
+        async def ask(conn: Any, scratch: str, sql: str) -> Any:
+            timeout = self.runtime.backends.timeout_s
+            made = await conn.query(f"CREATE VIEW {_q(scratch)} AS {sql}", timeout)
+            if made.error is not None:
+                return made
+            try:
+                return await conn.run(frame(0, b"\x04" + scratch.encode() + b"\x00"), timeout, kind="field_list",
+                                      collect=True)
+            finally:
+                await conn.query(f"DROP VIEW IF EXISTS {_q(scratch)}", timeout)
+
+        sc = await self._on_scratch_view(session, schema, v.name, ask)
+        head = lenenc_str(b"def") + lenenc_str(schema.encode()) + lenenc_str(v.name.encode()) * 2
+        seq = 1
+        for col in sc.results[0].columns if sc.results else []:
+            raw = col.raw or col.encode()
+            pos = 0
+            for _ in range(4):   # catalog, schema, table, org_table: the view's; the rest (name, type, default) as is
+                n, pos = read_lenenc_int(raw, pos)
+                pos += n or 0
+            r.raw(frame(seq, head + raw[pos:]))
+            seq += 1
+        status = session.status()
+        r.raw(frame(seq, ok_packet(0, 0, status, 0, header=0xFE) if session.deprecate_eof else eof_packet(0, status)))
+        return True
+
+    async def _on_scratch_view(self, session: SessionPort, schema: str, name: str,
+                               ask: Callable[[Any, str, str], Awaitable[Any]]) -> Any:
+        """What one node answers `ask(conn, scratch, sql)`: sql is the kept view's statement as that node runs it,
+        scratch the name of a view of it that ask makes for the moment on conn (and drops); a node's error raised."""
         plan = self.runtime.router.route(f"SELECT * FROM {_q(schema)}.{_q(name)}", schema, session.grants)
         node, sql = plan.targets[0].node, plan.targets[0].sql
-        scratch = _q(f"_pydble_desc_{uuid.uuid4().hex[:16]}")
+        scratch = f"_pydble_desc_{uuid.uuid4().hex[:16]}"
+        return await self._ask_node(node, session.format_flags, lambda conn: ask(conn, scratch, sql))
+
+    async def _ask_node(self, node: str, flags: int, ask: Callable[[Any], Awaitable[Any]]) -> Any:
+        """What a pooled connection of node answers `ask(conn)` (a node's error raised); a connection that
+        failed midway is closed, never pooled with a scratch view or half a statement on it."""
         backends = self.runtime.backends
-        conn = await backends.acquire(node, session.format_flags)
+        conn = await backends.acquire(node, flags)
         try:
-            sc = await conn.query(f"CREATE VIEW {scratch} AS {sql};{st.select.format(scratch)};DROP VIEW {scratch}",
-                                  backends.timeout_s)
-            if sc.error is not None and len(sc.results) >= 1:
-                await conn.query(f"DROP VIEW IF EXISTS {scratch}", backends.timeout_s)
+            sc = await ask(conn)
         except BaseException:
             conn.close()
             raise
@@ -353,8 +404,7 @@ class ViewService:
             backends.release(node, conn)
         if sc.error is not None:
             raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
-        r.resultset(sc.results[1], session.status(), more)
-        return True
+        return sc
 
     def _nowhere(self, schema: str, name: str) -> bool:
         """A name no shardingNode can hold: not configured, in a schema without a default node."""
@@ -653,20 +703,15 @@ class ViewService:
             listed = ", ".join("'" + n.replace("'", "''") + "'" for _, n, _ in items)
             stmts.append(f"SELECT * FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = '{db}' AND TABLE_NAME IN "
                          f"({listed}) ORDER BY TABLE_NAME, ORDINAL_POSITION")
-            conn = await backends.acquire(node, flags)
-            try:
+            async def ask(conn: Any, stmts: list[str] = stmts, made: list[str] = made) -> Any:
                 if conn.vars or not conn.autocommit:
                     await conn.reset(backends.timeout_s)
                 sc = await conn.query(";".join(stmts), backends.timeout_s)
                 if made:
                     await conn.query("DROP VIEW IF EXISTS " + ", ".join(_q(n) for n in made), backends.timeout_s)
-            except BaseException:
-                conn.close()
-                raise
-            finally:
-                backends.release(node, conn)
-            if sc.error is not None:
-                raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
+                return sc
+
+            sc = await self._ask_node(node, flags, ask)
             real = {n: view for view, n, _ in items}
             rows = sc.results[-1].rows if sc.results and sc.results[-1].columns else []
             for row in rows:

@@ -236,6 +236,11 @@ class ResponseScanner:
                     self._finish(eof_status(p) if len(p) >= 5 else parse_ok(p).status)
                 elif p[:1] == b"\xff":
                     self._err(p)
+                elif self.collect:   # each kept with its raw bytes (and the column's default after them)
+                    if self._cur is None:
+                        self._cur = ResultSet([], [])
+                        self.results.append(self._cur)
+                    self._cur.columns.append(parse_column_def(p))
                 return
             if self._cur is not None:
                 self._cur.columns.append(parse_column_def(p))
