@@ -486,8 +486,8 @@ def test_consistent_snapshot_under_xa_is_refused(four_rows) -> None:
 
 # -- KILL QUERY of a statement on the nodes -------------------------------------------------------------
 
-@pytest.mark.parametrize("sql", ["/*!pydble:shardingNode=dn1*/ SELECT SLEEP(3)", "/*!dble:shardingNode=dn2*/ SELECT SLEEP(3)",
-                                 "SELECT SLEEP(3) FROM sharding_4_t1", "SELECT SLEEP(3), id FROM sharding_4_t1 ORDER BY id"])
+@pytest.mark.parametrize("sql", ["/*!pydble:shardingNode=dn1*/ SELECT SLEEP(10)", "/*!dble:shardingNode=dn2*/ SELECT SLEEP(10)",
+                                 "SELECT SLEEP(10) FROM sharding_4_t1", "SELECT SLEEP(10), id FROM sharding_4_t1 ORDER BY id"])
 def test_kill_query_stops_a_statement_on_the_nodes(proxy, backends, four_rows, sql: str) -> None:
     """MariaDB interrupts the sleep at once (1317) and the connection goes on; behind pydble the statement
     stops on every node running it."""
@@ -514,8 +514,8 @@ def test_kill_query_stops_a_statement_on_the_nodes(proxy, backends, four_rows, s
             cur.execute(f"KILL QUERY {victim}")
         runner.join(timeout=10)
         assert not runner.is_alive()
-        # answered at once after the KILL, well before the 3 s sleep would have ended
-        assert outcome.get("error") == 1317 and outcome["ended"] - killed_at < 1.0 and outcome["took"] < 2.8, outcome
+        # answered soon after the KILL (a loaded box's seconds), long before the 10 s sleep would have ended
+        assert outcome.get("error") == 1317 and outcome["ended"] - killed_at < 5 and outcome["took"] < 9, outcome
         assert _wait(lambda: not _running_on_backends(backends)), "the sleep goes on on a node"
         assert one(px, "SELECT 1") == 1
         assert one(px, "SELECT COUNT(*) FROM sharding_4_t1") == 4
