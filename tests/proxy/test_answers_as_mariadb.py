@@ -525,12 +525,12 @@ def test_kill_query_stops_a_statement_on_the_nodes(proxy, backends, four_rows, s
 
 
 def _running_on_backends(backends: Any) -> bool:
-    """Whether a backend still runs a SLEEP(3)."""
+    """Whether a backend still runs a SLEEP(10)."""
     for b in backends:
         c = b.connect()
         try:
             with c.cursor() as cur:
-                cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '%SLEEP(3)%' "
+                cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '%SLEEP(10)%' "
                             "AND ID <> CONNECTION_ID()")
                 if cur.fetchone()[0]:
                     return True
