@@ -444,7 +444,8 @@ CASES = {
     "multi": (MULTI_EOF, MULTI_DEOF, "query", AC, None, UPDATE_OK, (16, 13),
               [(["a"], [[b"1"]]), (["b", "c"], [[b"x", None]]), UPDATE_OK, (["id"], NO_ROWS)]),
     "multi_err": (MULTI_ERR_EOF, MULTI_ERR_DEOF, "query", AC, NO_TABLE, None, (6, 5), [(["1"], [[b"1"]])]),
-    "field_list": (FIELD_LIST_EOF, FIELD_LIST_DEOF, "field_list", AC, None, None, (4, 4), []),
+    "field_list": (FIELD_LIST_EOF, FIELD_LIST_DEOF, "field_list", AC, None, None, (4, 4),
+                   [(["id", "name", "score"], [])]),   # collected: the column definitions, no rows
     "field_list_err": (FIELD_LIST_ERR_EOF, FIELD_LIST_ERR_DEOF, "field_list", 0, NO_TABLE, None, (1, 1), []),
     "begin": (BEGIN_EOF, BEGIN_DEOF, "query", C.STATUS_IN_TRANS | AC, None,
               OkInfo(0, 0, C.STATUS_IN_TRANS | AC), (1, 1), [OkInfo(0, 0, C.STATUS_IN_TRANS | AC)]),
