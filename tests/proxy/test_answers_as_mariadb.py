@@ -634,6 +634,41 @@ def test_a_column_qualified_with_a_physical_database_is_unknown(four_rows, sql: 
     assert error(ref, "SELECT db1.h1_plain.* FROM h1_plain") == (1051, "Unknown table 'db1.h1_plain'")
 
 
+@pytest.mark.parametrize("sql", ["SELECT {db}.{t}.id FROM {t}", "SELECT id FROM {t} WHERE {db}.{t}.id = 1",
+                                 "SELECT id FROM {t} ORDER BY {db}.{t}.v", "SELECT {own}.{t}.id FROM {t} AS x",
+                                 "SELECT id FROM {t} WHERE id IN (SELECT {db}.{t}.id FROM {t} AS y)",
+                                 "UPDATE {t} SET {db}.{t}.v = 5", "DELETE FROM {t} WHERE {db}.{t}.id > 0"])
+def test_a_column_qualified_with_another_schema_than_its_tables_is_unknown(four_rows, sql: str) -> None:
+    """MariaDB: `db.t.c` names a table of the statement only if that table is db's t (known by that name, not
+    hidden by an alias), else 1054 (was: pydble dropped `schema2.` and answered, or wrote, as for `t.c`)."""
+    px, ref = four_rows
+    want = error(ref, sql.format(db="db1", own=REF_DB, t="h1_plain"))
+    assert want[0] == 1054
+    got = error(px, sql.format(db="schema2", own="schema1", t="sharding_4_t1"))
+    assert got == (1054, want[1].replace(f"{REF_DB}.", "schema1.").replace("db1.", "schema2.")
+                   .replace("h1_plain", "sharding_4_t1")), got
+    assert _rows(px, "SELECT id, v FROM sharding_4_t1 ORDER BY id") == [(1, 0), (2, 0), (3, 0), (4, 0)]
+
+
+def test_a_column_qualified_with_its_own_schema_is_answered(four_rows) -> None:
+    """`schema.t.c` and `schema.alias.c` of the statement's tables, and of a view pydble keeps, as on MariaDB."""
+    px, ref = four_rows
+    with px.cursor() as cur:
+        cur.execute("CREATE OR REPLACE VIEW h4_v AS SELECT id, v FROM sharding_4_t1")
+    try:
+        for conn, db, t in ((px, "schema1", "sharding_4_t1"), (ref, REF_DB, "h1_plain")):
+            assert _rows(conn, f"SELECT {db}.{t}.id FROM {t} WHERE {db}.{t}.id < 3 ORDER BY 1") == [(1,), (2,)]
+            assert _rows(conn, f"SELECT {db}.x.* FROM {db}.{t} x WHERE {db}.x.id = 4") == [(4, 0)]
+        assert _rows(px, "SELECT schema1.h4_v.id FROM h4_v WHERE schema1.h4_v.v = 0 ORDER BY 1") == [
+            (1,), (2,), (3,), (4,)]
+        assert error(px, "SELECT schema2.h4_v.id FROM h4_v") == (1054, "Unknown column 'schema2.h4_v.id' in 'SELECT'")
+        assert error(px, "SELECT schema2.sharding_4_t1.* FROM sharding_4_t1") == (
+            1051, "Unknown table 'schema2.sharding_4_t1'")
+    finally:
+        with px.cursor() as cur:
+            cur.execute("DROP VIEW IF EXISTS h4_v")
+
+
 def _run_all(conn: Any, *statements: str) -> None:
     with conn.cursor() as cur:
         for sql in statements:
