@@ -711,7 +711,7 @@ class Session:
             if kw == "ROLLBACK" and " TO " in f" {sql.upper()} ":
                 return await self.savepoint(sql, r, more)
             chain, release = local.parse_end(sql)
-            chars = self.txn_chars
+            chars = self.txn_chars if self.explicit_txn else []   # (those of an explicit transaction that ended before)
             try:
                 if kw == "COMMIT":
                     await self.executor.commit_all()

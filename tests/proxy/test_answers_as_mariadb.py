@@ -251,6 +251,27 @@ def test_and_chain_begins_the_next_transaction_and_release_closes_the_connection
                 cur.execute("SELECT 1")   # the server closed the connection after the OK
 
 
+def test_and_chain_gives_the_ended_transactions_access_mode_not_an_earlier_ones(plain_rows) -> None:
+    """The chained transaction has the access mode of the one that ended: READ WRITE for one autocommit=0 opened
+    (or none), whatever an earlier START TRANSACTION READ ONLY said (was: pydble gave it that one's: 1792)."""
+    for conn in plain_rows:
+        with conn.cursor() as cur:
+            cur.execute("START TRANSACTION READ ONLY")
+            cur.execute("COMMIT")
+            cur.execute("SET autocommit = 0")
+            cur.execute("INSERT INTO h1_plain VALUES (3, 'a')")
+            cur.execute("COMMIT AND CHAIN")
+            cur.execute("INSERT INTO h1_plain VALUES (4, 'b')")
+            cur.execute("COMMIT")
+            cur.execute("SET autocommit = 1")
+            cur.execute("START TRANSACTION READ ONLY")
+            cur.execute("ROLLBACK")
+            cur.execute("ROLLBACK AND CHAIN")
+            cur.execute("INSERT INTO h1_plain VALUES (5, 'c')")
+            cur.execute("COMMIT")
+        assert _rows(conn, "SELECT id FROM h1_plain ORDER BY id") == [(1,), (2,), (3,), (4,), (5,)], conn
+
+
 def test_completion_type_other_than_no_chain_is_refused(pair) -> None:
     """completion_type=CHAIN or RELEASE changes what every COMMIT does on each node: refused, not sent."""
     px, _ = pair
