@@ -633,7 +633,8 @@ class Session:
             self.command, self.info, self.since = "Sleep", None, time.perf_counter()
 
     async def _query(self, sql: str, r: Reply) -> None:
-        await run_statements(self.client, sql, r, bool(self.capabilities & C.MULTI_STATEMENTS), self.statement)
+        await run_statements(self.client, sql, r, bool(self.capabilities & C.MULTI_STATEMENTS), self.statement,
+                             lambda: self.ending)
 
     async def statement(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
         """Run one statement; True if its answer was relayed straight to the client. ROW_COUNT() is

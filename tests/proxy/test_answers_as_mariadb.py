@@ -272,6 +272,22 @@ def test_and_chain_gives_the_ended_transactions_access_mode_not_an_earlier_ones(
         assert _rows(conn, "SELECT id FROM h1_plain ORDER BY id") == [(1,), (2,), (3,), (4,), (5,)], conn
 
 
+def test_commit_release_ends_a_multi_statement_there(proxy, backends, plain_rows) -> None:
+    """MariaDB runs nothing of a multi-statement after COMMIT RELEASE: it closes the connection (was: pydble ran
+    the statements after it, an INSERT written in autocommit, and closed only then)."""
+    from pymysql.constants import CLIENT
+    multi = (proxy.connect(client_flag=CLIENT.MULTI_STATEMENTS),
+             backends[0].connect(REF_DB, client_flag=CLIENT.MULTI_STATEMENTS))
+    for conn, watch in zip(multi, plain_rows):
+        with conn.cursor() as cur:
+            with pytest.raises((pymysql.err.OperationalError, pymysql.err.InterfaceError)):
+                cur.execute("COMMIT RELEASE; INSERT INTO h1_plain VALUES (3, 'after')")
+                while cur.nextset():
+                    pass
+        conn.close()
+        assert _rows(watch, "SELECT id FROM h1_plain ORDER BY id") == [(1,), (2,)], conn
+
+
 def test_completion_type_other_than_no_chain_is_refused(pair) -> None:
     """completion_type=CHAIN or RELEASE changes what every COMMIT does on each node: refused, not sent."""
     px, _ = pair
