@@ -722,6 +722,7 @@ class Session:
                 self.explicit_txn = False  # ended either way: committed, or rolled back as the error says
                 self.next_txn = {}         # as MariaDB: a COMMIT or ROLLBACK uses up SET TRANSACTION's characteristics
             if chain:   # AND CHAIN: the next transaction begins now, with the characteristics of the one that ended
+                await self.executor.unlock_tables()   # as MySQL: beginning it releases table locks (as START does)
                 self.explicit_txn, self.txn_chars = True, chars
             self.ending = release   # RELEASE: MariaDB closes the connection after its OK
             r.ok(self.status(), more=more)

@@ -288,6 +288,25 @@ def test_commit_release_ends_a_multi_statement_there(proxy, backends, plain_rows
         assert _rows(watch, "SELECT id FROM h1_plain ORDER BY id") == [(1,), (2,)], conn
 
 
+def test_and_chain_releases_table_locks_as_start_transaction_does(proxy, backends, plain_rows) -> None:
+    """The transaction AND CHAIN begins releases LOCK TABLES, as START TRANSACTION does (was: pydble kept the
+    locks, another session waited on them, and the writes after it were not in a transaction)."""
+    others = (proxy.connect(), backends[0].connect(REF_DB))
+    try:
+        for conn, other in zip(plain_rows, others):
+            with conn.cursor() as cur, other.cursor() as cur2:
+                cur.execute("LOCK TABLES h1_plain WRITE")
+                cur.execute("COMMIT AND CHAIN")
+                cur2.execute("SET SESSION lock_wait_timeout = 2")
+                cur2.execute("INSERT INTO h1_plain VALUES (3, 'other')")   # no lock held any more
+                cur.execute("INSERT INTO h1_plain VALUES (4, 'chained')")
+                cur.execute("ROLLBACK")                                    # in the chained transaction
+            assert _rows(conn, "SELECT id FROM h1_plain ORDER BY id") == [(1,), (2,), (3,)], conn
+    finally:
+        for c in others:
+            c.close()
+
+
 def test_completion_type_other_than_no_chain_is_refused(pair) -> None:
     """completion_type=CHAIN or RELEASE changes what every COMMIT does on each node: refused, not sent."""
     px, _ = pair
