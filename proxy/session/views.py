@@ -353,10 +353,10 @@ class ViewService:
         r.resultset(sc.results[1], session.status(), more)
         return True
 
-    async def field_list(self, session: SessionPort, schema: str, name: str, r: Reply) -> bool:
+    async def field_list(self, session: SessionPort, schema: str, name: str, wild: bytes, r: Reply) -> bool:
         """COM_FIELD_LIST of a view pydble keeps: the columns MariaDB lists for such a view (its node's answer for
-        a view made for the moment there, as DESC does), under the view's own name and schema; False for any
-        other name (the node holding it answers)."""
+        a view made for the moment there, as DESC does, with the client's wildcard), under the view's own name
+        and schema; False for any other name (the node holding it answers)."""
         v = self.catalog.get(schema, name.lower())
         if v is None or v.node is not None:
             return False
@@ -366,8 +366,8 @@ class ViewService:
             if made.error is not None:
                 return made
             try:
-                return await conn.run(frame(0, b"\x04" + scratch.encode() + b"\x00"), timeout, kind="field_list",
-                                      collect=True)
+                return await conn.run(frame(0, b"\x04" + scratch.encode() + b"\x00" + wild), timeout,
+                                      kind="field_list", collect=True)
             finally:
                 await conn.query(f"DROP VIEW IF EXISTS {_q(scratch)}", timeout)
 

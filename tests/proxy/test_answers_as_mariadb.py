@@ -628,13 +628,15 @@ def test_other_integer_probes_are_described_as_mariadb_describes_them(pair, expr
 
 # -- COM_FIELD_LIST of a view pydble keeps -------------------------------------------------------------
 
-def _field_list(port: int, user: str, password: str, database: str, table: str) -> tuple[list[bytes], Any]:
-    """COM_FIELD_LIST of table: the column definition payloads and the packet that ended the answer."""
+def _field_list(port: int, user: str, password: str, database: str, table: str,
+                wild: str = "") -> tuple[list[bytes], Any]:
+    """COM_FIELD_LIST of table (with a wildcard): the column definition payloads and the packet that ended the
+    answer."""
     from wire import RawClient
     c = RawClient(port)
     try:
         assert c.login(user=user, password=password, database=database).kind == "ok"
-        c.command(b"\x04" + table.encode() + b"\x00")
+        c.command(b"\x04" + table.encode() + b"\x00" + wild.encode())
         defs = []
         while True:
             p = c.read_packet()
@@ -653,11 +655,12 @@ def test_field_list_of_a_view_pydble_keeps_lists_its_columns(proxy, backends, fo
             cur.execute("DROP VIEW IF EXISTS h2_v")
             cur.execute(f"CREATE VIEW h2_v AS SELECT id, v, id + 1 AS n FROM {name} WHERE v = 0")
     try:
-        got, end = _field_list(proxy.port, "test", "111111", "schema1", "h2_v")
-        assert end.kind == "eof", end.payload
-        want, _ = _field_list(backends[0].port, backends[0].user, backends[0].password, REF_DB, "h2_v")
         ref_db = bytes((len(REF_DB),)) + REF_DB.encode()
-        assert [d.replace(b"\x07schema1", ref_db, 1) for d in got] == want
+        for wild in ("", "%", "v", "i%"):   # the client's wildcard too, as MariaDB filters by it
+            got, end = _field_list(proxy.port, "test", "111111", "schema1", "h2_v", wild)
+            assert end.kind == "eof", end.payload
+            want, _ = _field_list(backends[0].port, backends[0].user, backends[0].password, REF_DB, "h2_v", wild)
+            assert [d.replace(b"\x07schema1", ref_db, 1) for d in got] == want, wild
     finally:
         for conn in four_rows:
             with conn.cursor() as cur:
