@@ -868,11 +868,12 @@ class Executor:
 
     async def field_list(self, payload: bytes, r: Reply) -> bool:
         """COM_FIELD_LIST (the CLI's tab completion): asked of one node holding the table."""
-        table = payload[1:].split(b"\x00", 1)[0].decode("utf-8", "replace")
+        table_b, _, wild = payload[1:].partition(b"\x00")
+        table = table_b.decode("utf-8", "replace")
         schema = self.session.schema
         if schema is None:
             raise ProxyError("No database selected", 1046, "3D000")
-        if await self.runtime.views.field_list(self.session, schema, table, r):
+        if await self.runtime.views.field_list(self.session, schema, table, wild, r):
             return False   # a view pydble keeps: no node has it
         node = self.runtime.node_of_table(schema, table)
         if node is None:

@@ -92,6 +92,27 @@ def _clause_of(toks: list[Token], at: int) -> str | None:
     return None
 
 
+def three_part_names(toks: list[Token]) -> list[int]:
+    """Where each `db.table.column` (or `db.table.*`) column reference starts: the token index of its db."""
+    return [i for i in range(len(toks) - 4)
+            if toks[i][0] in "wq" and toks[i + 1][:2] == ("o", ".") and toks[i + 2][0] in "wq"
+            and toks[i + 3][:2] == ("o", ".") and (toks[i + 4][0] in "wq" or toks[i + 4][:2] == ("o", "*"))
+            and not (i and toks[i - 1][:2] == ("o", "."))]
+
+
+# statements whose every table the analysis knows (Parser.refs, the INSERT's target): a `schema.t.c` must name one
+_NAMED_KINDS = frozenset({"SELECT", "WITH", "(", "INSERT", "REPLACE", "UPDATE", "DELETE"})
+
+
+def _named_tables(p: Parser, an: Analysis) -> set[tuple[str, str]]:
+    """(schema, name), lower-cased, that `schema.name.column` can name in the statement, as in MariaDB: each
+    table's schema with its alias (its own name when it has none), and the INSERT's target."""
+    out = {(r.table.schema.lower(), r.alias) for r in p.refs}
+    if an.target is not None:
+        out.add((an.target.schema.lower(), an.target.name.lower()))
+    return out
+
+
 # the command word of a refusal (1142) by a statement's first word
 COMMAND_WORDS = {"WITH": "SELECT", "(": "SELECT", "REPLACE": "INSERT", "TRUNCATE": "DROP", "RENAME": "ALTER",
                  "DESC": "SELECT", "DESCRIBE": "SELECT", "EXPLAIN": "SELECT", "CHECKSUM": "SELECT",
@@ -228,26 +249,26 @@ class Analyzer:
             raise ProxyError("no shardingNode is configured", code=1105)
         return node
 
-    def refuse_other_databases(self, toks: list[Token]) -> None:
-        """`db.t.c` (or `db.t.*`) whose db is no logical schema (a backend's physical database, say) names no
-        table of the statement, whose tables are all of logical schemas: 1054 (1051) as MariaDB answers it,
-        never sent to a node whose own database might be that db."""
+    def refuse_other_databases(self, toks: list[Token], named: set[tuple[str, str]] | None = None) -> None:
+        """`db.t.c` (or `db.t.*`) that names no table of the statement: db is no logical schema (a backend's
+        physical database, say), or, where the statement's tables are known (named: lower-cased schema and
+        name of each table known by its own name), no table of it is db.t: 1054 (1051) as MariaDB answers it,
+        never stripped to `t.c` nor sent to a node whose own database might be that db."""
         names = self._schema_names
-        for i in range(len(toks) - 4):
-            if (toks[i][0] in "wq" and toks[i + 1][:2] == ("o", ".") and toks[i + 2][0] in "wq"
-                    and toks[i + 3][:2] == ("o", ".") and (toks[i + 4][0] in "wq" or toks[i + 4][:2] == ("o", "*"))
-                    and not (i and toks[i - 1][:2] == ("o", "."))):
-                db = unquote_ident(toks[i][1])
-                if db.lower() in names or db.lower() in SYSTEM_SCHEMAS or db.lower() in HIDDEN_SCHEMAS:
-                    continue
-                table = unquote_ident(toks[i + 2][1])
-                if toks[i + 4][0] == "o":
-                    raise NoSuchTable(f"Unknown table '{db}.{table}'", 1051)
-                clause = _clause_of(toks, i)
-                if clause is None:
-                    raise Refused(f"the column {db}.{table}.{unquote_ident(toks[i + 4][1])} names a database that "
-                                  f"is no schema of pydble's: name the column by its table (or schema.table)")
-                raise UnknownColumn(f"{db}.{table}.{unquote_ident(toks[i + 4][1])}", clause)
+        for i in three_part_names(toks):
+            db = unquote_ident(toks[i][1])
+            table = unquote_ident(toks[i + 2][1])
+            if db.lower() in SYSTEM_SCHEMAS or db.lower() in HIDDEN_SCHEMAS:
+                continue
+            if db.lower() in names and (named is None or (db.lower(), table.lower()) in named):
+                continue
+            if toks[i + 4][0] == "o":
+                raise NoSuchTable(f"Unknown table '{db}.{table}'", 1051)
+            clause = _clause_of(toks, i)
+            if clause is None:
+                raise Refused(f"the column {db}.{table}.{unquote_ident(toks[i + 4][1])} names no table of the "
+                              f"statement: name the column by its table (or schema.table)")
+            raise UnknownColumn(f"{db}.{table}.{unquote_ident(toks[i + 4][1])}", clause)
 
     def strips(self, toks: list[Token]) -> list[tuple[int, int]]:
         """Token ranges of `schema.` qualifiers naming a logical schema: physical SQL drops them."""
@@ -294,7 +315,7 @@ class Analyzer:
             raise not_supported(f"{first} is not supported by pydble in this form")
         else:
             raise p.syntax(0)
-        self.refuse_other_databases(toks)
+        self.refuse_other_databases(toks, _named_tables(p, an) if first in _NAMED_KINDS else None)
         if not an.deletions:
             an.deletions = tuple(self.strips(toks))
         else:

@@ -99,9 +99,11 @@ async def login(client: Client, conn_id: int, version: str, tls: ssl.SSLContext 
 
 
 async def run_statements(client: Client, sql: str, r: Reply, multi: bool,
-                         statement: Callable[[str, Reply, bool, bool], Awaitable[bool]]) -> None:
+                         statement: Callable[[str, Reply, bool, bool], Awaitable[bool]],
+                         ending: Callable[[], bool] | None = None) -> None:
     """COM_QUERY: one statement relayed as is where `statement` can, several (the client asked for
-    multi-statements) answered in order, up to the first error."""
+    multi-statements) answered in order, up to the first error or the one after which `ending()` says the
+    session closes (COMMIT RELEASE: MariaDB runs nothing after it)."""
     stmts = [sql]
     if multi and ";" in sql:
         stmts = split_statements(sql) or [sql]
@@ -123,6 +125,6 @@ async def run_statements(client: Client, sql: str, r: Reply, multi: bool,
             del r.out[before:]
             r.proxy_error(e)
             break
-        if r.out and r.out[-1][4:5] == b"\xff":
+        if (r.out and r.out[-1][4:5] == b"\xff") or (ending is not None and ending()):
             break
     client.write(r.bytes())

@@ -633,7 +633,8 @@ class Session:
             self.command, self.info, self.since = "Sleep", None, time.perf_counter()
 
     async def _query(self, sql: str, r: Reply) -> None:
-        await run_statements(self.client, sql, r, bool(self.capabilities & C.MULTI_STATEMENTS), self.statement)
+        await run_statements(self.client, sql, r, bool(self.capabilities & C.MULTI_STATEMENTS), self.statement,
+                             lambda: self.ending)
 
     async def statement(self, sql: str, r: Reply, more: bool, may_relay: bool) -> bool:
         """Run one statement; True if its answer was relayed straight to the client. ROW_COUNT() is
@@ -711,7 +712,7 @@ class Session:
             if kw == "ROLLBACK" and " TO " in f" {sql.upper()} ":
                 return await self.savepoint(sql, r, more)
             chain, release = local.parse_end(sql)
-            chars = self.txn_chars
+            chars = self.txn_chars if self.explicit_txn else []   # (those of an explicit transaction that ended before)
             try:
                 if kw == "COMMIT":
                     await self.executor.commit_all()
@@ -721,6 +722,7 @@ class Session:
                 self.explicit_txn = False  # ended either way: committed, or rolled back as the error says
                 self.next_txn = {}         # as MariaDB: a COMMIT or ROLLBACK uses up SET TRANSACTION's characteristics
             if chain:   # AND CHAIN: the next transaction begins now, with the characteristics of the one that ended
+                await self.executor.unlock_tables()   # as MySQL: beginning it releases table locks (as START does)
                 self.explicit_txn, self.txn_chars = True, chars
             self.ending = release   # RELEASE: MariaDB closes the connection after its OK
             r.ok(self.status(), more=more)

@@ -31,7 +31,8 @@ from proxy.plan.analysis import ALL, ANY, LOCAL_TYPES, SELECT, Analysis, Ref, Ta
 from proxy.plan.local import substitute_database
 from proxy.wire.messages import ColumnDef, ResultSet, eof_packet, ok_packet
 from proxy.wire.packets import frame, lenenc_str, read_lenenc_int, splice
-from proxy.plan.sqltok import tokenize
+from proxy.plan.analyzer import three_part_names
+from proxy.plan.sqltok import tokenize, unquote_ident
 from proxy.plan.view_parse import KEYWORDS, ViewStmt, parse
 from proxy.exec.xa import refuse_implicit_commit
 
@@ -202,6 +203,10 @@ class ViewService:
                 # DATABASE() in a view is the session's database, as MariaDB answers it, never the node's
                 text = f"({substitute_database(v.select, schema)})" + ("" if r.has_alias else f" AS {_q(v.name)}")
                 spans.append((toks[a][2], toks[b - 1][3], text))
+            # `schema.view.column` names the derived table the view becomes by its name alone
+            named = {(r.table.schema.lower(), r.alias) for r, _ in kept}
+            spans += [(toks[i][2], toks[i + 2][2], "") for i in three_part_names(toks)
+                      if (unquote_ident(toks[i][1]).lower(), unquote_ident(toks[i + 2][1]).lower()) in named]
             out = splice(out, sorted(spans))
         else:
             raise NotSupported("views nested more than 16 deep (or a view that reads itself) are not supported "
@@ -348,10 +353,10 @@ class ViewService:
         r.resultset(sc.results[1], session.status(), more)
         return True
 
-    async def field_list(self, session: SessionPort, schema: str, name: str, r: Reply) -> bool:
+    async def field_list(self, session: SessionPort, schema: str, name: str, wild: bytes, r: Reply) -> bool:
         """COM_FIELD_LIST of a view pydble keeps: the columns MariaDB lists for such a view (its node's answer for
-        a view made for the moment there, as DESC does), under the view's own name and schema; False for any
-        other name (the node holding it answers)."""
+        a view made for the moment there, as DESC does, with the client's wildcard), under the view's own name
+        and schema; False for any other name (the node holding it answers)."""
         v = self.catalog.get(schema, name.lower())
         if v is None or v.node is not None:
             return False
@@ -361,8 +366,8 @@ class ViewService:
             if made.error is not None:
                 return made
             try:
-                return await conn.run(frame(0, b"\x04" + scratch.encode() + b"\x00"), timeout, kind="field_list",
-                                      collect=True)
+                return await conn.run(frame(0, b"\x04" + scratch.encode() + b"\x00" + wild), timeout,
+                                      kind="field_list", collect=True)
             finally:
                 await conn.query(f"DROP VIEW IF EXISTS {_q(scratch)}", timeout)
 

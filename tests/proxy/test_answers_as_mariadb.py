@@ -251,6 +251,62 @@ def test_and_chain_begins_the_next_transaction_and_release_closes_the_connection
                 cur.execute("SELECT 1")   # the server closed the connection after the OK
 
 
+def test_and_chain_gives_the_ended_transactions_access_mode_not_an_earlier_ones(plain_rows) -> None:
+    """The chained transaction has the access mode of the one that ended: READ WRITE for one autocommit=0 opened
+    (or none), whatever an earlier START TRANSACTION READ ONLY said (was: pydble gave it that one's: 1792)."""
+    for conn in plain_rows:
+        with conn.cursor() as cur:
+            cur.execute("START TRANSACTION READ ONLY")
+            cur.execute("COMMIT")
+            cur.execute("SET autocommit = 0")
+            cur.execute("INSERT INTO h1_plain VALUES (3, 'a')")
+            cur.execute("COMMIT AND CHAIN")
+            cur.execute("INSERT INTO h1_plain VALUES (4, 'b')")
+            cur.execute("COMMIT")
+            cur.execute("SET autocommit = 1")
+            cur.execute("START TRANSACTION READ ONLY")
+            cur.execute("ROLLBACK")
+            cur.execute("ROLLBACK AND CHAIN")
+            cur.execute("INSERT INTO h1_plain VALUES (5, 'c')")
+            cur.execute("COMMIT")
+        assert _rows(conn, "SELECT id FROM h1_plain ORDER BY id") == [(1,), (2,), (3,), (4,), (5,)], conn
+
+
+def test_commit_release_ends_a_multi_statement_there(proxy, backends, plain_rows) -> None:
+    """MariaDB runs nothing of a multi-statement after COMMIT RELEASE: it closes the connection (was: pydble ran
+    the statements after it, an INSERT written in autocommit, and closed only then)."""
+    from pymysql.constants import CLIENT
+    multi = (proxy.connect(client_flag=CLIENT.MULTI_STATEMENTS),
+             backends[0].connect(REF_DB, client_flag=CLIENT.MULTI_STATEMENTS))
+    for conn, watch in zip(multi, plain_rows):
+        with conn.cursor() as cur:
+            with pytest.raises((pymysql.err.OperationalError, pymysql.err.InterfaceError)):
+                cur.execute("COMMIT RELEASE; INSERT INTO h1_plain VALUES (3, 'after')")
+                while cur.nextset():
+                    pass
+        conn.close()
+        assert _rows(watch, "SELECT id FROM h1_plain ORDER BY id") == [(1,), (2,)], conn
+
+
+def test_and_chain_releases_table_locks_as_start_transaction_does(proxy, backends, plain_rows) -> None:
+    """The transaction AND CHAIN begins releases LOCK TABLES, as START TRANSACTION does (was: pydble kept the
+    locks, another session waited on them, and the writes after it were not in a transaction)."""
+    others = (proxy.connect(), backends[0].connect(REF_DB))
+    try:
+        for conn, other in zip(plain_rows, others):
+            with conn.cursor() as cur, other.cursor() as cur2:
+                cur.execute("LOCK TABLES h1_plain WRITE")
+                cur.execute("COMMIT AND CHAIN")
+                cur2.execute("SET SESSION lock_wait_timeout = 2")
+                cur2.execute("INSERT INTO h1_plain VALUES (3, 'other')")   # no lock held any more
+                cur.execute("INSERT INTO h1_plain VALUES (4, 'chained')")
+                cur.execute("ROLLBACK")                                    # in the chained transaction
+            assert _rows(conn, "SELECT id FROM h1_plain ORDER BY id") == [(1,), (2,), (3,)], conn
+    finally:
+        for c in others:
+            c.close()
+
+
 def test_completion_type_other_than_no_chain_is_refused(pair) -> None:
     """completion_type=CHAIN or RELEASE changes what every COMMIT does on each node: refused, not sent."""
     px, _ = pair
@@ -572,13 +628,15 @@ def test_other_integer_probes_are_described_as_mariadb_describes_them(pair, expr
 
 # -- COM_FIELD_LIST of a view pydble keeps -------------------------------------------------------------
 
-def _field_list(port: int, user: str, password: str, database: str, table: str) -> tuple[list[bytes], Any]:
-    """COM_FIELD_LIST of table: the column definition payloads and the packet that ended the answer."""
+def _field_list(port: int, user: str, password: str, database: str, table: str,
+                wild: str = "") -> tuple[list[bytes], Any]:
+    """COM_FIELD_LIST of table (with a wildcard): the column definition payloads and the packet that ended the
+    answer."""
     from wire import RawClient
     c = RawClient(port)
     try:
         assert c.login(user=user, password=password, database=database).kind == "ok"
-        c.command(b"\x04" + table.encode() + b"\x00")
+        c.command(b"\x04" + table.encode() + b"\x00" + wild.encode())
         defs = []
         while True:
             p = c.read_packet()
@@ -597,11 +655,12 @@ def test_field_list_of_a_view_pydble_keeps_lists_its_columns(proxy, backends, fo
             cur.execute("DROP VIEW IF EXISTS h2_v")
             cur.execute(f"CREATE VIEW h2_v AS SELECT id, v, id + 1 AS n FROM {name} WHERE v = 0")
     try:
-        got, end = _field_list(proxy.port, "test", "111111", "schema1", "h2_v")
-        assert end.kind == "eof", end.payload
-        want, _ = _field_list(backends[0].port, backends[0].user, backends[0].password, REF_DB, "h2_v")
         ref_db = bytes((len(REF_DB),)) + REF_DB.encode()
-        assert [d.replace(b"\x07schema1", ref_db, 1) for d in got] == want
+        for wild in ("", "%", "v", "i%"):   # the client's wildcard too, as MariaDB filters by it
+            got, end = _field_list(proxy.port, "test", "111111", "schema1", "h2_v", wild)
+            assert end.kind == "eof", end.payload
+            want, _ = _field_list(backends[0].port, backends[0].user, backends[0].password, REF_DB, "h2_v", wild)
+            assert [d.replace(b"\x07schema1", ref_db, 1) for d in got] == want, wild
     finally:
         for conn in four_rows:
             with conn.cursor() as cur:
@@ -632,6 +691,41 @@ def test_a_column_qualified_with_a_physical_database_is_unknown(four_rows, sql: 
     assert error(px, "SELECT * FROM sing JOIN sing s2 USING (id) WHERE db1.sing.id = 1") == (
         1054, "Unknown column 'db1.sing.id' in 'WHERE'")
     assert error(ref, "SELECT db1.h1_plain.* FROM h1_plain") == (1051, "Unknown table 'db1.h1_plain'")
+
+
+@pytest.mark.parametrize("sql", ["SELECT {db}.{t}.id FROM {t}", "SELECT id FROM {t} WHERE {db}.{t}.id = 1",
+                                 "SELECT id FROM {t} ORDER BY {db}.{t}.v", "SELECT {own}.{t}.id FROM {t} AS x",
+                                 "SELECT id FROM {t} WHERE id IN (SELECT {db}.{t}.id FROM {t} AS y)",
+                                 "UPDATE {t} SET {db}.{t}.v = 5", "DELETE FROM {t} WHERE {db}.{t}.id > 0"])
+def test_a_column_qualified_with_another_schema_than_its_tables_is_unknown(four_rows, sql: str) -> None:
+    """MariaDB: `db.t.c` names a table of the statement only if that table is db's t (known by that name, not
+    hidden by an alias), else 1054 (was: pydble dropped `schema2.` and answered, or wrote, as for `t.c`)."""
+    px, ref = four_rows
+    want = error(ref, sql.format(db="db1", own=REF_DB, t="h1_plain"))
+    assert want[0] == 1054
+    got = error(px, sql.format(db="schema2", own="schema1", t="sharding_4_t1"))
+    assert got == (1054, want[1].replace(f"{REF_DB}.", "schema1.").replace("db1.", "schema2.")
+                   .replace("h1_plain", "sharding_4_t1")), got
+    assert _rows(px, "SELECT id, v FROM sharding_4_t1 ORDER BY id") == [(1, 0), (2, 0), (3, 0), (4, 0)]
+
+
+def test_a_column_qualified_with_its_own_schema_is_answered(four_rows) -> None:
+    """`schema.t.c` and `schema.alias.c` of the statement's tables, and of a view pydble keeps, as on MariaDB."""
+    px, ref = four_rows
+    with px.cursor() as cur:
+        cur.execute("CREATE OR REPLACE VIEW h4_v AS SELECT id, v FROM sharding_4_t1")
+    try:
+        for conn, db, t in ((px, "schema1", "sharding_4_t1"), (ref, REF_DB, "h1_plain")):
+            assert _rows(conn, f"SELECT {db}.{t}.id FROM {t} WHERE {db}.{t}.id < 3 ORDER BY 1") == [(1,), (2,)]
+            assert _rows(conn, f"SELECT {db}.x.* FROM {db}.{t} x WHERE {db}.x.id = 4") == [(4, 0)]
+        assert _rows(px, "SELECT schema1.h4_v.id FROM h4_v WHERE schema1.h4_v.v = 0 ORDER BY 1") == [
+            (1,), (2,), (3,), (4,)]
+        assert error(px, "SELECT schema2.h4_v.id FROM h4_v") == (1054, "Unknown column 'schema2.h4_v.id' in 'SELECT'")
+        assert error(px, "SELECT schema2.sharding_4_t1.* FROM sharding_4_t1") == (
+            1051, "Unknown table 'schema2.sharding_4_t1'")
+    finally:
+        with px.cursor() as cur:
+            cur.execute("DROP VIEW IF EXISTS h4_v")
 
 
 def _run_all(conn: Any, *statements: str) -> None:
