@@ -963,21 +963,27 @@ class Session:
         """KILL QUERY: stop the statement on the backends running it for this session, and keep it from
         reaching one it has not been sent to yet (it may still be taking its connection)."""
         self.killed = True
-        ex = self.executor
-        fast = ex.relaying
-        conns = set(ex.streaming) | set(ex.gathering) | set(ex.pinned.values())
-        conns |= {fast} if fast and not fast.shared else set()
-        conns |= set(ex.locked.values()) | ({ex.user_locks.conn} if ex.user_locks.conn is not None else set())
-        conns |= set(ex.temp.conns.values())
-        for conn in conns:
+        for conn in self._backend_conns():
             node = next((n for n, c in self.runtime.config.sharding_nodes.items() if c.db_group == conn.group.name), None)
             if node is None or not conn.thread_id:
                 continue
             killer = await self.runtime.backends.acquire(node, 0)
             try:
-                await killer.query(f"KILL QUERY {int(conn.thread_id)}", self.runtime.backends.timeout_s)
+                # taking the killer may have waited: the statement may have ended meanwhile and its connection
+                # gone back to the pool, where another session's statement now runs; only this one's is killed
+                if self.killed and conn in self._backend_conns():
+                    await killer.query(f"KILL QUERY {int(conn.thread_id)}", self.runtime.backends.timeout_s)
             finally:
                 self.runtime.backends.release(node, killer)
+
+    def _backend_conns(self) -> set:
+        """The backend connections this session's statement holds now (KILL QUERY's targets)."""
+        ex = self.executor
+        fast = ex.relaying
+        conns = set(ex.streaming) | set(ex.gathering) | set(ex.pinned.values())
+        conns |= {fast} if fast and not fast.shared else set()
+        conns |= set(ex.locked.values()) | ({ex.user_locks.conn} if ex.user_locks.conn is not None else set())
+        return conns | set(ex.temp.conns.values())
 
 
 async def kill_session(runtime: Runtime, cid: int, user: str, admin: bool, query_only: bool,
