@@ -873,6 +873,7 @@ class Analyzer:
                 sub = Analysis("select", False, ())
                 sub.top = q
                 self._finish_query(p, sub)
+                self.refuse_other_databases(p.toks[sel:p.n], _named_tables(p, sub))   # checked as the SELECT is
                 src_nodes = {n for r in sub.refs if r.table.type in LOCAL_TYPES for n in r.table.nodes}
                 globals_ok = all(set(table.nodes) <= set(r.table.nodes) for r in sub.refs
                                  if r.table.type == "global")

@@ -352,8 +352,8 @@ class PreparedStatements:
                 return router.route(cand, schema, self.session.grants)
             except ProxyError as e:
                 err = err or e
-        if err is not None and err.code in (1044, 1046, 1049, 1064, 1142, 1146):
-            raise err  # no database, unknown database, syntax, unknown table: the client must hear it now
+        if err is not None and err.code in (1044, 1046, 1049, 1051, 1054, 1064, 1142, 1146):
+            raise err  # no database, unknown database, unknown table or column, syntax: the client must hear it now
         log.debug("prepare: no route with unbound parameters, columns come with the results", sql=sql[:200])
         return None
 

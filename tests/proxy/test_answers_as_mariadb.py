@@ -728,6 +728,55 @@ def test_a_column_qualified_with_its_own_schema_is_answered(four_rows) -> None:
             cur.execute("DROP VIEW IF EXISTS h4_v")
 
 
+@pytest.mark.parametrize("sql", ["CREATE TABLE {new} AS SELECT {db}.{t}.id FROM {t}",
+                                 "CREATE TABLE {new} SELECT id FROM {t} WHERE {db}.{t}.id = 1",
+                                 "CREATE TABLE {new} (x INT) SELECT {db}.{t}.* FROM {t}",
+                                 "CREATE VIEW {new} AS SELECT {db}.{t}.id FROM {t}",
+                                 "INSERT INTO {t} SELECT {db}.{t}.id + 10, 0 FROM {t}"])
+def test_a_column_of_another_schema_in_the_select_of_a_ddl_creates_nothing(pair, sql: str) -> None:
+    """MariaDB checks the SELECT of CREATE TABLE ... SELECT (and of a view, of INSERT ... SELECT) as a SELECT:
+    1054 (1051 for db.t.*), nothing created nor written (was: pydble dropped `schema2.` and created the table)."""
+    px, ref = pair
+    for conn, name in ((px, "h5_src"), (ref, "h5_src")):
+        _run_all(conn, "DROP TABLE IF EXISTS h5_new", "DROP VIEW IF EXISTS h5_new", f"DROP TABLE IF EXISTS {name}",
+                 f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT)", f"INSERT INTO {name} VALUES (1, 0)")
+    try:
+        want = error(ref, sql.format(new="h5_new", db="db1", t="h5_src"))
+        assert want[0] in (1054, 1051)
+        got = error(px, sql.format(new="h5_new", db="schema2", t="h5_src"))
+        assert got == (want[0], want[1].replace("db1.", "schema2.")), got
+        assert _rows(px, "SHOW TABLES LIKE 'h5_new'") == []
+        assert _rows(px, "SELECT id, v FROM h5_src") == [(1, 0)]
+        _run_all(px, "CREATE TABLE h5_new (id INT)")   # nothing of that name was left on the node
+    finally:
+        for conn in pair:
+            _run_all(conn, "DROP TABLE IF EXISTS h5_new", "DROP VIEW IF EXISTS h5_new", "DROP TABLE IF EXISTS h5_src")
+
+
+@pytest.mark.parametrize("sql", ["SELECT {db}.{t}.v FROM {t}", "SELECT {db}.{t}.* FROM {t}",
+                                 "UPDATE {t} SET {db}.{t}.v = 1", "SELECT id FROM {t} WHERE {db}.{t}.id = ?"])
+def test_prepare_of_a_column_of_another_schema_fails_as_on_mariadb(proxy, backends, four_rows, sql: str) -> None:
+    """MariaDB refuses such a statement at PREPARE (SQL-level and COM_STMT_PREPARE), not at EXECUTE: 1054
+    (1051 for db.t.*); was: pydble prepared it and only EXECUTE failed."""
+    from ps_wire import PsClient
+    px, ref = four_rows
+    want = error(ref, "PREPARE h5_s FROM '" + sql.format(db="db1", t="h1_plain") + "'")
+    assert want[0] in (1054, 1051)
+    for db in ("schema2", "db1"):
+        text = sql.format(db=db, t="sharding_4_t1")
+        expect = (want[0], want[1].replace("db1.", f"{db}.").replace("h1_plain", "sharding_4_t1"))
+        assert error(px, f"PREPARE h5_s FROM '{text}'") == expect
+        assert error(px, "EXECUTE h5_s")[0] == 1243   # no statement of that name was left
+        with PsClient(proxy.port) as c:
+            a = c.prepare(text)
+            assert (getattr(a, "kind", None), getattr(a, "err_code", None), getattr(a, "err_message", None)) == (
+                "err", *expect), a
+    with PsClient(backends[0].port, backends[0].user, backends[0].password, REF_DB) as c:
+        a = c.prepare(sql.format(db="db1", t="h1_plain"))
+        assert (getattr(a, "err_code", None), getattr(a, "err_message", None)) == want, a
+    assert _rows(px, "SELECT id, v FROM sharding_4_t1 ORDER BY id") == [(1, 0), (2, 0), (3, 0), (4, 0)]
+
+
 def _run_all(conn: Any, *statements: str) -> None:
     with conn.cursor() as cur:
         for sql in statements:
