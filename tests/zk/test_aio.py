@@ -14,6 +14,7 @@ import pytest
 from harness import ZooKeeperServer, free_port
 from kazoo.exceptions import (BadVersionError, ConnectionClosedError, NodeExistsError, NoNodeError,
                               RolledBackError, SessionExpiredError)
+from kazoo.protocol.serialization import Exists
 from kazoo.protocol.states import EventType, KazooState
 
 from zk.aio import Zk, ZkTimeout
@@ -206,7 +207,10 @@ def test_a_server_gone_and_back_keeps_the_session(own_zookeeper: ZooKeeperServer
             await asyncio.to_thread(own_zookeeper.stop)
             await until(lambda: not zk.connected, 10, "the drop noticed")
             assert states[-1] == KazooState.SUSPENDED
-            waiting = asyncio.get_running_loop().create_task(zk.exists("/aio-restart"))
+            # exists() as zk.exists sends it, with a bound a loaded box's java start fits in (OP_TIMEOUT_S
+            # is 5 s: a restart slower than that failed the call, as it should in production)
+            waiting = asyncio.get_running_loop().create_task(
+                zk._call(Exists(zk._full("/aio-restart"), False), timeout=60))
             await asyncio.to_thread(own_zookeeper.start)
             assert (await waiting) is not None
             await until(lambda: zk.connected, 10, "connected again")
