@@ -20,7 +20,6 @@ from meta.errors import DdlInProgress, ProxyError
 from meta.later import Later
 from meta.locks import RELOAD_OWNER
 
-
 from .ddlcore.subscriber import GoneAction, SubscriberCore, may_release
 from .loops import PassLoop, clock
 from .paths import parse_table_node

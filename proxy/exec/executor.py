@@ -167,6 +167,14 @@ class Executor:
             conn.vars = dict(s.vars)
             conn.autocommit = s.autocommit
 
+    def running_conns(self) -> set[BackendConnection]:
+        """The backend connections the session's statement holds now (KILL QUERY's targets)."""
+        fast = self.relaying
+        conns = set(self.streaming) | set(self.gathering) | set(self.pinned.values())
+        conns |= {fast} if fast and not fast.shared else set()
+        conns |= set(self.locked.values()) | ({self.user_locks.conn} if self.user_locks.conn is not None else set())
+        return conns | set(self.temp.conns.values())
+
     async def snapshot(self, nodes: tuple[str, ...]) -> None:
         """START TRANSACTION WITH CONSISTENT SNAPSHOT: MariaDB's snapshot is of the moment the statement runs,
         so each node's part of the transaction starts now, on every node the session may read, not as the node

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from meta.errors import ProxyError
 
@@ -180,6 +180,27 @@ def normalize_time(text: str) -> str | None:
     return f"{y:04d}/{mo:02d}/{d:02d} {h:02d}:{mi:02d}:{s:02d}"
 
 
+def _check_full(where: str | None, head: str) -> CheckFullMetadata:
+    """`check full @@metadata[_nodes] [where ...]`: its filter."""
+    if where is None:
+        return CheckFullMetadata(TableFilter())
+    m = _WHERE_CONSISTENT.match(where)
+    if m:
+        v = int(m.group("v"))
+        if m.group("col").lower() == "consistent_in_memory":
+            return CheckFullMetadata(TableFilter(), consistent_in_memory=v)
+        return CheckFullMetadata(TableFilter(), consistent_in_sharding_nodes=v)
+    m = _WHERE_RELOAD_TIME.match(where)
+    if m:
+        t = normalize_time(m.group("t"))
+        if t is None:
+            raise ManagerSyntaxError(f"bad time '{m.group('t')}', expected 'yyyy/MM/dd HH:mm:ss'")
+        return CheckFullMetadata(TableFilter(), reload_time_op=m.group("op"), reload_time=t)
+    if _WHERE_RELOAD_NULL.match(where):
+        return CheckFullMetadata(TableFilter(), reload_time_op="is null")
+    return CheckFullMetadata(_table_filter(where, head))
+
+
 def parse_manager(sql: str) -> Command:
     """Parse one manager command (case-insensitive, trailing ';' allowed)."""
     text = " ".join(sql.strip().rstrip(";").split())
@@ -196,24 +217,7 @@ def parse_manager(sql: str) -> Command:
             raise _usage(head)
         return CheckMetadata()
     if head in ("check full @@metadata", "check full @@metadata_nodes"):
-        nodes = head.endswith("_nodes")
-        if where is None:
-            return CheckFullMetadata(TableFilter(), nodes=nodes)
-        m = _WHERE_CONSISTENT.match(where)
-        if m:
-            v = int(m.group("v"))
-            if m.group("col").lower() == "consistent_in_memory":
-                return CheckFullMetadata(TableFilter(), consistent_in_memory=v, nodes=nodes)
-            return CheckFullMetadata(TableFilter(), consistent_in_sharding_nodes=v, nodes=nodes)
-        m = _WHERE_RELOAD_TIME.match(where)
-        if m:
-            t = normalize_time(m.group("t"))
-            if t is None:
-                raise ManagerSyntaxError(f"bad time '{m.group('t')}', expected 'yyyy/MM/dd HH:mm:ss'")
-            return CheckFullMetadata(TableFilter(), reload_time_op=m.group("op"), reload_time=t, nodes=nodes)
-        if _WHERE_RELOAD_NULL.match(where):
-            return CheckFullMetadata(TableFilter(), reload_time_op="is null", nodes=nodes)
-        return CheckFullMetadata(_table_filter(where, head), nodes=nodes)
+        return replace(_check_full(where, head), nodes=head.endswith("_nodes"))
     if head in ("kill @@ddl_lock", "repair @@ddl"):
         force = _FORCE.search(where or "") if head == "kill @@ddl_lock" else None
         m = _WHERE_SCHEMA_TABLE.match((where or "")[:force.start()] if force else where or "")

@@ -261,7 +261,12 @@ def local_select(sql: str, values: dict[str, object]) -> ResultSet | None:
     return ResultSet(cols, [row])
 
 
-# -- BEGIN / START TRANSACTION -----------------------------------------------------------------------
+# -- BEGIN / START TRANSACTION, COMMIT / ROLLBACK ------------------------------------------------------
+def _words(sql: str) -> list[str]:
+    """A statement's tokens as MariaDB reads them, keywords upper-cased, without a trailing ';'."""
+    return [t[1].upper() if t[0] == "w" else t[1] for t in tokenize(sql) if t[:2] != ("o", ";")]
+
+
 @dataclass(frozen=True)
 class TxnStart:
     """What BEGIN or START TRANSACTION asks of the transaction it opens."""
@@ -273,8 +278,7 @@ class TxnStart:
 def parse_start(sql: str) -> TxnStart:
     """BEGIN [WORK] or START TRANSACTION [characteristic, ...]: its characteristics, as MariaDB reads them
     (1064 for anything else, READ ONLY with READ WRITE, or one named twice)."""
-    toks = [t for t in tokenize(sql) if t[:2] != ("o", ";")]   # version comments opened: /*!40100 WITH ... */
-    words = [t[1].upper() if t[0] == "w" else t[1] for t in toks]
+    words = _words(sql)   # version comments opened: /*!40100 WITH CONSISTENT SNAPSHOT */
     if words[:1] == ["BEGIN"] and words[1:] in ([], ["WORK"]):
         return TxnStart(None, False)
     if words[:2] != ["START", "TRANSACTION"]:
@@ -308,8 +312,7 @@ def parse_savepoint(sql: str) -> tuple[str, str] | None:
 def parse_end(sql: str) -> tuple[bool, bool]:
     """COMMIT | ROLLBACK [WORK] [AND [NO] CHAIN] [[NO] RELEASE]: (chain, release): whether a transaction
     begins again at once, whether the connection closes after the answer; MariaDB's 1064 for anything else."""
-    words = [t[1].upper() if t[0] == "w" else t[1] for t in tokenize(sql) if t[:2] != ("o", ";")]
-    rest = words[1:]
+    rest = _words(sql)[1:]
     if rest[:1] == ["WORK"]:
         rest = rest[1:]
     chain = rest[:2] == ["AND", "CHAIN"]

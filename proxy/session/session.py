@@ -414,8 +414,7 @@ class Session:
         COM_STMT_EXECUTE and the sink turning its answer binary."""
         if sql is None:
             sql = payload[1:].decode("utf-8", "surrogateescape")
-        if (self.ansi_quotes and '"' in sql) or (self.no_backslash_escapes and "\\" in sql) \
-                or self.schema == infoschema.NAME:
+        if self._may_be_misread(sql) or self.schema == infoschema.NAME:
             return False   # the task refuses it (refuse_misread, infoschema.refuse_as_current)
         route = quick_route(self.executor, sql)
         if route is None:
@@ -783,14 +782,21 @@ class Session:
     def refuse_misread(self, sql: str) -> None:
         """Refuse a statement that pydble's tokenizer (routing, rewriting, checking grants by it) would read
         otherwise than MariaDB under the session's sql_mode, never run it with another meaning."""
-        if self.ansi_quotes and '"' in sql and any(t[0] in "se" and t[1][0] == '"' for t in tokenize(sql)):
+        if not self._may_be_misread(sql):
+            return
+        toks = tokenize(sql)
+        if self.ansi_quotes and any(t[0] in "se" and t[1][0] == '"' for t in toks):
             raise NotSupported('"..." under sql_mode ANSI_QUOTES is not supported by pydble: it reads "..." as a '
                                "string; quote identifiers with backquotes (`x`) and strings with single quotes")
         # NO_BACKSLASH_ESCAPES: MariaDB ends 'a\' at its second quote where pydble reads on (so what follows
         # would pass unchecked): the two readings part only at a backslash in what pydble reads as quoted
-        if self.no_backslash_escapes and "\\" in sql and any(t[0] in "sev" and "\\" in t[1] for t in tokenize(sql)):
+        if self.no_backslash_escapes and any(t[0] in "sev" and "\\" in t[1] for t in toks):
             raise NotSupported("a backslash in a quoted string under sql_mode NO_BACKSLASH_ESCAPES is not supported "
                                "by pydble: it reads \\ as an escape; write the string without it (CHAR(92))")
+
+    def _may_be_misread(self, sql: str) -> bool:
+        """The cheap test before refuse_misread tokenizes: a character the session's sql_mode reads otherwise."""
+        return (self.ansi_quotes and '"' in sql) or (self.no_backslash_escapes and "\\" in sql)
 
     async def savepoint(self, sql: str, r: Reply, more: bool) -> bool:
         """SAVEPOINT, ROLLBACK TO, RELEASE SAVEPOINT over every node of the transaction."""
@@ -963,7 +969,7 @@ class Session:
         """KILL QUERY: stop the statement on the backends running it for this session, and keep it from
         reaching one it has not been sent to yet (it may still be taking its connection)."""
         self.killed = True
-        for conn in self._backend_conns():
+        for conn in self.executor.running_conns():
             node = next((n for n, c in self.runtime.config.sharding_nodes.items() if c.db_group == conn.group.name), None)
             if node is None or not conn.thread_id:
                 continue
@@ -971,19 +977,10 @@ class Session:
             try:
                 # taking the killer may have waited: the statement may have ended meanwhile and its connection
                 # gone back to the pool, where another session's statement now runs; only this one's is killed
-                if self.killed and conn in self._backend_conns():
+                if self.killed and conn in self.executor.running_conns():
                     await killer.query(f"KILL QUERY {int(conn.thread_id)}", self.runtime.backends.timeout_s)
             finally:
                 self.runtime.backends.release(node, killer)
-
-    def _backend_conns(self) -> set:
-        """The backend connections this session's statement holds now (KILL QUERY's targets)."""
-        ex = self.executor
-        fast = ex.relaying
-        conns = set(ex.streaming) | set(ex.gathering) | set(ex.pinned.values())
-        conns |= {fast} if fast and not fast.shared else set()
-        conns |= set(ex.locked.values()) | ({ex.user_locks.conn} if ex.user_locks.conn is not None else set())
-        return conns | set(ex.temp.conns.values())
 
 
 async def kill_session(runtime: Runtime, cid: int, user: str, admin: bool, query_only: bool,
@@ -1005,8 +1002,6 @@ async def kill_session(runtime: Runtime, cid: int, user: str, admin: bool, query
     if target.command != "Query":
         return
     await target.interrupt()
-
-
 
 
 def _is_lock_tables(sql: str) -> bool:
