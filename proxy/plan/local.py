@@ -11,7 +11,7 @@ from meta.errors import NotSupported, ParseError, SpecificAccessDenied
 
 from proxy.wire.constants import T_LONG, T_LONGLONG, T_VAR_STRING
 from proxy.wire.messages import ColumnDef, ResultSet
-from proxy.plan.sqltok import tokenize, unquote_ident
+from proxy.plan.sqltok import Token, tokenize, unquote_ident
 
 
 @dataclass(frozen=True)
@@ -380,6 +380,7 @@ def substitute_database(sql: str, schema: str | None, conn_id: int | None = None
     last = 0
     depth = 0
     n = len(toks)
+    names = _expression_names(sql, toks, lits)
     for i, (kind, text, start, end) in enumerate(toks):
         if kind == "o" and text == "(":
             depth += 1
@@ -397,10 +398,67 @@ def substitute_database(sql: str, schema: str | None, conn_id: int | None = None
             out.append(sql[last:start])
             out.append(rep)
             last = call_end
+        if i in names:
+            out.append(sql[last:end])
+            out.append(f" AS `{names[i]}`")
+            last = end
     if not out:
         return sql
     out.append(sql[last:])
     return "".join(out)
+
+
+_PLAIN_COMMENT = re.compile(r"/\*(?!M?!)[\s\S]*?\*/|--(?=\s)[^\n]*|#[^\n]*")
+_SELECT_MODIFIERS = frozenset({"ALL", "DISTINCT", "DISTINCTROW", "HIGH_PRIORITY", "STRAIGHT_JOIN", "SQL_SMALL_RESULT",
+                               "SQL_BIG_RESULT", "SQL_BUFFER_RESULT", "SQL_CACHE", "SQL_NO_CACHE", "SQL_CALC_FOUND_ROWS"})
+_LIST_END = _ITEM_END | {"EXCEPT", "INTERSECT", "WINDOW", "LOCK"}
+_UNNAMED_LAST = frozenset({"END", "NULL", "TRUE", "FALSE", "UNKNOWN"})
+NAME_CHARS = 255   # MariaDB names a result column after at most this many characters of its expression
+
+
+def _expression_names(sql: str, toks: list[Token], lits: dict[str, str]) -> dict[int, str]:
+    """The names MariaDB gives the items of a SELECT's list that hold a call pydble answers inside a larger
+    expression (`ROW_COUNT() + 1`): the item's text as written, comments dropped; by the index of the item's
+    last token. An item that is just the call is named where it is replaced; one whose alias cannot be told
+    for sure keeps the replaced text (never a wrong AS)."""
+    if not toks or toks[0][0] != "w" or toks[0][1].upper() != "SELECT":
+        return {}
+    i, n = 1, len(toks)
+    while i < n and toks[i][0] == "w" and toks[i][1].upper() in _SELECT_MODIFIERS:
+        i += 1
+    items: list[tuple[int, int]] = []
+    depth, first = 0, i
+    while i <= n:
+        kind, text = (toks[i][0], toks[i][1]) if i < n else ("o", ";")
+        if kind == "o" and text == "(":
+            depth += 1
+        elif kind == "o" and text == ")":
+            depth -= 1
+        elif depth == 0 and (text == "," or text == ";" or (kind == "w" and text.upper() in _LIST_END)):
+            if i > first:
+                items.append((first, i - 1))
+            if text != ",":
+                break
+            first = i + 1
+        i += 1
+    out: dict[int, str] = {}
+    for a, b in items:
+        calls = [k for k in range(a, b - 1) if toks[k][0] == "w" and toks[k][1].upper() in lits
+                 and toks[k + 1][1] == "(" and k + 2 <= b and toks[k + 2][1] == ")"
+                 and (k == 0 or toks[k - 1][1] != ".")]
+        if not calls or (b - a == 2 and calls == [a]):
+            continue   # no call in it, or the item is the call alone (named where it is replaced)
+        kind, last = toks[b][0], toks[b][1]
+        before = toks[b - 1]
+        unnamed = (last == ")" or kind == "n" or (kind == "w" and last.upper() in _UNNAMED_LAST)
+                   or (kind in ("w", "v") and before[0] == "o" and before[1] not in (")", ".")))
+        if not unnamed or (b > a and before[0] == "w" and before[1].upper() == "AS"):
+            continue
+        text = "".join(part for k in range(a, b + 1)
+                       for part in ((_PLAIN_COMMENT.sub("", sql[toks[k - 1][3]:toks[k][2]]) if k > a else ""),
+                                    toks[k][1]))
+        out[b] = text[:NAME_CHARS].replace("`", "``")
+    return out
 
 
 # -- SHOW DATABASES / SHOW [FULL] TABLES --------------------------------------------------------------
