@@ -234,7 +234,8 @@ _ITEM = re.compile(r"^(?P<expr>[@\w.]+(?:\(\s*\))?)(?:\s+(?:AS\s+)?(?P<alias>`[^
 
 
 def local_select(sql: str, values: dict[str, object]) -> ResultSet | None:
-    """Answer `SELECT DATABASE()`, `SELECT @@version_comment LIMIT 1` and friends, or None to route it."""
+    """Answer `SELECT DATABASE()`, `SELECT @@version_comment LIMIT 1` and friends from `values`, or None to
+    route it (an item with no value given)."""
     if len(sql) > 1024 or " from " in sql.lower():
         return None  # probes are short and table-less; a 17 MB literal must not meet the regex below
     m = _LOCAL_SELECT.match(sql)
@@ -248,7 +249,7 @@ def local_select(sql: str, values: dict[str, object]) -> ResultSet | None:
             return None
         expr = im.group("expr").lower().replace(" ", "")
         key = _LOCAL_FUNCS.get(expr)
-        if key is None:
+        if key is None or key not in values:
             return None
         name = (im.group("alias") or im.group("expr")).strip("`'\"")
         v = values.get(key)
@@ -354,13 +355,15 @@ def substitute_database(sql: str, schema: str | None, conn_id: int | None = None
     if not calls_session_functions(sql):
         return sql
     toks = tokenize(sql)
-    lits = {"DATABASE": "NULL" if schema is None else _literal(schema)}
+    # each value in an IF whose branch never taken is the call itself: the column is typed as MariaDB
+    # types the call (VARCHAR of the connection's charset, its length, nullable), not as a literal
+    lits = {"DATABASE": f"IF(TRUE, {'NULL' if schema is None else _literal(schema)}, DATABASE())"}
     lits["SCHEMA"] = lits["DATABASE"]
     if conn_id is not None:
         # typed as MariaDB types CONNECTION_ID() (INT UNSIGNED, length 10, NOT NULL), the way ROW_COUNT() is
         lits["CONNECTION_ID"] = f"IF(TRUE, CAST({int(conn_id)} AS UNSIGNED), CRC32(''))"
     if user is not None:
-        lits.update(dict.fromkeys(_USER_CALLS, _literal(user)))
+        lits.update({call: f"IF(TRUE, {_literal(user)}, {call}())" for call in _USER_CALLS})
     if row_count is not None:
         # typed as MariaDB types ROW_COUNT() (BIGINT, length 21, NOT NULL): a bare literal would be INT of
         # its own length; the branch never taken carries the type and is a constant
@@ -451,7 +454,7 @@ def _expression_names(sql: str, toks: list[Token], lits: dict[str, str]) -> dict
         kind, last = toks[b][0], toks[b][1]
         before = toks[b - 1]
         unnamed = (last == ")" or kind == "n" or (kind == "w" and last.upper() in _UNNAMED_LAST)
-                   or (kind in ("w", "v") and before[0] == "o" and before[1] not in (")", ".")))
+                   or (kind in ("w", "v", "s", "q", "x") and before[0] == "o" and before[1] not in (")", ".")))
         if not unnamed or (b > a and before[0] == "w" and before[1].upper() == "AS"):
             continue
         text = "".join(part for k in range(a, b + 1)

@@ -554,9 +554,11 @@ class Session:
         self.schema = name
 
     def local_values(self) -> dict[str, object]:
-        """Values for the locally answered probes."""
-        return {"database": self.schema, "connection_id": self.conn_id, "last_insert_id": self.last_insert_id,
-                "user": f"{self.user}@{self.peer}", "version_comment": "pydble sharding proxy",
+        """Values for the locally answered probes. DATABASE() and USER() are not among them: a node answers
+        them (substitute_database puts the session's values in), so their columns are typed in the client's
+        character set as MariaDB types them."""
+        return {"connection_id": self.conn_id, "last_insert_id": self.last_insert_id,
+                "version_comment": "pydble sharding proxy",
                 "warning_count": len(self.warnings),
                 "error_count": sum(1 for w in self.warnings if w[0] == "Error")}
 

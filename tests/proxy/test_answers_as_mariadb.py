@@ -627,6 +627,15 @@ def test_an_expression_around_a_session_function_is_named_as_mariadb_names_it(pa
     assert [f[0] for f in fields(px, f"SELECT {items}")] == [f[0] for f in fields(ref, f"SELECT {items}")]
 
 
+@pytest.mark.parametrize("expr", ["DATABASE()", "SCHEMA()", "CONCAT(DATABASE(), 'x')", "USER()", "CURRENT_USER()",
+                                  "SESSION_USER()", "LENGTH(USER()) > 0", "DATABASE() = 'x'"])
+def test_session_function_columns_are_described_as_mariadb_describes_them(pair, expr: str) -> None:
+    """pydble answers DATABASE() and USER() with the client's values; the column keeps the type, length,
+    charset and nullability MariaDB gives the call (a literal in its place would be NOT NULL, of its own length)."""
+    px, ref = pair
+    assert fields(px, f"SELECT {expr}") == fields(ref, f"SELECT {expr}")
+
+
 @pytest.mark.parametrize("expr", ["LAST_INSERT_ID()", "@@identity", "@@warning_count", "@@error_count"])
 def test_other_integer_probes_are_described_as_mariadb_describes_them(pair, expr: str) -> None:
     px, ref = pair
