@@ -17,7 +17,7 @@ import pytest
 
 from harness import ProxyProcess, free_port, global_status, proxy_config
 from proxy.backends.backend import PREPARE_RETRY_S
-from ps_wire import (T_BLOB, T_LONG, T_STRING, PsClient, column_type, p_datetime, p_double, p_float, p_long,
+from ps_wire import (T_BLOB, T_LONG, T_STRING, Prepared, PsClient, column_type, p_datetime, p_double, p_float, p_long,
                      p_longlong, p_null, p_str, p_time)
 
 NODES = ("dn1", "dn2", "dn3", "dn4")
@@ -527,3 +527,21 @@ def test_a_statement_the_backend_refused_to_prepare_is_tried_again(ps_proxy: Pro
             a = c.execute(st.stmt_id, [p_long(408)])
             assert a.kind == "rows" and len(a.rows) == 1
         assert global_status(backends[:2], "Com_stmt_execute") - before >= 8
+
+
+@pytest.mark.parametrize("deprecate_eof", [False, True])
+def test_a_prepared_statement_gets_the_sessions_database_named_and_typed_as_mariadb_does(
+        ps_proxy: ProxyProcess, backends: list[Any], deprecate_eof: bool) -> None:
+    """DATABASE() in a prepared statement is the client's logical schema (a node would answer db1), in a column
+    named and typed as MariaDB's own prepare describes it."""
+    sql = "SELECT DATABASE(), CONCAT(DATABASE(), ?) AS c, LENGTH(DATABASE()) FROM ps_types WHERE id = ?"
+    with PsClient(ps_proxy.port, deprecate_eof=deprecate_eof) as c, \
+            direct(backends, "dn1", deprecate_eof=deprecate_eof) as d:
+        got, want = c.prepare(sql), d.prepare(sql)
+        assert isinstance(got, Prepared) and isinstance(want, Prepared)
+        assert got.column_defs == logical(want.column_defs)
+        params = [p_str("x"), p_long(1)]
+        ran, ref = c.execute(got.stmt_id, params), d.execute(want.stmt_id, params)
+        assert ran.kind == ref.kind == "rows", (ran.err_message, ref.err_message)
+        assert ran.column_defs == logical(ref.column_defs)
+        assert b"schema1" in ran.rows[0] and b"schema1x" in ran.rows[0] and b"db1" not in ran.rows[0]
