@@ -24,6 +24,7 @@ from meta.consistency import Consistency, judge
 from meta.countdown import CONFIG, DEFAULT, LoadTree, Unit
 from meta.errors import UnknownDatabase
 from meta.model import EMPTY, KIND_DEFAULT, Key, TableMeta
+from meta.scratch import is_scratch
 
 log = structlog.get_logger("pydble.meta.loader")
 
@@ -325,6 +326,8 @@ class _Loader:
         actual: dict[str, str] = {}
         for r in rows:
             name = r[0]
+            if is_scratch(name):
+                continue   # pydble's own (meta/scratch.py): never table metadata
             low = name.lower()
             if low in actual:
                 nlog.warning("two tables differ only in case; using the first", table=name,

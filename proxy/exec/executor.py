@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Callable
 
 import structlog
 
+from meta import scratch
 from meta.errors import BackendUnavailable, NoSuchTable, NotSupported, ProxyError, QueryInterrupted
 
 from proxy.backends.backend import BackendConnection, Sink
@@ -883,6 +884,7 @@ class Executor:
             raise ProxyError("No database selected", 1046, "3D000")
         if await self.runtime.views.field_list(self.session, schema, table, wild, r):
             return False   # a view pydble keeps: no node has it
+        scratch.refuse(table)   # pydble's own scratch views, as every statement naming one
         node = self.runtime.node_of_table(schema, table)
         if node is None:
             raise NoSuchTable(f"Table '{schema}.{table}' doesn't exist")

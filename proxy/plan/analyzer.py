@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from meta import scratch
 from meta.config import SYSTEM_SCHEMAS, Config, UserConfig
 from meta.errors import (DbAccessDenied, NoDatabaseSelected, NoSuchTable, NotSupported, ProxyError, ReadOnly,
                          TableAccessDenied, UnknownColumn, UnknownDatabase)
@@ -224,6 +225,7 @@ class Analyzer:
         t = self._tables.get(key)
         if t is not None:
             return t
+        scratch.refuse(name)   # pydble's own scratch views (never cached: checked on a miss only)
         sc = self.config.schemas[schema]
         cfg = sc.tables.get(name)
         if cfg is not None:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from meta import scratch
 from meta.config import SYSTEM_SCHEMAS
 from meta.errors import NotSupported
 
@@ -241,6 +242,8 @@ class InfoSchema:
         for node in self._nodes_of(schema):
             for r in node_rows[node]:
                 name = (r[tidx] or b"").decode("utf-8", "replace")
+                if scratch.is_scratch(name):
+                    continue   # pydble's own view for a moment (or left behind): never listed
                 if node in self._owner_nodes(schema, name) and self.session.sees(schema, name):
                     owned.setdefault(name.lower(), {}).setdefault(node, []).append(r)
         out: list[list[bytes | None]] = []

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import re
-import uuid
+import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import structlog
 
-from meta.errors import (BackendError, DbAccessDenied, NoDatabaseSelected, NoSuchTable, NotSupported, ParseError,
-                         ProxyError, ReadOnly, TableExists, UnknownDatabase)
+from meta import scratch
+from meta.errors import (BackendError, BackendUnavailable, DbAccessDenied, NoDatabaseSelected, NoSuchTable,
+                         NotSupported, ParseError, ProxyError, ReadOnly, TableExists, UnknownDatabase)
 from meta.config import StartRefused
 from meta.views import BadView, ViewCatalog, ViewDef, ViewFile
 
@@ -82,6 +83,7 @@ class ViewService:
         self._named: list[tuple[str, tuple[str, str]]] = []   # (dbGroup, (database, view)) entries of its names
         self._expanded: dict[tuple[str | None, str], tuple[str, tuple[tuple[str, int, str, str], ...]]] = {}
         self._lock = asyncio.Lock()      # one view change at a time on this instance
+        self._swept: dict[str, float] = {}   # node -> when this instance last looked there for stale scratch views
         if runtime.cluster is not None:
             from zk.views import ViewSync
             self.sync = ViewSync(runtime.cluster, self._install)
@@ -341,13 +343,9 @@ class ViewService:
         v = self.catalog.get(schema, name)
         if v is None or v.node is not None:
             return False
-        async def ask(conn: Any, scratch: str, sql: str) -> Any:
-            timeout = self.runtime.backends.timeout_s
-            sc = await conn.query(f"CREATE VIEW {_q(scratch)} AS {sql};{st.select.format(_q(scratch))};"
-                                  f"DROP VIEW {_q(scratch)}", timeout)
-            if sc.error is not None and len(sc.results) >= 1:
-                await conn.query(f"DROP VIEW IF EXISTS {_q(scratch)}", timeout)
-            return sc
+        async def ask(conn: Any, view: str, sql: str) -> Any:
+            return await conn.query(f"CREATE VIEW {_q(view)} AS {sql};{st.select.format(_q(view))}",
+                                    self.runtime.backends.timeout_s)
 
         sc = await self._on_scratch_view(session, schema, name, ask)
         r.resultset(sc.results[1], session.status(), more)
@@ -360,16 +358,11 @@ class ViewService:
         v = self.catalog.get(schema, name.lower())
         if v is None or v.node is not None:
             return False
-        async def ask(conn: Any, scratch: str, sql: str) -> Any:
+        async def ask(conn: Any, view: str, sql: str) -> Any:
             timeout = self.runtime.backends.timeout_s
-            made = await conn.query(f"CREATE VIEW {_q(scratch)} AS {sql}", timeout)
-            if made.error is not None:
-                return made
-            try:
-                return await conn.run(frame(0, b"\x04" + scratch.encode() + b"\x00" + wild), timeout,
-                                      kind="field_list", collect=True)
-            finally:
-                await conn.query(f"DROP VIEW IF EXISTS {_q(scratch)}", timeout)
+            await conn.query(f"CREATE VIEW {_q(view)} AS {sql}", timeout)
+            return await conn.run(frame(0, b"\x04" + view.encode() + b"\x00" + wild), timeout,
+                                  kind="field_list", collect=True)
 
         sc = await self._on_scratch_view(session, schema, v.name, ask)
         head = lenenc_str(b"def") + lenenc_str(schema.encode()) + lenenc_str(v.name.encode()) * 2
@@ -388,28 +381,67 @@ class ViewService:
 
     async def _on_scratch_view(self, session: SessionPort, schema: str, name: str,
                                ask: Callable[[Any, str, str], Awaitable[Any]]) -> Any:
-        """What one node answers `ask(conn, scratch, sql)`: sql is the kept view's statement as that node runs it,
-        scratch the name of a view of it that ask makes for the moment on conn (and drops); a node's error raised."""
+        """What one node answers `ask(conn, view, sql)`: sql is the kept view's statement as that node runs it,
+        view the scratch name ask creates a view of it under on conn (dropped after); a node's error raised."""
         plan = self.runtime.router.route(f"SELECT * FROM {_q(schema)}.{_q(name)}", schema, session.grants)
         node, sql = plan.targets[0].node, plan.targets[0].sql
-        scratch = f"_pydble_desc_{uuid.uuid4().hex[:16]}"
-        return await self._ask_node(node, session.format_flags, lambda conn: ask(conn, scratch, sql))
+        return await self._ask_node(node, session.format_flags, lambda conn, make: ask(conn, make(), sql))
 
-    async def _ask_node(self, node: str, flags: int, ask: Callable[[Any], Awaitable[Any]]) -> Any:
-        """What a pooled connection of node answers `ask(conn)` (a node's error raised); a connection that
-        failed midway is closed, never pooled with a scratch view or half a statement on it."""
+    async def _ask_node(self, node: str, flags: int, ask: Callable[[Any, Callable[[], str]], Awaitable[Any]]) -> Any:
+        """What a pooled connection of node answers `ask(conn, make)`, where make() names a scratch view
+        (meta/scratch.py) for ask to create on conn; a node's error raised. The views named are dropped after, a
+        statement's error or not; a connection that failed is closed, never pooled with a scratch view or half a
+        statement on it: one that broke, or outlived scratch.USE_S, leaves its views to a later sweep of the node."""
         backends = self.runtime.backends
+        timeout = backends.timeout_s
+        made: list[str] = []
+
+        def make() -> str:
+            made.append(scratch.name())   # its time: after the connection is had, within the deadline
+            return made[-1]
+
         conn = await backends.acquire(node, flags)
+        ok = False
         try:
-            sc = await ask(conn)
-        except BaseException:
-            conn.close()
-            raise
+            async with asyncio.timeout(scratch.USE_S):
+                if conn.vars or not conn.autocommit:
+                    await conn.reset(timeout)
+                await self._sweep(node, conn)
+                try:
+                    sc = await ask(conn, make)
+                finally:
+                    if made and not conn.broken:
+                        await conn.query("DROP VIEW IF EXISTS " + ", ".join(_q(n) for n in made), timeout)
+            ok = True
+        except TimeoutError:
+            raise BackendUnavailable(f"shardingNode {node} did not describe the view within "
+                                     f"{scratch.USE_S:g}s") from None
         finally:
+            if not ok:
+                conn.close()
             backends.release(node, conn)
         if sc.error is not None:
             raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
         return sc
+
+    async def _sweep(self, node: str, conn: Any) -> None:
+        """Drop the stale scratch views in node's database (left by a connection lost before its DROP, by any
+        instance): at most once every scratch.SWEEP_S per node; a view another instance may still use is kept."""
+        now = time.monotonic()
+        last = self._swept.get(node)
+        if last is not None and now - last < scratch.SWEEP_S:
+            return
+        self._swept[node] = now
+        timeout = self.runtime.backends.timeout_s
+        try:
+            listed = await conn.query(f"SHOW FULL TABLES LIKE '{scratch.LIKE}'", timeout)
+            stale = [n for row in (listed.results[0].rows if listed.results else [])
+                     if row[1] == b"VIEW" and scratch.stale(n := (row[0] or b"").decode("utf-8", "replace"))]
+            if stale:
+                await conn.query("DROP VIEW IF EXISTS " + ", ".join(_q(n) for n in stale), timeout)
+                log.info("stale scratch views dropped", node=node, views=stale)
+        except BackendError as e:   # the describing goes on; the next sweep tries again
+            log.warning("stale scratch views not swept", node=node, error=e.message)
 
     def _nowhere(self, schema: str, name: str) -> bool:
         """A name no shardingNode can hold: not configured, in a schema without a default node."""
@@ -433,6 +465,7 @@ class ViewService:
         if granted and schema not in session.schemas:
             raise DbAccessDenied(f"Access denied for user '{session.user}'@'{session.peer}' to database '{schema}'")
         name = parts[-1].lower()
+        scratch.refuse(name)   # pydble's own, never a view's name
         if word and session.grants is not None:
             session.grants.check(((word, ALL, schema, name),))
         return schema, name
@@ -688,36 +721,36 @@ class ViewService:
         if "TABLE_SCHEMA" not in names:
             return []
         si, ti = names.index("TABLE_SCHEMA"), names.index("TABLE_NAME")
-        per_node: dict[str, list[tuple[str, str, str | None]]] = {}   # node -> (view, name there, its SELECT)
+        per_node: dict[str, list[tuple[str, str | None]]] = {}   # node -> (view, its SELECT there; None: pushed)
         for v in views:
             if v.node is not None:
-                per_node.setdefault(v.node, []).append((v.name, v.name, None))
+                per_node.setdefault(v.node, []).append((v.name, None))
                 continue
             try:
                 plan = self.runtime.router.route(f"SELECT * FROM {_q(schema)}.{_q(v.name)}", schema)
             except ProxyError:
                 continue   # a view whose tables are gone has no columns to list
-            t = plan.targets[0]
-            per_node.setdefault(t.node, []).append((v.name, f"_pydble_desc_{uuid.uuid4().hex[:16]}", t.sql))
+            per_node.setdefault(plan.targets[0].node, []).append((v.name, plan.targets[0].sql))
         backends = self.runtime.backends
         out: list[list[bytes | None]] = []
         for node, items in per_node.items():
             db = backends.database_of(node).replace("\\", "\\\\").replace("'", "''")
-            made = [n for _, n, sql in items if sql is not None]
-            stmts = [f"CREATE VIEW {_q(n)} AS {sql}" for _, n, sql in items if sql is not None]
-            listed = ", ".join("'" + n.replace("'", "''") + "'" for _, n, _ in items)
-            stmts.append(f"SELECT * FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = '{db}' AND TABLE_NAME IN "
-                         f"({listed}) ORDER BY TABLE_NAME, ORDINAL_POSITION")
-            async def ask(conn: Any, stmts: list[str] = stmts, made: list[str] = made) -> Any:
-                if conn.vars or not conn.autocommit:
-                    await conn.reset(backends.timeout_s)
-                sc = await conn.query(";".join(stmts), backends.timeout_s)
-                if made:
-                    await conn.query("DROP VIEW IF EXISTS " + ", ".join(_q(n) for n in made), backends.timeout_s)
-                return sc
+            real: dict[str, str] = {}   # the name a view's columns are listed under there -> the view
+
+            async def ask(conn: Any, make: Callable[[], str], items: list[tuple[str, str | None]] = items,
+                          real: dict[str, str] = real) -> Any:
+                stmts = []
+                for view, sql in items:
+                    there = view if sql is None else make()
+                    real[there] = view
+                    if sql is not None:
+                        stmts.append(f"CREATE VIEW {_q(there)} AS {sql}")
+                listed = ", ".join("'" + n.replace("'", "''") + "'" for n in real)
+                stmts.append(f"SELECT * FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = '{db}' AND TABLE_NAME "
+                             f"IN ({listed}) ORDER BY TABLE_NAME, ORDINAL_POSITION")
+                return await conn.query(";".join(stmts), backends.timeout_s)
 
             sc = await self._ask_node(node, flags, ask)
-            real = {n: view for view, n, _ in items}
             rows = sc.results[-1].rows if sc.results and sc.results[-1].columns else []
             for row in rows:
                 r = list(row)
