@@ -193,6 +193,34 @@ def test_set_transaction_before_a_statement_outside_a_transaction_is_refused(dir
     assert one(px, "SELECT SUM(v) FROM sharding_4_t1") == 0
 
 
+@pytest.mark.parametrize("autocommit", [1, 0])
+def test_statements_naming_no_table_leave_set_transaction_for_the_next_one(four_rows, autocommit: int) -> None:
+    """MariaDB opens no transaction for SELECT, DO, SET naming no table or SHOW: SET TRANSACTION READ ONLY is
+    still there for the transaction after them (was: pydble refused each with 1235)."""
+    read_only = (1792, "Cannot execute statement in a READ ONLY transaction")
+    answers = []
+    for conn, name in zip(four_rows, ("sharding_4_t1", "h1_plain")):
+        with conn.cursor() as cur:
+            cur.execute(f"SET autocommit = {autocommit}")
+            cur.execute("SET TRANSACTION READ ONLY")
+            got = [_rows(conn, "SELECT 1 + 1, CONCAT('a', 'b') AS c")]
+            cur.execute("SET @h1_x = 5, @h1_y = @h1_x * 2")
+            cur.execute("DO @h1_x + 1")
+            got.append(_rows(conn, "SELECT @h1_x, @h1_y"))
+            got.append(sorted(r[0] for r in _rows(conn, "SHOW TABLES") if r[0] == name))
+            got.append(_rows(conn, "SHOW VARIABLES LIKE 'tx_read_only'"))
+            answers.append(got)
+            if conn is four_rows[0]:   # one that would open a transaction on a node: still refused
+                assert error(conn, "DO (SELECT 1 FROM sharding_4_t1 LIMIT 1)")[0] == 1235
+            cur.execute("START TRANSACTION")
+            assert error(conn, f"INSERT INTO {name} VALUES (9, 0)") == read_only, conn
+            cur.execute("ROLLBACK")
+            cur.execute(f"INSERT INTO {name} VALUES (9, 0)")   # used up by that transaction
+            cur.execute("COMMIT")
+        assert one(conn, f"SELECT COUNT(*) FROM {name}") == 5
+    assert answers[0][:2] == answers[1][:2] and answers[0][3] == answers[1][3]
+
+
 def test_start_transaction_modes_give_the_transaction_its_access_mode(plain_rows) -> None:
     """START TRANSACTION READ ONLY / READ WRITE: the transaction's own mode, over SET TRANSACTION's for the
     next one and the session's (was dropped: a READ ONLY transaction wrote, a READ WRITE one could not)."""
