@@ -37,8 +37,10 @@ log = structlog.get_logger("pydble.executor")
 
 STMT_SAVEPOINT = "`pydble_statement`"   # taken with each write on several nodes inside a transaction
 
-WARNING_COLUMNS = (ColumnDef("Level", C.T_VAR_STRING, 45, 28), ColumnDef("Code", C.T_LONG, 63, 4, 0xA1),
-                   ColumnDef("Message", C.T_VAR_STRING, 45, 2048))
+# as MariaDB describes them: NOT NULL, the strings with decimals 39 (NOT_FIXED_DEC)
+WARNING_COLUMNS = (ColumnDef("Level", C.T_VAR_STRING, 45, 28, C.NOT_NULL_FLAG, 39),
+                   ColumnDef("Code", C.T_LONG, 63, 4, 0xA1),
+                   ColumnDef("Message", C.T_VAR_STRING, 45, 2048, C.NOT_NULL_FLAG, 39))
 
 
 _SHOW_LIMIT = re.compile(r"\bLIMIT\s+(\d+)(?:\s*,\s*(\d+))?\s*;?\s*$", re.I)

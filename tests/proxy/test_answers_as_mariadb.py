@@ -809,3 +809,16 @@ def _run_all(conn: Any, *statements: str) -> None:
     with conn.cursor() as cur:
         for sql in statements:
             cur.execute(sql)
+
+
+# -- warnings ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("show", ["SHOW WARNINGS", "SHOW ERRORS", "SHOW WARNINGS LIMIT 1"])
+def test_show_warnings_columns_are_described_as_mariadb_describes_them(pair, show: str) -> None:
+    """Level and Message NOT NULL with decimals 39, as MariaDB sends them (was: nullable, decimals 0, so a
+    driver reported them nullable)."""
+    px, ref = pair
+    for conn in pair:
+        one(conn, "SELECT 1 / 0")
+    assert fields(px, show) == fields(ref, show)
+    assert _rows(px, show) == _rows(ref, show)
