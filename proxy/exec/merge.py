@@ -13,6 +13,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from decimal import Context, Decimal, InvalidOperation
+from fractions import Fraction
 from itertools import chain, islice
 from typing import Any
 
@@ -37,7 +38,7 @@ from proxy.plan.mergeplan import (ANY, ARITH, AVG, BIT_AND, BIT_OR, BIT_XOR, COU
                         HavingTerm, MergePlan)
 from proxy.wire.numfmt import format_double
 from proxy.wire.messages import ColumnDef, ResultSet, decode_text_row
-from proxy.exec.variance import add_moments, moment_columns, variance_result
+from proxy.exec.variance import NOT_FIXED_DEC, add_moments, format_fixed, moment_columns, on_a_tie, variance_result
 
 Row = list[bytes | None]
 
@@ -325,7 +326,11 @@ class _AggRuntime:
             if acc.v is None or acc.n == 0:
                 return None
             if self.sum_kind == K_FLOAT:
-                return format_double(acc.v / acc.n)
+                if self.decimals < NOT_FIXED_DEC and on_a_tie(Fraction(acc.v) / acc.n, self.decimals):
+                    raise NotSupported(f"AVG across shardingNodes is not supported here: its value falls halfway "
+                                       f"between two numbers of {self.decimals} decimals, where MariaDB's last "
+                                       f"digit depends on the rounding errors of its double arithmetic")
+                return format_fixed(acc.v / acc.n, self.decimals)
             return format_decimal(avg_decimal(Decimal(acc.v), acc.n, self.scale))
         if f in (MIN, MAX):
             return None if acc.v is None else acc.v[1]
@@ -448,6 +453,8 @@ def _resolve(plan: MergePlan, columns: list[ColumnDef], collated: dict[int, int]
                          tuple(value_key(columns[c], kinds[c]) for c in dcols), sum_kind,
                          scale, value_key(columns[col], kinds[col]), a.separator, moments,
                          columns[col].decimals)
+        if a.func == AVG:   # printed with the decimals of the nodes' own AVG(x), when the plan selects it
+            rt.decimals = NOT_FIXED_DEC if a.avg_column is None else columns[_abs(a.avg_column, width)].decimals
         if a.func == ARITH:
             rt.program = _absolute_program(a.program, width, columns)
             rt.out_type = columns[col]
@@ -487,7 +494,9 @@ def merged_columns(plan: MergePlan, columns: list[ColumnDef]) -> list[ColumnDef]
         col = _abs(a.column, width)
         c = out[col]
         name = a.name or c.name
-        if c.type in FLOAT_TYPES:
+        if a.avg_column is not None:   # the nodes' own AVG(x): typed as MariaDB types it over all rows
+            out[col] = out[_abs(a.avg_column, width)].renamed(name)
+        elif c.type in FLOAT_TYPES:
             out[col] = c.renamed(name, type=T_DOUBLE, decimals=31)
         else:
             scale = min(c.decimals + 4, MAX_SCALE)

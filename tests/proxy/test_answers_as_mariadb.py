@@ -822,3 +822,27 @@ def test_show_warnings_columns_are_described_as_mariadb_describes_them(pair, sho
         one(conn, "SELECT 1 / 0")
     assert fields(px, show) == fields(ref, show)
     assert _rows(px, show) == _rows(ref, show)
+
+
+# -- AVG over several nodes ----------------------------------------------------------------------------
+
+def test_avg_over_nodes_is_typed_and_printed_as_mariadb(proxy, backends) -> None:
+    """AVG of INT, DECIMAL, DOUBLE(M,D), FLOAT and CHAR merged over four nodes: the column definitions
+    (length, flags, decimals) and the text of each value are MariaDB's (was: lengths from the SUM's,
+    e.g. 37 for 16, flags without BINARY, and DOUBLE(10,3)'s AVG printed '3.25' for '3.2500000')."""
+    backends[0].create_databases(REF_DB)
+    px, ref = proxy.connect(conv={}), backends[0].connect(REF_DB, conv={})   # values as the server's text
+    sql = ("SELECT id % 2 AS k, AVG(v), AVG(dc), AVG(d) AS m, AVG(f), AVG(c), AVG(DISTINCT v) FROM {t} "
+           "GROUP BY k ORDER BY k")
+    try:
+        for conn, name in ((px, "sharding_4_t1"), (ref, "h1_plain")):
+            _run_all(conn, f"DROP TABLE IF EXISTS {name}",
+                     f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT, dc DECIMAL(6,2), d DOUBLE(10,3), f FLOAT, "
+                     f"c CHAR(2))",
+                     f"INSERT INTO {name} VALUES (1, 1, 1.5, 1, 1.5, '1'), (2, 2, 2.25, 2.5, 2.25, '2'), "
+                     f"(3, 3, 3.13, 3.125, 3.125, '3'), (4, 4, 4, 4, 4, '4'), (5, 7, 0.01, 0.5, 7, '5')")
+        assert fields(px, sql.format(t="sharding_4_t1")) == fields(ref, sql.format(t="h1_plain"))
+        assert _rows(px, sql.format(t="sharding_4_t1")) == _rows(ref, sql.format(t="h1_plain"))
+    finally:
+        for conn in (px, ref):
+            conn.close()
