@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence
 from meta.errors import NotSupported, ProxyError
 
 from proxy.wire import constants as C
-from proxy.wire.messages import ColumnDef, ErrInfo, ResultSet
-from proxy.wire.packets import com_query
+from proxy.wire.messages import ColumnDef, ErrInfo, OkInfo, ResultSet
+from proxy.wire.packets import com_query, read_lenenc_str
+from proxy.plan.sqltok import tokenize
 from proxy.exec.scatter_relay import relay_concat, streamable
 from proxy.exec.xa import refuse_implicit_commit
 
@@ -347,7 +348,47 @@ async def _answer(ctx: ExecContext, plan: Plan, scanners: list[ResponseScanner],
         first = scanners[0].results[0]
         r.resultset(first, status, more, scanners[0].warnings)
         return
-    r.ok(status, affected, last_id, warnings, more=more)
+    found_rows = bool(ctx.session.format_flags & C.FOUND_ROWS)
+    r.ok(status, affected, last_id, warnings, info=_write_info(plan, scanners, oks, found_rows), more=more)
+
+
+_INFO = re.compile(rb"^(Records|Rows matched): ([0-9]+)  (Duplicates|Changed): ([0-9]+)  Warnings: [0-9]+$")
+
+
+def _write_info(plan: Plan, scanners: list[ResponseScanner], oks: list[OkInfo], found_rows: bool) -> bytes:
+    """The info of the OK as one MariaDB words it for the whole statement: a multi-row INSERT's or
+    REPLACE's 'Records: .. Duplicates: .. Warnings: ..', an UPDATE's 'Rows matched: .. Changed: ..
+    Warnings: ..', summed over the nodes' (b'': none, or one pydble cannot count). found_rows: the
+    client's CLIENT_FOUND_ROWS, under which an unchanged duplicate counts as an affected row."""
+    if len(oks) == 1:
+        return read_lenenc_str(oks[0].info, 0)[0] or b"" if oks[0].info else b""
+    found = [_INFO.match(read_lenenc_str(ok.info, 0)[0] or b"") if ok.info else None for ok in oks]
+    warnings = sum(ok.warnings for ok in oks)
+    if plan.row_groups is None or len(plan.row_groups) != len(scanners) or len(oks) != len(scanners):
+        if not all(m is not None and m.group(1) == b"Rows matched" for m in found):
+            return b""
+        return b"Rows matched: %d  Changed: %d  Warnings: %d" % (
+            sum(int(m.group(2)) for m in found), sum(int(m.group(4)) for m in found), warnings)  # type: ignore
+    if sum(len(g) for g in plan.row_groups) < 2:
+        return b""   # MariaDB words no info for one row
+    words = {t[1].upper() for t in tokenize(plan.targets[0].sql) if t[0] == "w"}
+    ignore = "IGNORE" in words   # MariaDB counts then the rows not written (records - copied), else
+    unsure = found_rows and "DUPLICATE" in words   # those deleted or updated (deleted + updated)
+    records = duplicates = 0
+    for m, ok, group in zip(found, oks, plan.row_groups):
+        if m is not None and m.group(1) == b"Records":
+            records, duplicates = records + int(m.group(2)), duplicates + int(m.group(4))
+        elif len(group) == 1:   # a node's one row: told by the rows it affected
+            records += 1
+            if unsure and ok.affected_rows == 1:
+                return b""   # inserted, or a duplicate left unchanged (counted as found): unknown
+            if ignore:
+                duplicates += ok.affected_rows == 0   # skipped, or a duplicate left unchanged
+            elif ok.affected_rows > 1:   # ODKU changed a duplicate (2), REPLACE deleted n - 1
+                duplicates += ok.affected_rows - 1
+        else:
+            return b""
+    return b"Records: %d  Duplicates: %d  Warnings: %d" % (records, duplicates, warnings)
 
 
 def _returned_in_order(order: tuple[tuple[int, ...], ...], scanners: list[ResponseScanner]) -> ResultSet:

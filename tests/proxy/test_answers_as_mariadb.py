@@ -846,3 +846,46 @@ def test_avg_over_nodes_is_typed_and_printed_as_mariadb(proxy, backends) -> None
     finally:
         for conn in (px, ref):
             conn.close()
+
+
+# -- the info of a write over several nodes --------------------------------------------------------------
+
+_WRITES = ["INSERT INTO {t} VALUES (1, 1, 'a'), (2, 2, 'b'), (3, 3, 'c'), (4, 4, 'd')",
+           "INSERT INTO {t} VALUES (5, 1, 'abcd'), (6, 2, 'b')",                        # a warning
+           "INSERT IGNORE INTO {t} VALUES (1, 1, 'a'), (5, 2, 'b'), (7, 3, 'c'), (9, 4, 'd')",
+           "INSERT INTO {t} VALUES (1, 1, 'a'), (2, 20, 'b'), (10, 3, 'c'), (14, 3, 'c') "
+           "ON DUPLICATE KEY UPDATE v = VALUES(v)",
+           "INSERT IGNORE INTO {t} VALUES (1, 1, 'a'), (2, 25, 'b'), (15, 3, 'c') ON DUPLICATE KEY UPDATE v = VALUES(v)",
+           "REPLACE INTO {t} VALUES (1, 100, 'a'), (2, 20, 'b'), (12, 3, 'c'), (16, 3, 'c')",
+           "INSERT INTO {t} VALUES (31, 1, 'a')",
+           "UPDATE {t} SET v = 2 WHERE id < 5",
+           "UPDATE IGNORE {t} SET s = 'toolong' WHERE id < 3",
+           "DELETE FROM {t} WHERE id > 20"]
+
+
+@pytest.mark.parametrize("found_rows", [False, True])
+def test_info_of_a_write_over_several_nodes_is_mariadbs(proxy, backends, found_rows: bool) -> None:
+    """'Records: 4  Duplicates: 1  Warnings: 0' of a multi-row INSERT / REPLACE / ODKU and 'Rows matched: ..
+    Changed: ..  Warnings: ..' of an UPDATE, as one MariaDB words them for the whole statement (was: none when
+    the statement ran on several nodes; the mysql CLI and drivers show it)."""
+    from pymysql.constants import CLIENT
+    backends[0].create_databases(REF_DB)
+    flag = {"client_flag": CLIENT.FOUND_ROWS} if found_rows else {}
+    px, ref = proxy.connect(**flag), backends[0].connect(REF_DB, **flag)
+    try:
+        for conn, name in ((px, "sharding_4_t1"), (ref, "h1_plain")):
+            _run_all(conn, "SET sql_mode = ''", f"DROP TABLE IF EXISTS {name}",
+                     f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT, s VARCHAR(3))")
+        for sql in _WRITES:
+            got, want = [], []
+            for conn, name, out in ((px, "sharding_4_t1", got), (ref, "h1_plain", want)):
+                with conn.cursor() as cur:
+                    cur.execute(sql.format(t=name))
+                    out.append((cur.rowcount, cur._result.message, cur._result.warning_count))
+            if found_rows and "DUPLICATE" in sql:   # an unchanged duplicate is one affected row, as an
+                assert got[0][::2] == want[0][::2] and got[0][1] in (want[0][1], b""), sql   # inserted one
+                continue
+            assert got == want, sql
+    finally:
+        for conn in (px, ref):
+            conn.close()
