@@ -104,6 +104,7 @@ class Executor:
         self.pinned: dict[str, BackendConnection] = {}
         self.streaming: set[BackendConnection] = set()
         self.gathering: set[BackendConnection] = set()   # running a statement whose answers pydble collects (_run_on)
+        self.node_warnings: list[list[tuple[str, int, str]]] = []   # keep_warnings': each node's, in its order
         self.last_node: str | None = None
         self.savepoints: list[str] = []   # of the open transaction, oldest first (lower-cased names)
         self.broken_txn: str | None = None  # why the open transaction can only be rolled back now
@@ -895,7 +896,9 @@ class Executor:
         for it (copies: the first node's only), fetched with SHOW WARNINGS where the count says there are
         some; SHOW WARNINGS, SHOW COUNT(*) WARNINGS and @@warning_count answer them next."""
         found: list[tuple[str, int, str]] = []
+        self.node_warnings = []
         for conn, sc in done[:1] if copies else done:
+            self.node_warnings.append([])
             if not isinstance(sc, ResponseScanner):
                 continue
             if sc.warnings and not conn.broken:
@@ -910,9 +913,10 @@ class Executor:
                         text = bytes(msg or b"").decode("utf-8", "surrogateescape")
                         if conn.names is not None:  # messages name the logical schema, as ERR packets do
                             text = conn.names.text(text)
-                        found.append((bytes(lv or b"").decode(), int(code or 0), text))
+                        self.node_warnings[-1].append((bytes(lv or b"").decode(), int(code or 0), text))
             elif sc.error is not None:
-                found.append(("Error", sc.error.code, sc.error.message))
+                self.node_warnings[-1].append(("Error", sc.error.code, sc.error.message))
+            found += self.node_warnings[-1]
         if found:
             self.session.warnings = found
 

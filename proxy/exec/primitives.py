@@ -306,6 +306,8 @@ async def _answer(ctx: ExecContext, plan: Plan, scanners: list[ResponseScanner],
                   more: bool) -> None:
     """One answer from several nodes' answers: the first error, the merged rows, or the summed OKs."""
     failed = [(i, sc.error) for i, sc in enumerate(scanners) if sc.error is not None]
+    if plan.row_groups and len(ctx.node_warnings) == len(plan.row_groups) == len(scanners):
+        ctx.session.warnings = split_insert_warnings(ctx.node_warnings, plan.row_groups)
     if failed:
         r.err_info(_first_failed_row(failed, plan.row_groups) if plan.row_groups else failed[0][1])
         return
@@ -418,6 +420,34 @@ def _returned_by_copies(plan: Plan, scanners: list[ResponseScanner]) -> ResultSe
 
 
 _AT_ROW = re.compile(r" at row ([0-9]+)$")
+
+
+def split_insert_warnings(nodes: list[list[tuple[str, int, str]]], groups: tuple[Sequence[int], ...]
+                          ) -> list[tuple[str, int, str]]:
+    """The warnings of an INSERT split over nodes as one MariaDB lists them: '... at row N' counted over the
+    whole statement, in the order of its rows, none after the row whose error ended it. A warning naming
+    no row (a duplicate under IGNORE) keeps its node's place: the order is then the nodes' one after the
+    other (exact when one node has warnings)."""
+    rows: list[tuple[int, int, int, tuple[str, int, str]]] = []   # (row, node, place, warning)
+    ordered = True
+    for i, warnings in enumerate(nodes):
+        for k, (level, code, msg) in enumerate(warnings):
+            m = _AT_ROW.search(msg)
+            if m is None or not 0 < int(m.group(1)) <= len(groups[i]):
+                ordered = False
+                rows.append((-1, i, k, (level, code, msg)))
+                continue
+            row = groups[i][int(m.group(1)) - 1] + 1
+            rows.append((row, i, k, (level, code, msg[:m.start()] + f" at row {row}")))
+    if not ordered:
+        return [w for _, _, _, w in rows]
+    rows.sort(key=lambda x: x[0])   # stable: one row's warnings are its node's, in its order
+    out: list[tuple[str, int, str]] = []
+    for _, _, _, w in rows:
+        out.append(w)
+        if w[0] == "Error":
+            break   # MariaDB stops at the first failing row
+    return out
 
 
 def _first_failed_row(failed: list[tuple[int, ErrInfo]], groups: tuple[Sequence[int], ...]) -> ErrInfo:

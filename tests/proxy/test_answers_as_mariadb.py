@@ -889,3 +889,24 @@ def test_info_of_a_write_over_several_nodes_is_mariadbs(proxy, backends, found_r
     finally:
         for conn in (px, ref):
             conn.close()
+
+
+@pytest.mark.parametrize("mode", ["", "STRICT_ALL_TABLES"])
+def test_warnings_of_an_insert_split_over_nodes_are_mariadbs(four_rows, mode: str) -> None:
+    """SHOW WARNINGS after a multi-row INSERT over four nodes: '... at row N' counted over the statement and in
+    its order; after one that failed, only the error of the row that ended it (was: each node's own row
+    numbers, node after node, and every failing node's error)."""
+    sql = ("INSERT INTO {t} VALUES (11, 1), (12, 22222222222), (13, 3), (14, 44444444444), (15, 'x'), "
+           "(16, 6)")
+    got = []
+    for conn, name in zip(four_rows, ("sharding_4_t1", "h1_plain")):
+        _run_all(conn, f"SET sql_mode = '{mode}'")
+        with conn.cursor() as cur:
+            try:
+                cur.execute(sql.format(t=name))
+            except pymysql.MySQLError as e:
+                got.append(("error", e.args[0], e.args[1]))
+        got.append([tuple(w) for w in _rows(conn, "SHOW WARNINGS")])
+        got.append(one(conn, "SELECT @@warning_count"))
+    half = len(got) // 2
+    assert repr(got[:half]).replace("schema1", REF_DB).replace("sharding_4_t1", "h1_plain") == repr(got[half:])
