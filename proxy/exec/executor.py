@@ -828,12 +828,7 @@ class Executor:
 
     def _global_only(self, plan: Plan) -> bool:
         """True when every table a write touches is a global table (one copy per node)."""
-        cfg = self.runtime.config
-        for schema, table in plan.tables:
-            t = cfg.table(schema, table)
-            if t is None or t.type != "global":
-                return False
-        return bool(plan.tables)
+        return self.runtime.config.all_global(plan.tables)
 
     async def run_everywhere(self, targets: list[tuple[str, str]]) -> list[ResponseScanner]:
         """Run SQL on the given nodes outside any transaction (DDL); answers are collected."""

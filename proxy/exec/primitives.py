@@ -354,9 +354,6 @@ async def _answer(ctx: ExecContext, plan: Plan, scanners: list[ResponseScanner],
     r.ok(status, affected, last_id, warnings, info=_write_info(plan, scanners, oks, found_rows), more=more)
 
 
-_INFO = re.compile(rb"^(Records|Rows matched): ([0-9]+)  (Duplicates|Changed): ([0-9]+)  Warnings: [0-9]+$")
-
-
 def _write_info(plan: Plan, scanners: list[ResponseScanner], oks: list[OkInfo], found_rows: bool) -> bytes:
     """The info of the OK as one MariaDB words it for the whole statement: a multi-row INSERT's or
     REPLACE's 'Records: .. Duplicates: .. Warnings: ..', an UPDATE's 'Rows matched: .. Changed: ..
@@ -364,13 +361,13 @@ def _write_info(plan: Plan, scanners: list[ResponseScanner], oks: list[OkInfo], 
     client's CLIENT_FOUND_ROWS, under which an unchanged duplicate counts as an affected row."""
     if len(oks) == 1:
         return read_lenenc_str(oks[0].info, 0)[0] or b"" if oks[0].info else b""
-    found = [_INFO.match(read_lenenc_str(ok.info, 0)[0] or b"") if ok.info else None for ok in oks]
+    found = [ok.counts() for ok in oks]
     warnings = sum(ok.warnings for ok in oks)
     if plan.row_groups is None or len(plan.row_groups) != len(scanners) or len(oks) != len(scanners):
-        if not all(m is not None and m.group(1) == b"Rows matched" for m in found):
+        if not all(c is not None and c[0] == b"Rows matched" for c in found):
             return b""
         return b"Rows matched: %d  Changed: %d  Warnings: %d" % (
-            sum(int(m.group(2)) for m in found), sum(int(m.group(4)) for m in found), warnings)  # type: ignore
+            sum(c[1] for c in found), sum(c[2] for c in found), warnings)  # type: ignore[index]
     if sum(len(g) for g in plan.row_groups) < 2:
         return b""   # MariaDB words no info for one row
     words = {t[1].upper() for t in tokenize(plan.targets[0].sql) if t[0] == "w"}
@@ -378,8 +375,8 @@ def _write_info(plan: Plan, scanners: list[ResponseScanner], oks: list[OkInfo], 
     unsure = found_rows and "DUPLICATE" in words   # those deleted or updated (deleted + updated)
     records = duplicates = 0
     for m, ok, group in zip(found, oks, plan.row_groups):
-        if m is not None and m.group(1) == b"Records":
-            records, duplicates = records + int(m.group(2)), duplicates + int(m.group(4))
+        if m is not None and m[0] == b"Records":
+            records, duplicates = records + m[1], duplicates + m[2]
         elif len(group) == 1:   # a node's one row: told by the rows it affected
             records += 1
             if unsure and ok.affected_rows == 1:

@@ -910,3 +910,24 @@ def test_warnings_of_an_insert_split_over_nodes_are_mariadbs(four_rows, mode: st
         got.append(one(conn, "SELECT @@warning_count"))
     half = len(got) // 2
     assert repr(got[:half]).replace("schema1", REF_DB).replace("sharding_4_t1", "h1_plain") == repr(got[half:])
+
+
+_DDLS = ["DROP TABLE IF EXISTS {t}_nope", "DROP TABLE IF EXISTS h4_nope1, {t}_nope",
+         "CREATE TABLE IF NOT EXISTS {t} (id INT)", "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS v INT",
+         "ALTER TABLE {t} ADD COLUMN w INT", "ALTER TABLE {t} MODIFY COLUMN w BIGINT",
+         "CREATE INDEX IF NOT EXISTS iv ON {t} (v)", "CREATE INDEX IF NOT EXISTS iv ON {t} (v)",
+         "DROP INDEX IF EXISTS ix ON {t}"]
+
+
+def test_ddl_over_nodes_answers_mariadbs_ok_and_notes(four_rows) -> None:
+    """A DDL on a sharding table's four nodes answers as one MariaDB: ALTER's copied rows and 'Records: ..
+    Duplicates: ..  Warnings: ..', and the notes of IF [NOT] EXISTS in SHOW WARNINGS (was: a bare OK, no
+    warnings: 'Unknown table' of DROP TABLE IF EXISTS, 'Duplicate column name' ... were lost)."""
+    for ddl in _DDLS:
+        got = []
+        for conn, name in zip(four_rows, ("sharding_4_t1", "h1_plain")):
+            with conn.cursor() as cur:
+                cur.execute(ddl.format(t=name))
+                got.append((cur.rowcount, cur._result.message, cur._result.warning_count,
+                            [tuple(w) for w in _rows(conn, "SHOW WARNINGS")], one(conn, "SELECT ROW_COUNT()")))
+        assert repr(got[0]).replace("schema1", REF_DB).replace("sharding_4_t1", "h1_plain") == repr(got[1]), ddl
