@@ -28,6 +28,7 @@ from proxy.ddl.ddl_repair import refuse_on_differing
 from proxy.wire import constants as C
 from proxy.wire.messages import ErrInfo, OkInfo
 from proxy.wire.packets import frame
+from proxy.plan.sqltok import tokenize
 
 if TYPE_CHECKING:
     from proxy.backends.backend import BackendConnection
@@ -556,6 +557,9 @@ class DdlRunner:
                 raise ProxyError(f"the DDL was not run: {work.stopped}")
             conn = work.conns[i]
             tables = wanted.get(node) if _prints_plainly(conn) else None
+            toks = tokenize(sql)
+            if toks and toks[-1][:2] == ("o", ";"):   # the client's own end: no empty statement after it
+                sql = sql[:toks[-1][2]]
             # a new line first: a trailing "-- comment" in the DDL must not swallow what follows
             sql += f"\n/* {work.marker} */\n;SHOW WARNINGS"   # its notes, for the client's OK
             if tables:

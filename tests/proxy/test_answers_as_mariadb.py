@@ -913,7 +913,7 @@ def test_warnings_of_an_insert_split_over_nodes_are_mariadbs(four_rows, mode: st
 
 
 _DDLS = ["DROP TABLE IF EXISTS {t}_nope", "DROP TABLE IF EXISTS h4_nope1, {t}_nope",
-         "CREATE TABLE IF NOT EXISTS {t} (id INT)", "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS v INT",
+         "CREATE TABLE IF NOT EXISTS {t} (id INT)", "CREATE TABLE IF NOT EXISTS {t} (id INT) ; -- the client's end", "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS v INT",
          "ALTER TABLE {t} ADD COLUMN w INT", "ALTER TABLE {t} MODIFY COLUMN w BIGINT",
          "CREATE INDEX IF NOT EXISTS iv ON {t} (v)", "CREATE INDEX IF NOT EXISTS iv ON {t} (v)",
          "DROP INDEX IF EXISTS ix ON {t}"]
