@@ -13,7 +13,6 @@ import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from decimal import Context, Decimal, InvalidOperation
-from fractions import Fraction
 from itertools import chain, islice
 from typing import Any
 
@@ -38,7 +37,7 @@ from proxy.plan.mergeplan import (ANY, ARITH, AVG, BIT_AND, BIT_OR, BIT_XOR, COU
                         HavingTerm, MergePlan)
 from proxy.wire.numfmt import format_double
 from proxy.wire.messages import ColumnDef, ResultSet, decode_text_row
-from proxy.exec.variance import NOT_FIXED_DEC, add_moments, format_fixed, moment_columns, on_a_tie, variance_result
+from proxy.exec.variance import add_moments, moment_columns, variance_result
 
 Row = list[bytes | None]
 
@@ -325,12 +324,6 @@ class _AggRuntime:
         if f == AVG:
             if acc.v is None or acc.n == 0:
                 return None
-            if self.sum_kind == K_FLOAT:
-                if self.decimals < NOT_FIXED_DEC and on_a_tie(Fraction(acc.v) / acc.n, self.decimals):
-                    raise NotSupported(f"AVG across shardingNodes is not supported here: its value falls halfway "
-                                       f"between two numbers of {self.decimals} decimals, where MariaDB's last "
-                                       f"digit depends on the rounding errors of its double arithmetic")
-                return format_fixed(acc.v / acc.n, self.decimals)
             return format_decimal(avg_decimal(Decimal(acc.v), acc.n, self.scale))
         if f in (MIN, MAX):
             return None if acc.v is None else acc.v[1]
@@ -445,6 +438,9 @@ def _resolve(plan: MergePlan, columns: list[ColumnDef], collated: dict[int, int]
         sum_kind = kinds[col] if kinds[col] in (K_INT, K_DEC, K_FLOAT) else K_DEC
         if columns[col].type in FLOAT_TYPES:
             sum_kind = K_FLOAT
+        if sum_kind == K_FLOAT and a.func in (SUM, AVG):
+            raise NotSupported(f"{a.func} of a floating-point value cannot be merged across shardingNodes exactly: "
+                               f"MariaDB adds the doubles row by row in its own order, and the digits depend on it")
         scale = min(columns[col].decimals + 4, MAX_SCALE) if sum_kind != K_FLOAT else 0
         moments = None
         if a.func in VARIANCES:
@@ -453,8 +449,6 @@ def _resolve(plan: MergePlan, columns: list[ColumnDef], collated: dict[int, int]
                          tuple(value_key(columns[c], kinds[c]) for c in dcols), sum_kind,
                          scale, value_key(columns[col], kinds[col]), a.separator, moments,
                          columns[col].decimals)
-        if a.func == AVG:   # printed with the decimals of the nodes' own AVG(x), when the plan selects it
-            rt.decimals = NOT_FIXED_DEC if a.avg_column is None else columns[_abs(a.avg_column, width)].decimals
         if a.func == ARITH:
             rt.program = _absolute_program(a.program, width, columns)
             rt.out_type = columns[col]

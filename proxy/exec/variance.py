@@ -69,14 +69,14 @@ def variance_result(func: str, acc: Any, decimals: int) -> bytes | None:
         exact, x = Fraction(root), float(root)
     else:
         exact, x = var, float(var)
-    if decimals < NOT_FIXED_DEC and on_a_tie(exact, decimals):
+    if decimals < NOT_FIXED_DEC and _on_a_tie(exact, decimals):
         raise NotSupported(f"{func} across shardingNodes is not supported here: its value falls halfway between two "
                            f"numbers of {decimals} decimals, where MariaDB's last digit depends on the rounding "
                            f"errors of its row-by-row double arithmetic")
     return format_fixed(x, decimals)
 
 
-def on_a_tie(value: Fraction, decimals: int) -> bool:
+def _on_a_tie(value: Fraction, decimals: int) -> bool:
     """True when value is halfway (within far more than a double's error) between two numbers printed with
     `decimals` decimals: MariaDB's Welford sum, a few ulps off, may print either."""
     scaled = abs(value) * 10 ** decimals

@@ -931,3 +931,23 @@ def test_ddl_over_nodes_answers_mariadbs_ok_and_notes(four_rows) -> None:
                 got.append((cur.rowcount, cur._result.message, cur._result.warning_count,
                             [tuple(w) for w in _rows(conn, "SHOW WARNINGS")], one(conn, "SELECT ROW_COUNT()")))
         assert repr(got[0]).replace("schema1", REF_DB).replace("sharding_4_t1", "h1_plain") == repr(got[1]), ddl
+
+
+def test_sum_and_avg_of_doubles_over_nodes_are_mariadbs(proxy, backends) -> None:
+    """MariaDB adds doubles row by row in its order; the nodes' partial sums added in another order give
+    other digits ('12' for '11.600000000000001'): pydble answers them over copies of the rows instead of
+    merging (was: the merged, wrong digits)."""
+    backends[0].create_databases(REF_DB)
+    px, ref = proxy.connect(conv={}), backends[0].connect(REF_DB, conv={})   # the digits as the server's text
+    values = [0.1, 0.2, 0.3, 0.7, 1e16, 1.0, -1e16, 0.1, 0.3, 0.6, 1.1, 2.2, 3.3]
+    rows = ", ".join(f"({i}, {v!r}, '{v!r}')" for i, v in enumerate(values, start=1))
+    try:
+        for conn, name in ((px, "sharding_4_t1"), (ref, "h1_plain")):
+            _run_all(conn, f"DROP TABLE IF EXISTS {name}", f"CREATE TABLE {name} (id INT PRIMARY KEY, g DOUBLE, "
+                     f"s VARCHAR(30))", f"INSERT INTO {name} VALUES {rows}")
+        for sql in ("SELECT SUM(g), AVG(g), SUM(s) FROM {t}", "SELECT SUM(g) FROM {t} WHERE id > 7",
+                    "SELECT id % 3 AS k, SUM(g), AVG(g) FROM {t} GROUP BY k ORDER BY k"):
+            assert _rows(px, sql.format(t="sharding_4_t1")) == _rows(ref, sql.format(t="h1_plain")), sql
+    finally:
+        for conn in (px, ref):
+            conn.close()
