@@ -224,6 +224,7 @@ _LOCAL_FUNCS = {
     "@@identity": "last_insert_id", "@@last_insert_id": "last_insert_id",
     "@@warning_count": "warning_count", "@@session.warning_count": "warning_count",
     "@@error_count": "error_count", "@@session.error_count": "error_count",
+    "@@in_transaction": "in_transaction", "@@session.in_transaction": "in_transaction",
 }
 # the integer probes' columns as MariaDB describes them (type, length, flags); a variable: BIGINT UNSIGNED NOT NULL
 _INT_COLUMNS = {"connection_id()": (T_LONG, 10, 0xA1), "last_insert_id()": (T_LONGLONG, 21, 0xA1)}

@@ -559,7 +559,7 @@ class Session:
         """Values for the locally answered probes."""
         return {"database": self.schema, "connection_id": self.conn_id, "last_insert_id": self.last_insert_id,
                 "user": f"{self.user}@{self.peer}", "version_comment": "pydble sharding proxy",
-                "warning_count": len(self.warnings),
+                "warning_count": len(self.warnings), "in_transaction": int(bool(self.status() & C.STATUS_IN_TRANS)),
                 "error_count": sum(1 for w in self.warnings if w[0] == "Error")}
 
     # -- commands -------------------------------------------------------------------------------
@@ -817,8 +817,8 @@ class Session:
                                "SELECT them")
         changes = local.parse_set(sql)
         if changes and changes[0].next_only:   # (SET TRANSACTION: its characteristics only)
-            if self.explicit_txn or self.executor.pinned:
-                raise TransactionInProgress()
+            if self.explicit_txn or self.executor.in_trans():   # (not a node kept for autocommit=0 that
+                raise TransactionInProgress()                  # has opened none: SELECT 1 opens none)
             self.next_txn.update((a.key, a.sql) for a in changes)
             return
         old_vars = dict(self.vars)

@@ -951,3 +951,28 @@ def test_sum_and_avg_of_doubles_over_nodes_are_mariadbs(proxy, backends) -> None
     finally:
         for conn in (px, ref):
             conn.close()
+
+
+def _answers(conn: Any, statements: list[str]) -> list[Any]:
+    """Each statement's rows, or its error code."""
+    out: list[Any] = []
+    for sql in statements:
+        try:
+            out.append(_rows(conn, sql))
+        except pymysql.MySQLError as e:
+            out.append(e.args[0])
+    return out
+
+
+def test_autocommit_off_opens_a_transaction_where_mariadb_does(four_rows) -> None:
+    """With autocommit=0 a statement naming no table opens no transaction: SET TRANSACTION is allowed
+    after it (was: 1568 as soon as a node was kept for the session), a read of a table opens one
+    (@@in_transaction 1, was 0: the node that answered it was not the transaction's), COMMIT ends it."""
+    statements = ["SET autocommit = 0", "SELECT 1", "SET TRANSACTION READ ONLY", "SELECT @@in_transaction",
+                  "SET TRANSACTION READ WRITE", "COMMIT", "SELECT COUNT(*) FROM {t} WHERE id = 1",
+                  "SELECT @@in_transaction, @@session.in_transaction", "SET TRANSACTION READ ONLY", "COMMIT",
+                  "SELECT COUNT(*) FROM {t}", "SELECT @@in_transaction", "SET TRANSACTION READ ONLY", "ROLLBACK",
+                  "SELECT @@in_transaction", "SET autocommit = 1"]
+    got = [_answers(conn, [s.format(t=name) for s in statements])
+           for conn, name in zip(four_rows, ("sharding_4_t1", "h1_plain"))]
+    assert got[0] == got[1]
