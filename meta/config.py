@@ -168,6 +168,17 @@ class Config:
         sc = self.schemas.get(schema)
         return sc.tables.get(name.lower()) if sc else None
 
+    def all_global(self, tables: Iterable[tuple[str, str]]) -> bool:
+        """Every (schema, table) is a global table (a copy on each of its nodes), and there is one: a write
+        or DDL on them counts one copy's rows."""
+        found = False
+        for schema, name in tables:
+            t = self.table(schema, name)
+            if t is None or t.type != "global":
+                return False
+            found = True
+        return found
+
     def home_node(self, schema: str | None) -> str | None:
         """Where statements that touch no table go: the schema's default node, else its first node,
         else any node (None only when there is no shardingNode at all)."""

@@ -285,6 +285,7 @@ class ExecContext(Protocol):
     user_locks: Any   # proxy.exec.user_locks.UserLocks
     temp: Any         # proxy.exec.temp_tables.TempTables: the session's temporary tables
     insert_id: int    # while an INSERT whose increment column pydble filled runs: its first value
+    node_warnings: list[list[tuple[str, int, str]]]   # keep_warnings': each node's, in its order
 
     async def _get(self, node: str) -> BackendConnection: ...
     def _done_with(self, node: str, conn: BackendConnection) -> None: ...

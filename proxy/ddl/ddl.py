@@ -26,8 +26,9 @@ from zk.records import MARKER_PREFIX
 from proxy.ddl.ddl_marker import ddl_running
 from proxy.ddl.ddl_repair import refuse_on_differing
 from proxy.wire import constants as C
-from proxy.wire.messages import ErrInfo
+from proxy.wire.messages import ErrInfo, OkInfo
 from proxy.wire.packets import frame
+from proxy.plan.sqltok import tokenize
 
 if TYPE_CHECKING:
     from proxy.backends.backend import BackendConnection
@@ -65,6 +66,33 @@ class NodeResult:
     node: str
     error: ErrInfo | None
     texts: dict[str, str | None] | None = None   # SHOW CREATE right after it; None: not read cleanly
+    ok: OkInfo | None = None                      # its OK, and the warnings it left (logical names)
+    warnings: list[tuple[str, int, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DdlAnswer:
+    """The OK of a DDL that succeeded everywhere, as one MariaDB answers it: the rows ALTER copied, its
+    'Records: ..  Duplicates: ..  Warnings: ..', and the notes (DROP TABLE IF EXISTS of a missing table)."""
+
+    affected_rows: int
+    info: bytes
+    warnings: list[tuple[str, int, str]]
+
+
+def ddl_answer(results: list[NodeResult], copies: bool) -> DdlAnswer | None:
+    """One answer from the nodes' OKs (copies: each node holds the same table, one stands for all); None
+    when the nodes left different warnings (pydble cannot tell which one MariaDB would)."""
+    done = [x for x in results if x.error is None and x.ok is not None]
+    if not done or any(x.warnings != done[0].warnings for x in done):
+        return None
+    oks = [x.ok for x in done[:1] if x.ok is not None] if copies else [x.ok for x in done if x.ok is not None]
+    counts = [ok.counts() for ok in oks]
+    info = b""
+    if all(c is not None and c[0] == b"Records" for c in counts):
+        info = b"Records: %d  Duplicates: %d  Warnings: %d" % (
+            sum(c[1] for c in counts), sum(c[2] for c in counts), len(done[0].warnings))  # type: ignore[index]
+    return DdlAnswer(sum(ok.affected_rows for ok in oks), info, done[0].warnings)
 
 
 @dataclass
@@ -81,6 +109,7 @@ class DdlTrace:
     executed: tuple[float, list[str]] | None = None   # seconds until the nodes answered, nodes that failed
     before: dict[str, str] = field(default_factory=dict)   # "schema.table" -> memory's CREATE text at lock time
     repair_of: int = 0                                     # the history id this DDL repairs (ddl_repair.py)
+    answer: DdlAnswer | None = None                        # the client's OK, as one MariaDB gives it
 
     def mark(self, phase: str) -> None:
         """A phase just ended."""
@@ -258,6 +287,10 @@ class DdlRunner:
         elif warning:
             session.warnings = [("Warning", 4006, warning)]
             r.ok(status(), warnings=1, info=warning.encode(), more=more)
+        elif trace.answer is not None:
+            session.warnings = trace.answer.warnings
+            r.ok(status(), trace.answer.affected_rows, warnings=len(trace.answer.warnings), info=trace.answer.info,
+                 more=more)
         else:
             r.ok(status(), more=more)
 
@@ -438,6 +471,8 @@ class DdlRunner:
         if trace is not None:
             trace.mark("execute")
         err = self._outcome(plan, results)
+        if trace is not None and err is None:
+            trace.answer = ddl_answer(results, self.runtime.config.all_global(plan.tables))
         texts: Texts = {x.node: x.texts for x in results if x.texts is not None}
         executed = (round(time.monotonic() - started, 3), [x.node for x in results if x.error])
         if trace is not None:
@@ -522,16 +557,23 @@ class DdlRunner:
                 raise ProxyError(f"the DDL was not run: {work.stopped}")
             conn = work.conns[i]
             tables = wanted.get(node) if _prints_plainly(conn) else None
+            toks = tokenize(sql)
+            if toks and toks[-1][:2] == ("o", ";"):   # the client's own end: no empty statement after it
+                sql = sql[:toks[-1][2]]
             # a new line first: a trailing "-- comment" in the DDL must not swallow what follows
-            sql += f"\n/* {work.marker} */"
+            sql += f"\n/* {work.marker} */\n;SHOW WARNINGS"   # its notes, for the client's OK
             if tables:
                 db = _quote(backends.database_of(node))
                 sql += "".join(f"\n;SHOW CREATE TABLE {db}.{_quote(t)}" for t in tables)
             sc = await conn.run(frame(0, b"\x03" + sql.encode("utf-8", "surrogateescape")),
                                 None, collect=True, sent=one_sent)
-            if not tables or not sc.results:   # no texts asked for, or the DDL failed (nothing after it ran)
+            if not sc.results:   # the DDL failed (nothing after it ran)
                 return NodeResult(node, sc.error)
-            return NodeResult(node, None, _texts_after(sc, tables, plan.ddl == "DROP_TABLE"))
+            shown = sc.results[1].rows if len(sc.results) > 1 else []
+            warnings = [(bytes(lv or b"").decode(), int(code or 0),
+                         _logical(conn, bytes(msg or b"").decode("utf-8", "surrogateescape"))) for lv, code, msg in shown]
+            texts = _texts_after(sc, tables, plan.ddl == "DROP_TABLE") if tables else None
+            return NodeResult(node, None, texts, sc.results[0].ok, warnings)
 
         outs = await work.run(one(i, t.node, t.sql) for i, t in enumerate(plan.targets))
         results: list[NodeResult] = []
@@ -656,11 +698,11 @@ def _prints_plainly(conn: BackendConnection) -> bool:
 
 def _texts_after(sc: ResponseScanner, tables: tuple[str, ...], drop: bool) -> dict[str, str | None] | None:
     """The tables' CREATE texts from the SHOW CREATE TABLE answers that followed a DDL's OK
-    (results[0]), or None when any answer is not certain (the refresh then loads). 1146 counts as
+    (results[0]) and its warnings, or None when any answer is not certain (the refresh then loads). 1146 counts as
     "gone" only after a clean DROP (no "unknown table" note), and only for the last table (an error
     ends the batch), since a name differing in case (a load matches names case-insensitively) gives
     1146 too."""
-    ddl_ok, shows = sc.results[0].ok, sc.results[1:]
+    ddl_ok, shows = sc.results[0].ok, sc.results[2:]   # (results[1]: its SHOW WARNINGS)
     out: dict[str, str | None] = {}
     for i, t in enumerate(tables):
         if i < len(shows):
@@ -675,6 +717,11 @@ def _texts_after(sc: ResponseScanner, tables: tuple[str, ...], drop: bool) -> di
             log.debug("no structure read after ddl", table=t, error=sc.error.message if sc.error else None)
             return None
     return out
+
+
+def _logical(conn: BackendConnection, text: str) -> str:
+    """A node's message with the logical schema where it names the node's database, as ERR packets are."""
+    return conn.names.text(text) if conn.names is not None else text
 
 
 def _quote(name: str) -> str:

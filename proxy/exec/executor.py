@@ -38,8 +38,10 @@ log = structlog.get_logger("pydble.executor")
 
 STMT_SAVEPOINT = "`pydble_statement`"   # taken with each write on several nodes inside a transaction
 
-WARNING_COLUMNS = (ColumnDef("Level", C.T_VAR_STRING, 45, 28), ColumnDef("Code", C.T_LONG, 63, 4, 0xA1),
-                   ColumnDef("Message", C.T_VAR_STRING, 45, 2048))
+# as MariaDB describes them: NOT NULL, the strings with decimals 39 (NOT_FIXED_DEC)
+WARNING_COLUMNS = (ColumnDef("Level", C.T_VAR_STRING, 45, 28, C.NOT_NULL_FLAG, 39),
+                   ColumnDef("Code", C.T_LONG, 63, 4, 0xA1),
+                   ColumnDef("Message", C.T_VAR_STRING, 45, 2048, C.NOT_NULL_FLAG, 39))
 
 
 _SHOW_LIMIT = re.compile(r"\bLIMIT\s+(\d+)(?:\s*,\s*(\d+))?\s*;?\s*$", re.I)
@@ -103,6 +105,7 @@ class Executor:
         self.pinned: dict[str, BackendConnection] = {}
         self.streaming: set[BackendConnection] = set()
         self.gathering: set[BackendConnection] = set()   # running a statement whose answers pydble collects (_run_on)
+        self.node_warnings: list[list[tuple[str, int, str]]] = []   # keep_warnings': each node's, in its order
         self.last_node: str | None = None
         self.savepoints: list[str] = []   # of the open transaction, oldest first (lower-cased names)
         self.broken_txn: str | None = None  # why the open transaction can only be rolled back now
@@ -826,12 +829,7 @@ class Executor:
 
     def _global_only(self, plan: Plan) -> bool:
         """True when every table a write touches is a global table (one copy per node)."""
-        cfg = self.runtime.config
-        for schema, table in plan.tables:
-            t = cfg.table(schema, table)
-            if t is None or t.type != "global":
-                return False
-        return bool(plan.tables)
+        return self.runtime.config.all_global(plan.tables)
 
     async def run_everywhere(self, targets: list[tuple[str, str]]) -> list[ResponseScanner]:
         """Run SQL on the given nodes outside any transaction (DDL); answers are collected."""
@@ -895,7 +893,9 @@ class Executor:
         for it (copies: the first node's only), fetched with SHOW WARNINGS where the count says there are
         some; SHOW WARNINGS, SHOW COUNT(*) WARNINGS and @@warning_count answer them next."""
         found: list[tuple[str, int, str]] = []
+        self.node_warnings = []
         for conn, sc in done[:1] if copies else done:
+            self.node_warnings.append([])
             if not isinstance(sc, ResponseScanner):
                 continue
             if sc.warnings and not conn.broken:
@@ -910,9 +910,10 @@ class Executor:
                         text = bytes(msg or b"").decode("utf-8", "surrogateescape")
                         if conn.names is not None:  # messages name the logical schema, as ERR packets do
                             text = conn.names.text(text)
-                        found.append((bytes(lv or b"").decode(), int(code or 0), text))
+                        self.node_warnings[-1].append((bytes(lv or b"").decode(), int(code or 0), text))
             elif sc.error is not None:
-                found.append(("Error", sc.error.code, sc.error.message))
+                self.node_warnings[-1].append(("Error", sc.error.code, sc.error.message))
+            found += self.node_warnings[-1]
         if found:
             self.session.warnings = found
 

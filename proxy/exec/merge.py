@@ -324,8 +324,6 @@ class _AggRuntime:
         if f == AVG:
             if acc.v is None or acc.n == 0:
                 return None
-            if self.sum_kind == K_FLOAT:
-                return format_double(acc.v / acc.n)
             return format_decimal(avg_decimal(Decimal(acc.v), acc.n, self.scale))
         if f in (MIN, MAX):
             return None if acc.v is None else acc.v[1]
@@ -440,6 +438,9 @@ def _resolve(plan: MergePlan, columns: list[ColumnDef], collated: dict[int, int]
         sum_kind = kinds[col] if kinds[col] in (K_INT, K_DEC, K_FLOAT) else K_DEC
         if columns[col].type in FLOAT_TYPES:
             sum_kind = K_FLOAT
+        if sum_kind == K_FLOAT and a.func in (SUM, AVG):
+            raise NotSupported(f"{a.func} of a floating-point value cannot be merged across shardingNodes exactly: "
+                               f"MariaDB adds the doubles row by row in its own order, and the digits depend on it")
         scale = min(columns[col].decimals + 4, MAX_SCALE) if sum_kind != K_FLOAT else 0
         moments = None
         if a.func in VARIANCES:
@@ -487,7 +488,9 @@ def merged_columns(plan: MergePlan, columns: list[ColumnDef]) -> list[ColumnDef]
         col = _abs(a.column, width)
         c = out[col]
         name = a.name or c.name
-        if c.type in FLOAT_TYPES:
+        if a.avg_column is not None:   # the nodes' own AVG(x): typed as MariaDB types it over all rows
+            out[col] = out[_abs(a.avg_column, width)].renamed(name)
+        elif c.type in FLOAT_TYPES:
             out[col] = c.renamed(name, type=T_DOUBLE, decimals=31)
         else:
             scale = min(c.decimals + 4, MAX_SCALE)

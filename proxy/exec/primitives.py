@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence
 from meta.errors import NotSupported, ProxyError
 
 from proxy.wire import constants as C
-from proxy.wire.messages import ColumnDef, ErrInfo, ResultSet
-from proxy.wire.packets import com_query
+from proxy.wire.messages import ColumnDef, ErrInfo, OkInfo, ResultSet
+from proxy.wire.packets import com_query, read_lenenc_str
+from proxy.plan.sqltok import tokenize
 from proxy.exec.scatter_relay import relay_concat, streamable
 from proxy.exec.xa import refuse_implicit_commit
 
@@ -305,6 +306,8 @@ async def _answer(ctx: ExecContext, plan: Plan, scanners: list[ResponseScanner],
                   more: bool) -> None:
     """One answer from several nodes' answers: the first error, the merged rows, or the summed OKs."""
     failed = [(i, sc.error) for i, sc in enumerate(scanners) if sc.error is not None]
+    if plan.row_groups and len(ctx.node_warnings) == len(plan.row_groups) == len(scanners):
+        ctx.session.warnings = split_insert_warnings(ctx.node_warnings, plan.row_groups)
     if failed:
         r.err_info(_first_failed_row(failed, plan.row_groups) if plan.row_groups else failed[0][1])
         return
@@ -347,7 +350,44 @@ async def _answer(ctx: ExecContext, plan: Plan, scanners: list[ResponseScanner],
         first = scanners[0].results[0]
         r.resultset(first, status, more, scanners[0].warnings)
         return
-    r.ok(status, affected, last_id, warnings, more=more)
+    found_rows = bool(ctx.session.format_flags & C.FOUND_ROWS)
+    r.ok(status, affected, last_id, warnings, info=_write_info(plan, scanners, oks, found_rows), more=more)
+
+
+def _write_info(plan: Plan, scanners: list[ResponseScanner], oks: list[OkInfo], found_rows: bool) -> bytes:
+    """The info of the OK as one MariaDB words it for the whole statement: a multi-row INSERT's or
+    REPLACE's 'Records: .. Duplicates: .. Warnings: ..', an UPDATE's 'Rows matched: .. Changed: ..
+    Warnings: ..', summed over the nodes' (b'': none, or one pydble cannot count). found_rows: the
+    client's CLIENT_FOUND_ROWS, under which an unchanged duplicate counts as an affected row."""
+    if len(oks) == 1:
+        return read_lenenc_str(oks[0].info, 0)[0] or b"" if oks[0].info else b""
+    found = [ok.counts() for ok in oks]
+    warnings = sum(ok.warnings for ok in oks)
+    if plan.row_groups is None or len(plan.row_groups) != len(scanners) or len(oks) != len(scanners):
+        if not all(c is not None and c[0] == b"Rows matched" for c in found):
+            return b""
+        return b"Rows matched: %d  Changed: %d  Warnings: %d" % (
+            sum(c[1] for c in found), sum(c[2] for c in found), warnings)  # type: ignore[index]
+    if sum(len(g) for g in plan.row_groups) < 2:
+        return b""   # MariaDB words no info for one row
+    words = {t[1].upper() for t in tokenize(plan.targets[0].sql) if t[0] == "w"}
+    ignore = "IGNORE" in words   # MariaDB counts then the rows not written (records - copied), else
+    unsure = found_rows and "DUPLICATE" in words   # those deleted or updated (deleted + updated)
+    records = duplicates = 0
+    for m, ok, group in zip(found, oks, plan.row_groups):
+        if m is not None and m[0] == b"Records":
+            records, duplicates = records + m[1], duplicates + m[2]
+        elif len(group) == 1:   # a node's one row: told by the rows it affected
+            records += 1
+            if unsure and ok.affected_rows == 1:
+                return b""   # inserted, or a duplicate left unchanged (counted as found): unknown
+            if ignore:
+                duplicates += ok.affected_rows == 0   # skipped, or a duplicate left unchanged
+            elif ok.affected_rows > 1:   # ODKU changed a duplicate (2), REPLACE deleted n - 1
+                duplicates += ok.affected_rows - 1
+        else:
+            return b""
+    return b"Records: %d  Duplicates: %d  Warnings: %d" % (records, duplicates, warnings)
 
 
 def _returned_in_order(order: tuple[tuple[int, ...], ...], scanners: list[ResponseScanner]) -> ResultSet:
@@ -377,6 +417,34 @@ def _returned_by_copies(plan: Plan, scanners: list[ResponseScanner]) -> ResultSe
 
 
 _AT_ROW = re.compile(r" at row ([0-9]+)$")
+
+
+def split_insert_warnings(nodes: list[list[tuple[str, int, str]]], groups: tuple[Sequence[int], ...]
+                          ) -> list[tuple[str, int, str]]:
+    """The warnings of an INSERT split over nodes as one MariaDB lists them: '... at row N' counted over the
+    whole statement, in the order of its rows, none after the row whose error ended it. A warning naming
+    no row (a duplicate under IGNORE) keeps its node's place: the order is then the nodes' one after the
+    other (exact when one node has warnings)."""
+    rows: list[tuple[int, int, int, tuple[str, int, str]]] = []   # (row, node, place, warning)
+    ordered = True
+    for i, warnings in enumerate(nodes):
+        for k, (level, code, msg) in enumerate(warnings):
+            m = _AT_ROW.search(msg)
+            if m is None or not 0 < int(m.group(1)) <= len(groups[i]):
+                ordered = False
+                rows.append((-1, i, k, (level, code, msg)))
+                continue
+            row = groups[i][int(m.group(1)) - 1] + 1
+            rows.append((row, i, k, (level, code, msg[:m.start()] + f" at row {row}")))
+    if not ordered:
+        return [w for _, _, _, w in rows]
+    rows.sort(key=lambda x: x[0])   # stable: one row's warnings are its node's, in its order
+    out: list[tuple[str, int, str]] = []
+    for _, _, _, w in rows:
+        out.append(w)
+        if w[0] == "Error":
+            break   # MariaDB stops at the first failing row
+    return out
 
 
 def _first_failed_row(failed: list[tuple[int, ErrInfo]], groups: tuple[Sequence[int], ...]) -> ErrInfo:

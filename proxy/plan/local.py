@@ -224,6 +224,7 @@ _LOCAL_FUNCS = {
     "@@identity": "last_insert_id", "@@last_insert_id": "last_insert_id",
     "@@warning_count": "warning_count", "@@session.warning_count": "warning_count",
     "@@error_count": "error_count", "@@session.error_count": "error_count",
+    "@@in_transaction": "in_transaction", "@@session.in_transaction": "in_transaction",
 }
 # the integer probes' columns as MariaDB describes them (type, length, flags); a variable: BIGINT UNSIGNED NOT NULL
 _INT_COLUMNS = {"connection_id()": (T_LONG, 10, 0xA1), "last_insert_id()": (T_LONGLONG, 21, 0xA1)}
@@ -292,6 +293,18 @@ def parse_start(sql: str) -> TxnStart:
     return TxnStart(access, "WITH CONSISTENT SNAPSHOT" in items)
 
 
+def names_no_table(sql: str) -> bool:
+    """Whether a SELECT, DO or SET names no table (no FROM), sequence or schema-qualified routine: MariaDB
+    begins no transaction for it, so SET TRANSACTION's characteristics stay for the next one."""
+    toks = tokenize(sql)
+    for i, t in enumerate(toks):
+        if t[0] in "he" or (t[0] == "w" and t[1].upper() in _TABLE_WORDS):
+            return False
+        if t[0] == "o" and t[1] == "." and i + 2 < len(toks) and toks[i + 2][1] == "(":   # schema.f(...)
+            return False
+    return True
+
+
 # -- savepoints ------------------------------------------------------------------------------------
 _SP_NAME = r"(`(?:[^`]|``)+`|[\w$]+)"
 _SAVEPOINT = re.compile(rf"^\s*(?:SAVEPOINT\s+{_SP_NAME}|ROLLBACK\s+(?:WORK\s+)?TO\s+(?:SAVEPOINT\s+)?{_SP_NAME}"
@@ -328,6 +341,8 @@ def parse_end(sql: str) -> tuple[bool, bool]:
 
 
 # -- DATABASE(), CONNECTION_ID() and USER() inside routed statements ---------------------------------
+# words of a statement that may open a table (FROM), a sequence (NEXTVAL(s), NEXT VALUE FOR s)
+_TABLE_WORDS = frozenset({"FROM", "NEXTVAL", "LASTVAL", "SETVAL", "NEXT", "PREVIOUS"})
 _DB_CALL = re.compile(r"(?:database|schema|connection_id|user|row_count|found_rows)\s*\(", re.I)
 _USER_CALLS = ("USER", "CURRENT_USER", "SESSION_USER", "SYSTEM_USER")
 _ITEM_END = frozenset({",", ";", "FROM", "LIMIT", "ORDER", "WHERE", "GROUP", "HAVING", "UNION", "INTO", "FOR"})

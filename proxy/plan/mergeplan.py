@@ -45,6 +45,7 @@ class Aggregate:
     rows_column: int | None = None
     max_len_column: int | None = None
     program: tuple | None = None       # ARITH: ("+"|"-"|"*", a, b) | ("neg", a) | ("col", i) | ("lit", text)
+    avg_column: int | None = None      # a selected AVG: the nodes' own AVG(x), for how MariaDB describes it
 
 
 @dataclass(frozen=True)

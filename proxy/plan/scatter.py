@@ -398,6 +398,7 @@ class _HiddenAgg:
     max_len_ref: Ref | None = None
     program: tuple | None = None   # ARITH: the expression over hidden aggregates
     distinct_refs: list[Ref] = field(default_factory=list)
+    avg_ref: Ref | None = None     # a selected AVG: the nodes' AVG(x) (its column definition)
 
 
 def _split(sql: str, toks: list[Tok], a: int, b: int) -> list[tuple[int, int]]:
@@ -738,8 +739,9 @@ class _Builder:
             raise NotSupported("pydble could not find the end of AVG(...) to rewrite it")
         self.edits.append((i, i + 1, "SUM"))
         cref = self.add_hidden(f"COUNT({self.text(i + 2, close)})")
+        aref = self.add_hidden(f"AVG({self.text(i + 2, close)})")
         name = it.alias if it.alias is not None else self.text(a, b)
-        self.aggs.append(_HiddenAgg(spec, ref, cref, name))
+        self.aggs.append(_HiddenAgg(spec, ref, cref, name, avg_ref=aref))
 
     def item_spans(self, clause: str, n: int) -> list[str | None]:
         """Source text of each ORDER BY/GROUP BY term (without ASC/DESC), when it can be found."""
@@ -983,6 +985,7 @@ class _Builder:
                       element_column=None if a.element_ref is None else col(a.element_ref),
                       rows_column=None if a.count_rows_ref is None else col(a.count_rows_ref),
                       max_len_column=None if a.max_len_ref is None else col(a.max_len_ref),
+                      avg_column=None if a.avg_ref is None else col(a.avg_ref),
                       program=None if a.program is None else _columns_of(a.program, col))
             for a in self.aggs) if grouped else ()
         return MergePlan(

@@ -43,8 +43,10 @@ log = structlog.get_logger("pydble.session")
 LOGIN_PACKET_MAX = 8192  # a handshake response with every connection attribute a driver sends fits
 
 
-# what may come between SET TRANSACTION and the transaction it is for (Session.before_next_txn)
-_NEXT_TXN_WORDS = frozenset({"BEGIN", "START", "SET", "COMMIT", "ROLLBACK"})
+# what may come between SET TRANSACTION and the transaction it is for (Session.before_next_txn): those that
+# begin or end one, SHOW, and SELECT, DO and SET naming no table (local.names_no_table)
+_NEXT_TXN_WORDS = frozenset({"BEGIN", "START", "COMMIT", "ROLLBACK", "SHOW"})
+_NO_TABLE_WORDS = frozenset({"SELECT", "DO", "SET"})
 _SHOW_COUNT = re.compile(r"^\s*SHOW\s+COUNT\s*\(\s*\*\s*\)\s+(WARNINGS|ERRORS)\s*;?\s*$", re.I)
 
 
@@ -559,7 +561,7 @@ class Session:
         character set as MariaDB types them."""
         return {"connection_id": self.conn_id, "last_insert_id": self.last_insert_id,
                 "version_comment": "pydble sharding proxy",
-                "warning_count": len(self.warnings),
+                "warning_count": len(self.warnings), "in_transaction": int(bool(self.status() & C.STATUS_IN_TRANS)),
                 "error_count": sum(1 for w in self.warnings if w[0] == "Error")}
 
     # -- commands -------------------------------------------------------------------------------
@@ -659,7 +661,7 @@ class Session:
 
     async def _statement(self, sql: str, r: Reply, more: bool, may_relay: bool, row_count: int | None) -> bool:
         kw = first_keyword(sql)
-        self.before_next_txn(kw)
+        self.before_next_txn(sql, kw)
         self.refuse_misread(sql)
         if self.schema == infoschema.NAME:
             infoschema.refuse_as_current(kw)
@@ -773,13 +775,15 @@ class Session:
                 return False
         return await self.executor.execute(sql, r, more, may_relay)
 
-    def before_next_txn(self, kw: str) -> None:
-        """Refuse a statement while SET TRANSACTION waits for the next transaction: pydble gives it to the one
-        BEGIN or START TRANSACTION opens, never guesses which other statement MariaDB would give it to."""
-        if self.next_txn and kw not in _NEXT_TXN_WORDS:
-            raise NotSupported("SET TRANSACTION without SESSION applies to the next transaction only, and pydble "
-                               "gives it only to one that START TRANSACTION or BEGIN opens: start the transaction "
-                               "first (or SET SESSION TRANSACTION for every transaction)")
+    def before_next_txn(self, sql: str, kw: str) -> None:
+        """Refuse a statement that could open a transaction while SET TRANSACTION waits for the next one: pydble
+        gives it to the one BEGIN or START TRANSACTION opens, never to a table's statement it cannot follow on
+        the nodes. SHOW, and SELECT, DO or SET naming no table open none on MariaDB either: answered."""
+        if not self.next_txn or kw in _NEXT_TXN_WORDS or (kw in _NO_TABLE_WORDS and local.names_no_table(sql)):
+            return
+        raise NotSupported("SET TRANSACTION without SESSION applies to the next transaction only, and pydble "
+                           "gives it only to one that START TRANSACTION or BEGIN opens: start the transaction "
+                           "first (or SET SESSION TRANSACTION for every transaction)")
 
     def refuse_misread(self, sql: str) -> None:
         """Refuse a statement that pydble's tokenizer (routing, rewriting, checking grants by it) would read
@@ -815,8 +819,8 @@ class Session:
                                "SELECT them")
         changes = local.parse_set(sql)
         if changes and changes[0].next_only:   # (SET TRANSACTION: its characteristics only)
-            if self.explicit_txn or self.executor.pinned:
-                raise TransactionInProgress()
+            if self.explicit_txn or self.executor.in_trans():   # (not a node kept for autocommit=0 that
+                raise TransactionInProgress()                  # has opened none: SELECT 1 opens none)
             self.next_txn.update((a.key, a.sql) for a in changes)
             return
         old_vars = dict(self.vars)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 
@@ -11,6 +12,9 @@ from proxy.wire.constants import CHARSET_UTF8MB4_GENERAL_CI, T_VAR_STRING
 from proxy.wire.packets import ProtocolError, lenenc_int, lenenc_str, read_lenenc_int, read_lenenc_str
 
 
+_COUNTS = re.compile(rb"^(Records|Rows matched): ([0-9]+)  (Duplicates|Changed): ([0-9]+)  Warnings: [0-9]+$")
+
+
 @dataclass(frozen=True)
 class OkInfo:
     affected_rows: int = 0
@@ -18,6 +22,12 @@ class OkInfo:
     status: int = 0
     warnings: int = 0
     info: bytes = b""
+
+    def counts(self) -> tuple[bytes, int, int] | None:
+        """('Records', records, duplicates) or ('Rows matched', matched, changed) of MariaDB's info text,
+        what a statement over several nodes sums: None without one."""
+        m = _COUNTS.match(read_lenenc_str(self.info, 0)[0] or b"") if self.info else None
+        return None if m is None else (m.group(1), int(m.group(2)), int(m.group(4)))
 
 
 @dataclass(frozen=True)

@@ -191,6 +191,34 @@ def test_set_transaction_before_a_statement_outside_a_transaction_is_refused(dir
     assert one(px, "SELECT SUM(v) FROM sharding_4_t1") == 0
 
 
+@pytest.mark.parametrize("autocommit", [1, 0])
+def test_statements_naming_no_table_leave_set_transaction_for_the_next_one(four_rows, autocommit: int) -> None:
+    """MariaDB opens no transaction for SELECT, DO, SET naming no table or SHOW: SET TRANSACTION READ ONLY is
+    still there for the transaction after them (was: pydble refused each with 1235)."""
+    read_only = (1792, "Cannot execute statement in a READ ONLY transaction")
+    answers = []
+    for conn, name in zip(four_rows, ("sharding_4_t1", "h1_plain")):
+        with conn.cursor() as cur:
+            cur.execute(f"SET autocommit = {autocommit}")
+            cur.execute("SET TRANSACTION READ ONLY")
+            got = [_rows(conn, "SELECT 1 + 1, CONCAT('a', 'b') AS c")]
+            cur.execute("SET @h1_x = 5, @h1_y = @h1_x * 2")
+            cur.execute("DO @h1_x + 1")
+            got.append(_rows(conn, "SELECT @h1_x, @h1_y"))
+            got.append(sorted(r[0] for r in _rows(conn, "SHOW TABLES") if r[0] == name))
+            got.append(_rows(conn, "SHOW VARIABLES LIKE 'tx_read_only'"))
+            answers.append(got)
+            if conn is four_rows[0]:   # one that would open a transaction on a node: still refused
+                assert error(conn, "DO (SELECT 1 FROM sharding_4_t1 LIMIT 1)")[0] == 1235
+            cur.execute("START TRANSACTION")
+            assert error(conn, f"INSERT INTO {name} VALUES (9, 0)") == read_only, conn
+            cur.execute("ROLLBACK")
+            cur.execute(f"INSERT INTO {name} VALUES (9, 0)")   # used up by that transaction
+            cur.execute("COMMIT")
+        assert one(conn, f"SELECT COUNT(*) FROM {name}") == 5
+    assert answers[0][:2] == answers[1][:2] and answers[0][3] == answers[1][3]
+
+
 def test_start_transaction_modes_give_the_transaction_its_access_mode(plain_rows) -> None:
     """START TRANSACTION READ ONLY / READ WRITE: the transaction's own mode, over SET TRANSACTION's for the
     next one and the session's (was dropped: a READ ONLY transaction wrote, a READ WRITE one could not)."""
@@ -797,3 +825,170 @@ def _run_all(conn: Any, *statements: str) -> None:
     with conn.cursor() as cur:
         for sql in statements:
             cur.execute(sql)
+
+
+# -- warnings ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("show", ["SHOW WARNINGS", "SHOW ERRORS", "SHOW WARNINGS LIMIT 1"])
+def test_show_warnings_columns_are_described_as_mariadb_describes_them(pair, show: str) -> None:
+    """Level and Message NOT NULL with decimals 39, as MariaDB sends them (was: nullable, decimals 0, so a
+    driver reported them nullable)."""
+    px, ref = pair
+    for conn in pair:
+        one(conn, "SELECT 1 / 0")
+    assert fields(px, show) == fields(ref, show)
+    assert _rows(px, show) == _rows(ref, show)
+
+
+# -- AVG over several nodes ----------------------------------------------------------------------------
+
+def test_avg_over_nodes_is_typed_and_printed_as_mariadb(proxy, backends) -> None:
+    """AVG of INT, DECIMAL, DOUBLE(M,D), FLOAT and CHAR merged over four nodes: the column definitions
+    (length, flags, decimals) and the text of each value are MariaDB's (was: lengths from the SUM's,
+    e.g. 37 for 16, flags without BINARY, and DOUBLE(10,3)'s AVG printed '3.25' for '3.2500000')."""
+    backends[0].create_databases(REF_DB)
+    px, ref = proxy.connect(conv={}), backends[0].connect(REF_DB, conv={})   # values as the server's text
+    sql = ("SELECT id % 2 AS k, AVG(v), AVG(dc), AVG(d) AS m, AVG(f), AVG(c), AVG(DISTINCT v) FROM {t} "
+           "GROUP BY k ORDER BY k")
+    try:
+        for conn, name in ((px, "sharding_4_t1"), (ref, "h1_plain")):
+            _run_all(conn, f"DROP TABLE IF EXISTS {name}",
+                     f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT, dc DECIMAL(6,2), d DOUBLE(10,3), f FLOAT, "
+                     f"c CHAR(2))",
+                     f"INSERT INTO {name} VALUES (1, 1, 1.5, 1, 1.5, '1'), (2, 2, 2.25, 2.5, 2.25, '2'), "
+                     f"(3, 3, 3.13, 3.125, 3.125, '3'), (4, 4, 4, 4, 4, '4'), (5, 7, 0.01, 0.5, 7, '5')")
+        assert fields(px, sql.format(t="sharding_4_t1")) == fields(ref, sql.format(t="h1_plain"))
+        assert _rows(px, sql.format(t="sharding_4_t1")) == _rows(ref, sql.format(t="h1_plain"))
+    finally:
+        for conn in (px, ref):
+            conn.close()
+
+
+# -- the info of a write over several nodes --------------------------------------------------------------
+
+_WRITES = ["INSERT INTO {t} VALUES (1, 1, 'a'), (2, 2, 'b'), (3, 3, 'c'), (4, 4, 'd')",
+           "INSERT INTO {t} VALUES (5, 1, 'abcd'), (6, 2, 'b')",                        # a warning
+           "INSERT IGNORE INTO {t} VALUES (1, 1, 'a'), (5, 2, 'b'), (7, 3, 'c'), (9, 4, 'd')",
+           "INSERT INTO {t} VALUES (1, 1, 'a'), (2, 20, 'b'), (10, 3, 'c'), (14, 3, 'c') "
+           "ON DUPLICATE KEY UPDATE v = VALUES(v)",
+           "INSERT IGNORE INTO {t} VALUES (1, 1, 'a'), (2, 25, 'b'), (15, 3, 'c') ON DUPLICATE KEY UPDATE v = VALUES(v)",
+           "REPLACE INTO {t} VALUES (1, 100, 'a'), (2, 20, 'b'), (12, 3, 'c'), (16, 3, 'c')",
+           "INSERT INTO {t} VALUES (31, 1, 'a')",
+           "UPDATE {t} SET v = 2 WHERE id < 5",
+           "UPDATE IGNORE {t} SET s = 'toolong' WHERE id < 3",
+           "DELETE FROM {t} WHERE id > 20"]
+
+
+@pytest.mark.parametrize("found_rows", [False, True])
+def test_info_of_a_write_over_several_nodes_is_mariadbs(proxy, backends, found_rows: bool) -> None:
+    """'Records: 4  Duplicates: 1  Warnings: 0' of a multi-row INSERT / REPLACE / ODKU and 'Rows matched: ..
+    Changed: ..  Warnings: ..' of an UPDATE, as one MariaDB words them for the whole statement (was: none when
+    the statement ran on several nodes; the mysql CLI and drivers show it)."""
+    from pymysql.constants import CLIENT
+    backends[0].create_databases(REF_DB)
+    flag = {"client_flag": CLIENT.FOUND_ROWS} if found_rows else {}
+    px, ref = proxy.connect(**flag), backends[0].connect(REF_DB, **flag)
+    try:
+        for conn, name in ((px, "sharding_4_t1"), (ref, "h1_plain")):
+            _run_all(conn, "SET sql_mode = ''", f"DROP TABLE IF EXISTS {name}",
+                     f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT, s VARCHAR(3))")
+        for sql in _WRITES:
+            got, want = [], []
+            for conn, name, out in ((px, "sharding_4_t1", got), (ref, "h1_plain", want)):
+                with conn.cursor() as cur:
+                    cur.execute(sql.format(t=name))
+                    out.append((cur.rowcount, cur._result.message, cur._result.warning_count))
+            if found_rows and "DUPLICATE" in sql:   # an unchanged duplicate is one affected row, as an
+                assert got[0][::2] == want[0][::2] and got[0][1] in (want[0][1], b""), sql   # inserted one
+                continue
+            assert got == want, sql
+    finally:
+        for conn in (px, ref):
+            conn.close()
+
+
+@pytest.mark.parametrize("mode", ["", "STRICT_ALL_TABLES"])
+def test_warnings_of_an_insert_split_over_nodes_are_mariadbs(four_rows, mode: str) -> None:
+    """SHOW WARNINGS after a multi-row INSERT over four nodes: '... at row N' counted over the statement and in
+    its order; after one that failed, only the error of the row that ended it (was: each node's own row
+    numbers, node after node, and every failing node's error)."""
+    sql = ("INSERT INTO {t} VALUES (11, 1), (12, 22222222222), (13, 3), (14, 44444444444), (15, 'x'), "
+           "(16, 6)")
+    got = []
+    for conn, name in zip(four_rows, ("sharding_4_t1", "h1_plain")):
+        _run_all(conn, f"SET sql_mode = '{mode}'")
+        with conn.cursor() as cur:
+            try:
+                cur.execute(sql.format(t=name))
+            except pymysql.MySQLError as e:
+                got.append(("error", e.args[0], e.args[1]))
+        got.append([tuple(w) for w in _rows(conn, "SHOW WARNINGS")])
+        got.append(one(conn, "SELECT @@warning_count"))
+    half = len(got) // 2
+    assert repr(got[:half]).replace("schema1", REF_DB).replace("sharding_4_t1", "h1_plain") == repr(got[half:])
+
+
+_DDLS = ["DROP TABLE IF EXISTS {t}_nope", "DROP TABLE IF EXISTS h4_nope1, {t}_nope",
+         "CREATE TABLE IF NOT EXISTS {t} (id INT)", "CREATE TABLE IF NOT EXISTS {t} (id INT) ; -- the client's end", "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS v INT",
+         "ALTER TABLE {t} ADD COLUMN w INT", "ALTER TABLE {t} MODIFY COLUMN w BIGINT",
+         "CREATE INDEX IF NOT EXISTS iv ON {t} (v)", "CREATE INDEX IF NOT EXISTS iv ON {t} (v)",
+         "DROP INDEX IF EXISTS ix ON {t}"]
+
+
+def test_ddl_over_nodes_answers_mariadbs_ok_and_notes(four_rows) -> None:
+    """A DDL on a sharding table's four nodes answers as one MariaDB: ALTER's copied rows and 'Records: ..
+    Duplicates: ..  Warnings: ..', and the notes of IF [NOT] EXISTS in SHOW WARNINGS (was: a bare OK, no
+    warnings: 'Unknown table' of DROP TABLE IF EXISTS, 'Duplicate column name' ... were lost)."""
+    for ddl in _DDLS:
+        got = []
+        for conn, name in zip(four_rows, ("sharding_4_t1", "h1_plain")):
+            with conn.cursor() as cur:
+                cur.execute(ddl.format(t=name))
+                got.append((cur.rowcount, cur._result.message, cur._result.warning_count,
+                            [tuple(w) for w in _rows(conn, "SHOW WARNINGS")], one(conn, "SELECT ROW_COUNT()")))
+        assert repr(got[0]).replace("schema1", REF_DB).replace("sharding_4_t1", "h1_plain") == repr(got[1]), ddl
+
+
+def test_sum_and_avg_of_doubles_over_nodes_are_mariadbs(proxy, backends) -> None:
+    """MariaDB adds doubles row by row in its order; the nodes' partial sums added in another order give
+    other digits ('12' for '11.600000000000001'): pydble answers them over copies of the rows instead of
+    merging (was: the merged, wrong digits)."""
+    backends[0].create_databases(REF_DB)
+    px, ref = proxy.connect(conv={}), backends[0].connect(REF_DB, conv={})   # the digits as the server's text
+    values = [0.1, 0.2, 0.3, 0.7, 1e16, 1.0, -1e16, 0.1, 0.3, 0.6, 1.1, 2.2, 3.3]
+    rows = ", ".join(f"({i}, {v!r}, '{v!r}')" for i, v in enumerate(values, start=1))
+    try:
+        for conn, name in ((px, "sharding_4_t1"), (ref, "h1_plain")):
+            _run_all(conn, f"DROP TABLE IF EXISTS {name}", f"CREATE TABLE {name} (id INT PRIMARY KEY, g DOUBLE, "
+                     f"s VARCHAR(30))", f"INSERT INTO {name} VALUES {rows}")
+        for sql in ("SELECT SUM(g), AVG(g), SUM(s) FROM {t}", "SELECT SUM(g) FROM {t} WHERE id > 7",
+                    "SELECT id % 3 AS k, SUM(g), AVG(g) FROM {t} GROUP BY k ORDER BY k"):
+            assert _rows(px, sql.format(t="sharding_4_t1")) == _rows(ref, sql.format(t="h1_plain")), sql
+    finally:
+        for conn in (px, ref):
+            conn.close()
+
+
+def _answers(conn: Any, statements: list[str]) -> list[Any]:
+    """Each statement's rows, or its error code."""
+    out: list[Any] = []
+    for sql in statements:
+        try:
+            out.append(_rows(conn, sql))
+        except pymysql.MySQLError as e:
+            out.append(e.args[0])
+    return out
+
+
+def test_autocommit_off_opens_a_transaction_where_mariadb_does(four_rows) -> None:
+    """With autocommit=0 a statement naming no table opens no transaction: SET TRANSACTION is allowed
+    after it (was: 1568 as soon as a node was kept for the session), a read of a table opens one
+    (@@in_transaction 1, was 0: the node that answered it was not the transaction's), COMMIT ends it."""
+    statements = ["SET autocommit = 0", "SELECT 1", "SET TRANSACTION READ ONLY", "SELECT @@in_transaction",
+                  "SET TRANSACTION READ WRITE", "COMMIT", "SELECT COUNT(*) FROM {t} WHERE id = 1",
+                  "SELECT @@in_transaction, @@session.in_transaction", "SET TRANSACTION READ ONLY", "COMMIT",
+                  "SELECT COUNT(*) FROM {t}", "SELECT @@in_transaction", "SET TRANSACTION READ ONLY", "ROLLBACK",
+                  "SELECT @@in_transaction", "SET autocommit = 1"]
+    got = [_answers(conn, [s.format(t=name) for s in statements])
+           for conn, name in zip(four_rows, ("sharding_4_t1", "h1_plain"))]
+    assert got[0] == got[1]

@@ -169,13 +169,16 @@ def test_sum_of_integers_is_decimal_text_without_fraction():
 
 
 def test_sum_of_decimals_and_doubles():
+    """Decimals add exactly; doubles are refused (MariaDB's digits depend on its order of addition: the
+    read goes over copies)."""
     dec = col("SUM(d)", T_NEWDECIMAL, decimals=3)
     dbl = col("SUM(f)", T_DOUBLE, decimals=31)
-    plan = MergePlan(grouped=True, aggregates=(Aggregate(0, SUM), Aggregate(1, SUM)))
-    assert merge(plan, [dec, dbl], [["1.500", "0.5"]], [["-0.250", "2"]]) == [["1.250", "2.5"]]
+    plan = MergePlan(grouped=True, aggregates=(Aggregate(0, SUM),))
+    assert merge(plan, [dec], [["1.500"]], [["-0.250"]]) == [["1.250"]]
     big = "9" * 60 + ".000"
-    assert merge(plan, [dec, dbl], [[big, "1e300"]], [["1.000", "1e300"]]) == \
-        [["1" + "0" * 60 + ".000", "2e300"]]
+    assert merge(plan, [dec], [[big]], [["1.000"]]) == [["1" + "0" * 60 + ".000"]]
+    with pytest.raises(NotSupported, match="floating-point"):
+        merge(plan, [dbl], [["0.5"]], [["2"]])
 
 
 def test_count_min_max():
@@ -204,12 +207,14 @@ def test_avg_of_decimal_and_double():
             col("COUNT(d)"), col("COUNT(f)")]
     plan = MergePlan(hidden=2, grouped=True, aggregates=(
         Aggregate(0, AVG, count_column=2, name="a"), Aggregate(1, AVG, count_column=3, name="f")))
-    got = merge(plan, cols, [["1.000", "0.5", "1", "1"]], [["0.001", "1", "2", "2"]])
-    assert got == [["0.3336667", "0.5"]]
+    with pytest.raises(NotSupported, match="floating-point"):
+        merge(plan, cols, [["1.000", "0.5", "1", "1"]], [["0.001", "1", "2", "2"]])
+    plan = MergePlan(hidden=1, grouped=True, aggregates=(Aggregate(0, AVG, count_column=1, name="a"),))
+    cols = [cols[0], cols[2]]
+    assert merge(plan, cols, [["1.000", "1"]], [["0.001", "2"]]) == [["0.3336667"]]
     out_cols = merged_columns(plan, cols)
     assert (out_cols[0].type, out_cols[0].decimals) == (T_NEWDECIMAL, 7)
-    assert (out_cols[1].type, out_cols[1].name) == (T_DOUBLE, "f")
-    assert len(out_cols) == 2
+    assert len(out_cols) == 1
 
 
 def test_empty_aggregate_without_group_by_returns_one_row():
@@ -612,8 +617,8 @@ EXACT = [
     "SELECT DISTINCT v FROM t ORDER BY v",
     "SELECT DISTINCT bn FROM t ORDER BY bn",
     "SELECT g, COUNT(*), COUNT(v), SUM(v), MIN(v), MAX(v), AVG(v), SUM(d), AVG(d), MIN(d),"
-    " MAX(f), AVG(f) FROM t GROUP BY g",
-    "SELECT COUNT(*), SUM(v), AVG(v), AVG(d), SUM(f), AVG(f), MIN(dt), MAX(tm) FROM t",
+    " MAX(f) FROM t GROUP BY g",
+    "SELECT COUNT(*), SUM(v), AVG(v), AVG(d), MIN(f), MIN(dt), MAX(tm) FROM t",
     "SELECT COUNT(*), SUM(v), AVG(v), MIN(s), BIT_AND(v), COUNT(DISTINCT v) FROM t WHERE 1=0",
     "SELECT g, SUM(v) AS sv FROM t GROUP BY g HAVING sv > 10 ORDER BY sv DESC, g LIMIT 3",
     "SELECT g, COUNT(DISTINCT v), SUM(DISTINCT v), AVG(DISTINCT v) FROM t GROUP BY g",
