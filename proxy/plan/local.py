@@ -11,7 +11,8 @@ from meta.errors import NotSupported, ParseError, SpecificAccessDenied
 
 from proxy.wire.constants import T_LONG, T_LONGLONG, T_VAR_STRING
 from proxy.wire.messages import ColumnDef, ResultSet
-from proxy.plan.sqltok import tokenize, unquote_ident
+from proxy.plan.placeholders import select_aliases
+from proxy.plan.sqltok import Token, tokenize, unquote_ident
 
 
 @dataclass(frozen=True)
@@ -376,8 +377,9 @@ def substitute_database(sql: str, schema: str | None, conn_id: int | None = None
                                   if up == "FOUND_ROWS" else
                                   "did not see end with an answer it can count; read the affected rows of the "
                                   "statement's own answer instead"))
-    out: list[str] = []
-    last = 0
+    # a select item holding a call is named after its text as written (`CONNECTION_ID() > 0`), not the values
+    named = dict(select_aliases(sql, toks, lambda item: _holds_call(item, lits)))
+    edits: list[tuple[int, int, str]] = [(at, at, alias) for at, alias in named.items()]
     depth = 0
     n = len(toks)
     for i, (kind, text, start, end) in enumerate(toks):
@@ -385,22 +387,36 @@ def substitute_database(sql: str, schema: str | None, conn_id: int | None = None
             depth += 1
         elif kind == "o" and text == ")":
             depth -= 1
-        if (kind == "w" and text.upper() in lits and i + 2 < n
-                and toks[i + 1][1] == "(" and toks[i + 2][1] == ")" and (i == 0 or toks[i - 1][1] != ".")):
+        if _is_call(toks, i, lits):
             call_end = toks[i + 2][3]
             lit = rep = lits[text.upper()]
             prev = toks[i - 1][1].upper() if i else ""
             nxt = toks[i + 3][1].upper() if i + 3 < n else ""
-            if depth == 0 and prev in ("SELECT", ",", "DISTINCT") and (nxt == "" or nxt in _ITEM_END):
+            if (depth == 0 and prev in ("SELECT", ",", "DISTINCT") and (nxt == "" or nxt in _ITEM_END)
+                    and call_end not in named):
                 name = sql[start:call_end].replace("`", "``")
                 rep = f"{lit} AS `{name}`"   # the column keeps the name MySQL would give it
-            out.append(sql[last:start])
-            out.append(rep)
-            last = call_end
-    if not out:
+            edits.append((start, call_end, rep))
+    if not edits:
         return sql
+    out: list[str] = []
+    last = 0
+    for start, end, rep in sorted(edits):
+        out.append(sql[last:start])
+        out.append(rep)
+        last = end
     out.append(sql[last:])
     return "".join(out)
+
+
+def _is_call(toks: Sequence[Token], i: int, lits: dict[str, str]) -> bool:
+    """Whether toks[i] starts a call `NAME()` of one of the session functions pydble answers."""
+    return (toks[i][0] == "w" and toks[i][1].upper() in lits and i + 2 < len(toks) and toks[i + 1][1] == "("
+            and toks[i + 2][1] == ")" and (i == 0 or toks[i - 1][1] != "."))
+
+
+def _holds_call(item: list[Token], lits: dict[str, str]) -> bool:
+    return any(_is_call(item, i, lits) for i in range(len(item)))
 
 
 # -- SHOW DATABASES / SHOW [FULL] TABLES --------------------------------------------------------------

@@ -277,3 +277,23 @@ def test_sql_mode_is_the_servers_on_every_backend_connection(pair, proxy, backen
         assert e.value.args[0] == 1064
     finally:
         fresh.close()
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT CONNECTION_ID() > 0",                                   # DBeaver's and Workbench's session probes
+    "SELECT USER() LIKE '%@%', CURRENT_USER() = USER()",
+    "SELECT CONCAT(DATABASE(), '.t') , 1",
+    "SELECT SQL_NO_CACHE DATABASE()",
+    "SELECT id, COALESCE(SCHEMA(), 'none') FROM sharding_4_t1 WHERE id = 1",
+    "SELECT (CONNECTION_ID() > 0)",
+    "SELECT CONNECTION_ID() > 0 AS alive, USER() LIKE '%' u, DATABASE() d",   # aliases stay as written
+])
+def test_a_session_function_inside_an_expression_keeps_the_column_name(pair, sql: str) -> None:
+    """pydble answers CONNECTION_ID(), USER(), DATABASE() itself, writing their values into the statement; the
+    column keeps the name MariaDB gives it (the item as written), which DictCursor keys and GUI grids show."""
+    px, ref = pair
+    with px.cursor(pymysql.cursors.DictCursor) as a, ref.cursor(pymysql.cursors.DictCursor) as b:
+        a.execute(sql)
+        b.execute(sql)
+        assert [d[0] for d in a.description] == [d[0] for d in b.description]
+        assert a.fetchone().keys() == b.fetchone().keys()
