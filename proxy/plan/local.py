@@ -443,6 +443,28 @@ def like_match(pattern: str, name: str) -> bool:
     return re.fullmatch("".join(regex), name, re.I | re.S) is not None
 
 
+# SHOW forms MariaDB answers from information_schema: reading a table, they start a fresh SHOW WARNINGS as a
+# SELECT of a table does (SHOW CREATE DATABASE, GRANTS, PRIVILEGES, PROCESSLIST and the diagnostics do not)
+_SHOW_OVER_TABLES = frozenset({"TABLES", "DATABASES", "SCHEMAS", "VARIABLES", "STATUS", "ENGINES", "COLLATION",
+                               "CHARSET", "CHARACTER", "TABLE", "OPEN", "COLUMNS", "FIELDS", "INDEX", "INDEXES",
+                               "KEYS", "TRIGGERS", "EVENTS", "PLUGINS"})
+_SHOW_ROUTINE_KINDS = frozenset({"PROCEDURE", "FUNCTION", "PACKAGE"})
+_SHOW_PREFIXES = frozenset({"FULL", "EXTENDED", "GLOBAL", "SESSION", "LOCAL", "STORAGE"})
+
+
+def show_reads_tables(sql: str) -> bool:
+    """Whether MariaDB answers this SHOW by reading a table, which clears the last statement's warnings."""
+    words = [t[1].upper() for t in tokenize(sql)[:6] if t[0] == "w"]
+    i = 1
+    while i < len(words) and words[i] in _SHOW_PREFIXES:
+        i += 1
+    if i >= len(words):
+        return False
+    if words[i] in _SHOW_ROUTINE_KINDS:
+        return "STATUS" in words[i + 1:i + 3]
+    return words[i] in _SHOW_OVER_TABLES
+
+
 def show_databases(sql: str, schemas: list[str]) -> tuple[ResultSet, str | None] | None:
     """SHOW DATABASES lists the logical schemas the user may use; with the WHERE text left to judge."""
     m = _SHOW_DATABASES.match(sql)

@@ -663,6 +663,9 @@ class Session:
             infoschema.refuse_as_current(kw)
         if kw == "CALL":
             sql_prepare.note_assignments(self, sql, kw)
+        if ((kw == "SHOW" and local.show_reads_tables(sql))
+                or (kw in ("SELECT", "WITH") and infoschema.mentions(sql) and infoschema.find_refs(sql))):
+            self.warnings = []   # as in MariaDB: a statement reading a table starts a fresh SHOW WARNINGS
         if kw == "SHOW":
             shown = local.show_over_infoschema(sql)
             if shown is not None:   # answered over the logical schemas, as MariaDB answers it from information_schema

@@ -297,3 +297,25 @@ def test_a_session_function_inside_an_expression_keeps_the_column_name(pair, sql
         b.execute(sql)
         assert [d[0] for d in a.description] == [d[0] for d in b.description]
         assert a.fetchone().keys() == b.fetchone().keys()
+
+
+@pytest.mark.parametrize("sql", [
+    "SHOW TABLES", "SHOW FULL TABLES FROM {db}", "SHOW TABLE STATUS", "SHOW DATABASES", "SHOW VARIABLES LIKE 'x'",
+    "SHOW GLOBAL STATUS LIKE 'x'", "SHOW ENGINES", "SHOW COLLATION LIKE 'x'", "SHOW CHARSET", "SHOW OPEN TABLES",
+    "SHOW TRIGGERS", "SHOW EVENTS", "SHOW PROCEDURE STATUS WHERE Db = '{db}'",
+    "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{db}'",
+    # no table read: the last statement's warnings stay, as on MariaDB
+    "SHOW CREATE DATABASE {db}", "SHOW PRIVILEGES", "SELECT 1", "SELECT 'information_schema.TABLES'",
+])
+def test_a_statement_reading_tables_starts_fresh_warnings(pair, sql: str) -> None:
+    """MariaDB clears SHOW WARNINGS for a statement that reads a table, the SHOW forms it answers from
+    information_schema included; what the GUI tools' metadata reads between a user's statement and the
+    SHOW WARNINGS they send after it must not leave the old warnings listed (nor keep them when MariaDB does)."""
+    px, ref = pair
+
+    def warnings(conn: Any, db: str) -> list[tuple[Any, ...]]:
+        rows(conn, "SELECT 1/0")
+        rows(conn, sql.format(db=db))
+        return rows(conn, "SHOW WARNINGS") + rows(conn, "SHOW COUNT(*) WARNINGS")
+
+    assert warnings(px, "schema1") == warnings(ref, REF_DB)
