@@ -289,7 +289,7 @@ class Analyzer:
 
     def analyze(self, sql: str, toks: list[Token], schema: str | None) -> Analysis:
         """The statement's analysis, with what it needs of the user's grants (an.access)."""
-        p = Parser(self.resolve, toks, schema)
+        p = Parser(self.resolve, toks, schema, sql)
         first = p.up[0] if toks[0][0] == "w" else toks[0][1]
         self._host_reach(p)
         if first in ("SELECT", "WITH", "("):
