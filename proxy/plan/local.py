@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from meta.errors import NotSupported, ParseError, SpecificAccessDenied
 
-from proxy.wire.constants import T_LONG, T_LONGLONG, T_VAR_STRING
+from proxy.wire.constants import BINARY_FLAG, NOT_NULL_FLAG, T_DOUBLE, T_LONG, T_LONG_BLOB, T_LONGLONG, T_VAR_STRING
 from proxy.wire.messages import ColumnDef, ResultSet
 from proxy.plan.placeholders import select_aliases
 from proxy.plan.sqltok import Token, tokenize, unquote_ident
@@ -754,8 +754,8 @@ def _processlist_row(s: Any, full: bool, now: float) -> list[bytes | None]:
 def processlist_rows(sessions: Iterable[Any], viewer: str, see_all: bool, full: bool,
                      now: float) -> list[list[bytes | None]]:
     """pydble's client sessions as MySQL's processlist rows (the viewer's own only unless see_all):
-    for SHOW [FULL] PROCESSLIST."""
-    return [_processlist_row(s, full, now) for s in _visible(sessions, viewer, see_all)]
+    for SHOW [FULL] PROCESSLIST, with MariaDB's Progress (no statement of pydble reports any: 0)."""
+    return [_processlist_row(s, full, now) + [b"0.000"] for s in _visible(sessions, viewer, see_all)]
 
 
 def processlist_table_rows(sessions: Iterable[Any], viewer: str, see_all: bool,
@@ -773,9 +773,13 @@ def processlist_table_rows(sessions: Iterable[Any], viewer: str, see_all: bool,
     return rows
 
 
-def show_processlist(rows: list[list[bytes | None]]) -> ResultSet:
-    """The result set of SHOW [FULL] PROCESSLIST."""
-    cols = [ColumnDef(name, T_LONGLONG if name in ("Id", "Time") else T_VAR_STRING, 45 if name not in ("Id", "Time")
-                      else 63, 21 if name in ("Id", "Time") else 256, 1 if name in ("Id", "Time", "User") else 0)
+def show_processlist(rows: list[list[bytes | None]], full: bool) -> ResultSet:
+    """The result set of SHOW [FULL] PROCESSLIST, typed as MariaDB types it (Time INT, FULL's Info a LONGTEXT,
+    Progress DOUBLE(7,3))."""
+    cols = [ColumnDef(name, T_LONGLONG, 63, 21, NOT_NULL_FLAG) if name == "Id"
+            else ColumnDef(name, T_LONG, 63, 7, NOT_NULL_FLAG | BINARY_FLAG) if name == "Time"
+            else ColumnDef(name, T_LONG_BLOB, 45, 805306368) if name == "Info" and full
+            else ColumnDef(name, T_VAR_STRING, 45, 256, NOT_NULL_FLAG if name == "User" else 0)
             for name in PROCESSLIST_COLUMNS]
+    cols.append(ColumnDef("Progress", T_DOUBLE, 63, 7, NOT_NULL_FLAG | BINARY_FLAG, 3))
     return ResultSet(cols, rows)

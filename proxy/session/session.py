@@ -941,8 +941,9 @@ class Session:
             return local.local_select(f"SELECT @@session.{m.group(1).lower()[:-1]}_count", self.local_values())
         up = " ".join(sql.upper().split()[:3])
         if up.startswith(("SHOW PROCESSLIST", "SHOW FULL PROCESSLIST")):
+            full = "FULL" in up
             return local.show_processlist(local.processlist_rows(
-                self.client_sessions(), self.user, self.admin, "FULL" in up, time.perf_counter()))
+                self.client_sessions(), self.user, self.admin, full, time.perf_counter()), full)
         who = local.parse_show_grants(sql)
         if who is not None:
             if who not in ("", self.user):  # as MySQL answers a user without access to the mysql database

@@ -339,3 +339,20 @@ def test_warnings_of_an_insert_split_over_nodes_name_the_statements_rows(pair, b
     finally:
         on_both(pair, *["ROLLBACK"] * bool(begin), "SET SESSION sql_mode = DEFAULT",
                 "DELETE FROM sharding_4_t1 WHERE id > 100")
+
+
+@pytest.mark.parametrize("sql", ["SHOW PROCESSLIST", "SHOW FULL PROCESSLIST"])
+def test_show_processlist_has_mariadbs_columns(pair, sql: str) -> None:
+    """mysqladmin processlist and the GUI tools' session managers read MariaDB's columns, Progress last,
+    with its types (Time an INT, Progress a DOUBLE with 3 decimals)."""
+    px, ref = pair
+
+    def answer(conn: Any) -> tuple[list[tuple[Any, ...]], tuple[Any, ...]]:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            mine = next(r for r in cur.fetchall() if r[7] == sql)
+            return [(f.name, f.type_code, f.scale if f.type_code == 5 else 0) for f in cur._result.fields], mine
+
+    (got, row), (want, ref_row) = answer(px), answer(ref)
+    assert got == want
+    assert row[5:] == (0, "executing", sql, 0.0) and ref_row[8] == 0.0
