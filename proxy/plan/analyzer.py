@@ -34,7 +34,7 @@ class HiddenSchema(DbAccessDenied):
 # STATUS and SHOW TRIGGERS are answered by the session over the logical schemas, any other spelling of
 # them would list a node's physical database, which may hold other schemas' tables)
 _SHOW_PASS = frozenset({"VARIABLES", "STATUS", "WARNINGS", "ERRORS", "COUNT", "CHARACTER", "CHARSET",
-                        "COLLATION", "ENGINES", "PRIVILEGES", "SESSION", "GLOBAL", "LOCAL"})
+                        "COLLATION", "ENGINES", "STORAGE", "PRIVILEGES", "SESSION", "GLOBAL", "LOCAL"})
 # functions and clauses that act on the backend's host (its files), not on the logical schemas
 _HOST_WORDS = frozenset({"LOAD_FILE", "OUTFILE", "DUMPFILE", "SYS_EXEC", "SYS_EVAL"})
 # table options that put a table's files elsewhere on the backend's host or make it read another server

@@ -115,6 +115,7 @@ def test_sql_select_limit_set_to_an_expression_is_refused_across_nodes(pair) -> 
     "SHOW EVENTS WHERE Name = 'e'",
     "SHOW CREATE DATABASE {db}",
     "SHOW CREATE SCHEMA IF NOT EXISTS `{db}`",
+    "SHOW STORAGE ENGINES",                                   # SHOW ENGINES as older tools spell it
 ])
 def test_show_forms_of_dumps_and_gui_tools_answer_as_mariadb(pair, sql: str) -> None:
     """As MariaDB answers them for a database without stored programs: the same columns, no rows (a logical
