@@ -162,6 +162,9 @@ def parse_set(sql: str) -> list[Assignment]:
             else:
                 raise ParseError(f"You have an error in your SQL syntax near '{item}'")
         return out
+    if toks[1][0] == "w" and toks[1][1].upper() == "STATEMENT" and (len(toks) < 3 or toks[2][1] != "="):
+        raise NotSupported("SET STATEMENT ... FOR is not supported by pydble: SET the variables for the session, "
+                           "run the statement, then SET them back")
     if _PASSWORD.match(body):
         raise NotSupported("SET PASSWORD is not supported by pydble: client users' passwords are in its "
                            "configuration, and a backend account's is the operator's")

@@ -357,3 +357,15 @@ def test_show_processlist_has_mariadbs_columns(pair, sql: str) -> None:
     (got, row), (want, ref_row) = answer(px), answer(ref)
     assert got == want
     assert row[5:] == (0, "executing", sql, 0.0) and ref_row[8] == 0.0
+
+
+def test_set_statement_for_is_refused_as_unsupported_not_as_a_syntax_error(pair) -> None:
+    """MariaDB's SET STATEMENT var = value FOR statement is valid SQL: 1235 saying so, not a 1064 blaming the
+    user's syntax; the session's variables stay as they were."""
+    px, _ = pair
+    for sql in ("SET STATEMENT max_statement_time = 10 FOR SELECT COUNT(*) FROM sharding_4_t1",
+                "set statement sql_select_limit=2, sql_mode='' for select id from sharding_4_t1"):
+        with pytest.raises(pymysql.MySQLError) as e:
+            rows(px, sql)
+        assert e.value.args[0] == 1235 and "SET STATEMENT" in e.value.args[1], sql
+    assert rows(px, "SELECT @@max_statement_time, @@sql_select_limit < 1000") == [(0.0, 0)]
