@@ -369,3 +369,23 @@ def test_set_statement_for_is_refused_as_unsupported_not_as_a_syntax_error(pair)
             rows(px, sql)
         assert e.value.args[0] == 1235 and "SET STATEMENT" in e.value.args[1], sql
     assert rows(px, "SELECT @@max_statement_time, @@sql_select_limit < 1000") == [(0.0, 0)]
+
+
+def test_information_schema_outer_join_columns_are_nullable_as_on_mariadb(pair) -> None:
+    """DataGrip and DBeaver read keys with information_schema.KEY_COLUMN_USAGE LEFT JOIN REFERENTIAL_CONSTRAINTS:
+    the joined columns come back NULL for a primary key, so MariaDB declares them nullable; a column
+    declared NOT NULL that carries NULLs breaks clients that trust the declaration."""
+    px, ref = pair
+    sql = ("SELECT kcu.CONSTRAINT_NAME, kcu.TABLE_NAME, rc.UPDATE_RULE, rc.DELETE_RULE "
+           "FROM information_schema.KEY_COLUMN_USAGE kcu LEFT JOIN information_schema.REFERENTIAL_CONSTRAINTS rc "
+           "ON rc.CONSTRAINT_SCHEMA = kcu.CONSTRAINT_SCHEMA AND rc.CONSTRAINT_NAME = kcu.CONSTRAINT_NAME "
+           "WHERE kcu.TABLE_SCHEMA = '{db}' ORDER BY kcu.TABLE_NAME, kcu.CONSTRAINT_NAME")
+
+    def answer(conn: Any, db: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        with conn.cursor() as cur:
+            cur.execute(sql.format(db=db))
+            return [(d[0], d[6]) for d in cur.description], [tuple(r) for r in cur.fetchall()]
+
+    got, want = answer(px, "schema1"), answer(ref, REF_DB)
+    assert got == want
+    assert got[0][2:] == [("UPDATE_RULE", True), ("DELETE_RULE", True)] and got[1][0][2] is None
