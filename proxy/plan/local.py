@@ -11,6 +11,7 @@ from meta.errors import NotSupported, ParseError, SpecificAccessDenied
 
 from proxy.wire.constants import BINARY_FLAG, NOT_NULL_FLAG, T_DOUBLE, T_LONG, T_LONG_BLOB, T_LONGLONG, T_VAR_STRING
 from proxy.wire.messages import ColumnDef, ResultSet
+from proxy.wire.packets import splice
 from proxy.plan.placeholders import select_aliases
 from proxy.plan.sqltok import Token, tokenize, unquote_ident
 
@@ -453,6 +454,16 @@ _SHOW_OVER_TABLES = frozenset({"TABLES", "DATABASES", "SCHEMAS", "VARIABLES", "S
                                "KEYS", "TRIGGERS", "EVENTS", "PLUGINS"})
 _SHOW_ROUTINE_KINDS = frozenset({"PROCEDURE", "FUNCTION", "PACKAGE"})
 _SHOW_PREFIXES = frozenset({"FULL", "EXTENDED", "GLOBAL", "SESSION", "LOCAL", "STORAGE"})
+
+
+def show_single_quoted(sql: str) -> str:
+    """A SHOW statement with its "..." strings (LIKE "t%", WHERE Db = "s") written '...', as the SHOW forms
+    pydble answers read them; MariaDB reads both alike unless ANSI_QUOTES (the caller's to check)."""
+    if '"' not in sql:
+        return sql
+    edits = [(t[2], t[3], "'" + t[1][1:-1].replace('""', '"') + "'") for t in tokenize(sql)
+             if t[0] == "s" and t[1][0] == '"' and "'" not in t[1]]
+    return splice(sql, edits) if edits else sql
 
 
 def show_reads_tables(sql: str) -> bool:

@@ -663,6 +663,8 @@ class Session:
             infoschema.refuse_as_current(kw)
         if kw == "CALL":
             sql_prepare.note_assignments(self, sql, kw)
+        if kw == "SHOW" and not self.ansi_quotes:
+            sql = local.show_single_quoted(sql)   # LIKE "t%" as LIKE 't%'
         if ((kw == "SHOW" and local.show_reads_tables(sql))
                 or (kw in ("SELECT", "WITH") and infoschema.mentions(sql) and infoschema.find_refs(sql))):
             self.warnings = []   # as in MariaDB: a statement reading a table starts a fresh SHOW WARNINGS

@@ -389,3 +389,22 @@ def test_information_schema_outer_join_columns_are_nullable_as_on_mariadb(pair) 
     got, want = answer(px, "schema1"), answer(ref, REF_DB)
     assert got == want
     assert got[0][2:] == [("UPDATE_RULE", True), ("DELETE_RULE", True)] and got[1][0][2] is None
+
+
+@pytest.mark.parametrize("sql", [
+    'SHOW TABLES LIKE "sharding%"', 'SHOW FULL TABLES FROM {db} LIKE "sharding\\_4%"', 'SHOW TABLE STATUS LIKE "nomatch"',
+    'SHOW TRIGGERS LIKE "x%"', 'SHOW PROCEDURE STATUS WHERE Db = "{db}"', 'SHOW OPEN TABLES FROM {db} LIKE "nomatch"',
+    'SHOW COLUMNS FROM sharding_4_t1 LIKE "i%"',
+])
+def test_show_forms_with_a_double_quoted_pattern_answer_as_mariadb(pair, sql: str) -> None:
+    """Scripts write SHOW TABLES LIKE "t%": MariaDB reads "..." as a string (no ANSI_QUOTES), as '...'
+    (was: 1235 'SHOW TABLES is not supported by pydble')."""
+    px, ref = pair
+
+    def answer(conn: Any, db: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        with conn.cursor() as cur:
+            cur.execute(sql.format(db=db))
+            return [d[0].replace(db, "DB") for d in cur.description], [tuple(r) for r in cur.fetchall()]
+
+    got, want = answer(px, "schema1"), answer(ref, REF_DB)
+    assert got == want
