@@ -8,7 +8,7 @@ import contextlib
 import re
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable
 
 import structlog
 
@@ -16,7 +16,7 @@ from meta.errors import BackendUnavailable, NoSuchTable, NotSupported, ProxyErro
 
 from proxy.backends.backend import BackendConnection, Sink
 from proxy.exec.planner import build, explained
-from proxy.exec.primitives import explain_result, warnings_in_statement_rows
+from proxy.exec.primitives import explain_result
 from proxy.wire import constants as C
 from proxy.wire.binary import execute_key
 from proxy.wire.collations import charset_of
@@ -716,12 +716,11 @@ class Executor:
             r.err_info(sc.error)
 
     async def _run_on(self, targets: list[tuple[str, str]], copies: bool = False,
-                      keep: list[BackendConnection] | None = None, budget: Budget | None = None,
-                      rows: tuple[Sequence[int], ...] | None = None) -> list[ResponseScanner]:
+                      keep: list[BackendConnection] | None = None, budget: Budget | None = None
+                      ) -> list[ResponseScanner]:
         """Run per-node SQL on several nodes in parallel, collecting their answers. copies: the nodes run
         the same statement on copies of the same rows (global tables), so one node's warnings stand for all;
-        keep: the caller ends the connections' work itself (they are appended there instead of given back);
-        rows: each target's rows of a split INSERT, which its warnings' 'at row N' count (Plan.row_groups)."""
+        keep: the caller ends the connections' work itself (they are appended there instead of given back)."""
         acquired = await self._get_all([node for node, _ in targets])
         failure = next((a for a in acquired if isinstance(a, BaseException)), None)
         if failure is not None:
@@ -742,7 +741,7 @@ class Executor:
                       for c, (_, sql) in zip(conns, targets)), return_exceptions=True)
         finally:
             self.gathering.difference_update(conns)
-        await self.keep_warnings(list(zip(conns, results)), copies, rows)
+        await self.keep_warnings(list(zip(conns, results)), copies)
         if keep is not None:
             keep.extend(conns)
         else:
@@ -756,29 +755,27 @@ class Executor:
         self.last_node = targets[-1][0]
         return results  # type: ignore[return-value]
 
-    async def _write_all_or_nothing(self, targets: list[tuple[str, str]], copies: bool = False,
-                                    rows: tuple[Sequence[int], ...] | None = None) -> list[ResponseScanner]:
+    async def _write_all_or_nothing(self, targets: list[tuple[str, str]], copies: bool = False
+                                    ) -> list[ResponseScanner]:
         """A write on several nodes is one statement: when it fails on one node it is undone on the others,
         as InnoDB undoes a failed statement. In a transaction each node takes a savepoint with it (same
         round trip) and goes back to it; in autocommit each node runs it in a transaction of its own,
         committed once every node has succeeded (a node lost during that COMMIT is XA's business)."""
         if self._pinning():
             scanners = _statement_only(
-                await self._run_on([(n, f"SAVEPOINT {STMT_SAVEPOINT};{sql}") for n, sql in targets], copies,
-                                   rows=rows))
+                await self._run_on([(n, f"SAVEPOINT {STMT_SAVEPOINT};{sql}") for n, sql in targets], copies))
             if any(sc.error is not None for sc in scanners) and self._rolling_back is None:
                 back = [self.pinned[n] for (n, _), sc in zip(targets, scanners) if sc.error is None and n in self.pinned]
                 await asyncio.gather(*(c.query(f"ROLLBACK TO SAVEPOINT {STMT_SAVEPOINT}", self.runtime.backends.timeout_s)
                                        for c in back))
             return scanners
         if self.locked:
-            return await self._write_under_table_locks(targets, copies, rows)
+            return await self._write_under_table_locks(targets, copies)
         if self.session.xa:
-            return await self._write_as_xa(targets, copies, rows)
+            return await self._write_as_xa(targets, copies)
         conns: list[BackendConnection] = []
         try:
-            scanners = await self._run_on([(n, f"START TRANSACTION;{sql}") for n, sql in targets], copies, keep=conns,
-                                          rows=rows)
+            scanners = await self._run_on([(n, f"START TRANSACTION;{sql}") for n, sql in targets], copies, keep=conns)
         except BaseException:
             await self._finish({n: c for (n, _), c in zip(targets, conns)}, "ROLLBACK")
             raise
@@ -793,15 +790,14 @@ class Executor:
             raise BackendUnavailable(f"COMMIT of a write on several shardingNodes failed: {errors[0]}")
         return _statement_only(scanners)
 
-    async def _write_as_xa(self, targets: list[tuple[str, str]], copies: bool,
-                           rows: tuple[Sequence[int], ...] | None) -> list[ResponseScanner]:
+    async def _write_as_xa(self, targets: list[tuple[str, str]], copies: bool) -> list[ResponseScanner]:
         """SET xa = on, autocommit: a write on several nodes is an XA transaction of its own, so a crash
         between two nodes' commits cannot leave it half written."""
         branches = XaBranches(self.runtime.xa)
         conns: list[BackendConnection] = []
         try:
             scanners = await self._run_on([(n, f"{branches.start_sql(n)};{sql}") for n, sql in targets], copies,
-                                          keep=conns, rows=rows)
+                                          keep=conns)
         except BaseException:
             await branches.finish({n: c for (n, _), c in zip(targets, conns)}, "ROLLBACK")
             raise
@@ -817,13 +813,11 @@ class Executor:
             await branches.finish(held, "COMMIT")
         return _statement_only(scanners)
 
-    async def _write_under_table_locks(self, targets: list[tuple[str, str]], copies: bool,
-                                       rows: tuple[Sequence[int], ...] | None) -> list[ResponseScanner]:
+    async def _write_under_table_locks(self, targets: list[tuple[str, str]], copies: bool) -> list[ResponseScanner]:
         """All or nothing while LOCK TABLES holds the connections: START TRANSACTION would release the
         table locks, so each node runs the write with autocommit off, then COMMIT or ROLLBACK (which keep
         the locks) and autocommit on again; the connections stay the session's."""
-        scanners = _statement_only(await self._run_on([(n, f"SET autocommit=0;{sql}") for n, sql in targets], copies,
-                                                      rows=rows))
+        scanners = _statement_only(await self._run_on([(n, f"SET autocommit=0;{sql}") for n, sql in targets], copies))
         end = "ROLLBACK" if any(sc.error is not None for sc in scanners) else "COMMIT"
         conns = [self.locked[n] for n, _ in targets if n in self.locked]
         await asyncio.gather(*(c.query(f"{end};SET autocommit=1", self.runtime.backends.timeout_s) for c in conns))
@@ -894,16 +888,12 @@ class Executor:
             raise NoSuchTable(f"Table '{schema}.{table}' doesn't exist")
         return await self.run_single(node, frame(0, payload), r, False, True, kind="field_list")
 
-    async def keep_warnings(self, done: list[tuple[BackendConnection, object]], copies: bool = False,
-                            rows: tuple[Sequence[int], ...] | None = None) -> None:
+    async def keep_warnings(self, done: list[tuple[BackendConnection, object]], copies: bool = False) -> None:
         """After a statement, before its connections go back: the warnings (or error) each node reported
-        for it (copies: the first node's only; rows: each node's rows of a split INSERT, counted over the
-        statement), fetched with SHOW WARNINGS where the count says there are some; SHOW WARNINGS,
-        SHOW COUNT(*) WARNINGS and @@warning_count answer them next."""
-        per_node: list[list[tuple[str, int, str]]] = []
+        for it (copies: the first node's only), fetched with SHOW WARNINGS where the count says there are
+        some; SHOW WARNINGS, SHOW COUNT(*) WARNINGS and @@warning_count answer them next."""
+        found: list[tuple[str, int, str]] = []
         for conn, sc in done[:1] if copies else done:
-            found: list[tuple[str, int, str]] = []
-            per_node.append(found)
             if not isinstance(sc, ResponseScanner):
                 continue
             if sc.warnings and not conn.broken:
@@ -921,8 +911,6 @@ class Executor:
                         found.append((bytes(lv or b"").decode(), int(code or 0), text))
             elif sc.error is not None:
                 found.append(("Error", sc.error.code, sc.error.message))
-        found = (warnings_in_statement_rows(per_node, rows) if rows is not None and len(rows) == len(per_node)
-                 else [w for ws in per_node for w in ws])
         if found:
             self.session.warnings = found
 

@@ -292,7 +292,7 @@ class MultiWrite:
 
     async def run(self, ctx: ExecContext, r: Reply, more: bool, may_relay: bool) -> bool:
         targets = [(t.node, t.sql) for t in self.plan.targets]
-        scanners = await ctx._write_all_or_nothing(targets, copies=self.broadcast, rows=self.plan.row_groups)
+        scanners = await ctx._write_all_or_nothing(targets, copies=self.broadcast)
         await _answer(ctx, self.plan, scanners, self.broadcast, r, more)
         return False
 
@@ -385,35 +385,15 @@ def _first_failed_row(failed: list[tuple[int, ErrInfo]], groups: tuple[Sequence[
     (a duplicate key), which row came first is unknown: the first node's error, its row mapped."""
     mapped: list[tuple[int, ErrInfo]] = []
     for i, e in failed:
-        at = statement_row(e.message, groups[i])
-        mapped.append((-1, e) if at is None else (at[0], ErrInfo(e.code, e.sqlstate, at[1])))
+        m = _AT_ROW.search(e.message)
+        if m is None or not 0 < int(m.group(1)) <= len(groups[i]):
+            mapped.append((-1, e))
+            continue
+        row = groups[i][int(m.group(1)) - 1] + 1
+        mapped.append((row, ErrInfo(e.code, e.sqlstate, e.message[:m.start()] + f" at row {row}")))
     if any(row < 0 for row, _ in mapped):
         return mapped[0][1]
     return min(mapped, key=lambda x: x[0])[1]
-
-
-def statement_row(message: str, group: Sequence[int]) -> tuple[int, str] | None:
-    """A node's '... at row N' about its part of a split INSERT (group: its rows' 0-based places in the
-    statement): the row counted over the whole statement and the message naming it; None: it names none."""
-    m = _AT_ROW.search(message)
-    if m is None or not 0 < int(m.group(1)) <= len(group):
-        return None
-    row = group[int(m.group(1)) - 1] + 1
-    return row, message[:m.start()] + f" at row {row}"
-
-
-def warnings_in_statement_rows(per_node: list[list[tuple[str, int, str]]], groups: tuple[Sequence[int], ...]
-                               ) -> list[tuple[str, int, str]]:
-    """The warnings of an INSERT split over nodes as one MariaDB lists them: rows counted over the whole
-    statement, in its rows' order (kept in the nodes' order when one names no row: which came first is unknown)."""
-    out: list[tuple[int, tuple[str, int, str]]] = []
-    for found, group in zip(per_node, groups):
-        for level, code, msg in found:
-            at = statement_row(msg, group)
-            out.append((-1, (level, code, msg)) if at is None else (at[0], (level, code, at[1])))
-    if all(row > 0 for row, _ in out):
-        out.sort(key=lambda x: x[0])
-    return [w for _, w in out]
 
 
 # -- combined in the proxy -------------------------------------------------------------------------
