@@ -68,6 +68,19 @@ class ParseError(ProxyError):
     code, sqlstate = 1064, "42000"
 
 
+def syntax_error(sql: str, at: int | None = None) -> ParseError:
+    """1064 worded as MariaDB words it, so clients and GUI tools that show or locate it read the same: the
+    statement as written from where reading failed (None: its end; 80 characters at most, a cut marked '...')
+    and its line."""
+    if at is None:
+        at = len(sql.rstrip().rstrip(";").rstrip())
+    near = sql[at:]
+    if len(near) > 80:
+        near = near[:77] + "..."
+    return ParseError("You have an error in your SQL syntax; check the manual that corresponds to your MariaDB "
+                      f"server version for the right syntax to use near '{near}' at line {sql.count(chr(10), 0, at) + 1}")
+
+
 class NoSuchTable(ProxyError):
     code, sqlstate = 1146, "42S02"
 

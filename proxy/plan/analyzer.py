@@ -35,7 +35,7 @@ class HiddenSchema(DbAccessDenied):
 # STATUS and SHOW TRIGGERS are answered by the session over the logical schemas, any other spelling of
 # them would list a node's physical database, which may hold other schemas' tables)
 _SHOW_PASS = frozenset({"VARIABLES", "STATUS", "WARNINGS", "ERRORS", "COUNT", "CHARACTER", "CHARSET",
-                        "COLLATION", "ENGINES", "PRIVILEGES", "SESSION", "GLOBAL", "LOCAL"})
+                        "COLLATION", "ENGINES", "STORAGE", "PRIVILEGES", "SESSION", "GLOBAL", "LOCAL"})
 # functions and clauses that act on the backend's host (its files), not on the logical schemas
 _HOST_WORDS = frozenset({"LOAD_FILE", "OUTFILE", "DUMPFILE", "SYS_EXEC", "SYS_EVAL"})
 # table options that put a table's files elsewhere on the backend's host or make it read another server
@@ -291,7 +291,7 @@ class Analyzer:
 
     def analyze(self, sql: str, toks: list[Token], schema: str | None) -> Analysis:
         """The statement's analysis, with what it needs of the user's grants (an.access)."""
-        p = Parser(self.resolve, toks, schema)
+        p = Parser(self.resolve, toks, schema, sql)
         first = p.up[0] if toks[0][0] == "w" else toks[0][1]
         self._host_reach(p)
         if first in ("SELECT", "WITH", "("):

@@ -9,8 +9,10 @@ from typing import Any, Sequence
 
 from meta.errors import NotSupported, ParseError, SpecificAccessDenied
 
-from proxy.wire.constants import T_LONG, T_LONGLONG, T_VAR_STRING
+from proxy.wire.constants import BINARY_FLAG, NOT_NULL_FLAG, T_DOUBLE, T_LONG, T_LONG_BLOB, T_LONGLONG, T_VAR_STRING
 from proxy.wire.messages import ColumnDef, ResultSet
+from proxy.wire.packets import splice
+from proxy.plan.placeholders import select_aliases
 from proxy.plan.sqltok import Token, tokenize, unquote_ident
 
 
@@ -161,6 +163,9 @@ def parse_set(sql: str) -> list[Assignment]:
             else:
                 raise ParseError(f"You have an error in your SQL syntax near '{item}'")
         return out
+    if toks[1][0] == "w" and toks[1][1].upper() == "STATEMENT" and (len(toks) < 3 or toks[2][1] != "="):
+        raise NotSupported("SET STATEMENT ... FOR is not supported by pydble: SET the variables for the session, "
+                           "run the statement, then SET them back")
     if _PASSWORD.match(body):
         raise NotSupported("SET PASSWORD is not supported by pydble: client users' passwords are in its "
                            "configuration, and a backend account's is the operator's")
@@ -394,89 +399,46 @@ def substitute_database(sql: str, schema: str | None, conn_id: int | None = None
                                   if up == "FOUND_ROWS" else
                                   "did not see end with an answer it can count; read the affected rows of the "
                                   "statement's own answer instead"))
-    out: list[str] = []
-    last = 0
+    # a select item holding a call is named after its text as written (`CONNECTION_ID() > 0`), not the values
+    named = dict(select_aliases(sql, toks, lambda item: _holds_call(item, lits)))
+    edits: list[tuple[int, int, str]] = [(at, at, alias) for at, alias in named.items()]
     depth = 0
     n = len(toks)
-    names = _expression_names(sql, toks, lits)
     for i, (kind, text, start, end) in enumerate(toks):
         if kind == "o" and text == "(":
             depth += 1
         elif kind == "o" and text == ")":
             depth -= 1
-        if (kind == "w" and text.upper() in lits and i + 2 < n
-                and toks[i + 1][1] == "(" and toks[i + 2][1] == ")" and (i == 0 or toks[i - 1][1] != ".")):
+        if _is_call(toks, i, lits):
             call_end = toks[i + 2][3]
             lit = rep = lits[text.upper()]
             prev = toks[i - 1][1].upper() if i else ""
             nxt = toks[i + 3][1].upper() if i + 3 < n else ""
-            if depth == 0 and prev in ("SELECT", ",", "DISTINCT") and (nxt == "" or nxt in _ITEM_END):
+            if (depth == 0 and prev in ("SELECT", ",", "DISTINCT") and (nxt == "" or nxt in _ITEM_END)
+                    and call_end not in named):
                 name = sql[start:call_end].replace("`", "``")
                 rep = f"{lit} AS `{name}`"   # the column keeps the name MySQL would give it
-            out.append(sql[last:start])
-            out.append(rep)
-            last = call_end
-        if i in names:
-            out.append(sql[last:end])
-            out.append(f" AS `{names[i]}`")
-            last = end
-    if not out:
+            edits.append((start, call_end, rep))
+    if not edits:
         return sql
+    out: list[str] = []
+    last = 0
+    for start, end, rep in sorted(edits):
+        out.append(sql[last:start])
+        out.append(rep)
+        last = end
     out.append(sql[last:])
     return "".join(out)
 
 
-_PLAIN_COMMENT = re.compile(r"/\*(?!M?!)[\s\S]*?\*/|--(?=\s)[^\n]*|#[^\n]*")
-_SELECT_MODIFIERS = frozenset({"ALL", "DISTINCT", "DISTINCTROW", "HIGH_PRIORITY", "STRAIGHT_JOIN", "SQL_SMALL_RESULT",
-                               "SQL_BIG_RESULT", "SQL_BUFFER_RESULT", "SQL_CACHE", "SQL_NO_CACHE", "SQL_CALC_FOUND_ROWS"})
-_LIST_END = _ITEM_END | {"EXCEPT", "INTERSECT", "WINDOW", "LOCK"}
-_UNNAMED_LAST = frozenset({"END", "NULL", "TRUE", "FALSE", "UNKNOWN"})
-NAME_CHARS = 255   # MariaDB names a result column after at most this many characters of its expression
+def _is_call(toks: Sequence[Token], i: int, lits: dict[str, str]) -> bool:
+    """Whether toks[i] starts a call `NAME()` of one of the session functions pydble answers."""
+    return (toks[i][0] == "w" and toks[i][1].upper() in lits and i + 2 < len(toks) and toks[i + 1][1] == "("
+            and toks[i + 2][1] == ")" and (i == 0 or toks[i - 1][1] != "."))
 
 
-def _expression_names(sql: str, toks: list[Token], lits: dict[str, str]) -> dict[int, str]:
-    """The names MariaDB gives the items of a SELECT's list that hold a call pydble answers inside a larger
-    expression (`ROW_COUNT() + 1`): the item's text as written, comments dropped; by the index of the item's
-    last token. An item that is just the call is named where it is replaced; one whose alias cannot be told
-    for sure keeps the replaced text (never a wrong AS)."""
-    if not toks or toks[0][0] != "w" or toks[0][1].upper() != "SELECT":
-        return {}
-    i, n = 1, len(toks)
-    while i < n and toks[i][0] == "w" and toks[i][1].upper() in _SELECT_MODIFIERS:
-        i += 1
-    items: list[tuple[int, int]] = []
-    depth, first = 0, i
-    while i <= n:
-        kind, text = (toks[i][0], toks[i][1]) if i < n else ("o", ";")
-        if kind == "o" and text == "(":
-            depth += 1
-        elif kind == "o" and text == ")":
-            depth -= 1
-        elif depth == 0 and (text == "," or text == ";" or (kind == "w" and text.upper() in _LIST_END)):
-            if i > first:
-                items.append((first, i - 1))
-            if text != ",":
-                break
-            first = i + 1
-        i += 1
-    out: dict[int, str] = {}
-    for a, b in items:
-        calls = [k for k in range(a, b - 1) if toks[k][0] == "w" and toks[k][1].upper() in lits
-                 and toks[k + 1][1] == "(" and k + 2 <= b and toks[k + 2][1] == ")"
-                 and (k == 0 or toks[k - 1][1] != ".")]
-        if not calls or (b - a == 2 and calls == [a]):
-            continue   # no call in it, or the item is the call alone (named where it is replaced)
-        kind, last = toks[b][0], toks[b][1]
-        before = toks[b - 1]
-        unnamed = (last == ")" or kind == "n" or (kind == "w" and last.upper() in _UNNAMED_LAST)
-                   or (kind in ("w", "v", "s", "q", "x") and before[0] == "o" and before[1] not in (")", ".")))
-        if not unnamed or (b > a and before[0] == "w" and before[1].upper() == "AS"):
-            continue
-        text = "".join(part for k in range(a, b + 1)
-                       for part in ((_PLAIN_COMMENT.sub("", sql[toks[k - 1][3]:toks[k][2]]) if k > a else ""),
-                                    toks[k][1]))
-        out[b] = text[:NAME_CHARS].replace("`", "``")
-    return out
+def _holds_call(item: list[Token], lits: dict[str, str]) -> bool:
+    return any(_is_call(item, i, lits) for i in range(len(item)))
 
 
 # -- SHOW DATABASES / SHOW [FULL] TABLES --------------------------------------------------------------
@@ -501,6 +463,38 @@ def like_match(pattern: str, name: str) -> bool:
         regex.append(".*" if ch == "%" else "." if ch == "_" else re.escape(ch))
         i += 1
     return re.fullmatch("".join(regex), name, re.I | re.S) is not None
+
+
+# SHOW forms MariaDB answers from information_schema: reading a table, they start a fresh SHOW WARNINGS as a
+# SELECT of a table does (SHOW CREATE DATABASE, GRANTS, PRIVILEGES, PROCESSLIST and the diagnostics do not)
+_SHOW_OVER_TABLES = frozenset({"TABLES", "DATABASES", "SCHEMAS", "VARIABLES", "STATUS", "ENGINES", "COLLATION",
+                               "CHARSET", "CHARACTER", "TABLE", "OPEN", "COLUMNS", "FIELDS", "INDEX", "INDEXES",
+                               "KEYS", "TRIGGERS", "EVENTS", "PLUGINS"})
+_SHOW_ROUTINE_KINDS = frozenset({"PROCEDURE", "FUNCTION", "PACKAGE"})
+_SHOW_PREFIXES = frozenset({"FULL", "EXTENDED", "GLOBAL", "SESSION", "LOCAL", "STORAGE"})
+
+
+def show_single_quoted(sql: str) -> str:
+    """A SHOW statement with its "..." strings (LIKE "t%", WHERE Db = "s") written '...', as the SHOW forms
+    pydble answers read them; MariaDB reads both alike unless ANSI_QUOTES (the caller's to check)."""
+    if '"' not in sql:
+        return sql
+    edits = [(t[2], t[3], "'" + t[1][1:-1].replace('""', '"') + "'") for t in tokenize(sql)
+             if t[0] == "s" and t[1][0] == '"' and "'" not in t[1]]
+    return splice(sql, edits) if edits else sql
+
+
+def show_reads_tables(sql: str) -> bool:
+    """Whether MariaDB answers this SHOW by reading a table, which clears the last statement's warnings."""
+    words = [t[1].upper() for t in tokenize(sql)[:6] if t[0] == "w"]
+    i = 1
+    while i < len(words) and words[i] in _SHOW_PREFIXES:
+        i += 1
+    if i >= len(words):
+        return False
+    if words[i] in _SHOW_ROUTINE_KINDS:
+        return "STATUS" in words[i + 1:i + 3]
+    return words[i] in _SHOW_OVER_TABLES
 
 
 def show_databases(sql: str, schemas: list[str]) -> tuple[ResultSet, str | None] | None:
@@ -792,8 +786,8 @@ def _processlist_row(s: Any, full: bool, now: float) -> list[bytes | None]:
 def processlist_rows(sessions: Iterable[Any], viewer: str, see_all: bool, full: bool,
                      now: float) -> list[list[bytes | None]]:
     """pydble's client sessions as MySQL's processlist rows (the viewer's own only unless see_all):
-    for SHOW [FULL] PROCESSLIST."""
-    return [_processlist_row(s, full, now) for s in _visible(sessions, viewer, see_all)]
+    for SHOW [FULL] PROCESSLIST, with MariaDB's Progress (no statement of pydble reports any: 0)."""
+    return [_processlist_row(s, full, now) + [b"0.000"] for s in _visible(sessions, viewer, see_all)]
 
 
 def processlist_table_rows(sessions: Iterable[Any], viewer: str, see_all: bool,
@@ -811,9 +805,13 @@ def processlist_table_rows(sessions: Iterable[Any], viewer: str, see_all: bool,
     return rows
 
 
-def show_processlist(rows: list[list[bytes | None]]) -> ResultSet:
-    """The result set of SHOW [FULL] PROCESSLIST."""
-    cols = [ColumnDef(name, T_LONGLONG if name in ("Id", "Time") else T_VAR_STRING, 45 if name not in ("Id", "Time")
-                      else 63, 21 if name in ("Id", "Time") else 256, 1 if name in ("Id", "Time", "User") else 0)
+def show_processlist(rows: list[list[bytes | None]], full: bool) -> ResultSet:
+    """The result set of SHOW [FULL] PROCESSLIST, typed as MariaDB types it (Time INT, FULL's Info a LONGTEXT,
+    Progress DOUBLE(7,3))."""
+    cols = [ColumnDef(name, T_LONGLONG, 63, 21, NOT_NULL_FLAG) if name == "Id"
+            else ColumnDef(name, T_LONG, 63, 7, NOT_NULL_FLAG | BINARY_FLAG) if name == "Time"
+            else ColumnDef(name, T_LONG_BLOB, 45, 805306368) if name == "Info" and full
+            else ColumnDef(name, T_VAR_STRING, 45, 256, NOT_NULL_FLAG if name == "User" else 0)
             for name in PROCESSLIST_COLUMNS]
+    cols.append(ColumnDef("Progress", T_DOUBLE, 63, 7, NOT_NULL_FLAG | BINARY_FLAG, 3))
     return ResultSet(cols, rows)

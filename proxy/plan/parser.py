@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Collection
 
-from meta.errors import ParseError
+from meta.errors import ParseError, syntax_error
 from proxy.plan.analysis import NULL_LITERAL, Query, Ref, Scope, Table, not_supported
 from proxy.plan.sqltok import Token, unquote_ident, unquote_string
 
@@ -28,9 +28,10 @@ class Parser:
     """A recursive-descent reader of just enough SQL structure to route a statement."""
 
     def __init__(self, resolve: Callable[[list[str], str | None], Table], toks: list[Token],
-                 schema: str | None) -> None:
+                 schema: str | None, sql: str = "") -> None:
         self.resolve = resolve   # the router's: name parts and the current schema -> a resolved table
         self.toks = toks
+        self.sql = sql           # the text toks were read from, which a syntax error quotes (else the tokens)
         self.schema = schema
         self.n = len(toks)
         self.up = [t[1].upper() if t[0] == "w" else t[1] for t in toks]
@@ -55,8 +56,8 @@ class Parser:
             elif t[0] == "e":
                 raise ParseError("You have an error in your SQL syntax; unterminated quoted string, "
                                  f"identifier or comment near '{self.r_text(i)}'")
-        if stack:
-            raise self.syntax(stack[-1])
+        if stack:   # unclosed: MariaDB reads on to the end
+            raise self.syntax(self.n)
         return close
 
     def r_text(self, i: int) -> str:
@@ -64,9 +65,9 @@ class Parser:
         return " ".join(t[1] for t in toks[i:i + 6])[:80]
 
     def syntax(self, i: int) -> ParseError:
-        near = self.r_text(i) if i < self.n else ""
-        return ParseError(f"You have an error in your SQL syntax; check the manual that corresponds to your "
-                          f"MySQL server version for the right syntax to use near '{near}'")
+        if self.sql:
+            return syntax_error(self.sql, self.toks[i][2] if i < self.n else None)
+        return syntax_error(self.r_text(i) if i < self.n else "", 0)
 
     def at(self, i: int) -> str:
         return self.up[i] if i < self.n else ""

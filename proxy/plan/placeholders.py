@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from proxy.plan.sqltok import Token
 
 _ENDS_ITEM = frozenset({"FROM", "INTO", "WHERE", "GROUP", "HAVING", "WINDOW", "ORDER", "LIMIT", "UNION",
@@ -17,6 +19,9 @@ _ENDS_ITEM = frozenset({"FROM", "INTO", "WHERE", "GROUP", "HAVING", "WINDOW", "O
 _MODIFIERS = frozenset({"ALL", "DISTINCT", "DISTINCTROW", "HIGH_PRIORITY", "STRAIGHT_JOIN", "SQL_SMALL_RESULT",
                         "SQL_BIG_RESULT", "SQL_BUFFER_RESULT", "SQL_CACHE", "SQL_NO_CACHE", "SQL_CALC_FOUND_ROWS"})
 _NOT_ALIAS = frozenset({"END", "NULL", "TRUE", "FALSE", "UNKNOWN"})  # words that end an expression
+# words after which a string is an operand, never an alias (`x LIKE 'a%'`)
+_BEFORE_OPERAND = frozenset({"LIKE", "ESCAPE", "REGEXP", "RLIKE", "AND", "OR", "XOR", "NOT", "DIV", "MOD", "IS",
+                             "THEN", "ELSE", "WHEN", "INTERVAL", "BINARY"})
 MAX_NAME = 200
 
 
@@ -31,7 +36,10 @@ def _alias_free(item: list[Token]) -> bool:
         elif depth == 0 and kind == "w" and text.upper() == "AS":
             return False
     last = item[-1]
-    if last[0] in "qs" and len(item) > 1:
+    if last[0] == "s" and len(item) > 1:
+        before = item[-2]
+        return (before[0] == "o" and before[1] != ")") or (before[0] == "w" and before[1].upper() in _BEFORE_OPERAND)
+    if last[0] == "q" and len(item) > 1:
         return False
     if last[0] == "w" and len(item) > 1 and last[1].upper() not in _NOT_ALIAS:
         return False
@@ -39,10 +47,13 @@ def _alias_free(item: list[Token]) -> bool:
 
 
 def _name(sql: str, item: list[Token]) -> str:
-    """The item's text as MariaDB names it: as written, outer parentheses dropped."""
-    while len(item) > 2 and item[0][1] == "(" and item[-1][1] == ")" and item[0][0] == "o" and _wraps(item):
-        item = item[1:-1]
-    return sql[item[0][2]:item[-1][3]]
+    """The item's text as MariaDB names it: as written; parentheses around a lone `?` or literal dropped
+    (`(?)` is `?`, `(? + 1)` stays `(? + 1)`)."""
+    inner = item
+    while len(inner) > 2 and inner[0][1] == "(" and inner[-1][1] == ")" and inner[0][0] == "o" and _wraps(inner):
+        inner = inner[1:-1]
+    named = inner if len(inner) == 1 else item
+    return sql[named[0][2]:named[-1][3]]
 
 
 def _wraps(item: list[Token]) -> bool:
@@ -57,8 +68,14 @@ def _wraps(item: list[Token]) -> bool:
     return True
 
 
-def select_aliases(sql: str, toks: list[Token]) -> tuple[tuple[int, str], ...]:
-    """(offset, " AS `name`") for each item of a SELECT's select list holding a `?` without an alias."""
+def _holds_placeholder(item: list[Token]) -> bool:
+    return any(x[0] == "p" for x in item)
+
+
+def select_aliases(sql: str, toks: list[Token],
+                   wants: Callable[[list[Token]], bool] = _holds_placeholder) -> tuple[tuple[int, str], ...]:
+    """(offset, " AS `name`") for each item of a SELECT's select list without an alias that `wants` a name
+    (by default those holding a `?`): their text is about to change, the column's name must not."""
     if not toks or toks[0][0] != "w" or toks[0][1].upper() != "SELECT":
         return ()
     i = 1
@@ -70,7 +87,7 @@ def select_aliases(sql: str, toks: list[Token]) -> tuple[tuple[int, str], ...]:
     for t in toks[i:] + [("o", ",", -1, -1)]:
         kind, text = t[0], t[1]
         if depth == 0 and ((kind == "o" and text in (",", ";")) or (kind == "w" and text.upper() in _ENDS_ITEM)):
-            if item and any(x[0] == "p" for x in item) and _alias_free(item):
+            if item and wants(item) and _alias_free(item):
                 name = _name(sql, item)
                 if len(name) <= MAX_NAME and "`" not in name:
                     out.append((item[-1][3], f" AS `{name}`"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Union
 
-from meta.errors import ProxyError
+from meta.errors import ProxyError, syntax_error
 from proxy.plan.analysis import not_supported
 from proxy.plan.sqltok import Token, tokenize, unquote_ident
 
@@ -227,9 +227,7 @@ class _Reader:
         return i, 0, first
 
     def syntax(self, i: int) -> ProxyError:
-        near = self.sql[self.toks[i][2]:self.toks[i][2] + 40] if i < len(self.toks) else ""
-        return ProxyError("You have an error in your SQL syntax; check the manual that corresponds to your "
-                          f"MariaDB server version for the right syntax to use near '{near}'", 1064, "42000")
+        return syntax_error(self.sql, self.toks[i][2] if i < len(self.toks) else None)
 
 
 def plan_set_operation(router: Any, sql: str, toks: list[Token], schema: str | None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from meta.errors import ParseError
+from meta.errors import ParseError, syntax_error
 
 from proxy.plan.sqltok import Token, tokenize, unquote_ident
 
@@ -48,9 +48,7 @@ def _name(toks: list[Token], k: int) -> tuple[list[str], int]:
 
 
 def _syntax(sql: str, toks: list[Token], k: int) -> ParseError:
-    near = sql[toks[k][2]:toks[k][2] + 40] if k < len(toks) else ""
-    return ParseError("You have an error in your SQL syntax; check the manual that corresponds to your MySQL "
-                      f"server version for the right syntax to use near '{near}'")
+    return syntax_error(sql, toks[k][2] if k < len(toks) else None)
 
 
 def parse(sql: str) -> ViewStmt | None:

@@ -35,6 +35,7 @@ from meta.errors import NotSupported
 from proxy.plan.local import PROCESSLIST_TABLE_COLUMNS, processlist_table_rows, substitute_database
 from proxy.exec.materialize import chunks, inserts, quote, scratch_connection, setup_error
 from proxy.exec.user_locks import ONLY_WITHOUT_TABLES, calls as user_lock_calls, refuse_assignment
+from proxy.wire.constants import NOT_NULL_FLAG
 from proxy.wire.messages import ColumnDef, ResultSet
 from proxy.wire.packets import com_query, splice
 from proxy.wire.reply import Reply
@@ -404,12 +405,14 @@ class InfoSchema:
 
 
 def _as_infoschema(c: ColumnDef, table: str, real: dict[tuple[str, str], ColumnDef]) -> ColumnDef:
-    """A column of a copy, described as the information_schema column it copies."""
+    """A column of a copy, described as the information_schema column it copies; nullable where the query
+    made it so (the inner side of an outer join), as the copy (made NOT NULL where the original is) tells."""
     r = real.get((table, c.org_name.upper()))
     if r is None:
         return replace(c, schema="information_schema", org_table=table, raw=None)
+    flags = r.flags if c.flags & NOT_NULL_FLAG else r.flags & ~NOT_NULL_FLAG
     return replace(c, schema="information_schema", org_table=table, type=r.type, charset=r.charset,
-                   length=r.length, flags=r.flags, decimals=r.decimals, raw=None)
+                   length=r.length, flags=flags, decimals=r.decimals, raw=None)
 
 
 async def answer(session: SessionPort, sql: str, r: Reply, more: bool) -> bool:

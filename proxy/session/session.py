@@ -667,6 +667,11 @@ class Session:
             infoschema.refuse_as_current(kw)
         if kw == "CALL":
             sql_prepare.note_assignments(self, sql, kw)
+        if kw == "SHOW" and not self.ansi_quotes:
+            sql = local.show_single_quoted(sql)   # LIKE "t%" as LIKE 't%'
+        if ((kw == "SHOW" and local.show_reads_tables(sql))
+                or (kw in ("SELECT", "WITH") and infoschema.mentions(sql) and infoschema.find_refs(sql))):
+            self.warnings = []   # as in MariaDB: a statement reading a table starts a fresh SHOW WARNINGS
         if kw == "SHOW":
             shown = local.show_over_infoschema(sql)
             if shown is not None:   # answered over the logical schemas, as MariaDB answers it from information_schema
@@ -944,8 +949,9 @@ class Session:
             return local.local_select(f"SELECT @@session.{m.group(1).lower()[:-1]}_count", self.local_values())
         up = " ".join(sql.upper().split()[:3])
         if up.startswith(("SHOW PROCESSLIST", "SHOW FULL PROCESSLIST")):
+            full = "FULL" in up
             return local.show_processlist(local.processlist_rows(
-                self.client_sessions(), self.user, self.admin, "FULL" in up, time.perf_counter()))
+                self.client_sessions(), self.user, self.admin, full, time.perf_counter()), full)
         who = local.parse_show_grants(sql)
         if who is not None:
             if who not in ("", self.user):  # as MySQL answers a user without access to the mysql database

@@ -14,7 +14,7 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING
 
-from meta.errors import BackendError, NotSupported, ParseError, ProxyError
+from meta.errors import BackendError, NotSupported, ParseError, ProxyError, syntax_error
 
 from proxy.session.prepared import Statement
 from proxy.wire import constants as C
@@ -48,15 +48,10 @@ def is_statement(kw: str, sql: str) -> bool:
     return len(toks) > 1 and toks[1][0] == "w" and toks[1][1].upper() == "PREPARE"
 
 
-def _syntax(sql: str, at: int) -> ParseError:
-    return ParseError("You have an error in your SQL syntax; check the manual that corresponds to your MariaDB "
-                      f"server version for the right syntax to use near '{sql[at:at + 80]}' at line 1")
-
-
 def _name(toks: list[Token], i: int, sql: str) -> tuple[str, str]:
     """(the statement name as given, its key: names are case-insensitive)."""
     if i >= len(toks) or toks[i][0] not in "wq":
-        raise _syntax(sql, toks[i][2] if i < len(toks) else len(sql))
+        raise syntax_error(sql, toks[i][2] if i < len(toks) else None)
     name = unquote_ident(toks[i][1])
     return name, name.lower()
 
@@ -218,7 +213,7 @@ def _split_items(sql: str, toks: list[Token]) -> list[tuple[str, list[Token]]]:
     for i in [i for i in top_level(toks) if toks[i][0] == "o" and toks[i][1] == ","] + [len(toks)]:
         cur = toks[start:i]
         if not cur:
-            raise _syntax(sql, toks[i][2] if i < len(toks) else len(sql))
+            raise syntax_error(sql, toks[i][2] if i < len(toks) else None)
         items.append((sql[cur[0][2]:cur[-1][3]], cur))
         start = i + 1
     return items
@@ -233,7 +228,7 @@ async def run(session: SessionPort, sql: str, r: Reply, more: bool, may_relay: b
     pre = session.prepared
     if word in ("DEALLOCATE", "DROP"):
         if len(toks) != 3 or toks[1][1].upper() != "PREPARE":
-            raise _syntax(sql, toks[1][2] if len(toks) > 1 else len(sql))
+            raise syntax_error(sql, toks[1][2] if len(toks) > 1 else None)
         name, key = _name(toks, 2, sql)
         if pre.named.pop(key, None) is None:
             raise ProxyError(f"Unknown prepared statement handler ({name}) given to DEALLOCATE PREPARE", 1243, "HY000")
@@ -245,7 +240,7 @@ async def run(session: SessionPort, sql: str, r: Reply, more: bool, may_relay: b
     name, key = _name(toks, 1, sql)
     if word == "PREPARE":
         if len(toks) < 4 or not (toks[2][0] == "w" and toks[2][1].upper() == "FROM"):
-            raise _syntax(sql, toks[2][2] if len(toks) > 2 else len(sql))
+            raise syntax_error(sql, toks[2][2] if len(toks) > 2 else None)
         await prepare(session, key, await _statement_text(session, sql, toks[3:]))
         r.ok(session.status(), info=b"Statement prepared", more=more)
         return False
@@ -255,7 +250,7 @@ async def run(session: SessionPort, sql: str, r: Reply, more: bool, may_relay: b
     items: list[tuple[str, list[Token]]] = []
     if len(toks) > 2:
         if not (toks[2][0] == "w" and toks[2][1].upper() == "USING") or len(toks) == 3:
-            raise _syntax(sql, toks[2][2])
+            raise syntax_error(sql, toks[2][2])
         items = _split_items(sql, toks[3:])
     if len(items) != stmt.params:
         raise ProxyError("Incorrect arguments to EXECUTE", 1210, "HY000")
@@ -297,7 +292,7 @@ async def prepare(session: SessionPort, key: str, text: str) -> None:
         raise ProxyError("Query was empty", 1065, "42000")
     for i, t in enumerate(toks):
         if t[0] == "o" and t[1] == ";":
-            raise _syntax(text, toks[i + 1][2])
+            raise syntax_error(text, toks[i + 1][2])
     kw = first_keyword(text)
     if kw in _NESTED or (kw == "DROP" and is_statement(kw, text)):
         raise ProxyError("This command is not supported in the prepared statement protocol yet", 1295, "HY000")

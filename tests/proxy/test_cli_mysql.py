@@ -29,8 +29,8 @@ def _drop_our_tables(proxy) -> Iterator[None]:
 
 def _mysql(proxy, *args: str, stdin: str | None = None, port: int | None = None, user: str = "test",
            password: str = "111111", timeout: float = 30) -> subprocess.CompletedProcess:
-    argv = ["mysql", "--no-defaults", "-h127.0.0.1", f"-P{port or proxy.port}", f"-u{user}", f"-p{password}",
-            *args]
+    argv = ["mysql", "--no-defaults", "-h127.0.0.1", f"-P{port or proxy.port}", f"-u{user}",
+            *[f"-p{password}"] * bool(password), *args]
     return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout)
 
 
@@ -126,3 +126,26 @@ def test_manager_port_from_the_cli(proxy) -> None:
     assert "reload @@metadata" in res.stdout
     res = _mysql(proxy, "-e", "show @@help", port=proxy.manager_port, user="test")
     assert res.returncode == 1 and "ERROR 1045" in res.stderr
+
+
+@pytest.mark.parametrize("sql", [
+    "selec 1",                                        # a typo
+    "select (1",                                      # unclosed: MariaDB points at the end
+    "select 1,\n2 fron\nplain",                       # the line of the error
+    "SELECT * FROM sharding_4_t1 WHERE id = 1 AND name = 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' "
+    "ORDER BY id LIMIT 1 2",                          # cut at 80 characters with '...'
+    "SELECT id FROM sharding_4_t1 UNION SELECT id FROM sharding_2_t1 ORDER BY id LIMIT x y",
+    "PREPARE s FROM 'selec 1'",
+    "SELECT id FROM sharding_4_t1 WHERE id IN (1, 2",
+    "SELECT id FROM sharding_4_t1\nWHERE id = 1\nORDER BY id LIMIT 1 OFFSET",
+])
+def test_a_syntax_error_reads_as_mariadbs(proxy, fresh_mariadb, sql: str) -> None:
+    """The mysql CLI prints 1064 as the server words it: the manual of the MariaDB server version, the
+    statement from where reading failed as written, and its line, which GUI tools use to mark the error."""
+    plain = fresh_mariadb("syntax_ref", databases=["schema1"])
+    plain.query("CREATE TABLE sharding_4_t1 (id INT PRIMARY KEY, name VARCHAR(20))", "schema1")
+    plain.query("CREATE TABLE sharding_2_t1 (id INT PRIMARY KEY, name VARCHAR(20))", "schema1")
+    got = _mysql(proxy, "schema1", "-e", sql)
+    want = _mysql(proxy, "schema1", "-e", sql, port=plain.port, user="root", password="")
+    assert got.returncode == want.returncode == 1
+    assert got.stderr.splitlines()[-1] == want.stderr.splitlines()[-1]

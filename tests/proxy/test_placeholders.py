@@ -14,6 +14,8 @@ from proxy.plan.sqltok import tokenize
     ("SELECT CASE WHEN k % 3 = ? THEN 1 ELSE 0 END FROM t", ["CASE WHEN k % 3 = ? THEN 1 ELSE 0 END"]),
     ("SELECT DISTINCT ?, id FROM t", ["?"]),
     ("SELECT ? IS NULL", ["? IS NULL"]),
+    ("SELECT (? > 0), ((?)), ((? + 1))", ["(? > 0)", "?", "((? + 1))"]),   # MariaDB keeps an expression's parentheses
+    ("SELECT ? LIKE 'a%', ? = 'b'", ["? LIKE 'a%'", "? = 'b'"]),   # a string after an operator is no alias
     ("SELECT ? 'x', ? `y`, ? AS \"z\"", []),          # aliased already: an alias added would be a syntax error
     ("SELECT a FROM t WHERE id = ?", []),
     ("SELECT ? UNION SELECT ?", ["?"]),               # the first branch names the columns

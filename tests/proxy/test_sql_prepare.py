@@ -182,13 +182,13 @@ def test_answers_match_mariadb_where_a_literal_would_differ(sp_proxy: ProxyProce
             for c in (dc, pc):
                 c.execute("DELETE FROM sp_t")
                 c.execute("INSERT INTO sp_t (id, name) VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e')")
-                c.execute("PREPARE n FROM 'SELECT ? + 1, ?, (?), CONCAT(name, ?) AS x, id FROM sp_t "
-                          "WHERE id > ? ORDER BY id LIMIT ?'")
-                c.execute("EXECUTE n USING 5, 'a', 2.5, '!', 1, 3")
+                c.execute("PREPARE n FROM 'SELECT ? + 1, ?, (?), (? - 1), ? LIKE ''a%'', CONCAT(name, ?) AS x, id "
+                          "FROM sp_t WHERE id > ? ORDER BY id LIMIT ?'")
+                c.execute("EXECUTE n USING 5, 'a', 2.5, 3, 'abc', '!', 1, 3")
             want = (tuple(d[0] for d in dc.description), dc.fetchall())
             got = (tuple(d[0] for d in pc.description), pc.fetchall())
             assert got == want
-            assert want[0] == ("? + 1", "?", "?", "x", "id")
+            assert want[0] == ("? + 1", "?", "?", "(? - 1)", "? LIKE 'a%'", "x", "id")
             for c in (dc, pc):
                 c.execute("DROP PREPARE n")
             assert err(pc, "PREPARE o FROM 'SELECT id FROM sp_t ORDER BY ?'")[0] == 1235

@@ -115,6 +115,7 @@ def test_sql_select_limit_set_to_an_expression_is_refused_across_nodes(pair) -> 
     "SHOW EVENTS WHERE Name = 'e'",
     "SHOW CREATE DATABASE {db}",
     "SHOW CREATE SCHEMA IF NOT EXISTS `{db}`",
+    "SHOW STORAGE ENGINES",                                   # SHOW ENGINES as older tools spell it
 ])
 def test_show_forms_of_dumps_and_gui_tools_answer_as_mariadb(pair, sql: str) -> None:
     """As MariaDB answers them for a database without stored programs: the same columns, no rows (a logical
@@ -277,3 +278,133 @@ def test_sql_mode_is_the_servers_on_every_backend_connection(pair, proxy, backen
         assert e.value.args[0] == 1064
     finally:
         fresh.close()
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT CONNECTION_ID() > 0",                                   # DBeaver's and Workbench's session probes
+    "SELECT USER() LIKE '%@%', CURRENT_USER() = USER()",
+    "SELECT CONCAT(DATABASE(), '.t') , 1",
+    "SELECT SQL_NO_CACHE DATABASE()",
+    "SELECT id, COALESCE(SCHEMA(), 'none') FROM sharding_4_t1 WHERE id = 1",
+    "SELECT (CONNECTION_ID() > 0)",
+    "SELECT CONNECTION_ID() > 0 AS alive, USER() LIKE '%' u, DATABASE() d",   # aliases stay as written
+])
+def test_a_session_function_inside_an_expression_keeps_the_column_name(pair, sql: str) -> None:
+    """pydble answers CONNECTION_ID(), USER(), DATABASE() itself, writing their values into the statement; the
+    column keeps the name MariaDB gives it (the item as written), which DictCursor keys and GUI grids show."""
+    px, ref = pair
+    with px.cursor(pymysql.cursors.DictCursor) as a, ref.cursor(pymysql.cursors.DictCursor) as b:
+        a.execute(sql)
+        b.execute(sql)
+        assert [d[0] for d in a.description] == [d[0] for d in b.description]
+        assert a.fetchone().keys() == b.fetchone().keys()
+
+
+@pytest.mark.parametrize("sql", [
+    "SHOW TABLES", "SHOW FULL TABLES FROM {db}", "SHOW TABLE STATUS", "SHOW DATABASES", "SHOW VARIABLES LIKE 'x'",
+    "SHOW GLOBAL STATUS LIKE 'x'", "SHOW ENGINES", "SHOW COLLATION LIKE 'x'", "SHOW CHARSET", "SHOW OPEN TABLES",
+    "SHOW TRIGGERS", "SHOW EVENTS", "SHOW PROCEDURE STATUS WHERE Db = '{db}'",
+    "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{db}'",
+    # no table read: the last statement's warnings stay, as on MariaDB
+    "SHOW CREATE DATABASE {db}", "SHOW PRIVILEGES", "SELECT 1", "SELECT 'information_schema.TABLES'",
+])
+def test_a_statement_reading_tables_starts_fresh_warnings(pair, sql: str) -> None:
+    """MariaDB clears SHOW WARNINGS for a statement that reads a table, the SHOW forms it answers from
+    information_schema included; what the GUI tools' metadata reads between a user's statement and the
+    SHOW WARNINGS they send after it must not leave the old warnings listed (nor keep them when MariaDB does)."""
+    px, ref = pair
+
+    def warnings(conn: Any, db: str) -> list[tuple[Any, ...]]:
+        rows(conn, "SELECT 1/0")
+        rows(conn, sql.format(db=db))
+        return rows(conn, "SHOW WARNINGS") + rows(conn, "SHOW COUNT(*) WARNINGS")
+
+    assert warnings(px, "schema1") == warnings(ref, REF_DB)
+
+
+@pytest.mark.parametrize("begin", ["", "BEGIN"], ids=["autocommit", "in-transaction"])
+def test_warnings_of_an_insert_split_over_nodes_name_the_statements_rows(pair, begin: str) -> None:
+    """A load in non-strict mode (or INSERT IGNORE) reads SHOW WARNINGS to find the rows it truncated:
+    '... at row N' counts the statement's VALUES rows, in their order, not each node's part of them."""
+    px, ref = pair
+    insert = ("INSERT {}INTO sharding_4_t1 VALUES (101, 1, 'ok'), (102, 99999999999, 'ok'), (103, 1, 'xxxxxxxxxxxxx'), "
+              "(104, 1, 'ok'), (105, 1, 'yyyyyyyyyyyyyyyy'), (106, 1, 'ok'), (107, -99999999999, 'zzzzzzzzzzzzz')")
+    try:
+        on_both(pair, "SET SESSION sql_mode = ''", *[begin] * bool(begin), insert.format(""))
+        want = rows(ref, "SHOW WARNINGS")
+        assert [w[2][-8:] for w in want] == ["at row 2", "at row 3", "at row 5", "at row 7", "at row 7"]
+        assert rows(px, "SHOW WARNINGS") == want
+        on_both(pair, "DELETE FROM sharding_4_t1 WHERE id IN (103, 106)", insert.format("IGNORE "))
+        want = rows(ref, "SHOW WARNINGS")   # the duplicates name no row: only the set is sure
+        assert sorted(rows(px, "SHOW WARNINGS")) == sorted(want) and len(want) == 10
+    finally:
+        on_both(pair, *["ROLLBACK"] * bool(begin), "SET SESSION sql_mode = DEFAULT",
+                "DELETE FROM sharding_4_t1 WHERE id > 100")
+
+
+@pytest.mark.parametrize("sql", ["SHOW PROCESSLIST", "SHOW FULL PROCESSLIST"])
+def test_show_processlist_has_mariadbs_columns(pair, sql: str) -> None:
+    """mysqladmin processlist and the GUI tools' session managers read MariaDB's columns, Progress last,
+    with its types (Time an INT, Progress a DOUBLE with 3 decimals)."""
+    px, ref = pair
+
+    def answer(conn: Any) -> tuple[list[tuple[Any, ...]], tuple[Any, ...]]:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            mine = next(r for r in cur.fetchall() if r[7] == sql)
+            return [(f.name, f.type_code, f.scale if f.type_code == 5 else 0) for f in cur._result.fields], mine
+
+    (got, row), (want, ref_row) = answer(px), answer(ref)
+    assert got == want
+    assert row[5:] == (0, "executing", sql, 0.0) and ref_row[8] == 0.0
+
+
+def test_set_statement_for_is_refused_as_unsupported_not_as_a_syntax_error(pair) -> None:
+    """MariaDB's SET STATEMENT var = value FOR statement is valid SQL: 1235 saying so, not a 1064 blaming the
+    user's syntax; the session's variables stay as they were."""
+    px, _ = pair
+    for sql in ("SET STATEMENT max_statement_time = 10 FOR SELECT COUNT(*) FROM sharding_4_t1",
+                "set statement sql_select_limit=2, sql_mode='' for select id from sharding_4_t1"):
+        with pytest.raises(pymysql.MySQLError) as e:
+            rows(px, sql)
+        assert e.value.args[0] == 1235 and "SET STATEMENT" in e.value.args[1], sql
+    assert rows(px, "SELECT @@max_statement_time, @@sql_select_limit < 1000") == [(0.0, 0)]
+
+
+def test_information_schema_outer_join_columns_are_nullable_as_on_mariadb(pair) -> None:
+    """DataGrip and DBeaver read keys with information_schema.KEY_COLUMN_USAGE LEFT JOIN REFERENTIAL_CONSTRAINTS:
+    the joined columns come back NULL for a primary key, so MariaDB declares them nullable; a column
+    declared NOT NULL that carries NULLs breaks clients that trust the declaration."""
+    px, ref = pair
+    sql = ("SELECT kcu.CONSTRAINT_NAME, kcu.TABLE_NAME, rc.UPDATE_RULE, rc.DELETE_RULE "
+           "FROM information_schema.KEY_COLUMN_USAGE kcu LEFT JOIN information_schema.REFERENTIAL_CONSTRAINTS rc "
+           "ON rc.CONSTRAINT_SCHEMA = kcu.CONSTRAINT_SCHEMA AND rc.CONSTRAINT_NAME = kcu.CONSTRAINT_NAME "
+           "WHERE kcu.TABLE_SCHEMA = '{db}' ORDER BY kcu.TABLE_NAME, kcu.CONSTRAINT_NAME")
+
+    def answer(conn: Any, db: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        with conn.cursor() as cur:
+            cur.execute(sql.format(db=db))
+            return [(d[0], d[6]) for d in cur.description], [tuple(r) for r in cur.fetchall()]
+
+    got, want = answer(px, "schema1"), answer(ref, REF_DB)
+    assert got == want
+    assert got[0][2:] == [("UPDATE_RULE", True), ("DELETE_RULE", True)] and got[1][0][2] is None
+
+
+@pytest.mark.parametrize("sql", [
+    'SHOW TABLES LIKE "sharding%"', 'SHOW FULL TABLES FROM {db} LIKE "sharding\\_4%"', 'SHOW TABLE STATUS LIKE "nomatch"',
+    'SHOW TRIGGERS LIKE "x%"', 'SHOW PROCEDURE STATUS WHERE Db = "{db}"', 'SHOW OPEN TABLES FROM {db} LIKE "nomatch"',
+    'SHOW COLUMNS FROM sharding_4_t1 LIKE "i%"',
+])
+def test_show_forms_with_a_double_quoted_pattern_answer_as_mariadb(pair, sql: str) -> None:
+    """Scripts write SHOW TABLES LIKE "t%": MariaDB reads "..." as a string (no ANSI_QUOTES), as '...'
+    (was: 1235 'SHOW TABLES is not supported by pydble')."""
+    px, ref = pair
+
+    def answer(conn: Any, db: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        with conn.cursor() as cur:
+            cur.execute(sql.format(db=db))
+            return [d[0].replace(db, "DB") for d in cur.description], [tuple(r) for r in cur.fetchall()]
+
+    got, want = answer(px, "schema1"), answer(ref, REF_DB)
+    assert got == want
