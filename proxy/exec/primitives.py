@@ -370,14 +370,16 @@ def _write_info(plan: Plan, scanners: list[ResponseScanner], oks: list[OkInfo], 
             sum(c[1] for c in found), sum(c[2] for c in found), warnings)  # type: ignore[index]
     if sum(len(g) for g in plan.row_groups) < 2:
         return b""   # MariaDB words no info for one row
-    words = {t[1].upper() for t in tokenize(plan.targets[0].sql) if t[0] == "w"}
-    ignore = "IGNORE" in words   # MariaDB counts then the rows not written (records - copied), else
-    unsure = found_rows and "DUPLICATE" in words   # those deleted or updated (deleted + updated)
     records = duplicates = 0
-    for m, ok, group in zip(found, oks, plan.row_groups):
+    words: set[str] | None = None
+    for m, ok, group, target in zip(found, oks, plan.row_groups, plan.targets):
         if m is not None and m[0] == b"Records":
             records, duplicates = records + m[1], duplicates + m[2]
         elif len(group) == 1:   # a node's one row: told by the rows it affected
+            if words is None:   # its statement holds that one row: never a token per value of a big INSERT
+                words = {t[1].upper() for t in tokenize(target.sql) if t[0] == "w"}
+            ignore = "IGNORE" in words   # MariaDB counts then the rows not written (records - copied), else
+            unsure = found_rows and "DUPLICATE" in words   # those deleted or updated (deleted + updated)
             records += 1
             if unsure and ok.affected_rows == 1:
                 return b""   # inserted, or a duplicate left unchanged (counted as found): unknown
