@@ -563,3 +563,39 @@ def test_information_schema_queries_leave_nothing_on_shared_connections(px, limi
         assert _rows(other, "SELECT IS_FREE_LOCK('leak')") == [(1,)]
     finally:
         other.close()
+
+
+# gbk (as big5, cp932, sjis) has two-byte characters whose second byte is `\`: MariaDB reads BF 5C as one
+# character, so the string ends at the next quote and what pydble read as the rest of the string is code
+_GBK_LEAK = b"SELECT id, '\xbf\\', (SELECT v FROM sing LIMIT 1) AS x #'\nFROM sharding_2_t1 WHERE id = 2"
+
+
+def _raw_rows(conn, sql: bytes):
+    """Run the statement's bytes as they are (pymysql would encode a str in the connection's charset)."""
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        return list(cur.fetchall())
+
+
+def test_a_multibyte_client_charset_cannot_hide_code_in_a_string(px):
+    """Under a gbk client charset the bytes BF 5C are one character to MariaDB, a byte and an escaped quote
+    to a UTF-8 reader: a subquery on schema2.sing (dn1's db1 beside sharding_2_t1) would pass unchecked."""
+    at_login = px.connect(user="limited", password="lim-pw", charset="gbk")      # the handshake's charset
+    later = px.connect(user="limited", password="lim-pw")
+    try:
+        with later.cursor() as cur:
+            cur.execute("SET NAMES gbk")
+        for conn in (at_login, later):
+            with conn.cursor() as cur, pytest.raises(pymysql.MySQLError) as e:
+                cur.execute(_GBK_LEAK)
+                cur.fetchall()
+            assert e.value.args[0] == 1235 and "gbk" in e.value.args[1], e.value.args
+            # text whose characters are high bytes only reads the same either way: it still works
+            assert _raw_rows(conn, "SELECT HEX('中文') AS h, v FROM sharding_2_t1 WHERE id = 2".encode("gbk")) == \
+                [("D6D0CEC4", 20)]
+        with later.cursor() as cur:
+            cur.execute("SET NAMES utf8mb4")
+        assert _raw_rows(later, "SELECT 'é\\'', v FROM sharding_2_t1 WHERE id = 2".encode()) == [("é'", 20)]
+    finally:
+        at_login.close()
+        later.close()
