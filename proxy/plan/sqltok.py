@@ -35,21 +35,26 @@ _STR1 = r"'(?:[^'\\]|\\[\s\S]|'')*+'"
 _STR2 = r'"(?:[^"\\]|\\[\s\S]|"")*+"'
 _QID = r"`(?:[^`]|``)*+`"
 
+# MariaDB's lexer, not Python's Unicode classes: whitespace is ASCII's six, every character from U+0080 up is
+# an identifier character (NBSP too), and `--` opens a comment before a space or a control character only
+_WS = r"[ \t\n\v\f\r]"
+_ID = r"[0-9A-Za-z_$\u0080-\U0010ffff]"
+
 _TOKEN_RE = re.compile(rf"""
-    \s*(?:
-       (?P<w>(?![xXbB]')[^\W\d][\w$]*)
+    {_WS}*(?:
+       (?P<w>(?![xXbB]')[A-Za-z_\u0080-\U0010ffff]{_ID}*)
       |(?P<o>[(),;=*+])
-      |(?P<n>(?>[0-9]+(?:\.[0-9]*+)?|\.[0-9]++)(?>[eE][-+]?[0-9]++)?(?![\w$]))
+      |(?P<n>(?>[0-9]+(?:\.[0-9]*+)?|\.[0-9]++)(?>[eE][-+]?[0-9]++)?(?!{_ID}))
       |(?P<s>{_STR1}|{_STR2})
       |(?P<q>{_QID})
-      |(?P<c>--(?=\s|$)[^\n]*|\#[^\n]*|/\*(?!M?!)[\s\S]*?\*/)
+      |(?P<c>--(?=[\x00-\x20\x7f]|$)[^\n]*|\#[^\n]*|/\*(?!M?!)[\s\S]*?\*/)
       |(?P<h>/\*M?![\s\S]*?\*/)
-      |(?P<x>[xX]'[0-9a-fA-F]*+'|[bB]'[01]*+'|0x[0-9a-fA-F]++(?![\w$])|0b[01]++(?![\w$]))
-      |(?P<W>[\w$]+)
-      |(?P<v>@@?(?:[\w$.]+|{_QID}|{_STR1}|{_STR2})?)
+      |(?P<x>[xX]'[0-9a-fA-F]*+'|[bB]'[01]*+'|0x[0-9a-fA-F]++(?!{_ID})|0b[01]++(?!{_ID}))
+      |(?P<W>{_ID}+)
+      |(?P<v>@@?(?:[.0-9A-Za-z_$\u0080-\U0010ffff]+|{_QID}|{_STR1}|{_STR2})?)
       |(?P<p>\?)
       |(?P<e>(?:/\*|['"`])[\s\S]*)
-      |(?P<O><=>|<=|>=|<>|!=|:=|<<|>>|&&|\|\||->>|->|[^\s\w$'"`])
+      |(?P<O><=>|<=|>=|<>|!=|:=|<<|>>|&&|\|\||->>|->|[^ \t\n\v\f\r0-9A-Za-z_$'"`\u0080-\U0010ffff])
     )""", re.X)
 
 # Alternatives are ordered by frequency (words, simple punctuation, numbers first); W and O are the
@@ -59,8 +64,9 @@ _KIND_OF_GROUP: tuple[str, ...] = ("",) + tuple(
 _finditer = _TOKEN_RE.finditer
 
 _FIRST_RE = re.compile(r"""
-    (?:\s+|--(?=\s|$)[^\n]*|\#[^\n]*|/\*(?!M?!)[\s\S]*?\*/|/\*!\s*(?:pydble|dble)\s*:[\s\S]*?\*/|\()*+
-    ([A-Za-z_]+)""", re.X | re.I)
+    (?:[ \t\n\v\f\r]+|--(?=[\x00-\x20\x7f]|$)[^\n]*|\#[^\n]*|/\*(?!M?!)[\s\S]*?\*/
+       |/\*!\s*(?:pydble|dble)\s*:[\s\S]*?\*/|\()*+
+    ([A-Za-z_]+)(?![0-9A-Za-z_$\u0080-\U0010ffff])""", re.X | re.I)
 _HINT_RE = re.compile(r"/\*!\s*(?:pydble|dble)\s*:", re.I)
 _VERSION_RE = re.compile(r"/\*(M?)!(?:([0-9]{5})([0-9]?))?")
 _SERVER_VERSION_RE = re.compile(r"(?:5\.5\.5-)?([0-9]+)\.([0-9]+)\.([0-9]+)")

@@ -599,3 +599,17 @@ def test_a_multibyte_client_charset_cannot_hide_code_in_a_string(px):
     finally:
         at_login.close()
         later.close()
+
+
+def test_unicode_spaces_neither_end_a_token_nor_open_a_comment(limited):
+    """MariaDB's `--` opens a comment before an ASCII space or control character only, and a no-break or em
+    space is an identifier character to it: `--\\u00a0.v` is `- - <alias>.v`, so a reader taking the rest of
+    the line for a comment let the subquery on schema2.sing (dn1's db1, beside sharding_2_t1) through."""
+    for space in ("\u00a0", "\u2003", "\u3000"):
+        sql = (f"SELECT id, 1 --{space}.v , (SELECT v FROM sing LIMIT 1) AS x\n"
+               f"FROM sharding_2_t1 {space} WHERE id = 2")
+        code, msg = _err(limited, sql)
+        assert code in (1142, 1146, 1235) and "secret" not in msg, (repr(space), code, msg)
+    # what MariaDB reads as a comment still is one (a control character after `--` too), names still resolve
+    assert _rows(limited, "SELECT v -- one\nFROM sharding_2_t1 WHERE id = 2 --\x7f, (SELECT 1)") == [(20,)]
+    assert _rows(limited, "SELECT v AS `a\u00a0b` FROM sharding_2_t1 WHERE id = 2 # x") == [(20,)]
