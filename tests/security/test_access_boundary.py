@@ -613,3 +613,37 @@ def test_unicode_spaces_neither_end_a_token_nor_open_a_comment(limited):
     # what MariaDB reads as a comment still is one (a control character after `--` too), names still resolve
     assert _rows(limited, "SELECT v -- one\nFROM sharding_2_t1 WHERE id = 2 --\x7f, (SELECT 1)") == [(20,)]
     assert _rows(limited, "SELECT v AS `a\u00a0b` FROM sharding_2_t1 WHERE id = 2 # x") == [(20,)]
+
+
+def test_a_hint_never_acts_as_the_backend_account(px, backends):
+    """A user granted every logical schema is still no backend account: what a hint sends is checked too,
+    and what pydble cannot check (accounts, databases, stored programs, server-wide SHOWs, statements it does
+    not read) is refused, never run with the backend account's rights."""
+    backends[0].query("CREATE DATABASE IF NOT EXISTS h_unmapped")
+    backends[0].query("CREATE TABLE IF NOT EXISTS h_unmapped.secret (s VARCHAR(20))")
+    full = px.connect()
+    hint = "/*!pydble:shardingNode=dn1*/ "
+    try:
+        # a database no schema maps is as unknown through a hint as without one
+        for sql in ("SELECT * FROM h_unmapped.secret", hint + "SELECT * FROM h_unmapped.secret"):
+            assert _err(full, sql) == _denied("test", "SELECT", "secret"), sql
+        for sql in ("CREATE USER h_evil@'%' IDENTIFIED BY 'x'", "DROP USER IF EXISTS h_nobody",
+                    "RENAME USER h_nobody TO h_other", "CREATE ROLE h_role", "CREATE DATABASE h_made",
+                    "ALTER DATABASE db1 COMMENT 'x'", "CREATE SERVER h_srv FOREIGN DATA WRAPPER mysql OPTIONS (HOST 'x')",
+                    "CREATE FUNCTION h_f() RETURNS TEXT RETURN CURRENT_USER()",
+                    "CREATE DEFINER = CURRENT_USER PROCEDURE h_p() SELECT CURRENT_USER()",
+                    "CREATE EVENT h_ev ON SCHEDULE AT CURRENT_TIMESTAMP DO SELECT 1", "STOP SLAVE",
+                    "SHOW GRANTS", "SHOW DATABASES", "SHOW PROCESSLIST", "SHOW ENGINE INNODB STATUS",
+                    "SHOW CREATE USER root", "SHOW TABLES"):
+            code, msg = _err(full, hint + sql)
+            assert code == 1235 and "root" not in msg, (sql, code, msg)
+        # what pydble reads and checks still goes where the hint says
+        assert _rows(full, hint + "SELECT COUNT(*) FROM sharding_2_t1 WHERE id = 2") == [(1,)]
+        assert [r[0] for r in _rows(full, hint + "DESC sharding_2_t1")] == ["id", "v"]
+    finally:
+        full.close()
+        backends[0].query("DROP DATABASE h_unmapped")
+    b = backends[0]
+    assert b.query("SELECT user FROM mysql.user WHERE user LIKE 'h\\_%'") == []
+    assert b.query("SELECT name FROM mysql.proc WHERE name LIKE 'h\\_%'") == []
+    assert b.query("SHOW DATABASES LIKE 'h\\_made'") == [] and b.query("SELECT * FROM mysql.servers") == []
