@@ -675,6 +675,7 @@ class Analyzer:
                     raise not_supported(f"Sharding column can't be updated: {table.name.upper()} -> "
                                          f"{(table.column or '').upper()}")
             p.skip_to(k + 4, p.n, (), sc)
+            an.access += (("UPDATE", UPDATE, table.schema, table.name),)   # it rewrites a row, as MySQL checks it
         elif k < p.n:
             raise p.syntax(k)
         if sc.subs and an.mode == "insert":

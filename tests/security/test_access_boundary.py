@@ -647,3 +647,22 @@ def test_a_hint_never_acts_as_the_backend_account(px, backends):
     assert b.query("SELECT user FROM mysql.user WHERE user LIKE 'h\\_%'") == []
     assert b.query("SELECT name FROM mysql.proc WHERE name LIKE 'h\\_%'") == []
     assert b.query("SHOW DATABASES LIKE 'h\\_made'") == [] and b.query("SELECT * FROM mysql.servers") == []
+
+
+def test_on_duplicate_key_update_needs_the_update_privilege(px, backends):
+    """INSERT ... ON DUPLICATE KEY UPDATE rewrites an existing row: as in MySQL it needs UPDATE on the table
+    besides INSERT. `priv` holds INSERT and SELECT on schema2.sing (1010): it overwrote row 1 through it."""
+    c = px.connect(user="priv", password="priv-pw", database="schema2")
+    try:
+        for sql in ("INSERT INTO sing VALUES (1, 'x') ON DUPLICATE KEY UPDATE v = 'overwritten'",
+                    "INSERT INTO sing SET id = 1, v = 'y' ON DUPLICATE KEY UPDATE v = 'overwritten'",
+                    "INSERT INTO sing SELECT 1, 'z' ON DUPLICATE KEY UPDATE v = 'overwritten'",
+                    "INSERT INTO sing VALUES (1, 'x') ON DUPLICATE KEY UPDATE v = 'overwritten' RETURNING id"):
+            assert _err(c, sql) == _denied("priv", "UPDATE", "sing"), sql
+        with c.cursor() as cur:     # a plain INSERT (and INSERT IGNORE, which changes no row) still works
+            cur.execute("INSERT IGNORE INTO sing VALUES (1, 'x'), (8, 'new')")
+    finally:
+        c.close()
+    assert backends[0].query("SELECT id, v FROM sing WHERE id IN (1, 8) ORDER BY id", database="db1") == \
+        [(1, "secret"), (8, "new")]
+    px.query("DELETE FROM sing WHERE id = 8", database="schema2")
