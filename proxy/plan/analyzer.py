@@ -241,8 +241,8 @@ class Analyzer:
                         fcfg.hash_slice if fcfg.type == "stringhash" else None, fcfg.ranges,
                         fcfg.default_partition)
             t = Table(schema, name, cfg.type, cfg.nodes, cfg.column, fn, dist, cfg)
-        elif sc.default_node is not None:
-            t = Table(schema, name, "default", (sc.default_node,))
+        elif (home := self.config.default_home(schema, name)) is not None:
+            t = Table(schema, name, "default", (home,))
         else:
             raise UnknownTable(schema, name)
         self._tables[key] = t

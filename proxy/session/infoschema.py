@@ -178,7 +178,7 @@ class InfoSchema:
         t = self.config.table(schema, table)
         if t is not None:
             return t.nodes
-        default = self.config.schemas[schema].default_node
+        default = self.config.default_home(schema, table)
         return (default,) if default else ()
 
     # -- reading the nodes -------------------------------------------------------------------------

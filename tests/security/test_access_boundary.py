@@ -666,3 +666,31 @@ def test_on_duplicate_key_update_needs_the_update_privilege(px, backends):
     assert backends[0].query("SELECT id, v FROM sing WHERE id IN (1, 8) ORDER BY id", database="db1") == \
         [(1, "secret"), (8, "new")]
     px.query("DELETE FROM sing WHERE id = 8", database="schema2")
+
+
+def test_a_default_node_never_reaches_another_schemas_table_in_its_database(px, backends, fresh_proxy):
+    """schema2's default node dn1 is db1, where schema1's sharding_2_t1 has a part: the name is schema1's
+    table there, not an unconfigured table of schema2. `other` (schema2 only) read and updated its rows."""
+    cfg = _config(backends)
+    cfg["schemas"]["schema2"]["default_node"] = "dn1"
+    p = fresh_proxy(config=cfg)
+    c = p.connect(user="other", password="other-pw", database="schema2")
+    try:
+        for sql in ("SELECT * FROM sharding_2_t1", "SELECT v FROM sharding_2_t1 WHERE id = 2",
+                    "UPDATE sharding_2_t1 SET v = v + 1000", "SELECT * FROM sing JOIN sharding_2_t1 USING (id)",
+                    "DESC sharding_2_t1", "CREATE TABLE IF NOT EXISTS sharding_2_t1 (id INT)"):
+            code, msg = _err(c, sql)
+            assert code == 1146 and "schema2.sharding_2_t1" in msg, (sql, code, msg)
+        assert "sharding_2_t1" not in [r[0] for r in _rows(c, "SHOW TABLES")]
+        assert _rows(c, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_NAME = 'sharding_2_t1'") == []
+        with c.cursor() as cur:     # schema2's own unconfigured tables still live on its default node
+            cur.execute("CREATE TABLE h_own (id INT)")
+            cur.execute("INSERT INTO h_own VALUES (1)")
+        assert _rows(c, "SELECT id FROM h_own") == [(1,)]
+    finally:
+        try:
+            with c.cursor() as cur:
+                cur.execute("DROP TABLE IF EXISTS h_own")
+        finally:
+            c.close()
+    assert backends[0].query("SELECT v FROM sharding_2_t1 WHERE id = 2", database="db1") == [(20,)]
