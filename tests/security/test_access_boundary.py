@@ -599,6 +599,20 @@ def test_a_multibyte_client_charset_cannot_hide_code_in_a_string(px):
     finally:
         at_login.close()
         later.close()
+    # a bound parameter is text pydble quotes itself: UTF-8 E4 B8 AD is 中 to pydble, E4B8 + AD5C to gbk, so
+    # the backslash pydble put before the quote would be swallowed and the parameter's rest run as code
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "proxy"))
+    from ps_wire import Answer, PsClient, p_str
+    inj = "中', (SELECT v FROM sing LIMIT 1) AS x #".encode()
+    with PsClient(px.port, user="limited", password="lim-pw") as ps:
+        assert ps.query("SET NAMES gbk").kind == "ok"
+        st = ps.prepare("SELECT id, ?\nFROM sharding_2_t1 WHERE id = 2")
+        got = ps.execute(st.stmt_id, [p_str(inj)])
+        assert isinstance(got, Answer) and got.err_code == 1235 and not got.rows, got
+        assert ps.query(f"SET @p = _utf8mb4 X'{inj.hex()}'").kind == "ok"
+        assert ps.query("PREPARE s2 FROM 'SELECT id, ?\\nFROM sharding_2_t1 WHERE id = 2'").kind == "ok"
+        got = ps.query("EXECUTE s2 USING @p")
+        assert got.err_code == 1235 and not got.rows, got
 
 
 def test_unicode_spaces_neither_end_a_token_nor_open_a_comment(limited):
