@@ -327,7 +327,8 @@ def parse_end(sql: str) -> tuple[bool, bool]:
 
 
 # -- DATABASE(), CONNECTION_ID() and USER() inside routed statements ---------------------------------
-_DB_CALL = re.compile(r"(?:database|schema|connection_id|user|row_count|found_rows)\s*\(", re.I)
+# CURRENT_USER is also a function without parentheses (a keyword, never a bare column name)
+_DB_CALL = re.compile(r"(?:database|schema|connection_id|user|row_count|found_rows)\s*\(|current_user", re.I)
 _USER_CALLS = ("USER", "CURRENT_USER", "SESSION_USER", "SYSTEM_USER")
 _ITEM_END = frozenset({",", ";", "FROM", "LIMIT", "ORDER", "WHERE", "GROUP", "HAVING", "UNION", "INTO", "FOR"})
 
@@ -385,18 +386,25 @@ def substitute_database(sql: str, schema: str | None, conn_id: int | None = None
             depth += 1
         elif kind == "o" and text == ")":
             depth -= 1
-        if (kind == "w" and text.upper() in lits and i + 2 < n
-                and toks[i + 1][1] == "(" and toks[i + 2][1] == ")" and (i == 0 or toks[i - 1][1] != ".")):
-            call_end = toks[i + 2][3]
-            lit = rep = lits[text.upper()]
-            prev = toks[i - 1][1].upper() if i else ""
-            nxt = toks[i + 3][1].upper() if i + 3 < n else ""
-            if depth == 0 and prev in ("SELECT", ",", "DISTINCT") and (nxt == "" or nxt in _ITEM_END):
-                name = sql[start:call_end].replace("`", "``")
-                rep = f"{lit} AS `{name}`"   # the column keeps the name MySQL would give it
-            out.append(sql[last:start])
-            out.append(rep)
-            last = call_end
+        up = text.upper() if kind == "w" else ""
+        if up not in lits or (i and toks[i - 1][1] == "."):
+            continue
+        if i + 2 < n and toks[i + 1][1] == "(" and toks[i + 2][1] == ")":
+            after = i + 3
+        elif up == "CURRENT_USER" and not (i + 1 < n and toks[i + 1][1] == "("):
+            after = i + 1
+        else:
+            continue
+        call_end = toks[after - 1][3]
+        lit = rep = lits[up]
+        prev = toks[i - 1][1].upper() if i else ""
+        nxt = toks[after][1].upper() if after < n else ""
+        if depth == 0 and prev in ("SELECT", ",", "DISTINCT") and (nxt == "" or nxt in _ITEM_END):
+            name = sql[start:call_end].replace("`", "``")
+            rep = f"{lit} AS `{name}`"   # the column keeps the name MySQL would give it
+        out.append(sql[last:start])
+        out.append(rep)
+        last = call_end
     if not out:
         return sql
     out.append(sql[last:])

@@ -41,7 +41,8 @@ _CACHE_MAX_TOKENS = 512
 # one `column = integer` condition, nothing after it (see Router._fast_select).
 POINT_KEY_MAX = 10 ** 18   # a point read's key is 1 to 18 digits (_FAST_SELECT)
 POINT_TEXT_MAX = 200      # and its text shorter than this
-_FAST_SELECT = re.compile(r"\s*SELECT\s+(?:\*|[A-Za-z_][\w$]*(?:\s*,\s*[A-Za-z_][\w$]*)*)\s+FROM\s+"
+_POINT_COLUMN = r"(?!current_user\b)[A-Za-z_][\w$]*"   # (CURRENT_USER is a function, which the session answers)
+_FAST_SELECT = re.compile(rf"\s*SELECT\s+(?:\*|{_POINT_COLUMN}(?:\s*,\s*{_POINT_COLUMN})*)\s+FROM\s+"
                           r"(?P<t>[A-Za-z_][\w$]*)\s+WHERE\s+(?P<c>[A-Za-z_][\w$]*)\s*=\s*(?P<v>[0-9]{1,18})\s*\Z",
                           re.I)
 

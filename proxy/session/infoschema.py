@@ -315,8 +315,9 @@ class InfoSchema:
             return False
         kw = first_keyword(sql)
         if kw in ("SELECT", "WITH"):
-            # a backend would answer 'db3' and its own thread id
-            sql = substitute_database(sql, self.session.schema, self.session.conn_id)
+            # a backend would answer 'db3', its own thread id and its own account
+            s = self.session
+            sql = substitute_database(sql, s.schema, s.conn_id, f"{s.user}@{s.peer}")
             refs = find_refs(sql)
         if kw not in ("SELECT", "WITH"):
             raise NotSupported("pydble answers information_schema in SELECT statements only")

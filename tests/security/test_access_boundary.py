@@ -708,3 +708,19 @@ def test_a_default_node_never_reaches_another_schemas_table_in_its_database(px, 
         finally:
             c.close()
     assert backends[0].query("SELECT v FROM sharding_2_t1 WHERE id = 2", database="db1") == [(20,)]
+
+
+def test_current_user_never_names_the_backend_account(limited):
+    """CURRENT_USER is also written without parentheses, and information_schema queries run on a backend:
+    both answered the backend account ('root@127.0.0.1'), never the client's user."""
+    me = "limited@127.0.0.1"
+    for sql in ("SELECT CURRENT_USER FROM sharding_2_t1 WHERE id = 2",      # the point-read fast path
+                "SELECT current_user, v FROM sharding_2_t1 WHERE id = 2 ORDER BY v",
+                "SELECT CURRENT_USER, COUNT(*) FROM information_schema.SCHEMATA",
+                "SELECT USER(), COUNT(*) FROM information_schema.SCHEMATA",
+                "SELECT CURRENT_USER(), COUNT(*) FROM information_schema.SCHEMATA"):
+        assert _rows(limited, sql)[0][0] == me, sql
+    assert _rows(limited, "SELECT COUNT(*) FROM sharding_2_t1 WHERE id = 2 AND CURRENT_USER LIKE 'root%'") == [(0,)]
+    with limited.cursor() as cur:
+        cur.execute("SELECT CURRENT_USER FROM sharding_2_t1 WHERE id = 2")
+        assert [d[0] for d in cur.description] == ["CURRENT_USER"]
