@@ -16,6 +16,9 @@ offsets, callers rewrite the original text precisely and comments survive in wha
 Version comments are read as the server reads them, here and nowhere else: `/*!NNNNN text */` and
 MariaDB's `/*M!NNNNNN text */` yield the tokens of `text` when the server version is at least NNNNN
 and nothing otherwise; `/*! text */` without a number always yields them (see set_server_version).
+As in MariaDB's lexer, the text of one that runs is code like any other (a `*/` inside its strings or
+comments does not end it), one that does not run may hold one plain comment, and `/*!pydble:...*/` is a
+hint only where it opens the statement.
 """
 
 from __future__ import annotations
@@ -108,23 +111,62 @@ def _runs(text: str) -> int:
 def tokenize(sql: str, pos: int = 0, endpos: int | None = None) -> list[Token]:
     """Split SQL into tokens, dropping whitespace and plain comments, opening version comments."""
     out: list[Token] = []
+    _scan(sql, pos, len(sql) if endpos is None else endpos, out, False)
+    return out
+
+
+def _scan(sql: str, pos: int, end: int, out: list[Token], inside: bool) -> int:
+    """Append the tokens of sql[pos:end] to out; return end, or inside a version comment the server runs,
+    where the `*/` closing it ends (-1: nothing does). As MariaDB's lexer: that comment's text is code like
+    any other, so a `*/` in one of its strings or comments does not close it, and one the server skips may
+    hold one plain comment (_skip_version_comment)."""
     append = out.append
     kinds = _KIND_OF_GROUP
-    for m in _finditer(sql, pos, len(sql) if endpos is None else endpos):
-        i = m.lastindex
-        k = kinds[i]  # type: ignore[index]
-        if k == "c":
-            continue
-        s, e = m.span(i)  # type: ignore[arg-type]
-        if k == "h":
-            at = _runs(sql[s:e])
-            if at < 0:
+    while True:
+        for m in _finditer(sql, pos, end):
+            i = m.lastindex
+            k = kinds[i]  # type: ignore[index]
+            if k == "c":
                 continue
-            if at:
-                out.extend(tokenize(sql, s + at, e - 2))
-                continue
-        append((k, sql[s:e], s, e))
-    return out
+            s, e = m.span(i)  # type: ignore[arg-type]
+            if inside and k == "o" and sql[s] == "*" and e < end and sql[e] == "/":
+                return e + 1
+            if k == "h":
+                at = _runs(sql[s:e])
+                if at == 0 and not out and not inside:   # pydble's hint, opening the statement
+                    append((k, sql[s:e], s, e))
+                    continue
+                # where the comment's text starts (a hint elsewhere is code to the server: `/*!` then its text)
+                code = s + at if at > 0 else s + 4 if sql.startswith("/*M!", s) else s + 3
+                nxt = -1 if inside else _skip_version_comment(sql, code, end) if at < 0 else _scan(
+                    sql, code, end, out, True)   # (MariaDB refuses a version comment inside another)
+                if nxt < 0:
+                    if inside:
+                        return -1
+                    append(("e", sql[s:end], s, end))
+                    return end
+                pos = nxt
+                break
+            append((k, sql[s:e], s, e))
+        else:
+            return -1 if inside else end
+
+
+def _skip_version_comment(sql: str, i: int, end: int) -> int:
+    """Past the `*/` that ends a version comment the server does not run, from i in its text: MariaDB's
+    consume_comment, which lets it hold one plain `/* ... */` (-1: nothing ends it)."""
+    while i < end - 1:
+        c = sql[i]
+        if c == "/" and sql[i + 1] == "*":
+            j = sql.find("*/", i + 2, end)
+            if j < 0:
+                return -1
+            i = j + 2
+        elif c == "*" and sql[i + 1] == "/":
+            return i + 2
+        else:
+            i += 1
+    return -1
 
 
 def top_level(toks: list[Token], a: int = 0, b: int | None = None) -> Iterator[int]:

@@ -724,3 +724,22 @@ def test_current_user_never_names_the_backend_account(limited):
     with limited.cursor() as cur:
         cur.execute("SELECT CURRENT_USER FROM sharding_2_t1 WHERE id = 2")
         assert [d[0] for d in cur.description] == ["CURRENT_USER"]
+
+
+def test_version_comments_hide_no_code(limited):
+    """MariaDB lexes the code of a version comment it runs like any code (a `*/` in its string does not end
+    it), and lets one it skips hold a plain comment: a reader ending both at the first `*/` took the code
+    after them for a string, and let a subquery on schema2.sing through (for SHOW ... WHERE, run on a node
+    of backend1, even db1.sing by name, its value in the error message)."""
+    leaks = ("SELECT id /*!99999 /* */ ' */ , (SELECT v FROM sing LIMIT 1) AS x #'\nFROM sharding_2_t1 WHERE id = 2",
+             "SELECT id /*!50000 ' */ ' */ , (SELECT v FROM sing LIMIT 1) AS x #'\nFROM sharding_2_t1 WHERE id = 2",
+             "SHOW TABLES WHERE Tables_in_schema1 <> /*!50000 ' */ ' OR "
+             "EXTRACTVALUE(1, CONCAT(0x7e, (SELECT v FROM db1.sing LIMIT 1))) = 'secret' */ #'",
+             "SHOW TABLES WHERE Tables_in_schema1 <> '' /*!99999 /* */ ' */ OR "
+             "EXTRACTVALUE(1, CONCAT(0x7e, (SELECT v FROM db1.sing LIMIT 1))) = 1 #'")
+    for sql in leaks:
+        code, msg = _err(limited, sql)
+        assert code in (1064, 1142, 1235) and "secret" not in msg, (sql, code, msg)
+    # what the server runs of a version comment still runs, and what it skips is still skipped
+    assert _rows(limited, "SELECT v /*!50000 , '*/' AS s */ FROM sharding_2_t1 WHERE id = 2") == [(20, "*/")]
+    assert _rows(limited, "SELECT v /*!99999 /* x */ , 1 */ FROM sharding_2_t1 WHERE id = 2") == [(20,)]
