@@ -743,3 +743,30 @@ def test_version_comments_hide_no_code(limited):
     # what the server runs of a version comment still runs, and what it skips is still skipped
     assert _rows(limited, "SELECT v /*!50000 , '*/' AS s */ FROM sharding_2_t1 WHERE id = 2") == [(20, "*/")]
     assert _rows(limited, "SELECT v /*!99999 /* x */ , 1 */ FROM sharding_2_t1 WHERE id = 2") == [(20,)]
+
+
+def test_show_where_is_checked_as_any_statement(px, limited):
+    """SHOW TABLES/DATABASES/TABLE STATUS/OPEN TABLES ... WHERE runs the WHERE on a node over the logical rows:
+    it read the backend host's files, ran sys functions, answered the backend account and database, and left
+    a user variable on the shared connection. The WHERE is checked as any statement is."""
+    for sql, code in (("SHOW TABLES WHERE EXTRACTVALUE(1, CONCAT(0x7e, LOAD_FILE('/etc/hostname'))) = 1", 1235),
+                      ("SHOW DATABASES WHERE EXTRACTVALUE(1, CONCAT(0x7e, LOAD_FILE('/etc/hostname'))) = 1", 1235),
+                      ("SHOW TABLE STATUS WHERE EXTRACTVALUE(1, CONCAT(0x7e, sys.format_bytes(1000))) = 1", 1044),
+                      ("SHOW OPEN TABLES WHERE schema2.f() = 1", 1044),
+                      ("SHOW FULL TABLES WHERE (@leak := 'x') IS NOT NULL", 1235),
+                      ("SHOW TABLES WHERE NEXTVAL(db1.s) = 1", 1235)):
+        assert _err(limited, sql)[0] == code, sql
+    # the session's own answers, as in any statement: the client's user and the logical schema
+    for fn, want in (("CURRENT_USER()", "limited@127.0.0.1"), ("CURRENT_USER", "limited@127.0.0.1"),
+                     ("DATABASE()", "schema1")):
+        assert _err(limited, f"SHOW TABLES WHERE EXTRACTVALUE(1, CONCAT(0x7e, {fn})) = 1") == \
+            (1105, f"XPATH syntax error: '~{want}'"), fn
+    assert _rows(limited, "SHOW TABLES WHERE Tables_in_schema1 = DATABASE()") == []
+    assert _rows(limited, "SHOW FULL TABLES WHERE Table_type = 'BASE TABLE' AND Tables_in_schema1 LIKE 'shard%'") == \
+        [("sharding_2_t1", "BASE TABLE")]
+    other = px.connect()
+    try:
+        for _ in range(8):   # whichever pooled connection the WHERE ran on
+            assert _rows(other, "SELECT @leak FROM sharding_2_t1 WHERE id = 1") == [(None,)]
+    finally:
+        other.close()
