@@ -309,6 +309,7 @@ class Session:
         self.ansi_quotes = False  # the session's sql_mode has ANSI_QUOTES: "x" is an identifier (refuse_misread)
         self.no_backslash_escapes = False   # ... NO_BACKSLASH_ESCAPES: 'a\' is a whole string (refuse_misread)
         self.ascii_tail = False   # the client's character set is one of ASCII_TAIL_CHARSETS (refuse_misread)
+        self.brackets = False     # ... sql_mode MSSQL: [x] is a quoted identifier (refuse_misread)
         self.next_txn: dict[str, str] = {}   # SET TRANSACTION without SESSION: key -> statement, for the next one
         self.txn_chars: list[str] = []       # those the explicit transaction open now began with (Executor._sync)
         self.txn_snapshot = False            # while START TRANSACTION WITH CONSISTENT SNAPSHOT starts each node's part
@@ -534,7 +535,7 @@ class Session:
         self.explicit_txn = False
         self.xa = False
         self.next_txn, self.txn_chars = {}, []
-        self.ansi_quotes = self.no_backslash_escapes = False
+        self.ansi_quotes = self.no_backslash_escapes = self.brackets = False
         self.last_insert_id = 0
         self.row_count = 0
         self.warnings = []
@@ -789,6 +790,9 @@ class Session:
         if not self._may_be_misread(sql):
             return
         toks = tokenize(sql)
+        if self.brackets and any(t[0] == "o" and t[1] == "[" for t in toks):
+            raise NotSupported("[...] under sql_mode MSSQL is not supported by pydble: it reads [ as an operator "
+                               "and what follows as code; quote identifiers with backquotes (`x`)")
         if self.ansi_quotes and any(t[0] in "se" and t[1][0] == '"' for t in toks):
             raise NotSupported('"..." under sql_mode ANSI_QUOTES is not supported by pydble: it reads "..." as a '
                                "string; quote identifiers with backquotes (`x`) and strings with single quotes")
@@ -807,7 +811,7 @@ class Session:
     def _may_be_misread(self, sql: str) -> bool:
         """The cheap test before refuse_misread tokenizes: a character the session's sql_mode reads otherwise."""
         return ((self.ansi_quotes and '"' in sql) or (self.no_backslash_escapes and "\\" in sql)
-                or (self.ascii_tail and not sql.isascii()))
+                or (self.brackets and "[" in sql) or (self.ascii_tail and not sql.isascii()))
 
     async def savepoint(self, sql: str, r: Reply, more: bool) -> bool:
         """SAVEPOINT, ROLLBACK TO, RELEASE SAVEPOINT over every node of the transaction."""
@@ -872,6 +876,7 @@ class Session:
         if any(a.key == "sql_mode" for a in changes):
             modes = (await self.executor.session_variable("sql_mode")).split(",")
             self.ansi_quotes, self.no_backslash_escapes = "ANSI_QUOTES" in modes, "NO_BACKSLASH_ESCAPES" in modes
+            self.brackets = "MSSQL" in modes
         if any(a.key in ("names", "character_set_client") for a in changes):
             self.ascii_tail = await self.executor.session_variable("character_set_client") in ASCII_TAIL_CHARSETS
         self.xa = new_xa

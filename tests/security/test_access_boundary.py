@@ -770,3 +770,18 @@ def test_show_where_is_checked_as_any_statement(px, limited):
             assert _rows(other, "SELECT @leak FROM sharding_2_t1 WHERE id = 1") == [(None,)]
     finally:
         other.close()
+
+
+def test_mssql_brackets_hide_no_code(px):
+    """Under sql_mode MSSQL MariaDB reads [x'] as a quoted identifier: a reader taking [ for an operator and
+    ' for a string let the subquery on schema2.sing (dn1's db1, beside sharding_2_t1) through."""
+    c = px.connect(user="limited", password="lim-pw")
+    try:
+        with c.cursor() as cur:
+            cur.execute("SET SESSION sql_mode = 'MSSQL'")
+        code, msg = _err(c, "SELECT id AS [x'], (SELECT v FROM sing LIMIT 1) AS y, 1 AS ['] "
+                            "FROM sharding_2_t1 WHERE id = 2")
+        assert code == 1235 and "MSSQL" in msg, (code, msg)
+        assert _rows(c, "SELECT v AS `[x]`, '[' FROM sharding_2_t1 WHERE id = 2") == [(20, "[")]   # no [ as code
+    finally:
+        c.close()
