@@ -9,6 +9,7 @@ import ssl
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,27 @@ class Config:
                 return False
             found = True
         return found
+
+    def default_home(self, schema: str, name: str) -> str | None:
+        """The default node an unconfigured `name` of `schema` lives on; None when the schema has none, or when
+        another schema configures a table of that name in the default node's physical database: it is that
+        schema's table, never a default-node table of this one."""
+        node = self.schemas[schema].default_node
+        return None if node is None or name.lower() in self._claimed.get(schema, ()) else node
+
+    @cached_property
+    def _claimed(self) -> dict[str, frozenset[str]]:
+        def where(node: str) -> tuple[str, int, str]:
+            sn = self.sharding_nodes[node]
+            g = self.db_groups[sn.db_group]
+            return g.host.lower(), g.port, sn.database
+        out: dict[str, frozenset[str]] = {}
+        for s, sc in self.schemas.items():
+            if sc.default_node is not None:
+                home = where(sc.default_node)
+                out[s] = frozenset(t for o, osc in self.schemas.items() if o != s for t, tc in osc.tables.items()
+                                   if t not in sc.tables and any(where(n) == home for n in tc.nodes))
+        return out
 
     def home_node(self, schema: str | None) -> str | None:
         """Where statements that touch no table go: the schema's default node, else its first node,

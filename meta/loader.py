@@ -337,7 +337,7 @@ class _Loader:
         w.listed = len(actual)
         for schema, configured in w.harvest:
             for low in actual:
-                if low not in configured:
+                if low not in configured and self.config.default_home(schema, low) is not None:   # (or another's)
                     w.wants[low] = w.wants.get(low, ()) + ((schema, low),)
         fetch: list[str] = []
         for low in w.wants:

@@ -153,14 +153,14 @@ class Runtime:
         t = self.config.table(schema, table)
         if t is not None:
             return t.nodes[0]
-        return self.config.schemas[schema].default_node
+        return self.config.default_home(schema, table)
 
     def nodes_of_table(self, schema: str, table: str) -> tuple[str, ...]:
         """Every node holding a table (its configured nodes, or the schema's default node)."""
         t = self.config.table(schema, table)
         if t is not None:
             return tuple(t.nodes)
-        node = self.config.schemas[schema].default_node
+        node = self.config.default_home(schema, table)
         return (node,) if node is not None else ()
 
     def table_columns(self, schema: str, table: str) -> tuple[str, ...] | None:

@@ -120,6 +120,12 @@ COMMAND_WORDS = {"WITH": "SELECT", "(": "SELECT", "REPLACE": "INSERT", "TRUNCATE
                  "CHECK": "SELECT", "DO": "SELECT", "ANALYZE": "INSERT", "OPTIMIZE": "INSERT", "REPAIR": "INSERT"}
 
 
+# the first words of the statements analyze() reads: a hint sends no other (its body must be checked)
+STATEMENT_WORDS = frozenset({"SELECT", "WITH", "(", "INSERT", "REPLACE", "UPDATE", "DELETE", "CREATE", "ALTER", "DROP",
+                             "TRUNCATE", "RENAME", "SHOW", "DESC", "DESCRIBE", "EXPLAIN", "ANALYZE", "OPTIMIZE",
+                             "REPAIR", "CHECK", "CHECKSUM", "DO"})
+
+
 class Refused(NotSupported):
     """Refused at the access boundary (it would act on the backend's host, or cannot be checked against
     the grants): whoever sends it, hinted or not, and never handed to a backend, not even to EXPLAIN."""
@@ -237,8 +243,8 @@ class Analyzer:
                         fcfg.hash_slice if fcfg.type == "stringhash" else None, fcfg.ranges,
                         fcfg.default_partition)
             t = Table(schema, name, cfg.type, cfg.nodes, cfg.column, fn, dist, cfg)
-        elif sc.default_node is not None:
-            t = Table(schema, name, "default", (sc.default_node,))
+        elif (home := self.config.default_home(schema, name)) is not None:
+            t = Table(schema, name, "default", (home,))
         else:
             raise UnknownTable(schema, name)
         self._tables[key] = t
@@ -671,6 +677,7 @@ class Analyzer:
                     raise not_supported(f"Sharding column can't be updated: {table.name.upper()} -> "
                                          f"{(table.column or '').upper()}")
             p.skip_to(k + 4, p.n, (), sc)
+            an.access += (("UPDATE", UPDATE, table.schema, table.name),)   # it rewrites a row, as MySQL checks it
         elif k < p.n:
             raise p.syntax(k)
         if sc.subs and an.mode == "insert":
@@ -765,12 +772,12 @@ class Analyzer:
                 on = p.skip_to(k + 1, p.n, ("ON",), None)
                 table, _ = self._ddl_table(p, on + 1)
                 return self._ddl(table, "CREATE_INDEX")
-            raise not_supported(f"CREATE {self._what(p, k)} is not supported by pydble")
+            raise self._other_object(p, k, "CREATE")
         if first == "ALTER":
             while p.at(k) in ("ONLINE", "OFFLINE", "IGNORE"):
                 k += 1
             if not p.word(k, "TABLE"):
-                raise not_supported(f"ALTER {self._what(p, k)} is not supported by pydble")
+                raise self._other_object(p, k, "ALTER")
             table, k = self._ddl_table(p, k + 1)
             if p.at(k) in ("DISABLE", "ENABLE") and p.word(k + 1, "KEYS") and k + 2 == p.n:
                 # what dumps wrap their rows in: no structure change, so no DDL lock and no refresh
@@ -810,7 +817,7 @@ class Analyzer:
                 on = p.skip_to(k + 1, p.n, ("ON",), None)
                 table, _ = self._ddl_table(p, on + 1)
                 return self._ddl(table, "DROP_INDEX")
-            raise not_supported(f"DROP {self._what(p, k)} is not supported by pydble")
+            raise self._other_object(p, k, "DROP")
         if first == "TRUNCATE":
             if p.word(k, "TABLE"):
                 k += 1
@@ -818,7 +825,7 @@ class Analyzer:
             return self._ddl(table, "TRUNCATE_TABLE")
         # RENAME TABLE a TO b [, c TO d]
         if p.at(k) not in ("TABLE", "TABLES"):
-            raise not_supported(f"RENAME {self._what(p, k)} is not supported by pydble")
+            raise self._other_object(p, k, "RENAME")
         k += 1
         seen: list[Table] = []
         while k < p.n:
@@ -838,6 +845,11 @@ class Analyzer:
         if len({t.nodes for t in seen}) > 1:
             raise not_supported("RENAME TABLE across schemas with different default shardingNodes is not supported")
         return self._ddl(seen[0], "RENAME_TABLE", False, tuple(dict.fromkeys((t.schema, t.name) for t in seen)))
+
+    def _other_object(self, p: Parser, k: int, verb: str) -> Refused:
+        """DDL on what is no table (a user, role, database, server, stored program...): refused even through a
+        hint, as the backend would run it with its own account's rights (a stored program as its definer)."""
+        return Refused(f"{verb} {self._what(p, k)} is not supported by pydble")
 
     def _what(self, p: Parser, k: int) -> str:
         w = p.at(k)
@@ -948,8 +960,8 @@ class Analyzer:
                 return Analysis("other", False, self._names_of(table), nodes=(self._one(table, p.schema),),
                                  deletions=tuple(dels), access=(("SELECT", ANY, table.schema, table.name),))
             if p.at(k) not in _SHOW_PASS:
-                raise not_supported(f"SHOW {p.at(k)} is not supported by pydble: it would describe the backend "
-                                    f"server rather than the logical schemas")
+                raise Refused(f"SHOW {p.at(k)} is not supported by pydble: it would describe the backend "
+                              f"server rather than the logical schemas")
             return Analysis("other", False, (), nodes=(self.home(p.schema),))
         # DESC/DESCRIBE/EXPLAIN: a table, or a statement to explain
         while p.at(k) in ("EXTENDED", "PARTITIONS", "ANALYZE", "FORMAT"):
@@ -989,7 +1001,7 @@ class Analyzer:
         if first == "ANALYZE" and p.at(k) in ("SELECT", "UPDATE", "DELETE", "INSERT", "REPLACE", "FORMAT"):
             return self._an_show(p, sql, "EXPLAIN")
         if not p.word(k, "TABLE"):
-            raise not_supported(f"{first} {self._what(p, k)} is not supported by pydble")
+            raise self._other_object(p, k, first)
         k += 1
         tables = []
         while k < p.n:

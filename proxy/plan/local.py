@@ -348,7 +348,8 @@ def parse_end(sql: str) -> tuple[bool, bool]:
 # -- DATABASE(), CONNECTION_ID() and USER() inside routed statements ---------------------------------
 # words of a statement that may open a table (FROM), a sequence (NEXTVAL(s), NEXT VALUE FOR s)
 _TABLE_WORDS = frozenset({"FROM", "NEXTVAL", "LASTVAL", "SETVAL", "NEXT", "PREVIOUS"})
-_DB_CALL = re.compile(r"(?:database|schema|connection_id|user|row_count|found_rows)\s*\(", re.I)
+# CURRENT_USER is also a function without parentheses (a keyword, never a bare column name)
+_DB_CALL = re.compile(r"(?:database|schema|connection_id|user|row_count|found_rows)\s*\(|current_user", re.I)
 _USER_CALLS = ("USER", "CURRENT_USER", "SESSION_USER", "SYSTEM_USER")
 _ITEM_END = frozenset({",", ";", "FROM", "LIMIT", "ORDER", "WHERE", "GROUP", "HAVING", "UNION", "INTO", "FOR"})
 
@@ -409,11 +410,12 @@ def substitute_database(sql: str, schema: str | None, conn_id: int | None = None
             depth += 1
         elif kind == "o" and text == ")":
             depth -= 1
-        if _is_call(toks, i, lits):
-            call_end = toks[i + 2][3]
+        after = _call_end(toks, i, lits)
+        if after is not None:
+            call_end = toks[after - 1][3]
             lit = rep = lits[text.upper()]
             prev = toks[i - 1][1].upper() if i else ""
-            nxt = toks[i + 3][1].upper() if i + 3 < n else ""
+            nxt = toks[after][1].upper() if after < n else ""
             if (depth == 0 and prev in ("SELECT", ",", "DISTINCT") and (nxt == "" or nxt in _ITEM_END)
                     and call_end not in named):
                 name = sql[start:call_end].replace("`", "``")
@@ -431,14 +433,20 @@ def substitute_database(sql: str, schema: str | None, conn_id: int | None = None
     return "".join(out)
 
 
-def _is_call(toks: Sequence[Token], i: int, lits: dict[str, str]) -> bool:
-    """Whether toks[i] starts a call `NAME()` of one of the session functions pydble answers."""
-    return (toks[i][0] == "w" and toks[i][1].upper() in lits and i + 2 < len(toks) and toks[i + 1][1] == "("
-            and toks[i + 2][1] == ")" and (i == 0 or toks[i - 1][1] != "."))
+def _call_end(toks: Sequence[Token], i: int, lits: dict[str, str]) -> int | None:
+    """When toks[i] starts a call of one of the session functions pydble answers (`NAME()`, or CURRENT_USER
+    alone, a keyword), the index of the token after it; else None."""
+    if toks[i][0] != "w" or (up := toks[i][1].upper()) not in lits or (i and toks[i - 1][1] == "."):
+        return None
+    if i + 2 < len(toks) and toks[i + 1][1] == "(" and toks[i + 2][1] == ")":
+        return i + 3
+    if up == "CURRENT_USER" and not (i + 1 < len(toks) and toks[i + 1][1] == "("):
+        return i + 1
+    return None
 
 
 def _holds_call(item: list[Token], lits: dict[str, str]) -> bool:
-    return any(_is_call(item, i, lits) for i in range(len(item)))
+    return any(_call_end(item, i, lits) is not None for i in range(len(item)))
 
 
 # -- SHOW DATABASES / SHOW [FULL] TABLES --------------------------------------------------------------

@@ -24,9 +24,10 @@ from typing import Any, Callable, Collection, Sequence
 from meta.config import Config
 from meta.errors import NotSupported, ParseError, ProxyError, UnknownDatabase
 from meta.sharding import node_index
-from proxy.plan.analysis import (LOCAL_TYPES, SELECT, SESSION_WORDS, UNSUPPORTED, Analysis, Query, Ref, Scope,
-                            literal_value, not_supported, same_literal, shard_update_error)
-from proxy.plan.analyzer import Analyzer, Grants, HiddenSchema, Refused, UnknownSchema, UnknownTable
+from proxy.plan.analysis import (LOCAL_TYPES, SELECT, Analysis, Query, Ref, Scope, literal_value, not_supported,
+                                 same_literal, shard_update_error)
+from proxy.plan.analyzer import (STATEMENT_WORDS, Analyzer, Grants, HiddenSchema, Refused, UnknownSchema,
+                                 UnknownTable)
 from proxy.plan.conditions import has_sharding, query_refs, ref_partitions, table_names
 from proxy.plan.plan import Plan, Target
 from proxy.plan.sqltok import Token, first_keyword, hex_value, tokenize, unquote_string
@@ -40,7 +41,8 @@ _CACHE_MAX_TOKENS = 512
 # one `column = integer` condition, nothing after it (see Router._fast_select).
 POINT_KEY_MAX = 10 ** 18   # a point read's key is 1 to 18 digits (_FAST_SELECT)
 POINT_TEXT_MAX = 200      # and its text shorter than this
-_FAST_SELECT = re.compile(r"\s*SELECT\s+(?:\*|[A-Za-z_][\w$]*(?:\s*,\s*[A-Za-z_][\w$]*)*)\s+FROM\s+"
+_POINT_COLUMN = r"(?!current_user\b)[A-Za-z_][\w$]*"   # (CURRENT_USER is a function, which the session answers)
+_FAST_SELECT = re.compile(rf"\s*SELECT\s+(?:\*|{_POINT_COLUMN}(?:\s*,\s*{_POINT_COLUMN})*)\s+FROM\s+"
                           r"(?P<t>[A-Za-z_][\w$]*)\s+WHERE\s+(?P<c>[A-Za-z_][\w$]*)\s*=\s*(?P<v>[0-9]{1,18})\s*\Z",
                           re.I)
 
@@ -355,7 +357,7 @@ class Router:
         if len(toks) < 2:
             raise ProxyError("Query was empty", code=1065, sqlstate="42000")
         word = toks[1][1].upper() if toks[1][0] == "w" else toks[1][1]
-        if word in UNSUPPORTED or word in SESSION_WORDS:
+        if word not in STATEMENT_WORDS:   # (what analyze() cannot read could not be checked)
             raise not_supported(f"{word} cannot be sent through a shardingNode hint")
         if word in ("CREATE", "DROP") and any(t[0] == "w" and t[1].upper() == "TEMPORARY" for t in toks[2:5]):
             # a pooled connection would keep it after the statement, seen by whichever session comes next
@@ -368,7 +370,7 @@ class Router:
         elif word in ("CREATE", "ALTER", "DROP", "TRUNCATE", "RENAME"):
             kind = "ddl"
             ddl = _ddl_kind(word, [t[1].upper() for t in toks[2:5] if t[0] == "w"])
-        elif word in ("SHOW", "DESC", "DESCRIBE", "EXPLAIN", "CHECK", "CHECKSUM", "DO", "HELP"):
+        elif word in ("SHOW", "DESC", "DESCRIBE", "EXPLAIN", "CHECK", "CHECKSUM", "DO"):
             is_write = False
         # The body goes to the node as it is, so it is read like any statement: what it names must be
         # inside the client's grants. A body pydble cannot read is refused for a user with restricted
@@ -377,7 +379,7 @@ class Router:
         try:
             an = self.analyzer.analyze(body, tokenize(body), schema)
         except ProxyError as e:
-            if isinstance(e, (Refused, HiddenSchema)):
+            if isinstance(e, (Refused, HiddenSchema, UnknownSchema)):   # (UnknownSchema: a database no schema maps)
                 raise
             if grants is not None and grants.restricted:
                 raise Refused(f"this hinted statement cannot be checked against the user's grants: "

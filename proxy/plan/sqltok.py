@@ -16,6 +16,9 @@ offsets, callers rewrite the original text precisely and comments survive in wha
 Version comments are read as the server reads them, here and nowhere else: `/*!NNNNN text */` and
 MariaDB's `/*M!NNNNNN text */` yield the tokens of `text` when the server version is at least NNNNN
 and nothing otherwise; `/*! text */` without a number always yields them (see set_server_version).
+As in MariaDB's lexer, the text of one that runs is code like any other (a `*/` inside its strings or
+comments does not end it), one that does not run may hold one plain comment, and `/*!pydble:...*/` is a
+hint only where it opens the statement.
 """
 
 from __future__ import annotations
@@ -35,21 +38,26 @@ _STR1 = r"'(?:[^'\\]|\\[\s\S]|'')*+'"
 _STR2 = r'"(?:[^"\\]|\\[\s\S]|"")*+"'
 _QID = r"`(?:[^`]|``)*+`"
 
+# MariaDB's lexer, not Python's Unicode classes: whitespace is ASCII's six, every character from U+0080 up is
+# an identifier character (NBSP too), and `--` opens a comment before a space or a control character only
+_WS = r"[ \t\n\v\f\r]"
+_ID = r"[0-9A-Za-z_$\u0080-\U0010ffff]"
+
 _TOKEN_RE = re.compile(rf"""
-    \s*(?:
-       (?P<w>(?![xXbB]')[^\W\d][\w$]*)
+    {_WS}*(?:
+       (?P<w>(?![xXbB]')[A-Za-z_\u0080-\U0010ffff]{_ID}*)
       |(?P<o>[(),;=*+])
-      |(?P<n>(?>[0-9]+(?:\.[0-9]*+)?|\.[0-9]++)(?>[eE][-+]?[0-9]++)?(?![\w$]))
+      |(?P<n>(?>[0-9]+(?:\.[0-9]*+)?|\.[0-9]++)(?>[eE][-+]?[0-9]++)?(?!{_ID}))
       |(?P<s>{_STR1}|{_STR2})
       |(?P<q>{_QID})
-      |(?P<c>--(?=\s|$)[^\n]*|\#[^\n]*|/\*(?!M?!)[\s\S]*?\*/)
+      |(?P<c>--(?=[\x00-\x20\x7f]|$)[^\n]*|\#[^\n]*|/\*(?!M?!)[\s\S]*?\*/)
       |(?P<h>/\*M?![\s\S]*?\*/)
-      |(?P<x>[xX]'[0-9a-fA-F]*+'|[bB]'[01]*+'|0x[0-9a-fA-F]++(?![\w$])|0b[01]++(?![\w$]))
-      |(?P<W>[\w$]+)
-      |(?P<v>@@?(?:[\w$.]+|{_QID}|{_STR1}|{_STR2})?)
+      |(?P<x>[xX]'[0-9a-fA-F]*+'|[bB]'[01]*+'|0x[0-9a-fA-F]++(?!{_ID})|0b[01]++(?!{_ID}))
+      |(?P<W>{_ID}+)
+      |(?P<v>@@?(?:[.0-9A-Za-z_$\u0080-\U0010ffff]+|{_QID}|{_STR1}|{_STR2})?)
       |(?P<p>\?)
       |(?P<e>(?:/\*|['"`])[\s\S]*)
-      |(?P<O><=>|<=|>=|<>|!=|:=|<<|>>|&&|\|\||->>|->|[^\s\w$'"`])
+      |(?P<O><=>|<=|>=|<>|!=|:=|<<|>>|&&|\|\||->>|->|[^ \t\n\v\f\r0-9A-Za-z_$'"`\u0080-\U0010ffff])
     )""", re.X)
 
 # Alternatives are ordered by frequency (words, simple punctuation, numbers first); W and O are the
@@ -59,8 +67,9 @@ _KIND_OF_GROUP: tuple[str, ...] = ("",) + tuple(
 _finditer = _TOKEN_RE.finditer
 
 _FIRST_RE = re.compile(r"""
-    (?:\s+|--(?=\s|$)[^\n]*|\#[^\n]*|/\*(?!M?!)[\s\S]*?\*/|/\*!\s*(?:pydble|dble)\s*:[\s\S]*?\*/|\()*+
-    ([A-Za-z_]+)""", re.X | re.I)
+    (?:[ \t\n\v\f\r]+|--(?=[\x00-\x20\x7f]|$)[^\n]*|\#[^\n]*|/\*(?!M?!)[\s\S]*?\*/
+       |/\*!\s*(?:pydble|dble)\s*:[\s\S]*?\*/|\()*+
+    ([A-Za-z_]+)(?![0-9A-Za-z_$\u0080-\U0010ffff])""", re.X | re.I)
 _HINT_RE = re.compile(r"/\*!\s*(?:pydble|dble)\s*:", re.I)
 _VERSION_RE = re.compile(r"/\*(M?)!(?:([0-9]{5})([0-9]?))?")
 _SERVER_VERSION_RE = re.compile(r"(?:5\.5\.5-)?([0-9]+)\.([0-9]+)\.([0-9]+)")
@@ -102,23 +111,62 @@ def _runs(text: str) -> int:
 def tokenize(sql: str, pos: int = 0, endpos: int | None = None) -> list[Token]:
     """Split SQL into tokens, dropping whitespace and plain comments, opening version comments."""
     out: list[Token] = []
+    _scan(sql, pos, len(sql) if endpos is None else endpos, out, False)
+    return out
+
+
+def _scan(sql: str, pos: int, end: int, out: list[Token], inside: bool) -> int:
+    """Append the tokens of sql[pos:end] to out; return end, or inside a version comment the server runs,
+    where the `*/` closing it ends (-1: nothing does). As MariaDB's lexer: that comment's text is code like
+    any other, so a `*/` in one of its strings or comments does not close it, and one the server skips may
+    hold one plain comment (_skip_version_comment)."""
     append = out.append
     kinds = _KIND_OF_GROUP
-    for m in _finditer(sql, pos, len(sql) if endpos is None else endpos):
-        i = m.lastindex
-        k = kinds[i]  # type: ignore[index]
-        if k == "c":
-            continue
-        s, e = m.span(i)  # type: ignore[arg-type]
-        if k == "h":
-            at = _runs(sql[s:e])
-            if at < 0:
+    while True:
+        for m in _finditer(sql, pos, end):
+            i = m.lastindex
+            k = kinds[i]  # type: ignore[index]
+            if k == "c":
                 continue
-            if at:
-                out.extend(tokenize(sql, s + at, e - 2))
-                continue
-        append((k, sql[s:e], s, e))
-    return out
+            s, e = m.span(i)  # type: ignore[arg-type]
+            if inside and k == "o" and sql[s] == "*" and e < end and sql[e] == "/":
+                return e + 1
+            if k == "h":
+                at = _runs(sql[s:e])
+                if at == 0 and not out and not inside:   # pydble's hint, opening the statement
+                    append((k, sql[s:e], s, e))
+                    continue
+                # where the comment's text starts (a hint elsewhere is code to the server: `/*!` then its text)
+                code = s + at if at > 0 else s + 4 if sql.startswith("/*M!", s) else s + 3
+                nxt = -1 if inside else _skip_version_comment(sql, code, end) if at < 0 else _scan(
+                    sql, code, end, out, True)   # (MariaDB refuses a version comment inside another)
+                if nxt < 0:
+                    if inside:
+                        return -1
+                    append(("e", sql[s:end], s, end))
+                    return end
+                pos = nxt
+                break
+            append((k, sql[s:e], s, e))
+        else:
+            return -1 if inside else end
+
+
+def _skip_version_comment(sql: str, i: int, end: int) -> int:
+    """Past the `*/` that ends a version comment the server does not run, from i in its text: MariaDB's
+    consume_comment, which lets it hold one plain `/* ... */` (-1: nothing ends it)."""
+    while i < end - 1:
+        c = sql[i]
+        if c == "/" and sql[i + 1] == "*":
+            j = sql.find("*/", i + 2, end)
+            if j < 0:
+                return -1
+            i = j + 2
+        elif c == "*" and sql[i + 1] == "/":
+            return i + 2
+        else:
+            i += 1
+    return -1
 
 
 def top_level(toks: list[Token], a: int = 0, b: int | None = None) -> Iterator[int]:

@@ -180,7 +180,7 @@ class InfoSchema:
         t = self.config.table(schema, table)
         if t is not None:
             return t.nodes
-        default = self.config.schemas[schema].default_node
+        default = self.config.default_home(schema, table)
         return (default,) if default else ()
 
     # -- reading the nodes -------------------------------------------------------------------------
@@ -319,8 +319,9 @@ class InfoSchema:
             return False
         kw = first_keyword(sql)
         if kw in ("SELECT", "WITH"):
-            # a backend would answer 'db3' and its own thread id
-            sql = substitute_database(sql, self.session.schema, self.session.conn_id)
+            # a backend would answer 'db3', its own thread id and its own account
+            s = self.session
+            sql = substitute_database(sql, s.schema, s.conn_id, f"{s.user}@{s.peer}")
             refs = find_refs(sql)
         if kw not in ("SELECT", "WITH"):
             raise NotSupported("pydble answers information_schema in SELECT statements only")

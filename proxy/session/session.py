@@ -26,7 +26,7 @@ from proxy.log import REQUEST_ID
 from proxy.exec.planner import quick_route
 from proxy.session.prepared import COMMANDS as STMT_COMMANDS, PreparedStatements
 from proxy.wire import constants as C
-from proxy.wire.collations import COLLATIONS, charset_of
+from proxy.wire.collations import ASCII_TAIL_CHARSETS, COLLATIONS, charset_of
 from proxy.wire.handshake import parse_change_user, parse_stored_password, verify_native_password
 from proxy.wire.messages import ResultSet, eof_packet, err_packet
 from proxy.wire.packets import PacketFramer, PacketTooBig, ProtocolError, frame
@@ -47,6 +47,8 @@ LOGIN_PACKET_MAX = 8192  # a handshake response with every connection attribute 
 # begin or end one, SHOW, and SELECT, DO and SET naming no table (local.names_no_table)
 _NEXT_TXN_WORDS = frozenset({"BEGIN", "START", "COMMIT", "ROLLBACK", "SHOW"})
 _NO_TABLE_WORDS = frozenset({"SELECT", "DO", "SET"})
+# a byte of a multibyte character followed by an ASCII byte an ASCII_TAIL_CHARSETS character may end in
+_ASCII_TAIL = re.compile(rb"[\x80-\xff][\x40-\x7e]")
 _SHOW_COUNT = re.compile(r"^\s*SHOW\s+COUNT\s*\(\s*\*\s*\)\s+(WARNINGS|ERRORS)\s*;?\s*$", re.I)
 
 
@@ -308,6 +310,8 @@ class Session:
         self.xa = False          # SET xa = on: transactions over several nodes commit two-phase (proxy/exec/xa.py)
         self.ansi_quotes = False  # the session's sql_mode has ANSI_QUOTES: "x" is an identifier (refuse_misread)
         self.no_backslash_escapes = False   # ... NO_BACKSLASH_ESCAPES: 'a\' is a whole string (refuse_misread)
+        self.ascii_tail = False   # the client's character set is one of ASCII_TAIL_CHARSETS (refuse_misread)
+        self.brackets = False     # ... sql_mode MSSQL: [x] is a quoted identifier (refuse_misread)
         self.next_txn: dict[str, str] = {}   # SET TRANSACTION without SESSION: key -> statement, for the next one
         self.txn_chars: list[str] = []       # those the explicit transaction open now began with (Executor._sync)
         self.txn_snapshot = False            # while START TRANSACTION WITH CONSISTENT SNAPSHOT starts each node's part
@@ -487,6 +491,7 @@ class Session:
         name = COLLATIONS.get(collation_id)
         if name is not None:
             self.set_var("names", f"SET NAMES {charset_of(name)} COLLATE {name}")
+        self.ascii_tail = name is not None and charset_of(name) in ASCII_TAIL_CHARSETS
 
     def authenticate(self, user: str, auth: bytes, salt: bytes, database: str | None) -> None:
         """Check the user's password and schema grant, raising 1045/1044/1049 as MySQL does."""
@@ -532,7 +537,7 @@ class Session:
         self.explicit_txn = False
         self.xa = False
         self.next_txn, self.txn_chars = {}, []
-        self.ansi_quotes = self.no_backslash_escapes = False
+        self.ansi_quotes = self.no_backslash_escapes = self.brackets = False
         self.last_insert_id = 0
         self.row_count = 0
         self.warnings = []
@@ -796,6 +801,9 @@ class Session:
         if not self._may_be_misread(sql):
             return
         toks = tokenize(sql)
+        if self.brackets and any(t[0] == "o" and t[1] == "[" for t in toks):
+            raise NotSupported("[...] under sql_mode MSSQL is not supported by pydble: it reads [ as an operator "
+                               "and what follows as code; quote identifiers with backquotes (`x`)")
         if self.ansi_quotes and any(t[0] in "se" and t[1][0] == '"' for t in toks):
             raise NotSupported('"..." under sql_mode ANSI_QUOTES is not supported by pydble: it reads "..." as a '
                                "string; quote identifiers with backquotes (`x`) and strings with single quotes")
@@ -804,10 +812,17 @@ class Session:
         if self.no_backslash_escapes and any(t[0] in "sev" and "\\" in t[1] for t in toks):
             raise NotSupported("a backslash in a quoted string under sql_mode NO_BACKSLASH_ESCAPES is not supported "
                                "by pydble: it reads \\ as an escape; write the string without it (CHAR(92))")
+        # big5, cp932, gbk, sjis: a character's second byte may be `\`, a backquote or a letter, which pydble
+        # (reading UTF-8) would take for an escape, a quote or a word of the statement
+        if self.ascii_tail and _ASCII_TAIL.search(sql.encode("utf-8", "surrogateescape")):
+            raise NotSupported("a multibyte character whose second byte is an ASCII character (0x40-0x7E) is not "
+                               "supported by pydble under a big5, cp932, gbk or sjis client character set: it reads "
+                               "the statement as UTF-8; use utf8mb4 (SET NAMES utf8mb4)")
 
     def _may_be_misread(self, sql: str) -> bool:
         """The cheap test before refuse_misread tokenizes: a character the session's sql_mode reads otherwise."""
-        return (self.ansi_quotes and '"' in sql) or (self.no_backslash_escapes and "\\" in sql)
+        return ((self.ansi_quotes and '"' in sql) or (self.no_backslash_escapes and "\\" in sql)
+                or (self.brackets and "[" in sql) or (self.ascii_tail and not sql.isascii()))
 
     async def savepoint(self, sql: str, r: Reply, more: bool) -> bool:
         """SAVEPOINT, ROLLBACK TO, RELEASE SAVEPOINT over every node of the transaction."""
@@ -872,6 +887,9 @@ class Session:
         if any(a.key == "sql_mode" for a in changes):
             modes = (await self.executor.session_variable("sql_mode")).split(",")
             self.ansi_quotes, self.no_backslash_escapes = "ANSI_QUOTES" in modes, "NO_BACKSLASH_ESCAPES" in modes
+            self.brackets = "MSSQL" in modes
+        if any(a.key in ("names", "character_set_client") for a in changes):
+            self.ascii_tail = await self.executor.session_variable("character_set_client") in ASCII_TAIL_CHARSETS
         self.xa = new_xa
         if new_autocommit != self.autocommit:
             if new_autocommit and (self.explicit_txn or self.executor.pinned):

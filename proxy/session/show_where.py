@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 from meta.errors import BackendError, NotSupported
 
-from proxy.plan.local import like_match
+from proxy.plan.local import like_match, substitute_database
 from proxy.wire import constants as C
 from proxy.wire.messages import ColumnDef, ResultSet
 from proxy.plan.sqltok import tokenize
-from proxy.exec.user_locks import calls as user_lock_calls
+from proxy.exec.user_locks import calls as user_lock_calls, refuse_assignment
 
 if TYPE_CHECKING:
     from proxy.runtime import SessionPort
@@ -74,7 +74,12 @@ async def where_filter(session: SessionPort, rs: ResultSet, where: str) -> Resul
     """The rows of a SHOW that its WHERE keeps, judged by a backend (in the session's sql_mode)."""
     ex = session.executor
     node = next(iter(ex.pinned), None) or next(iter(ex.locked), None) or session.runtime.any_node(session.schema)
-    sc = (await ex._run_on([(node, filter_sql(rs, where))]))[0]
+    sql = substitute_database(filter_sql(rs, where), session.schema, session.conn_id, f"{session.user}@{session.peer}")
+    # the WHERE runs on a node as any statement would: checked as one (host files, mysql/sys, other schemas'
+    # tables, stored functions), and nothing of it may stay on the shared connection
+    session.runtime.router.route(sql, session.schema, session.grants)
+    refuse_assignment(sql)
+    sc = (await ex._run_on([(node, sql)]))[0]
     if sc.error is not None:
         raise BackendError(sc.error.message, sc.error.code, sc.error.sqlstate)
     keep = {int(bytes(r[0])) for r in sc.results[0].rows}

@@ -44,9 +44,14 @@ COLLATIONS: dict[int, str] = {
 }
 
 
+# character sets whose two-byte characters may end in an ASCII byte (0x40-0x7E: a backslash, a backquote, a
+# letter): MariaDB reads the bytes BF 5C as one character where pydble, reading UTF-8, sees a backslash
+ASCII_TAIL_CHARSETS = frozenset({"big5", "cp932", "gbk", "sjis"})
+
+
 def charset_of(collation: str) -> str:
     """The character set a collation belongs to (utf8mb4_unicode_ci -> utf8mb4, binary -> binary)."""
     return collation.split("_", 1)[0]
 
 
-__all__ = ["COLLATIONS", "charset_of"]
+__all__ = ["ASCII_TAIL_CHARSETS", "COLLATIONS", "charset_of"]

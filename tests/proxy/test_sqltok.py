@@ -50,9 +50,23 @@ def test_token_kinds(sql: str, expected: list[tuple[str, str]]) -> None:
 
 
 def test_comments_are_skipped_but_hints_kept() -> None:
-    sql = "/* c1 */ select -- c2\n 1 # c3\n /*!pydble:shardingNode=dn1*/ /*!40101 x */ --5"
-    assert kinds(sql) == [("w", "select"), ("n", "1"), ("h", "/*!pydble:shardingNode=dn1*/"),
+    sql = "/* c1 */ /*!pydble:shardingNode=dn1*/ select -- c2\n 1 # c3\n /*!40101 x */ --5"
+    assert kinds(sql) == [("h", "/*!pydble:shardingNode=dn1*/"), ("w", "select"), ("n", "1"),
                           ("w", "x"), ("o", "-"), ("o", "-"), ("n", "5")]
+    # a hint opens a statement; anywhere else `/*!` is code to the server, read as it reads it
+    assert kinds("select 1 /*!pydble:shardingNode=dn1*/") == [
+        ("w", "select"), ("n", "1"), ("w", "pydble"), ("o", ":"), ("w", "shardingNode"), ("o", "="), ("w", "dn1")]
+
+
+def test_version_comments_end_where_mariadb_ends_them(mariadb_10_11: None) -> None:
+    """The code of a version comment the server runs is lexed as code (a `*/` in its strings or comments
+    does not end it); one it skips may hold a plain comment; a version comment inside another is an error."""
+    assert kinds("select 1 /*!50000 , '*/' , 2 */ , 3") == [
+        ("w", "select"), ("n", "1"), ("o", ","), ("s", "'*/'"), ("o", ","), ("n", "2"), ("o", ","), ("n", "3")]
+    assert kinds("select 1 /*!50000 /* x */ , 2 # */\n */") == [("w", "select"), ("n", "1"), ("o", ","), ("n", "2")]
+    assert kinds("select 1 /*!99999 /* x */ ' */ , 3") == [("w", "select"), ("n", "1"), ("o", ","), ("n", "3")]
+    assert [k for k, _ in kinds("select 1 /*!50000 /*!50000 2 */ */")][-1] == "e"
+    assert [k for k, _ in kinds("select 1 /*!50000 , '2 */")][-1] == "e"
 
 
 @pytest.fixture

@@ -563,3 +563,225 @@ def test_information_schema_queries_leave_nothing_on_shared_connections(px, limi
         assert _rows(other, "SELECT IS_FREE_LOCK('leak')") == [(1,)]
     finally:
         other.close()
+
+
+# gbk (as big5, cp932, sjis) has two-byte characters whose second byte is `\`: MariaDB reads BF 5C as one
+# character, so the string ends at the next quote and what pydble read as the rest of the string is code
+_GBK_LEAK = b"SELECT id, '\xbf\\', (SELECT v FROM sing LIMIT 1) AS x #'\nFROM sharding_2_t1 WHERE id = 2"
+
+
+def _raw_rows(conn, sql: bytes):
+    """Run the statement's bytes as they are (pymysql would encode a str in the connection's charset)."""
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        return list(cur.fetchall())
+
+
+def test_a_multibyte_client_charset_cannot_hide_code_in_a_string(px):
+    """Under a gbk client charset the bytes BF 5C are one character to MariaDB, a byte and an escaped quote
+    to a UTF-8 reader: a subquery on schema2.sing (dn1's db1 beside sharding_2_t1) would pass unchecked."""
+    at_login = px.connect(user="limited", password="lim-pw", charset="gbk")      # the handshake's charset
+    later = px.connect(user="limited", password="lim-pw")
+    try:
+        with later.cursor() as cur:
+            cur.execute("SET NAMES gbk")
+        for conn in (at_login, later):
+            with conn.cursor() as cur, pytest.raises(pymysql.MySQLError) as e:
+                cur.execute(_GBK_LEAK)
+                cur.fetchall()
+            assert e.value.args[0] == 1235 and "gbk" in e.value.args[1], e.value.args
+            # text whose characters are high bytes only reads the same either way: it still works
+            assert _raw_rows(conn, "SELECT HEX('中文') AS h, v FROM sharding_2_t1 WHERE id = 2".encode("gbk")) == \
+                [("D6D0CEC4", 20)]
+        with later.cursor() as cur:
+            cur.execute("SET NAMES utf8mb4")
+        assert _raw_rows(later, "SELECT 'é\\'', v FROM sharding_2_t1 WHERE id = 2".encode()) == [("é'", 20)]
+    finally:
+        at_login.close()
+        later.close()
+    # a bound parameter is text pydble quotes itself: UTF-8 E4 B8 AD is 中 to pydble, E4B8 + AD5C to gbk, so
+    # the backslash pydble put before the quote would be swallowed and the parameter's rest run as code
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "proxy"))
+    from ps_wire import Answer, PsClient, p_str
+    inj = "中', (SELECT v FROM sing LIMIT 1) AS x #".encode()
+    with PsClient(px.port, user="limited", password="lim-pw") as ps:
+        assert ps.query("SET NAMES gbk").kind == "ok"
+        st = ps.prepare("SELECT id, ?\nFROM sharding_2_t1 WHERE id = 2")
+        got = ps.execute(st.stmt_id, [p_str(inj)])
+        assert isinstance(got, Answer) and got.err_code == 1235 and not got.rows, got
+        assert ps.query(f"SET @p = _utf8mb4 X'{inj.hex()}'").kind == "ok"
+        assert ps.query("PREPARE s2 FROM 'SELECT id, ?\\nFROM sharding_2_t1 WHERE id = 2'").kind == "ok"
+        got = ps.query("EXECUTE s2 USING @p")
+        assert got.err_code == 1235 and not got.rows, got
+
+
+def test_unicode_spaces_neither_end_a_token_nor_open_a_comment(limited):
+    """MariaDB's `--` opens a comment before an ASCII space or control character only, and a no-break or em
+    space is an identifier character to it: `--\\u00a0.v` is `- - <alias>.v`, so a reader taking the rest of
+    the line for a comment let the subquery on schema2.sing (dn1's db1, beside sharding_2_t1) through."""
+    for space in ("\u00a0", "\u2003", "\u3000"):
+        sql = (f"SELECT id, 1 --{space}.v , (SELECT v FROM sing LIMIT 1) AS x\n"
+               f"FROM sharding_2_t1 {space} WHERE id = 2")
+        code, msg = _err(limited, sql)
+        assert code in (1142, 1146, 1235) and "secret" not in msg, (repr(space), code, msg)
+    # what MariaDB reads as a comment still is one (a control character after `--` too), names still resolve
+    assert _rows(limited, "SELECT v -- one\nFROM sharding_2_t1 WHERE id = 2 --\x7f, (SELECT 1)") == [(20,)]
+    assert _rows(limited, "SELECT v AS `a\u00a0b` FROM sharding_2_t1 WHERE id = 2 # x") == [(20,)]
+
+
+def test_a_hint_never_acts_as_the_backend_account(px, backends):
+    """A user granted every logical schema is still no backend account: what a hint sends is checked too,
+    and what pydble cannot check (accounts, databases, stored programs, server-wide SHOWs, statements it does
+    not read) is refused, never run with the backend account's rights."""
+    backends[0].query("CREATE DATABASE IF NOT EXISTS h_unmapped")
+    backends[0].query("CREATE TABLE IF NOT EXISTS h_unmapped.secret (s VARCHAR(20))")
+    full = px.connect()
+    hint = "/*!pydble:shardingNode=dn1*/ "
+    try:
+        # a database no schema maps is as unknown through a hint as without one
+        for sql in ("SELECT * FROM h_unmapped.secret", hint + "SELECT * FROM h_unmapped.secret"):
+            assert _err(full, sql) == _denied("test", "SELECT", "secret"), sql
+        for sql in ("CREATE USER h_evil@'%' IDENTIFIED BY 'x'", "DROP USER IF EXISTS h_nobody",
+                    "RENAME USER h_nobody TO h_other", "CREATE ROLE h_role", "CREATE DATABASE h_made",
+                    "ALTER DATABASE db1 COMMENT 'x'", "CREATE SERVER h_srv FOREIGN DATA WRAPPER mysql OPTIONS (HOST 'x')",
+                    "CREATE FUNCTION h_f() RETURNS TEXT RETURN CURRENT_USER()",
+                    "CREATE DEFINER = CURRENT_USER PROCEDURE h_p() SELECT CURRENT_USER()",
+                    "CREATE EVENT h_ev ON SCHEDULE AT CURRENT_TIMESTAMP DO SELECT 1", "STOP SLAVE",
+                    "SHOW GRANTS", "SHOW DATABASES", "SHOW PROCESSLIST", "SHOW ENGINE INNODB STATUS",
+                    "SHOW CREATE USER root", "SHOW TABLES"):
+            code, msg = _err(full, hint + sql)
+            assert code == 1235 and "root" not in msg, (sql, code, msg)
+        # what pydble reads and checks still goes where the hint says
+        assert _rows(full, hint + "SELECT COUNT(*) FROM sharding_2_t1 WHERE id = 2") == [(1,)]
+        assert [r[0] for r in _rows(full, hint + "DESC sharding_2_t1")] == ["id", "v"]
+    finally:
+        full.close()
+        backends[0].query("DROP DATABASE h_unmapped")
+    b = backends[0]
+    assert b.query("SELECT user FROM mysql.user WHERE user LIKE 'h\\_%'") == []
+    assert b.query("SELECT name FROM mysql.proc WHERE name LIKE 'h\\_%'") == []
+    assert b.query("SHOW DATABASES LIKE 'h\\_made'") == [] and b.query("SELECT * FROM mysql.servers") == []
+
+
+def test_on_duplicate_key_update_needs_the_update_privilege(px, backends):
+    """INSERT ... ON DUPLICATE KEY UPDATE rewrites an existing row: as in MySQL it needs UPDATE on the table
+    besides INSERT. `priv` holds INSERT and SELECT on schema2.sing (1010): it overwrote row 1 through it."""
+    c = px.connect(user="priv", password="priv-pw", database="schema2")
+    try:
+        for sql in ("INSERT INTO sing VALUES (1, 'x') ON DUPLICATE KEY UPDATE v = 'overwritten'",
+                    "INSERT INTO sing SET id = 1, v = 'y' ON DUPLICATE KEY UPDATE v = 'overwritten'",
+                    "INSERT INTO sing SELECT 1, 'z' ON DUPLICATE KEY UPDATE v = 'overwritten'",
+                    "INSERT INTO sing VALUES (1, 'x') ON DUPLICATE KEY UPDATE v = 'overwritten' RETURNING id"):
+            assert _err(c, sql) == _denied("priv", "UPDATE", "sing"), sql
+        with c.cursor() as cur:     # a plain INSERT (and INSERT IGNORE, which changes no row) still works
+            cur.execute("INSERT IGNORE INTO sing VALUES (1, 'x'), (8, 'new')")
+    finally:
+        c.close()
+    assert backends[0].query("SELECT id, v FROM sing WHERE id IN (1, 8) ORDER BY id", database="db1") == \
+        [(1, "secret"), (8, "new")]
+    px.query("DELETE FROM sing WHERE id = 8", database="schema2")
+
+
+def test_a_default_node_never_reaches_another_schemas_table_in_its_database(px, backends, fresh_proxy):
+    """schema2's default node dn1 is db1, where schema1's sharding_2_t1 has a part: the name is schema1's
+    table there, not an unconfigured table of schema2. `other` (schema2 only) read and updated its rows."""
+    cfg = _config(backends)
+    cfg["schemas"]["schema2"]["default_node"] = "dn1"
+    p = fresh_proxy(config=cfg)
+    c = p.connect(user="other", password="other-pw", database="schema2")
+    try:
+        for sql in ("SELECT * FROM sharding_2_t1", "SELECT v FROM sharding_2_t1 WHERE id = 2",
+                    "UPDATE sharding_2_t1 SET v = v + 1000", "SELECT * FROM sing JOIN sharding_2_t1 USING (id)",
+                    "DESC sharding_2_t1", "CREATE TABLE IF NOT EXISTS sharding_2_t1 (id INT)"):
+            code, msg = _err(c, sql)
+            assert code == 1146 and "schema2.sharding_2_t1" in msg, (sql, code, msg)
+        assert "sharding_2_t1" not in [r[0] for r in _rows(c, "SHOW TABLES")]
+        assert _rows(c, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_NAME = 'sharding_2_t1'") == []
+        with c.cursor() as cur:     # schema2's own unconfigured tables still live on its default node
+            cur.execute("CREATE TABLE h_own (id INT)")
+            cur.execute("INSERT INTO h_own VALUES (1)")
+        assert _rows(c, "SELECT id FROM h_own") == [(1,)]
+    finally:
+        try:
+            with c.cursor() as cur:
+                cur.execute("DROP TABLE IF EXISTS h_own")
+        finally:
+            c.close()
+    assert backends[0].query("SELECT v FROM sharding_2_t1 WHERE id = 2", database="db1") == [(20,)]
+
+
+def test_current_user_never_names_the_backend_account(limited):
+    """CURRENT_USER is also written without parentheses, and information_schema queries run on a backend:
+    both answered the backend account ('root@127.0.0.1'), never the client's user."""
+    me = "limited@127.0.0.1"
+    for sql in ("SELECT CURRENT_USER FROM sharding_2_t1 WHERE id = 2",      # the point-read fast path
+                "SELECT current_user, v FROM sharding_2_t1 WHERE id = 2 ORDER BY v",
+                "SELECT CURRENT_USER, COUNT(*) FROM information_schema.SCHEMATA",
+                "SELECT USER(), COUNT(*) FROM information_schema.SCHEMATA",
+                "SELECT CURRENT_USER(), COUNT(*) FROM information_schema.SCHEMATA"):
+        assert _rows(limited, sql)[0][0] == me, sql
+    assert _rows(limited, "SELECT COUNT(*) FROM sharding_2_t1 WHERE id = 2 AND CURRENT_USER LIKE 'root%'") == [(0,)]
+    with limited.cursor() as cur:
+        cur.execute("SELECT CURRENT_USER FROM sharding_2_t1 WHERE id = 2")
+        assert [d[0] for d in cur.description] == ["CURRENT_USER"]
+
+
+def test_version_comments_hide_no_code(limited):
+    """MariaDB lexes the code of a version comment it runs like any code (a `*/` in its string does not end
+    it), and lets one it skips hold a plain comment: a reader ending both at the first `*/` took the code
+    after them for a string, and let a subquery on schema2.sing through (for SHOW ... WHERE, run on a node
+    of backend1, even db1.sing by name, its value in the error message)."""
+    leaks = ("SELECT id /*!99999 /* */ ' */ , (SELECT v FROM sing LIMIT 1) AS x #'\nFROM sharding_2_t1 WHERE id = 2",
+             "SELECT id /*!50000 ' */ ' */ , (SELECT v FROM sing LIMIT 1) AS x #'\nFROM sharding_2_t1 WHERE id = 2",
+             "SHOW TABLES WHERE Tables_in_schema1 <> /*!50000 ' */ ' OR "
+             "EXTRACTVALUE(1, CONCAT(0x7e, (SELECT v FROM db1.sing LIMIT 1))) = 'secret' */ #'",
+             "SHOW TABLES WHERE Tables_in_schema1 <> '' /*!99999 /* */ ' */ OR "
+             "EXTRACTVALUE(1, CONCAT(0x7e, (SELECT v FROM db1.sing LIMIT 1))) = 1 #'")
+    for sql in leaks:
+        code, msg = _err(limited, sql)
+        assert code in (1064, 1142, 1235) and "secret" not in msg, (sql, code, msg)
+    # what the server runs of a version comment still runs, and what it skips is still skipped
+    assert _rows(limited, "SELECT v /*!50000 , '*/' AS s */ FROM sharding_2_t1 WHERE id = 2") == [(20, "*/")]
+    assert _rows(limited, "SELECT v /*!99999 /* x */ , 1 */ FROM sharding_2_t1 WHERE id = 2") == [(20,)]
+
+
+def test_show_where_is_checked_as_any_statement(px, limited):
+    """SHOW TABLES/DATABASES/TABLE STATUS/OPEN TABLES ... WHERE runs the WHERE on a node over the logical rows:
+    it read the backend host's files, ran sys functions, answered the backend account and database, and left
+    a user variable on the shared connection. The WHERE is checked as any statement is."""
+    for sql, code in (("SHOW TABLES WHERE EXTRACTVALUE(1, CONCAT(0x7e, LOAD_FILE('/etc/hostname'))) = 1", 1235),
+                      ("SHOW DATABASES WHERE EXTRACTVALUE(1, CONCAT(0x7e, LOAD_FILE('/etc/hostname'))) = 1", 1235),
+                      ("SHOW TABLE STATUS WHERE EXTRACTVALUE(1, CONCAT(0x7e, sys.format_bytes(1000))) = 1", 1044),
+                      ("SHOW OPEN TABLES WHERE schema2.f() = 1", 1044),
+                      ("SHOW FULL TABLES WHERE (@leak := 'x') IS NOT NULL", 1235),
+                      ("SHOW TABLES WHERE NEXTVAL(db1.s) = 1", 1235)):
+        assert _err(limited, sql)[0] == code, sql
+    # the session's own answers, as in any statement: the client's user and the logical schema
+    for fn, want in (("CURRENT_USER()", "limited@127.0.0.1"), ("CURRENT_USER", "limited@127.0.0.1"),
+                     ("DATABASE()", "schema1")):
+        assert _err(limited, f"SHOW TABLES WHERE EXTRACTVALUE(1, CONCAT(0x7e, {fn})) = 1") == \
+            (1105, f"XPATH syntax error: '~{want}'"), fn
+    assert _rows(limited, "SHOW TABLES WHERE Tables_in_schema1 = DATABASE()") == []
+    assert _rows(limited, "SHOW FULL TABLES WHERE Table_type = 'BASE TABLE' AND Tables_in_schema1 LIKE 'shard%'") == \
+        [("sharding_2_t1", "BASE TABLE")]
+    other = px.connect()
+    try:
+        for _ in range(8):   # whichever pooled connection the WHERE ran on
+            assert _rows(other, "SELECT @leak FROM sharding_2_t1 WHERE id = 1") == [(None,)]
+    finally:
+        other.close()
+
+
+def test_mssql_brackets_hide_no_code(px):
+    """Under sql_mode MSSQL MariaDB reads [x'] as a quoted identifier: a reader taking [ for an operator and
+    ' for a string let the subquery on schema2.sing (dn1's db1, beside sharding_2_t1) through."""
+    c = px.connect(user="limited", password="lim-pw")
+    try:
+        with c.cursor() as cur:
+            cur.execute("SET SESSION sql_mode = 'MSSQL'")
+        code, msg = _err(c, "SELECT id AS [x'], (SELECT v FROM sing LIMIT 1) AS y, 1 AS ['] "
+                            "FROM sharding_2_t1 WHERE id = 2")
+        assert code == 1235 and "MSSQL" in msg, (code, msg)
+        assert _rows(c, "SELECT v AS `[x]`, '[' FROM sharding_2_t1 WHERE id = 2") == [(20, "[")]   # no [ as code
+    finally:
+        c.close()
