@@ -49,6 +49,18 @@ _NEXT_TXN_WORDS = frozenset({"BEGIN", "START", "COMMIT", "ROLLBACK", "SHOW"})
 _NO_TABLE_WORDS = frozenset({"SELECT", "DO", "SET"})
 # a byte of a multibyte character followed by an ASCII byte an ASCII_TAIL_CHARSETS character may end in
 _ASCII_TAIL = re.compile(rb"[\x80-\xff][\x40-\x7e]")
+_CHARSET_SET = re.compile(r"^SET (?:NAMES|CHARACTER SET|SESSION character_set_client =) ['\"`]?([A-Za-z0-9_]+)['\"`]?"
+                          r"(?: COLLATE \S+)?$", re.I)
+
+
+def _charset_set(changes: list[Any]) -> str | None:
+    """The client character set the last SET NAMES / CHARACTER SET / character_set_client of `changes` names
+    plainly (its replayed text); None when it is DEFAULT or an expression, which only a node can tell."""
+    last = next(a for a in reversed(changes) if a.key in ("names", "character_set_client"))
+    m = _CHARSET_SET.match(last.sql)
+    return None if m is None or m.group(1).lower() == "default" else m.group(1).lower()
+
+
 _SHOW_COUNT = re.compile(r"^\s*SHOW\s+COUNT\s*\(\s*\*\s*\)\s+(WARNINGS|ERRORS)\s*;?\s*$", re.I)
 
 
@@ -889,7 +901,10 @@ class Session:
             self.ansi_quotes, self.no_backslash_escapes = "ANSI_QUOTES" in modes, "NO_BACKSLASH_ESCAPES" in modes
             self.brackets = "MSSQL" in modes
         if any(a.key in ("names", "character_set_client") for a in changes):
-            self.ascii_tail = await self.executor.session_variable("character_set_client") in ASCII_TAIL_CHARSETS
+            cs = _charset_set(changes)   # read from a node only when the SET does not name it plainly
+            if cs is None:
+                cs = await self.executor.session_variable("character_set_client")
+            self.ascii_tail = cs in ASCII_TAIL_CHARSETS
         self.xa = new_xa
         if new_autocommit != self.autocommit:
             if new_autocommit and (self.explicit_txn or self.executor.pinned):
