@@ -149,7 +149,7 @@ class ClientProtocol(asyncio.Protocol):
             self._feed(data)
             return
         s = self.session
-        if s is not None and s.ready:
+        if s is not None and s.ready and not self.write_paused:   # paused: the task waits for the client first
             n = len(data)
             if (n >= 5 and not self.framer.buffered and data[0] | data[1] << 8 | data[2] << 16 == n - 4
                     and n - 4 < min(0xFFFFFF, self.framer.max_payload)):
@@ -174,7 +174,8 @@ class ClientProtocol(asyncio.Protocol):
         w = self._wakeup
         if w is None or w.done():
             return
-        if not self.closed and self.framer.buffered and self.session is not None and self.session.fast_command():
+        if (not self.closed and self.framer.buffered and not self.write_paused and self.session is not None
+                and self.session.fast_command()):
             return
         if self.closed or self.pending is not None or self.framer.buffered:
             w.set_result(None)
@@ -225,10 +226,14 @@ class ClientProtocol(asyncio.Protocol):
             await f
 
     async def next_packet(self, timeout: float | None = None) -> tuple[int, bytes] | None:
-        """The next complete packet from the client, or None when the client is gone."""
+        """The next complete packet from the client, or None when the client is gone; not before the client
+        has taken most of what it was answered (a client that sends without reading grows no buffer here)."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
+            if self.write_paused and not self.closed:
+                await self.drain()
+                continue
             if self.pending is not None:
                 pkt, self.pending = self.pending, None
                 return pkt

@@ -13,7 +13,10 @@ import os
 import random
 import socket
 import struct
+import sys
 import time
+from pathlib import Path
+
 import aiomysql
 import pymysql
 import pytest
@@ -21,6 +24,9 @@ import pytest
 from harness import free_port, proxy_config
 
 from wire import BASE_CAPS, CLIENT_PROTOCOL_41, RawClient, drop_after
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from attack_rss import rss_mb  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -332,6 +338,28 @@ def test_a_slow_reader_gets_everything(backends, fresh_proxy) -> None:
     # the connection that was held back is in a good state for the next session
     for _ in range(5):
         assert p.query("SELECT COUNT(*) FROM bi_slow") == [(30000,)]
+
+
+def test_a_client_that_sends_without_reading_grows_no_buffer(proxy) -> None:
+    """Commands pipelined by a client that reads nothing are not answered faster than it reads: the 4 MB
+    answers of 25 merged reads (100 MB) were all built and queued in the proxy's memory."""
+    proxy.query("DELETE FROM sharding_4_t1 WHERE id <= 4")
+    proxy.query("INSERT INTO sharding_4_t1 VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd')")
+    sql = b"\x03SELECT id, REPEAT(name, 1000000) FROM sharding_4_t1 WHERE id IN (1, 2, 3, 4) ORDER BY id"
+    with RawClient(proxy.proxy_port, timeout=30) as c:
+        assert c.login().kind == "ok"
+        before = rss_mb(proxy.pid)
+        c.send_raw(_frame(0, sql) * 25)
+        grew = 0.0
+        for _ in range(20):   # what the proxy would have queued by now (about 100 MB/s here)
+            time.sleep(0.15)
+            grew = max(grew, rss_mb(proxy.pid) - before)
+        assert grew < 40, f"the proxy grew {grew:.0f} MB for a client that reads nothing"
+        for _ in range(25):   # then it answers everything, in order, once the client reads
+            res = c.read_result()
+            assert res.error is None and [(r[0], len(r[1])) for r in res.sets[0][1]] == [
+                (b"1", 1000000), (b"2", 1000000), (b"3", 1000000), (b"4", 1000000)]
+    _healthy(proxy)
 
 
 # -- a storm of connections ---------------------------------------------------------------------
