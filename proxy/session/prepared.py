@@ -147,6 +147,7 @@ class Statement:
     long_data: dict[int, bytearray] = field(default_factory=dict)
     ints: IntParams | None = None   # the fast bind of these types, when every parameter is an integer
     point: PointStatement | None = None   # the route kept for its executes (planner.PointStatement)
+    failed: ProxyError | None = None   # a SEND_LONG_DATA MariaDB refused: every EXECUTE answers it until RESET
 
     @property
     def params(self) -> int:
@@ -424,6 +425,8 @@ class PreparedStatements:
         s = self.session
         stmt = self._get(int.from_bytes(payload[1:5], "little") if len(payload) >= 5 else 0,
                          "mysqld_stmt_execute")
+        if stmt.failed is not None:
+            raise stmt.failed
         sql = self.bind(stmt, payload)
         stmt.long_data.clear()  # long data is consumed by the execute, as MySQL does
         r = Reply(s.deprecate_eof)
@@ -444,7 +447,7 @@ class PreparedStatements:
         """The bound text of a COM_STMT_EXECUTE the session's fast path may start from the data callback
         (a known statement without long data); None leaves it to the task, which answers any error."""
         stmt = self.stmts.get(int.from_bytes(payload[1:5], "little")) if len(payload) >= 5 else None
-        if stmt is None or stmt.long_data:
+        if stmt is None or stmt.long_data or stmt.failed is not None:
             return None
         ints = stmt.ints
         if ints is not None and ints.types is stmt.types and (sql := ints.bind(payload)) is not None:
@@ -459,7 +462,7 @@ class PreparedStatements:
         statement (only the key is new): True when started, False when the task must serve it, None when
         it is not such an execute (fast_bind and the quick route of its text decide)."""
         stmt = self.stmts.get(int.from_bytes(payload[1:5], "little")) if len(payload) >= 5 else None
-        if stmt is None or stmt.long_data:
+        if stmt is None or stmt.long_data or stmt.failed is not None:
             return None
         ints = stmt.ints
         if ints is None or ints.types is not stmt.types:
@@ -482,18 +485,22 @@ class PreparedStatements:
 
     # -- the others -----------------------------------------------------------------------------
     def send_long_data(self, payload: bytes) -> None:
-        """COM_STMT_SEND_LONG_DATA: append a chunk to one parameter (bounded by max_allowed_packet)."""
+        """COM_STMT_SEND_LONG_DATA: append a chunk to one parameter (bounded by max_allowed_packet). It has no
+        answer: as MariaDB, a chunk refused (a parameter the statement lacks, one grown past max_allowed_packet)
+        fails the statement's EXECUTEs until COM_STMT_RESET, never runs it with the value cut short."""
         try:
             stmt_id, param, data = parse_send_long_data(payload)
         except ProtocolError:
             return
         stmt = self._get(stmt_id, "mysqld_stmt_send_long_data")
         if param >= stmt.params:
+            stmt.failed = ProxyError("Incorrect arguments to mysqld_stmt_send_long_data", 1210, "HY000")
             return
         buf = stmt.long_data.setdefault(param, bytearray())
         if len(buf) + len(data) > self.session.runtime.max_packet:
-            raise ProxyError("Parameter of prepared statement which is set through mysql_send_long_data() "
-                             "is longer than 'max_allowed_packet' bytes", 1153, "08S01")
+            stmt.failed = ProxyError("Parameter of prepared statement which is set through mysql_send_long_data() "
+                                     "is longer than 'max_allowed_packet' bytes", 1105, "HY000")
+            return
         buf += data
 
     def close(self, payload: bytes) -> None:
@@ -502,10 +509,11 @@ class PreparedStatements:
             self.stmts.pop(int.from_bytes(payload[1:5], "little"), None)
 
     def reset(self, payload: bytes) -> None:
-        """COM_STMT_RESET: drop the long data sent so far."""
+        """COM_STMT_RESET: drop the long data sent so far, and the error a chunk of it left."""
         stmt = self._get(int.from_bytes(payload[1:5], "little") if len(payload) >= 5 else 0,
                          "mysqld_stmt_reset")
         stmt.long_data.clear()
+        stmt.failed = None
 
 
 __all__ = ["COMMANDS", "PreparedStatements", "Shape", "ShapeCache", "Statement", "cache_of"]

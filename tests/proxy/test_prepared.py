@@ -222,6 +222,41 @@ def test_long_data_then_reset(ps_proxy: ProxyProcess) -> None:
         assert c.execute(sel.stmt_id, [p_long(302)], send_types=False).rows == [b"\x00\x00\x05short"]
 
 
+def test_refused_long_data_fails_the_executes_until_reset(ps_proxy: ProxyProcess) -> None:
+    """As MariaDB: SEND_LONG_DATA has no answer, so a chunk for a parameter the statement lacks fails its
+    EXECUTEs with 1210 until COM_STMT_RESET (the execute ran as if nothing had been sent)."""
+    with PsClient(ps_proxy.port) as c:
+        st = c.prepare("SELECT LENGTH(?)")
+        c.send_long_data(st.stmt_id, 3, b"abc")
+        for _ in range(2):
+            a = c.execute(st.stmt_id, [p_str("xy")])
+            assert (a.kind, a.err_code, a.err_message) == (
+                "err", 1210, "Incorrect arguments to mysqld_stmt_send_long_data")
+        assert c.reset(st.stmt_id).kind == "ok"
+        assert c.execute(st.stmt_id, [p_str("xy")]).rows == [b"\x00\x00\x02\x00\x00\x00"]
+
+
+def test_long_data_past_max_allowed_packet_is_never_cut_short(backends: list[Any], fresh_proxy: Any) -> None:
+    """Long data growing past max_allowed_packet fails the EXECUTE with MariaDB's 1105 until COM_STMT_RESET (the
+    chunk that went over was dropped and the statement ran with what was left: a 700000-byte value bound)."""
+    cfg = proxy_config(backends, free_port(), free_port(), instance="pydble-ps-long")
+    cfg["server"]["max_allowed_packet"] = 1 << 20
+    p = fresh_proxy(cfg)
+    with PsClient(p.port) as c:
+        st = c.prepare("SELECT LENGTH(?)")
+        for _ in range(3):
+            c.send_long_data(st.stmt_id, 0, b"z" * 350000)
+        for _ in range(2):
+            a = c.execute(st.stmt_id, [(T_STRING, False, b"")])
+            assert (a.kind, a.err_code, a.err_message) == ("err", 1105, (
+                "Parameter of prepared statement which is set through mysql_send_long_data() is longer than "
+                "'max_allowed_packet' bytes"))
+        assert c.reset(st.stmt_id).kind == "ok"
+        c.send_long_data(st.stmt_id, 0, b"z" * 350000)
+        a = c.execute(st.stmt_id, [(T_STRING, False, b"")])
+        assert a.kind == "rows" and a.rows == [b"\x00\x00" + struct.pack("<I", 350000)], a.err_message
+
+
 def test_close_unknown_and_fetch(ps_proxy: ProxyProcess) -> None:
     with PsClient(ps_proxy.port) as c:
         st = c.prepare("SELECT 1")
