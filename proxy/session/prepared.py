@@ -26,6 +26,7 @@ from meta.errors import BackendError, NotSupported, ProxyError
 from proxy.exec.merge import merged_columns
 from proxy.exec.planner import PointStatement
 from proxy.plan.placeholders import positional_placeholder, select_aliases
+from proxy.plan.router import one_statement
 from proxy.wire import constants as C
 from proxy.wire.binary import (LAST_STATEMENT_ID, LONG_DATA, BinaryResultConverter, IntParams, ParamType, binary_answer,
                               limit_literal, limit_placeholders, parse_execute, parse_prepare_response, parse_send_long_data,
@@ -268,6 +269,8 @@ class PreparedStatements:
 
     async def shape_of(self, sql: str) -> Shape:
         """What PREPARE learns of a statement text (validated as MariaDB would), cached per instance."""
+        if not one_statement(sql, tokenize(sql)):
+            raise ProxyError("Query was empty", 1065, "42000")
         refuse_assignment(sql)
         self.session.refuse_misread(sql)
         if first_keyword(sql) == "SELECT" and "last_insert_id" in sql.lower() and sets_insert_id(sql) is not None:

@@ -24,6 +24,7 @@ from proxy.plan.analyzer import Grants
 from proxy.exec.executor import Executor
 from proxy.log import REQUEST_ID
 from proxy.exec.planner import quick_route
+from proxy.plan.router import one_statement
 from proxy.session.prepared import COMMANDS as STMT_COMMANDS, PreparedStatements
 from proxy.wire import constants as C
 from proxy.wire.collations import COLLATIONS, charset_of
@@ -663,6 +664,8 @@ class Session:
         return relayed
 
     async def _statement(self, sql: str, r: Reply, more: bool, may_relay: bool, row_count: int | None) -> bool:
+        if ";" in sql:   # (the statements the session answers itself too: a SET's value runs on a backend)
+            one_statement(sql, tokenize(sql))
         kw = first_keyword(sql)
         self.before_next_txn(kw)
         self.refuse_misread(sql)

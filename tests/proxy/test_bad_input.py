@@ -32,7 +32,7 @@ from attack_rss import rss_mb  # noqa: E402
 @pytest.fixture(scope="module", autouse=True)
 def _drop_our_tables(proxy) -> Iterator[None]:
     """Leave the shared backends without this module's tables."""
-    yield from drop_after(proxy, 'sharding_4_t1', 'sharding_2_t1', 'bi_blob', 'bi_big', 'bi_slow')
+    yield from drop_after(proxy, 'sharding_4_t1', 'sharding_2_t1', 'bi_blob', 'bi_big', 'bi_slow', 'bi_inject')
 
 
 def _healthy(p) -> None:
@@ -247,6 +247,42 @@ def test_garbage_sql_gets_1064_and_the_session_goes_on(proxy) -> None:
             assert code == 1064 and "right syntax to use near" in msg
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("sql", [
+    "SET @c = 1; DELETE FROM bi_inject",
+    "SET sql_mode = ''; DELETE FROM bi_inject",
+    "SET @c = 1 /*!; DELETE FROM bi_inject */",
+    "SET @c = 1 /*M!100100 ; DELETE FROM bi_inject */",
+])
+def test_a_statement_hidden_after_a_set_never_runs(proxy, sql) -> None:
+    """Without multi-statements a `;` ends the text as on MariaDB (1064): the SET's value was run on a backend
+    connection, which runs several statements, so the DELETE ran there unrouted and unchecked."""
+    proxy.query("CREATE TABLE IF NOT EXISTS bi_inject (id INT PRIMARY KEY)")   # on the default node
+    proxy.query("REPLACE INTO bi_inject VALUES (1), (2), (3)")
+    with RawClient(proxy.port) as c:
+        assert c.login().kind == "ok"   # no CLIENT_MULTI_STATEMENTS
+        c.query(sql)
+        res = c.read_result()
+        assert res.error is not None and res.error.err_code == 1064, res.packets[-1].payload
+        c.query("SELECT @c")
+        assert c.read_result().sets[0][1] == [[None]]   # nothing of it ran
+    assert proxy.query("SELECT COUNT(*) FROM bi_inject") == [(3,)]
+    _healthy(proxy)
+
+
+def test_a_prepared_statement_is_one_statement(proxy) -> None:
+    """COM_STMT_PREPARE refuses several statements (1064) and an empty text (1065) as MariaDB does; it
+    prepared them, and EXECUTE ran `SET @a = 1; DELETE FROM t` on a backend whole."""
+    proxy.query("CREATE TABLE IF NOT EXISTS bi_inject (id INT PRIMARY KEY)")
+    proxy.query("REPLACE INTO bi_inject VALUES (1), (2), (3)")
+    with RawClient(proxy.port) as c:
+        assert c.login().kind == "ok"
+        for text, code in ((b"SET @a = 1; DELETE FROM bi_inject", 1064), (b"", 1065), (b" ; ", 1065)):
+            c.command(b"\x16" + text)
+            p = c.read_packet()
+            assert p.kind == "err" and p.err_code == code, (text, p.payload)
+    assert proxy.query("SELECT COUNT(*) FROM bi_inject") == [(3,)]
 
 
 # -- clients that vanish ------------------------------------------------------------------------
