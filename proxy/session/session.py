@@ -108,8 +108,8 @@ class ClientProtocol(asyncio.Protocol):
         framer = self.framer
         try:
             framer.feed(data)
-        except PacketTooBig:
-            self.write(frame(0, err_packet(1153, "08S01", "Got a packet bigger than 'max_allowed_packet' bytes")))
+        except PacketTooBig as e:
+            self.write(e.packet())
             self.close()
             self.connection_lost(None)
             return False
@@ -359,9 +359,8 @@ class Session:
                     break
         except asyncio.CancelledError:
             pass
-        except PacketTooBig:
-            self.client.write(frame(0, b"\xff" + struct.pack("<H", 1153) + b"#08S01"
-                                    + b"Got a packet bigger than 'max_allowed_packet' bytes"))
+        except PacketTooBig as e:
+            self.client.write(e.packet())
         except ProtocolError as e:
             self.log.info("protocol error, closing", error=str(e))
             self.client.write(frame(answer_seq & 0xFF, b"\xff" + struct.pack("<H", 1047) + b"#08S01"
