@@ -235,7 +235,8 @@ class PreparedStatements:
                 s.client.write(r.bytes())
             else:  # COM_STMT_FETCH: results are always sent whole, so no cursor is ever open
                 stmt_id = int.from_bytes(payload[1:5], "little")
-                raise ProxyError(f"The statement ({stmt_id}) has no open cursor.", 1421, "HY000")
+                self._get(stmt_id, "mysqld_stmt_fetch")   # an unknown statement is 1243, as on MariaDB
+                raise ProxyError(f"The statement ({stmt_id}) has no open cursor", 1421, "HY000")
         except ProxyError as e:
             if cmd in (C.COM_STMT_CLOSE, C.COM_STMT_SEND_LONG_DATA):
                 s.log.info("statement command failed", command=cmd, error=e.message)

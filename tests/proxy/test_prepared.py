@@ -269,7 +269,11 @@ def test_close_unknown_and_fetch(ps_proxy: ProxyProcess) -> None:
         st = c.prepare("SELECT 2")
         c.send(0, b"\x1c" + struct.pack("<II", st.stmt_id, 1))
         a = c.answer()
-        assert (a.kind, a.err_code) == ("err", 1421)
+        assert (a.kind, a.err_code, a.err_message) == ("err", 1421, f"The statement ({st.stmt_id}) has no open cursor")
+        c.send(0, b"\x1c" + struct.pack("<II", 999, 1))   # MariaDB's answers: the statement is unknown
+        a = c.answer()
+        assert (a.kind, a.err_code, a.err_message) == (
+            "err", 1243, "Unknown prepared statement handler (999) given to mysqld_stmt_fetch")
         assert c.query("SELECT 3").kind == "rows"  # the session goes on
 
 
