@@ -257,6 +257,18 @@ def test_long_data_past_max_allowed_packet_is_never_cut_short(backends: list[Any
         assert a.kind == "rows" and a.rows == [b"\x00\x00" + struct.pack("<I", 350000)], a.err_message
 
 
+def test_parameters_mariadb_refuses_or_misreads_are_refused(ps_proxy: ProxyProcess) -> None:
+    """1210, as MariaDB answers a JSON or NULL-typed value; for DECIMAL text that is no number, where MariaDB
+    reads 0 with a warning, pydble bound the string 'abc' (and Python's reading of 1_0: 10)."""
+    with PsClient(ps_proxy.port) as c:
+        st = c.prepare("SELECT ?")
+        for param in ((0xF5, False, b"\x02{}"), (0x06, False, b"\x0212"), (0xF6, False, b"\x03abc"),
+                      (0xF6, False, b"\x031_0")):
+            a = c.execute(st.stmt_id, [param])
+            assert (a.kind, a.err_code) == ("err", 1210), (param, a.kind, a.rows)
+        assert c.execute(st.stmt_id, [(0xF6, False, b"\x041.50")]).rows == [b"\x00\x00\x041.50"]
+
+
 def test_close_unknown_and_fetch(ps_proxy: ProxyProcess) -> None:
     with PsClient(ps_proxy.port) as c:
         st = c.prepare("SELECT 1")
