@@ -427,8 +427,9 @@ class PreparedStatements:
     async def execute(self, payload: bytes) -> None:
         """COM_STMT_EXECUTE: run the bound text and answer with binary rows."""
         s = self.session
-        stmt = self._get(int.from_bytes(payload[1:5], "little") if len(payload) >= 5 else 0,
-                         "mysqld_stmt_execute")
+        if len(payload) < 10:   # no statement id, flags and iteration count: MariaDB's answer, known statement or not
+            raise ProxyError("Malformed communication packet", 1835, "HY000")
+        stmt = self._get(int.from_bytes(payload[1:5], "little"), "mysqld_stmt_execute")
         if stmt.failed is not None:
             raise stmt.failed
         sql = self.bind(stmt, payload)

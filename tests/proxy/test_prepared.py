@@ -269,6 +269,18 @@ def test_parameters_mariadb_refuses_or_misreads_are_refused(ps_proxy: ProxyProce
         assert c.execute(st.stmt_id, [(0xF6, False, b"\x041.50")]).rows == [b"\x00\x00\x041.50"]
 
 
+def test_an_execute_shorter_than_its_header_is_a_malformed_packet(ps_proxy: ProxyProcess) -> None:
+    """MariaDB's 1835 (was 1243 'Unknown prepared statement handler (0)' or 1210), and the session goes on."""
+    with PsClient(ps_proxy.port) as c:
+        st = c.prepare("SELECT 1")
+        head = struct.pack("<BI", 0x17, st.stmt_id)
+        for payload in (b"\x17", head, head + b"\x00\x01"):
+            c.send(0, payload)
+            a = c.answer()
+            assert (a.kind, a.err_code, a.err_message) == ("err", 1835, "Malformed communication packet"), payload
+        assert c.execute(st.stmt_id).kind == "rows"
+
+
 def test_close_unknown_and_fetch(ps_proxy: ProxyProcess) -> None:
     with PsClient(ps_proxy.port) as c:
         st = c.prepare("SELECT 1")
