@@ -583,8 +583,10 @@ class Session:
                 return False
             if cmd == C.COM_PING:
                 r.ok(self.status())
-            elif cmd == C.COM_INIT_DB:
-                self.use_schema(payload[1:].decode("utf-8", "replace").strip("`"))
+            elif cmd == C.COM_INIT_DB:   # the name as is, as MariaDB reads it: `schema1` (quoted) is no schema
+                if len(payload) == 1:
+                    raise NoDatabaseSelected("No database selected")
+                self.use_schema(payload[1:].decode("utf-8", "replace"))
                 r.ok(self.status())
             elif cmd == C.COM_FIELD_LIST:
                 if self.schema == infoschema.NAME:   # (no node holds its tables)

@@ -162,6 +162,18 @@ def test_com_ping_and_init_db(proxy) -> None:
         conn.close()
 
 
+def test_com_init_db_takes_the_name_as_sent(proxy) -> None:
+    """As MariaDB: no name is 1046, a quoted name is a name with quotes (the proxy took `schema2` as schema2)."""
+    with RawClient(proxy.port) as c:
+        assert c.login().kind == "ok"
+        for name, code in ((b"", 1046), (b"`schema2`", 1044)):
+            c.command(b"\x02" + name)
+            p = c.read_packet()
+            assert p.kind == "err" and p.err_code == code, (name, p.payload)
+        c.query("SELECT DATABASE()")
+        assert c.read_result().sets[0][1] == [[b"schema1"]]
+
+
 @pytest.mark.parametrize("deprecate_eof", [False, True])
 
 def test_com_field_list_answers_column_definitions(proxy, deprecate_eof) -> None:
