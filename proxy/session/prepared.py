@@ -383,10 +383,8 @@ class PreparedStatements:
 
     # -- EXECUTE --------------------------------------------------------------------------------
     def _get(self, stmt_id: int, where: str) -> Statement:
-        if stmt_id == LAST_STATEMENT_ID:
-            stmt_id = self._last_id
-        stmt = self.stmts.get(stmt_id)
-        if stmt is None:
+        stmt = self.stmts.get(self._last_id if stmt_id == LAST_STATEMENT_ID else stmt_id)
+        if stmt is None:   # named as the client gave it, 4294967295 too (as MariaDB)
             raise _err_unknown(stmt_id, where)
         return stmt
 
@@ -509,9 +507,11 @@ class PreparedStatements:
         buf += data
 
     def close(self, payload: bytes) -> None:
-        """COM_STMT_CLOSE: forget the statement (an unknown id is ignored, as MySQL does)."""
+        """COM_STMT_CLOSE: forget the statement (an unknown id is ignored, as MySQL does; 0xFFFFFFFF is the one
+        prepared last, as for the other COM_STMT_* commands)."""
         if len(payload) >= 5:
-            self.stmts.pop(int.from_bytes(payload[1:5], "little"), None)
+            stmt_id = int.from_bytes(payload[1:5], "little")
+            self.stmts.pop(self._last_id if stmt_id == LAST_STATEMENT_ID else stmt_id, None)
 
     def reset(self, payload: bytes) -> None:
         """COM_STMT_RESET: drop the long data sent so far, and the error a chunk of it left."""

@@ -383,6 +383,12 @@ def test_execute_direct_runs_the_statement_prepared_last(ps_proxy: ProxyProcess)
         assert c.read()[1][0] == 0xFF
         a = c.answer()
         assert (a.kind, a.err_code) == ("err", 1243)
+        st = c.prepare("SELECT 1")   # CLOSE of 0xFFFFFFFF closes the statement prepared last, as MariaDB's (was kept)
+        c.close_stmt(0xFFFFFFFF)
+        for stmt_id in (st.stmt_id, 0xFFFFFFFF):
+            a = c.execute(stmt_id)
+            assert (a.kind, a.err_code, a.err_message) == (
+                "err", 1243, f"Unknown prepared statement handler ({stmt_id}) given to mysqld_stmt_execute")
 
 
 def test_pipelined_executes_and_their_warnings(ps_proxy: ProxyProcess, backends: list[Any]) -> None:
