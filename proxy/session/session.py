@@ -29,7 +29,7 @@ from proxy.session.prepared import COMMANDS as STMT_COMMANDS, PreparedStatements
 from proxy.wire import constants as C
 from proxy.wire.collations import COLLATIONS, charset_of
 from proxy.wire.handshake import parse_change_user, parse_stored_password, verify_native_password
-from proxy.wire.messages import ResultSet, eof_packet, err_packet
+from proxy.wire.messages import ResultSet, err_packet
 from proxy.wire.packets import PacketFramer, PacketTooBig, ProtocolError, frame
 from proxy.wire.reply import Reply
 from proxy.plan.sqltok import first_keyword, tokenize, unquote_ident
@@ -608,8 +608,8 @@ class Session:
                 elif opt == 1:
                     self.capabilities &= ~C.MULTI_STATEMENTS
                 else:
-                    raise UnknownCommand("Unknown COM_SET_OPTION value")
-                r.raw(frame(1, eof_packet(0, self.status())))
+                    raise UnknownCommand("Unknown command")   # (MariaDB's words)
+                r.eof(self.status())
             elif cmd == C.COM_STATISTICS:
                 r.raw(frame(1, f"Uptime: {self.runtime.uptime():.0f}  Threads: {len(self.runtime.sessions)}".encode()))
             elif cmd in STMT_COMMANDS:

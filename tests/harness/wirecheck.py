@@ -235,8 +235,8 @@ class WireChecker:
                 return False
             if a.cmd == COM_STATISTICS:
                 return True
-            if a.cmd == COM_SET_OPTION:
-                a.statuses.append(self._eof(p))
+            if a.cmd == COM_SET_OPTION:   # MariaDB: an EOF, an OK headed 0xFE under DEPRECATE_EOF
+                a.statuses.append(self._end(p, deprecate))
                 return True
             if a.cmd == COM_STMT_PREPARE:
                 return self._prepare_ok(a, p)

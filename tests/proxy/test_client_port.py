@@ -162,6 +162,24 @@ def test_com_ping_and_init_db(proxy) -> None:
         conn.close()
 
 
+@pytest.mark.parametrize("caps", [BASE_CAPS, BASE_CAPS | CLIENT_DEPRECATE_EOF])
+def test_com_set_option_is_answered_as_mariadb_answers_it(proxy, caps) -> None:
+    """An EOF, or for a DEPRECATE_EOF client an OK headed 0xFE (was a classic EOF for every client); an option
+    that does not exist is 1047 Unknown command."""
+    with RawClient(proxy.port) as c:
+        assert c.login(caps=caps).kind == "ok"
+        c.command(b"\x1b\x00\x00")   # MYSQL_OPTION_MULTI_STATEMENTS_ON
+        p = c.read_packet()
+        status = bytes((SERVER_STATUS_AUTOCOMMIT, 0))
+        assert (p.seq, p.payload) == (1, b"\xfe\x00\x00" + status + b"\x00\x00" if caps & CLIENT_DEPRECATE_EOF
+                                      else b"\xfe\x00\x00" + status)
+        c.query("SELECT 1; SELECT 2")   # the option took
+        assert [s[1] for s in c.read_result().sets] == [[[b"1"]], [[b"2"]]]
+        c.command(b"\x1b\x02\x00")
+        p = c.read_packet()
+        assert (p.seq, p.err_code, p.err_message) == (1, 1047, "Unknown command")
+
+
 def test_com_init_db_takes_the_name_as_sent(proxy) -> None:
     """As MariaDB: no name is 1046, a quoted name is a name with quotes (the proxy took `schema2` as schema2)."""
     with RawClient(proxy.port) as c:
