@@ -610,6 +610,9 @@ class Session:
                 else:
                     raise UnknownCommand("Unknown command")   # (MariaDB's words)
                 r.eof(self.status())
+            elif cmd == C.COM_PROCESS_KILL:   # libmariadb's mysql_kill(), mysqladmin kill: KILL CONNECTION id
+                await self.kill(f"KILL CONNECTION {int.from_bytes(payload[1:5], 'little')}")
+                r.ok(self.status())
             elif cmd == C.COM_STATISTICS:
                 r.raw(frame(1, f"Uptime: {self.runtime.uptime():.0f}  Threads: {len(self.runtime.sessions)}".encode()))
             elif cmd in STMT_COMMANDS:

@@ -180,6 +180,24 @@ def test_com_set_option_is_answered_as_mariadb_answers_it(proxy, caps) -> None:
         assert (p.seq, p.err_code, p.err_message) == (1, 1047, "Unknown command")
 
 
+def test_com_process_kill_kills_as_mariadb_does(proxy) -> None:
+    """mysql_kill() of libmariadb (mysqladmin kill, mysqli::kill) sends COM_PROCESS_KILL: it was 1047 Unknown
+    command; now KILL CONNECTION's answers: OK and the victim closed, 1094 for an unknown id, 1927 for itself."""
+    with RawClient(proxy.port) as killer, RawClient(proxy.port) as victim:
+        assert killer.login().kind == "ok" and victim.login().kind == "ok"
+        killer.command(b"\x0c" + victim.greeting.connection_id.to_bytes(4, "little"))
+        assert killer.read_packet().kind == "ok"
+        assert victim.closed_by_server()
+        killer.command(b"\x0c" + (10 ** 9).to_bytes(4, "little"))
+        p = killer.read_packet()
+        assert (p.err_code, p.err_message) == (1094, f"Unknown thread id: {10 ** 9}")
+        killer.command(b"\x0c" + killer.greeting.connection_id.to_bytes(4, "little"))
+        p = killer.read_packet()
+        assert (p.seq, p.err_code, p.err_message) == (1, 1927, "Connection was killed")
+        assert killer.closed_by_server()
+    assert proxy.query("SELECT 1") == [(1,)]
+
+
 def test_com_init_db_takes_the_name_as_sent(proxy) -> None:
     """As MariaDB: no name is 1046, a quoted name is a name with quotes (the proxy took `schema2` as schema2)."""
     with RawClient(proxy.port) as c:
