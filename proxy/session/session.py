@@ -448,9 +448,21 @@ class Session:
         self.command = "Sleep"
         r = Reply(self.deprecate_eof)
         r.seq = got.seq
+        try:
+            await self.client_modes()
+        except ProxyError as e:
+            r.proxy_error(e)
+            self.client.write(r.bytes())
+            return False
         r.ok(self.status())
         self.client.write(r.bytes())
         return True
+
+    async def client_modes(self) -> None:
+        """A client that asked for IGNORE_SPACE in its handshake has it in its sql_mode, as MariaDB gives it
+        (after COM_RESET_CONNECTION and COM_CHANGE_USER too): `COUNT (*)` is then a function call."""
+        if self.capabilities & C.IGNORE_SPACE:
+            await self.do_set("SET sql_mode = CONCAT(@@sql_mode, ',IGNORE_SPACE')")
 
     async def _native_auth(self, plugin: str | None, auth: bytes, seq: int, caps: int) -> tuple[int, bytes] | None:
         return await native_auth(self.client, self.salt, plugin, auth, seq, caps, self.runtime.login_timeout_s)
@@ -531,11 +543,12 @@ class Session:
         self.prepared.close_all()
         self.vars = {}
         self.client_charset(self.collation_id)  # MariaDB goes back to the handshake's collation too
+        self.ansi_quotes = self.no_backslash_escapes = False
+        await self.client_modes()
         self.autocommit = True
         self.explicit_txn = False
         self.xa = False
         self.next_txn, self.txn_chars = {}, []
-        self.ansi_quotes = self.no_backslash_escapes = False
         self.last_insert_id = 0
         self.row_count = 0
         self.warnings = []

@@ -198,6 +198,26 @@ def test_com_process_kill_kills_as_mariadb_does(proxy) -> None:
     assert proxy.query("SELECT 1") == [(1,)]
 
 
+def test_a_client_asking_ignore_space_gets_it_in_its_sql_mode(proxy) -> None:
+    """As MariaDB: the handshake's CLIENT_IGNORE_SPACE puts IGNORE_SPACE in the session's sql_mode, through
+    COM_RESET_CONNECTION too (pydble offered the flag and ignored it: `COUNT (*)` was a syntax error)."""
+    proxy.query("CREATE TABLE IF NOT EXISTS sharding_4_t1 (id INT PRIMARY KEY, name VARCHAR(20))")
+    with RawClient(proxy.port) as c:
+        assert c.login(caps=BASE_CAPS | 1 << 8).kind == "ok"
+        for _ in range(2):
+            c.query("SELECT @@sql_mode")
+            assert b"IGNORE_SPACE" in c.read_result().sets[0][1][0][0].split(b",")
+            c.query("SELECT COUNT (*) FROM sharding_4_t1 WHERE id < 0")
+            res = c.read_result()
+            assert res.error is None and res.sets[0][1] == [[b"0"]], res.packets[-1].payload
+            c.command(b"\x1f")   # COM_RESET_CONNECTION
+            assert c.read_packet().kind == "ok"
+    with RawClient(proxy.port) as c:   # a client that does not ask: MariaDB's default sql_mode
+        assert c.login().kind == "ok"
+        c.query("SELECT @@sql_mode")
+        assert b"IGNORE_SPACE" not in c.read_result().sets[0][1][0][0]
+
+
 def test_com_init_db_takes_the_name_as_sent(proxy) -> None:
     """As MariaDB: no name is 1046, a quoted name is a name with quotes (the proxy took `schema2` as schema2)."""
     with RawClient(proxy.port) as c:
