@@ -10,8 +10,7 @@ Kinds (one letter, compared by identity-cheap string equality):
   o  operator or punctuation                     e  an unterminated string, identifier or comment
                                                     (it takes the rest of the text)
 
-Plain comments (`-- ` when an ASCII space or control character follows, as MariaDB's lexer: `--<NBSP>` is
-code there; `#`, `/* */`) and whitespace produce no token; since every token keeps its
+Plain comments (`-- `, `#`, `/* */`) and whitespace produce no token; since every token keeps its
 offsets, callers rewrite the original text precisely and comments survive in what they forward.
 
 Version comments are read as the server reads them, here and nowhere else: `/*!NNNNN text */` and
@@ -43,7 +42,7 @@ _TOKEN_RE = re.compile(rf"""
       |(?P<n>(?>[0-9]+(?:\.[0-9]*+)?|\.[0-9]++)(?>[eE][-+]?[0-9]++)?(?![\w$]))
       |(?P<s>{_STR1}|{_STR2})
       |(?P<q>{_QID})
-      |(?P<c>--(?=[\x00-\x20\x7f]|$)[^\n]*|\#[^\n]*|/\*(?!M?!)[\s\S]*?\*/)
+      |(?P<c>--(?=\s|$)[^\n]*|\#[^\n]*|/\*(?!M?!)[\s\S]*?\*/)
       |(?P<h>/\*M?![\s\S]*?\*/)
       |(?P<x>[xX]'[0-9a-fA-F]*+'|[bB]'[01]*+'|0x[0-9a-fA-F]++(?![\w$])|0b[01]++(?![\w$]))
       |(?P<W>[\w$]+)
@@ -60,7 +59,7 @@ _KIND_OF_GROUP: tuple[str, ...] = ("",) + tuple(
 _finditer = _TOKEN_RE.finditer
 
 _FIRST_RE = re.compile(r"""
-    (?:\s+|--(?=[\x00-\x20\x7f]|$)[^\n]*|\#[^\n]*|/\*(?!M?!)[\s\S]*?\*/|/\*!\s*(?:pydble|dble)\s*:[\s\S]*?\*/|\()*+
+    (?:\s+|--(?=\s|$)[^\n]*|\#[^\n]*|/\*(?!M?!)[\s\S]*?\*/|/\*!\s*(?:pydble|dble)\s*:[\s\S]*?\*/|\()*+
     ([A-Za-z_]+)""", re.X | re.I)
 _HINT_RE = re.compile(r"/\*!\s*(?:pydble|dble)\s*:", re.I)
 _VERSION_RE = re.compile(r"/\*(M?)!(?:([0-9]{5})([0-9]?))?")

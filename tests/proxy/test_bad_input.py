@@ -32,7 +32,7 @@ from attack_rss import rss_mb  # noqa: E402
 @pytest.fixture(scope="module", autouse=True)
 def _drop_our_tables(proxy) -> Iterator[None]:
     """Leave the shared backends without this module's tables."""
-    yield from drop_after(proxy, 'sharding_4_t1', 'sharding_2_t1', 'bi_blob', 'bi_big', 'bi_slow', 'bi_inject', 'bi_nbsp')
+    yield from drop_after(proxy, 'sharding_4_t1', 'sharding_2_t1', 'bi_blob', 'bi_big', 'bi_slow', 'bi_inject')
 
 
 def _healthy(p) -> None:
@@ -293,20 +293,6 @@ def test_a_client_charset_whose_characters_may_end_in_a_backslash_is_refused(pro
         assert p.kind == "err" and p.err_code == 1235, p.payload
     assert proxy.query("SELECT COUNT(*) FROM bi_inject") == [(3,)]
     _healthy(proxy)
-
-
-def test_a_double_dash_before_a_unicode_space_is_no_comment(proxy) -> None:
-    """MariaDB's `-- ` comment needs an ASCII space or control character after it: with a column named NBSP,
-    `SELECT id FROM t WHERE 1 --<NBSP>; DELETE FROM u` is two statements there; pydble read a comment, sent
-    it to the node whole and the DELETE ran."""
-    proxy.query("CREATE TABLE IF NOT EXISTS bi_nbsp (id INT PRIMARY KEY, `\u00a0` INT)")   # on the default node
-    proxy.query("REPLACE INTO bi_nbsp VALUES (1, 0), (2, 0), (3, 0)")
-    with RawClient(proxy.port) as c:
-        assert c.login().kind == "ok"
-        c.query("SELECT id FROM bi_nbsp WHERE 1 --\u00a0; DELETE FROM bi_nbsp")
-        res = c.read_result()
-        assert res.error is not None and res.error.err_code == 1064, res.packets[-1].payload
-    assert proxy.query("SELECT COUNT(*) FROM bi_nbsp") == [(3,)]
 
 
 def test_a_prepared_statement_is_one_statement(proxy) -> None:

@@ -190,16 +190,3 @@ def test_doubled_quotes_lex_like_mysql() -> None:
     assert kinds("'a''") == [("e", "'a''")]
     assert kinds("'a' 'b'") == [("s", "'a'"), ("s", "'b'")]
     assert kinds("select 'x") == [("w", "select"), ("e", "'x")]
-
-
-@pytest.mark.parametrize("sql,tokens", [
-    ("SELECT 1 --\u00a0; DELETE", ["SELECT", "1", "-", "-", ";", "DELETE"]),   # NBSP: code for MariaDB
-    ("SELECT 1 --\u3000x", ["SELECT", "1", "-", "-", "x"]),
-    ("SELECT 1 --\t; DELETE", ["SELECT", "1"]),                               # an ASCII space or control
-    ("SELECT 1 --\x01; DELETE", ["SELECT", "1"]),
-    ("SELECT 1 --", ["SELECT", "1"]),
-])
-def test_a_double_dash_comment_starts_as_in_mariadbs_lexer(sql: str, tokens: list[str]) -> None:
-    """`--` then a Unicode space was a comment for pydble and code for MariaDB: `SELECT ... WHERE 1 --<NBSP>;
-    DELETE ...` (a column named NBSP) reached a backend whole, whose connection ran the DELETE."""
-    assert [t[1] for t in tokenize(sql)] == tokens
