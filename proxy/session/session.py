@@ -27,7 +27,7 @@ from proxy.exec.planner import quick_route
 from proxy.plan.router import one_statement
 from proxy.session.prepared import COMMANDS as STMT_COMMANDS, PreparedStatements
 from proxy.wire import constants as C
-from proxy.wire.collations import COLLATIONS, MISREAD_CHARSETS, charset_of
+from proxy.wire.collations import COLLATIONS, charset_of
 from proxy.wire.handshake import parse_change_user, parse_stored_password, verify_native_password
 from proxy.wire.messages import ResultSet, err_packet
 from proxy.wire.packets import PacketFramer, PacketTooBig, ProtocolError, frame
@@ -46,7 +46,6 @@ LOGIN_PACKET_MAX = 8192  # a handshake response with every connection attribute 
 
 # what may come between SET TRANSACTION and the transaction it is for (Session.before_next_txn)
 _NEXT_TXN_WORDS = frozenset({"BEGIN", "START", "SET", "COMMIT", "ROLLBACK"})
-_CHARSET_NAME = re.compile(r"[A-Za-z_]\w*|'[A-Za-z_]\w*'|\"[A-Za-z_]\w*\"|`[A-Za-z_]\w*`")
 _SHOW_COUNT = re.compile(r"^\s*SHOW\s+COUNT\s*\(\s*\*\s*\)\s+(WARNINGS|ERRORS)\s*;?\s*$", re.I)
 
 
@@ -443,13 +442,13 @@ class Session:
         self.capabilities = got.capabilities
         self.deprecate_eof = bool(self.capabilities & C.DEPRECATE_EOF)
         self.format_flags = self.capabilities & C.FORMAT_FLAGS
+        self.client_charset(got.charset)
         self.log = self.log.bind(user=self.user)
         self.client.framer.max_payload = self.runtime.max_packet
         self.command = "Sleep"
         r = Reply(self.deprecate_eof)
         r.seq = got.seq
         try:
-            self.client_charset(got.charset)
             await self.client_modes()
         except ProxyError as e:
             r.proxy_error(e)
@@ -499,11 +498,10 @@ class Session:
     def client_charset(self, collation_id: int) -> None:
         """The collation a client names at login (the handshake's charset byte) is its session's, replayed
         on backend connections as SET NAMES ... COLLATE ...; an unknown id keeps the default."""
+        self.collation_id = collation_id
         name = COLLATIONS.get(collation_id)
         if name is not None:
-            refuse_client_charset(charset_of(name))
             self.set_var("names", f"SET NAMES {charset_of(name)} COLLATE {name}")
-        self.collation_id = collation_id
 
     def authenticate(self, user: str, auth: bytes, salt: bytes, database: str | None) -> None:
         """Check the user's password and schema grant, raising 1045/1044/1049 as MySQL does."""
@@ -841,16 +839,6 @@ class Session:
             raise NotSupported("GET_LOCK and the other user-lock functions are not supported by pydble in SET: "
                                "SELECT them")
         changes = local.parse_set(sql)
-        client_charset = [a for a in changes if a.key in ("names", "character_set_client")]
-        for a in client_charset:   # SET NAMES x [COLLATE y] / SET CHARACTER SET x / SET character_set_client = x
-            if a.key == "character_set_client":
-                value = a.sql.split("=", 1)[1].strip()
-                if not _CHARSET_NAME.fullmatch(value):   # 28, @cs, 'gb' 'k', x'...': the name can't be told here
-                    raise NotSupported("SET character_set_client to anything but a character set's name is not "
-                                       "supported by pydble")
-                refuse_client_charset(value)
-            elif a.sql:   # ('' is SET NAMES DEFAULT)
-                refuse_client_charset(a.sql.split()[-3 if " COLLATE " in a.sql else -1])
         if changes and changes[0].next_only:   # (SET TRANSACTION: its characteristics only)
             if self.explicit_txn or self.executor.pinned:
                 raise TransactionInProgress()
@@ -1041,13 +1029,6 @@ async def kill_session(runtime: Runtime, cid: int, user: str, admin: bool, query
     if target.command != "Query":
         return
     await target.interrupt()
-
-
-def refuse_client_charset(name: str) -> None:
-    """1235 for a client character set whose multibyte characters may end in a quote's escape (MISREAD_CHARSETS)."""
-    if name.strip("'\"`").lower() in MISREAD_CHARSETS:
-        raise NotSupported(f"character set '{name.strip(chr(39))}' for the client is not supported by pydble: it reads "
-                           "statements as UTF-8, and a character of it may end in the byte of a backslash; use utf8mb4")
 
 
 def _is_lock_tables(sql: str) -> bool:

@@ -44,15 +44,9 @@ COLLATIONS: dict[int, str] = {
 }
 
 
-# Client character sets in which a multibyte character may end in the byte of `\` or of a backquote: pydble reads
-# statements as UTF-8, so a quoted string or name would end elsewhere for it than for MariaDB, and what it took
-# for the rest of a string would run (SELECT '<0xbf5c>'; DELETE ... under SET NAMES gbk ran the DELETE).
-MISREAD_CHARSETS = frozenset({"big5", "cp932", "gbk", "sjis", "gb18030"})
-
-
 def charset_of(collation: str) -> str:
     """The character set a collation belongs to (utf8mb4_unicode_ci -> utf8mb4, binary -> binary)."""
     return collation.split("_", 1)[0]
 
 
-__all__ = ["COLLATIONS", "MISREAD_CHARSETS", "charset_of"]
+__all__ = ["COLLATIONS", "charset_of"]
