@@ -22,8 +22,8 @@ from proxy.manager.manager_parse import (HELP, CheckFullMetadata, CheckMetadata,
                             parse_manager)
 from proxy.wire import constants as C
 from proxy.wire.handshake import parse_stored_password, verify_native_password
-from proxy.wire.messages import ColumnDef, ResultSet, eof_packet
-from proxy.wire.packets import PacketTooBig, ProtocolError, frame
+from proxy.wire.messages import ColumnDef, ResultSet
+from proxy.wire.packets import PacketTooBig, ProtocolError
 from proxy.wire.reply import Reply
 from proxy.plan.sqltok import first_keyword
 
@@ -126,7 +126,7 @@ class ManagerSession:
                 self.capabilities |= C.MULTI_STATEMENTS
             else:
                 self.capabilities &= ~C.MULTI_STATEMENTS
-            r.raw(frame(1, eof_packet(0, self.status())))
+            r.eof(self.status())
         else:
             r.proxy_error(UnknownCommand(f"Unknown command {cmd:#04x}"))
         self.client.write(r.bytes())

@@ -142,14 +142,7 @@ class Router:
                 return bulk
         toks = tokenize(sql)
         if ";" in sql:
-            while toks and toks[-1][1] == ";" and toks[-1][0] == "o":
-                toks.pop()
-            for t in toks:
-                if t[1] == ";" and t[0] == "o":
-                    raise ParseError("You have an error in your SQL syntax; check the manual that corresponds to "
-                                     f"your MySQL server version for the right syntax to use near "
-                                     f"'{sql[t[2]:t[2] + 40]}' (several statements need the client's "
-                                     f"multi-statements option)")
+            toks = one_statement(sql, toks)
         if not toks:
             raise ProxyError("Query was empty", code=1065, sqlstate="42000")
         first = toks[0]
@@ -729,6 +722,22 @@ _BULK_LIT = re.compile(_LIT)
 _BULK_ROW = re.compile(rf"\s*(\(\s*{_LIT}(?:\s*,\s*{_LIT})*+\s*\))")
 _BULK_SEP = re.compile(r"\s*,")
 _BULK_END = re.compile(r"\s*;?\s*\Z")
+
+
+def one_statement(sql: str, toks: list[Token]) -> list[Token]:
+    """The tokens of a text that must be one statement, trailing `;` dropped; 1064 at a `;` with more after it.
+    Backend connections run several statements in one COM_QUERY, so one must never reach them inside another
+    (`SET @a = 1; DELETE FROM t` would run the DELETE unrouted and unchecked)."""
+    end = len(toks)
+    while end and toks[end - 1][1] == ";" and toks[end - 1][0] == "o":
+        end -= 1
+    for t in toks[:end]:
+        if t[1] == ";" and t[0] == "o":
+            raise ParseError("You have an error in your SQL syntax; check the manual that corresponds to "
+                             f"your MySQL server version for the right syntax to use near "
+                             f"'{sql[t[2]:t[2] + 40]}' (several statements need the client's "
+                             f"multi-statements option)")
+    return toks[:end] if end < len(toks) else toks
 
 
 def _join_spans(sql: str, spans: array) -> str:

@@ -26,6 +26,7 @@ from meta.errors import BackendError, NotSupported, ProxyError
 from proxy.exec.merge import merged_columns
 from proxy.exec.planner import PointStatement
 from proxy.plan.placeholders import positional_placeholder, select_aliases
+from proxy.plan.router import one_statement
 from proxy.wire import constants as C
 from proxy.wire.binary import (LAST_STATEMENT_ID, LONG_DATA, BinaryResultConverter, IntParams, ParamType, binary_answer,
                               limit_literal, limit_placeholders, parse_execute, parse_prepare_response, parse_send_long_data,
@@ -147,6 +148,7 @@ class Statement:
     long_data: dict[int, bytearray] = field(default_factory=dict)
     ints: IntParams | None = None   # the fast bind of these types, when every parameter is an integer
     point: PointStatement | None = None   # the route kept for its executes (planner.PointStatement)
+    failed: ProxyError | None = None   # a SEND_LONG_DATA MariaDB refused: every EXECUTE answers it until RESET
 
     @property
     def params(self) -> int:
@@ -233,7 +235,8 @@ class PreparedStatements:
                 s.client.write(r.bytes())
             else:  # COM_STMT_FETCH: results are always sent whole, so no cursor is ever open
                 stmt_id = int.from_bytes(payload[1:5], "little")
-                raise ProxyError(f"The statement ({stmt_id}) has no open cursor.", 1421, "HY000")
+                self._get(stmt_id, "mysqld_stmt_fetch")   # an unknown statement is 1243, as on MariaDB
+                raise ProxyError(f"The statement ({stmt_id}) has no open cursor", 1421, "HY000")
         except ProxyError as e:
             if cmd in (C.COM_STMT_CLOSE, C.COM_STMT_SEND_LONG_DATA):
                 s.log.info("statement command failed", command=cmd, error=e.message)
@@ -267,6 +270,8 @@ class PreparedStatements:
 
     async def shape_of(self, sql: str) -> Shape:
         """What PREPARE learns of a statement text (validated as MariaDB would), cached per instance."""
+        if not one_statement(sql, tokenize(sql)):
+            raise ProxyError("Query was empty", 1065, "42000")
         refuse_assignment(sql)
         self.session.refuse_misread(sql)
         if first_keyword(sql) == "SELECT" and "last_insert_id" in sql.lower() and sets_insert_id(sql) is not None:
@@ -378,10 +383,8 @@ class PreparedStatements:
 
     # -- EXECUTE --------------------------------------------------------------------------------
     def _get(self, stmt_id: int, where: str) -> Statement:
-        if stmt_id == LAST_STATEMENT_ID:
-            stmt_id = self._last_id
-        stmt = self.stmts.get(stmt_id)
-        if stmt is None:
+        stmt = self.stmts.get(self._last_id if stmt_id == LAST_STATEMENT_ID else stmt_id)
+        if stmt is None:   # named as the client gave it, 4294967295 too (as MariaDB)
             raise _err_unknown(stmt_id, where)
         return stmt
 
@@ -422,8 +425,11 @@ class PreparedStatements:
     async def execute(self, payload: bytes) -> None:
         """COM_STMT_EXECUTE: run the bound text and answer with binary rows."""
         s = self.session
-        stmt = self._get(int.from_bytes(payload[1:5], "little") if len(payload) >= 5 else 0,
-                         "mysqld_stmt_execute")
+        if len(payload) < 10:   # no statement id, flags and iteration count: MariaDB's answer, known statement or not
+            raise ProxyError("Malformed communication packet", 1835, "HY000")
+        stmt = self._get(int.from_bytes(payload[1:5], "little"), "mysqld_stmt_execute")
+        if stmt.failed is not None:
+            raise stmt.failed
         sql = self.bind(stmt, payload)
         stmt.long_data.clear()  # long data is consumed by the execute, as MySQL does
         r = Reply(s.deprecate_eof)
@@ -444,7 +450,7 @@ class PreparedStatements:
         """The bound text of a COM_STMT_EXECUTE the session's fast path may start from the data callback
         (a known statement without long data); None leaves it to the task, which answers any error."""
         stmt = self.stmts.get(int.from_bytes(payload[1:5], "little")) if len(payload) >= 5 else None
-        if stmt is None or stmt.long_data:
+        if stmt is None or stmt.long_data or stmt.failed is not None:
             return None
         ints = stmt.ints
         if ints is not None and ints.types is stmt.types and (sql := ints.bind(payload)) is not None:
@@ -459,7 +465,7 @@ class PreparedStatements:
         statement (only the key is new): True when started, False when the task must serve it, None when
         it is not such an execute (fast_bind and the quick route of its text decide)."""
         stmt = self.stmts.get(int.from_bytes(payload[1:5], "little")) if len(payload) >= 5 else None
-        if stmt is None or stmt.long_data:
+        if stmt is None or stmt.long_data or stmt.failed is not None:
             return None
         ints = stmt.ints
         if ints is None or ints.types is not stmt.types:
@@ -482,30 +488,37 @@ class PreparedStatements:
 
     # -- the others -----------------------------------------------------------------------------
     def send_long_data(self, payload: bytes) -> None:
-        """COM_STMT_SEND_LONG_DATA: append a chunk to one parameter (bounded by max_allowed_packet)."""
+        """COM_STMT_SEND_LONG_DATA: append a chunk to one parameter (bounded by max_allowed_packet). It has no
+        answer: as MariaDB, a chunk refused (a parameter the statement lacks, one grown past max_allowed_packet)
+        fails the statement's EXECUTEs until COM_STMT_RESET, never runs it with the value cut short."""
         try:
             stmt_id, param, data = parse_send_long_data(payload)
         except ProtocolError:
             return
         stmt = self._get(stmt_id, "mysqld_stmt_send_long_data")
         if param >= stmt.params:
+            stmt.failed = ProxyError("Incorrect arguments to mysqld_stmt_send_long_data", 1210, "HY000")
             return
         buf = stmt.long_data.setdefault(param, bytearray())
         if len(buf) + len(data) > self.session.runtime.max_packet:
-            raise ProxyError("Parameter of prepared statement which is set through mysql_send_long_data() "
-                             "is longer than 'max_allowed_packet' bytes", 1153, "08S01")
+            stmt.failed = ProxyError("Parameter of prepared statement which is set through mysql_send_long_data() "
+                                     "is longer than 'max_allowed_packet' bytes", 1105, "HY000")
+            return
         buf += data
 
     def close(self, payload: bytes) -> None:
-        """COM_STMT_CLOSE: forget the statement (an unknown id is ignored, as MySQL does)."""
+        """COM_STMT_CLOSE: forget the statement (an unknown id is ignored, as MySQL does; 0xFFFFFFFF is the one
+        prepared last, as for the other COM_STMT_* commands)."""
         if len(payload) >= 5:
-            self.stmts.pop(int.from_bytes(payload[1:5], "little"), None)
+            stmt_id = int.from_bytes(payload[1:5], "little")
+            self.stmts.pop(self._last_id if stmt_id == LAST_STATEMENT_ID else stmt_id, None)
 
     def reset(self, payload: bytes) -> None:
-        """COM_STMT_RESET: drop the long data sent so far."""
+        """COM_STMT_RESET: drop the long data sent so far, and the error a chunk of it left."""
         stmt = self._get(int.from_bytes(payload[1:5], "little") if len(payload) >= 5 else 0,
                          "mysqld_stmt_reset")
         stmt.long_data.clear()
+        stmt.failed = None
 
 
 __all__ = ["COMMANDS", "PreparedStatements", "Shape", "ShapeCache", "Statement", "cache_of"]

@@ -24,11 +24,12 @@ from proxy.plan.analyzer import Grants
 from proxy.exec.executor import Executor
 from proxy.log import REQUEST_ID
 from proxy.exec.planner import quick_route
+from proxy.plan.router import one_statement
 from proxy.session.prepared import COMMANDS as STMT_COMMANDS, PreparedStatements
 from proxy.wire import constants as C
 from proxy.wire.collations import ASCII_TAIL_CHARSETS, COLLATIONS, charset_of
 from proxy.wire.handshake import parse_change_user, parse_stored_password, verify_native_password
-from proxy.wire.messages import ResultSet, eof_packet, err_packet
+from proxy.wire.messages import ResultSet, err_packet
 from proxy.wire.packets import PacketFramer, PacketTooBig, ProtocolError, frame
 from proxy.wire.reply import Reply
 from proxy.plan.sqltok import first_keyword, tokenize, unquote_ident
@@ -49,7 +50,7 @@ _NEXT_TXN_WORDS = frozenset({"BEGIN", "START", "COMMIT", "ROLLBACK", "SHOW"})
 _NO_TABLE_WORDS = frozenset({"SELECT", "DO", "SET"})
 # a byte of a multibyte character followed by an ASCII byte an ASCII_TAIL_CHARSETS character may end in
 _ASCII_TAIL = re.compile(rb"[\x80-\xff][\x40-\x7e]")
-_CHARSET_SET = re.compile(r"^SET (?:NAMES|CHARACTER SET|SESSION character_set_client =) ['\"`]?([A-Za-z0-9_]+)['\"`]?"
+_CHARSET_SET = re.compile(r"^SET (?:NAMES|CHARACTER SET|SESSION character_set_client =) ['\"`]?([A-Za-z][A-Za-z0-9_]*)['\"`]?"
                           r"(?: COLLATE \S+)?$", re.I)
 
 
@@ -123,8 +124,8 @@ class ClientProtocol(asyncio.Protocol):
         framer = self.framer
         try:
             framer.feed(data)
-        except PacketTooBig:
-            self.write(frame(0, err_packet(1153, "08S01", "Got a packet bigger than 'max_allowed_packet' bytes")))
+        except PacketTooBig as e:
+            self.write(e.packet())
             self.close()
             self.connection_lost(None)
             return False
@@ -165,7 +166,7 @@ class ClientProtocol(asyncio.Protocol):
             self._feed(data)
             return
         s = self.session
-        if s is not None and s.ready:
+        if s is not None and s.ready and not self.write_paused:   # paused: the task waits for the client first
             n = len(data)
             if (n >= 5 and not self.framer.buffered and data[0] | data[1] << 8 | data[2] << 16 == n - 4
                     and n - 4 < min(0xFFFFFF, self.framer.max_payload)):
@@ -190,7 +191,8 @@ class ClientProtocol(asyncio.Protocol):
         w = self._wakeup
         if w is None or w.done():
             return
-        if not self.closed and self.framer.buffered and self.session is not None and self.session.fast_command():
+        if (not self.closed and self.framer.buffered and not self.write_paused and self.session is not None
+                and self.session.fast_command()):
             return
         if self.closed or self.pending is not None or self.framer.buffered:
             w.set_result(None)
@@ -241,10 +243,14 @@ class ClientProtocol(asyncio.Protocol):
             await f
 
     async def next_packet(self, timeout: float | None = None) -> tuple[int, bytes] | None:
-        """The next complete packet from the client, or None when the client is gone."""
+        """The next complete packet from the client, or None when the client is gone; not before the client
+        has taken most of what it was answered (a client that sends without reading grows no buffer here)."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
+            if self.write_paused and not self.closed:
+                await self.drain()
+                continue
             if self.pending is not None:
                 pkt, self.pending = self.pending, None
                 return pkt
@@ -371,9 +377,8 @@ class Session:
                     break
         except asyncio.CancelledError:
             pass
-        except PacketTooBig:
-            self.client.write(frame(0, b"\xff" + struct.pack("<H", 1153) + b"#08S01"
-                                    + b"Got a packet bigger than 'max_allowed_packet' bytes"))
+        except PacketTooBig as e:
+            self.client.write(e.packet())
         except ProtocolError as e:
             self.log.info("protocol error, closing", error=str(e))
             self.client.write(frame(answer_seq & 0xFF, b"\xff" + struct.pack("<H", 1047) + b"#08S01"
@@ -461,9 +466,21 @@ class Session:
         self.command = "Sleep"
         r = Reply(self.deprecate_eof)
         r.seq = got.seq
+        try:
+            await self.client_modes()
+        except ProxyError as e:
+            r.proxy_error(e)
+            self.client.write(r.bytes())
+            return False
         r.ok(self.status())
         self.client.write(r.bytes())
         return True
+
+    async def client_modes(self) -> None:
+        """A client that asked for IGNORE_SPACE in its handshake has it in its sql_mode, as MariaDB gives it
+        (after COM_RESET_CONNECTION and COM_CHANGE_USER too): `COUNT (*)` is then a function call."""
+        if self.capabilities & C.IGNORE_SPACE:
+            await self.do_set("SET sql_mode = CONCAT(@@sql_mode, ',IGNORE_SPACE')")
 
     async def _native_auth(self, plugin: str | None, auth: bytes, seq: int, caps: int) -> tuple[int, bytes] | None:
         return await native_auth(self.client, self.salt, plugin, auth, seq, caps, self.runtime.login_timeout_s)
@@ -545,11 +562,12 @@ class Session:
         self.prepared.close_all()
         self.vars = {}
         self.client_charset(self.collation_id)  # MariaDB goes back to the handshake's collation too
+        self.ansi_quotes = self.no_backslash_escapes = self.brackets = False
+        await self.client_modes()
         self.autocommit = True
         self.explicit_txn = False
         self.xa = False
         self.next_txn, self.txn_chars = {}, []
-        self.ansi_quotes = self.no_backslash_escapes = self.brackets = False
         self.last_insert_id = 0
         self.row_count = 0
         self.warnings = []
@@ -597,8 +615,10 @@ class Session:
                 return False
             if cmd == C.COM_PING:
                 r.ok(self.status())
-            elif cmd == C.COM_INIT_DB:
-                self.use_schema(payload[1:].decode("utf-8", "replace").strip("`"))
+            elif cmd == C.COM_INIT_DB:   # the name as is, as MariaDB reads it: `schema1` (quoted) is no schema
+                if len(payload) == 1:
+                    raise NoDatabaseSelected("No database selected")
+                self.use_schema(payload[1:].decode("utf-8", "replace"))
                 r.ok(self.status())
             elif cmd == C.COM_FIELD_LIST:
                 if self.schema == infoschema.NAME:   # (no node holds its tables)
@@ -620,8 +640,11 @@ class Session:
                 elif opt == 1:
                     self.capabilities &= ~C.MULTI_STATEMENTS
                 else:
-                    raise UnknownCommand("Unknown COM_SET_OPTION value")
-                r.raw(frame(1, eof_packet(0, self.status())))
+                    raise UnknownCommand("Unknown command")   # (MariaDB's words)
+                r.eof(self.status())
+            elif cmd == C.COM_PROCESS_KILL:   # libmariadb's mysql_kill(), mysqladmin kill: KILL CONNECTION id
+                await self.kill(f"KILL CONNECTION {int.from_bytes(payload[1:5], 'little')}")
+                r.ok(self.status())
             elif cmd == C.COM_STATISTICS:
                 r.raw(frame(1, f"Uptime: {self.runtime.uptime():.0f}  Threads: {len(self.runtime.sessions)}".encode()))
             elif cmd in STMT_COMMANDS:
@@ -677,6 +700,8 @@ class Session:
         return relayed
 
     async def _statement(self, sql: str, r: Reply, more: bool, may_relay: bool, row_count: int | None) -> bool:
+        if ";" in sql:   # (the statements the session answers itself too: a SET's value runs on a backend)
+            one_statement(sql, tokenize(sql))
         kw = first_keyword(sql)
         self.before_next_txn(sql, kw)
         self.refuse_misread(sql)

@@ -23,7 +23,7 @@ import datetime as _dt
 import re
 import struct
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from proxy.wire import constants as C
 from proxy.wire.messages import decode_text_row, eof_status, parse_column_def, parse_ok
@@ -37,6 +37,10 @@ LAST_STATEMENT_ID = 0xFFFFFFFF  # MariaDB: "the statement prepared last" (execut
 _INT_SIZES = {C.T_TINY: 1, C.T_SHORT: 2, C.T_YEAR: 2, C.T_LONG: 4, C.T_INT24: 4, C.T_LONGLONG: 8}
 _DATE_TYPES = frozenset({C.T_DATE, C.T_DATETIME, C.T_TIMESTAMP, C.T_NEWDATE})
 _BLOB_TYPES = frozenset({C.T_TINY_BLOB, C.T_MEDIUM_BLOB, C.T_LONG_BLOB, C.T_BLOB})
+# The parameter types MariaDB reads a value of (10.11 refuses the others with 1210; NULL only for a NULL, and it
+# binds BIT and GEOMETRY as NULL and reads the next parameter from their value's bytes: refused here too).
+PARAM_TYPES = frozenset(range(0x00, 0x10)) - {C.T_BIT} | frozenset(range(0xF6, 0xFF))
+_DECIMAL_TEXT = re.compile(rb" *[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+) *")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,6 +118,9 @@ def parse_execute(payload: bytes, param_count: int, known_types: tuple[ParamType
             raise ProtocolError("COM_STMT_EXECUTE: truncated parameter types")
         types = tuple(ParamType(payload[pos + 2 * i], bool(payload[pos + 2 * i + 1] & UNSIGNED_PARAM))
                       for i in range(param_count))
+        for pt in types:
+            if pt.type not in PARAM_TYPES:
+                raise ProtocolError(f"parameter type {pt.type:#04x} is not one MariaDB reads")
         pos = end
         use = types
     elif known_types is None or len(known_types) != param_count:
@@ -124,6 +131,8 @@ def parse_execute(payload: bytes, param_count: int, known_types: tuple[ParamType
     for i in range(param_count):
         if bitmap[i >> 3] & (1 << (i & 7)):
             values.append(None)
+        elif use[i].type == C.T_NULL:
+            raise ProtocolError("a parameter of type NULL with a value")
         elif i in long_data:
             values.append(LONG_DATA)
         else:
@@ -220,11 +229,10 @@ def decode_param(buf: bytes, pos: int, pt: ParamType) -> tuple[object, int]:
     v, pos = read_lenenc_str(buf, pos)
     if v is None:
         raise ProtocolError("bad parameter value")
-    if t in C.DECIMAL_TYPES:
-        try:
-            return Decimal(v.decode("ascii")), pos
-        except (InvalidOperation, UnicodeDecodeError):
-            pass
+    if t in C.DECIMAL_TYPES:   # MariaDB reads other text (abc, 1_0, NaN) with a warning as the number it begins with
+        if not _DECIMAL_TEXT.fullmatch(v):
+            raise ProtocolError("a DECIMAL parameter that is not a plain number")
+        return Decimal(v.decode("ascii")), pos
     return v, pos
 
 

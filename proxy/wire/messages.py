@@ -60,6 +60,12 @@ def eof_packet(warnings: int = 0, status: int = 0) -> bytes:
     return b"\xfe" + struct.pack("<HH", warnings, status)
 
 
+def end_packet(status: int, deprecate_eof: bool, warnings: int = 0) -> bytes:
+    """The end-of-rows marker (and COM_SET_OPTION's answer): a classic EOF, or for a client that asked for
+    DEPRECATE_EOF an OK headed 0xFE, as MariaDB sends them."""
+    return ok_packet(0, 0, status, warnings, header=0xFE) if deprecate_eof else eof_packet(warnings, status)
+
+
 def parse_ok(payload: bytes) -> OkInfo:
     """Decode an OK (0x00) or OK-as-EOF (0xFE) payload."""
     affected, pos = read_lenenc_int(payload, 1)
@@ -218,8 +224,5 @@ def encode_resultset(rs: ResultSet, seq: int, status: int, deprecate_eof: bool,
         payload = encode_text_row(row)
         out.append(frame(seq, payload))
         seq += 1 + len(payload) // 0xFFFFFF
-    if deprecate_eof:
-        out.append(frame(seq, ok_packet(0, 0, status, warnings, header=0xFE)))
-    else:
-        out.append(frame(seq, eof_packet(warnings, status)))
+    out.append(frame(seq, end_packet(status, deprecate_eof, warnings)))
     return b"".join(out), (seq + 1) & 0xFF

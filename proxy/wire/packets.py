@@ -18,6 +18,15 @@ class ProtocolError(Exception):
 class PacketTooBig(ProtocolError):
     """A logical packet larger than the limit; the peer is told 1153 and disconnected."""
 
+    def __init__(self, limit: int, seq: int) -> None:
+        super().__init__(f"packet larger than {limit} bytes")
+        self.answer_seq = (seq + 1) & 0xFF   # the refusal follows the header that announced too much, as MariaDB's
+
+    def packet(self) -> bytes:
+        """The framed 1153 the peer is told before the close."""
+        return frame(self.answer_seq, b"\xff" + struct.pack("<H", 1153) + b"#08S01"
+                     + b"Got a packet bigger than 'max_allowed_packet' bytes")
+
 
 def splice(data: _S, spans: Iterable[tuple[int, int, _S]]) -> _S:
     """data with each (start, end) span, in order and not overlapping, replaced by its text."""
@@ -130,8 +139,9 @@ class PacketFramer:
         if len(buf) >= 4:
             length = buf[0] | (buf[1] << 8) | (buf[2] << 16)
             if length > self.max_payload or (self._parts and self._parts_len + length > self.max_payload):
+                seq = buf[3]
                 self.clear()
-                raise PacketTooBig(f"packet larger than {self.max_payload} bytes")
+                raise PacketTooBig(self.max_payload, seq)
 
     def partial(self) -> bool:
         """A packet has started arriving and is not complete yet."""
@@ -168,9 +178,9 @@ class PacketFramer:
                 length = buf[pos] | (buf[pos + 1] << 8) | (buf[pos + 2] << 16)
                 if length == MAX_PACKET or self._parts:
                     if self._parts_len + length > self.max_payload:
-                        raise PacketTooBig(f"packet larger than {self.max_payload} bytes")
+                        raise PacketTooBig(self.max_payload, buf[pos + 3])
                 elif length > self.max_payload:
-                    raise PacketTooBig(f"packet larger than {self.max_payload} bytes")
+                    raise PacketTooBig(self.max_payload, buf[pos + 3])
                 end = pos + 4 + length
                 if end > len(buf):
                     break

@@ -5,7 +5,7 @@ from __future__ import annotations
 from meta.errors import ProxyError
 
 from proxy.wire.constants import STATUS_MORE_RESULTS
-from proxy.wire.messages import ErrInfo, OkInfo, ResultSet, encode_resultset, err_packet, ok_packet
+from proxy.wire.messages import ErrInfo, OkInfo, ResultSet, encode_resultset, end_packet, err_packet, ok_packet
 from proxy.wire.packets import frame, lenenc_str
 
 
@@ -37,6 +37,11 @@ class Reply:
         self.row_count = ok.affected_rows
         self.out.append(frame(self.seq, ok_packet(ok.affected_rows, ok.last_insert_id, status, ok.warnings,
                                                   ok.info)))
+        self.seq = (self.seq + 1) & 0xFF
+
+    def eof(self, status: int) -> None:
+        """Add the end marker that answers COM_SET_OPTION (an EOF, or an OK headed 0xFE under DEPRECATE_EOF)."""
+        self.out.append(frame(self.seq, end_packet(status, self.deprecate_eof)))
         self.seq = (self.seq + 1) & 0xFF
 
     def error(self, code: int, sqlstate: str, message: str) -> None:

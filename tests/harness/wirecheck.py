@@ -167,6 +167,10 @@ class WireChecker:
 
     # -- the server's side ----------------------------------------------------------------------
     def _server_packet(self, seq: int, p: bytes) -> None:
+        if self.phase == "greeting" and self.packets > 1 and p[:1] == b"\xff":
+            self._err(p)   # the client's first packet refused from its header (1153), before it was whole
+            self.phase = "off"
+            return
         if self.phase == "greeting":
             if seq != 0:
                 raise _Bad(f"greeting with sequence id {seq}")
@@ -231,8 +235,8 @@ class WireChecker:
                 return False
             if a.cmd == COM_STATISTICS:
                 return True
-            if a.cmd == COM_SET_OPTION:
-                a.statuses.append(self._eof(p))
+            if a.cmd == COM_SET_OPTION:   # MariaDB: an EOF, an OK headed 0xFE under DEPRECATE_EOF
+                a.statuses.append(self._end(p, deprecate))
                 return True
             if a.cmd == COM_STMT_PREPARE:
                 return self._prepare_ok(a, p)

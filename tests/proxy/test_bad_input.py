@@ -13,7 +13,10 @@ import os
 import random
 import socket
 import struct
+import sys
 import time
+from pathlib import Path
+
 import aiomysql
 import pymysql
 import pytest
@@ -22,11 +25,14 @@ from harness import free_port, proxy_config
 
 from wire import BASE_CAPS, CLIENT_PROTOCOL_41, RawClient, drop_after
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from attack_rss import rss_mb  # noqa: E402
+
 
 @pytest.fixture(scope="module", autouse=True)
 def _drop_our_tables(proxy) -> Iterator[None]:
     """Leave the shared backends without this module's tables."""
-    yield from drop_after(proxy, 'sharding_4_t1', 'sharding_2_t1', 'bi_blob', 'bi_big', 'bi_slow')
+    yield from drop_after(proxy, 'sharding_4_t1', 'sharding_2_t1', 'bi_blob', 'bi_big', 'bi_slow', 'bi_inject')
 
 
 def _healthy(p) -> None:
@@ -243,6 +249,70 @@ def test_garbage_sql_gets_1064_and_the_session_goes_on(proxy) -> None:
         conn.close()
 
 
+@pytest.mark.parametrize("sql", [
+    "SET @c = 1; DELETE FROM bi_inject",
+    "SET sql_mode = ''; DELETE FROM bi_inject",
+    "SET @c = 1 /*!; DELETE FROM bi_inject */",
+    "SET @c = 1 /*M!100100 ; DELETE FROM bi_inject */",
+])
+def test_a_statement_hidden_after_a_set_never_runs(proxy, sql) -> None:
+    """Without multi-statements a `;` ends the text as on MariaDB (1064): the SET's value was run on a backend
+    connection, which runs several statements, so the DELETE ran there unrouted and unchecked."""
+    proxy.query("CREATE TABLE IF NOT EXISTS bi_inject (id INT PRIMARY KEY)")   # on the default node
+    proxy.query("REPLACE INTO bi_inject VALUES (1), (2), (3)")
+    with RawClient(proxy.port) as c:
+        assert c.login().kind == "ok"   # no CLIENT_MULTI_STATEMENTS
+        c.query(sql)
+        res = c.read_result()
+        assert res.error is not None and res.error.err_code == 1064, res.packets[-1].payload
+        c.query("SELECT @c")
+        assert c.read_result().sets[0][1] == [[None]]   # nothing of it ran
+    assert proxy.query("SELECT COUNT(*) FROM bi_inject") == [(3,)]
+    _healthy(proxy)
+
+
+def test_a_client_charset_whose_characters_may_end_in_a_backslash_cannot_hide_a_statement(proxy) -> None:
+    """Under SET NAMES gbk, 0xbf5c is one character for MariaDB but a byte and a backslash escaping the quote for
+    pydble, which reads UTF-8: `SELECT '<bf5c>'; DELETE FROM t; -- '` ran the DELETE on the backend. The
+    charset stays usable (set by name, by collation id, or in the handshake); such a statement is refused."""
+    proxy.query("CREATE TABLE IF NOT EXISTS bi_inject (id INT PRIMARY KEY)")
+    proxy.query("REPLACE INTO bi_inject VALUES (1), (2), (3)")
+    attack = b"\x03SELECT '\xbf\x5c'; DELETE FROM bi_inject; -- '"
+    with RawClient(proxy.port) as c:
+        assert c.login().kind == "ok"
+        for sql in ("SET NAMES gbk", "SET NAMES big5 COLLATE big5_bin", "SET CHARACTER SET sjis",
+                    "SET character_set_client = 'cp932'", "SET character_set_client = 28"):
+            c.query(sql)
+            assert c.read_result().error is None, sql
+            c.send_packet(0, attack)
+            res = c.read_result()
+            assert res.error is not None and res.error.err_code == 1235, (sql, res.packets[-1].payload)
+    with RawClient(proxy.port) as c:   # gbk_chinese_ci (28) named in the handshake
+        c.read_greeting()
+        c.send_packet(1, c.handshake_response("test", "111111", "schema1", BASE_CAPS)[:8] + b"\x1c"
+                      + c.handshake_response("test", "111111", "schema1", BASE_CAPS)[9:])
+        assert c.read_packet().kind == "ok"
+        c.send_packet(0, attack)
+        res = c.read_result()
+        assert res.error is not None and res.error.err_code == 1235, res.packets[-1].payload
+    assert proxy.query("SELECT COUNT(*) FROM bi_inject") == [(3,)]
+    _healthy(proxy)
+
+
+def test_a_prepared_statement_is_one_statement(proxy) -> None:
+    """COM_STMT_PREPARE refuses several statements (1064) and an empty text (1065) as MariaDB does; it
+    prepared them, and EXECUTE ran `SET @a = 1; DELETE FROM t` on a backend whole."""
+    proxy.query("CREATE TABLE IF NOT EXISTS bi_inject (id INT PRIMARY KEY)")
+    proxy.query("REPLACE INTO bi_inject VALUES (1), (2), (3)")
+    with RawClient(proxy.port) as c:
+        assert c.login().kind == "ok"
+        for text, code in ((b"SET @a = 1; DELETE FROM bi_inject", 1064), (b"", 1065), (b" ; ", 1065)):
+            c.command(b"\x16" + text)
+            p = c.read_packet()
+            assert p.kind == "err" and p.err_code == code, (text, p.payload)
+    assert proxy.query("SELECT COUNT(*) FROM bi_inject") == [(3,)]
+
+
 # -- clients that vanish ------------------------------------------------------------------------
 
 @pytest.fixture
@@ -332,6 +402,28 @@ def test_a_slow_reader_gets_everything(backends, fresh_proxy) -> None:
     # the connection that was held back is in a good state for the next session
     for _ in range(5):
         assert p.query("SELECT COUNT(*) FROM bi_slow") == [(30000,)]
+
+
+def test_a_client_that_sends_without_reading_grows_no_buffer(proxy) -> None:
+    """Commands pipelined by a client that reads nothing are not answered faster than it reads: the 4 MB
+    answers of 25 merged reads (100 MB) were all built and queued in the proxy's memory."""
+    proxy.query("DELETE FROM sharding_4_t1 WHERE id <= 4")
+    proxy.query("INSERT INTO sharding_4_t1 VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd')")
+    sql = b"\x03SELECT id, REPEAT(name, 1000000) FROM sharding_4_t1 WHERE id IN (1, 2, 3, 4) ORDER BY id"
+    with RawClient(proxy.proxy_port, timeout=30) as c:
+        assert c.login().kind == "ok"
+        before = rss_mb(proxy.pid)
+        c.send_raw(_frame(0, sql) * 25)
+        grew = 0.0
+        for _ in range(20):   # what the proxy would have queued by now (about 100 MB/s here)
+            time.sleep(0.15)
+            grew = max(grew, rss_mb(proxy.pid) - before)
+        assert grew < 40, f"the proxy grew {grew:.0f} MB for a client that reads nothing"
+        for _ in range(25):   # then it answers everything, in order, once the client reads
+            res = c.read_result()
+            assert res.error is None and [(r[0], len(r[1])) for r in res.sets[0][1]] == [
+                (b"1", 1000000), (b"2", 1000000), (b"3", 1000000), (b"4", 1000000)]
+    _healthy(proxy)
 
 
 # -- a storm of connections ---------------------------------------------------------------------

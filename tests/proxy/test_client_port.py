@@ -162,6 +162,74 @@ def test_com_ping_and_init_db(proxy) -> None:
         conn.close()
 
 
+@pytest.mark.parametrize("caps", [BASE_CAPS, BASE_CAPS | CLIENT_DEPRECATE_EOF])
+def test_com_set_option_is_answered_as_mariadb_answers_it(proxy, caps) -> None:
+    """An EOF, or for a DEPRECATE_EOF client an OK headed 0xFE (was a classic EOF for every client); an option
+    that does not exist is 1047 Unknown command."""
+    with RawClient(proxy.port) as c:
+        assert c.login(caps=caps).kind == "ok"
+        c.command(b"\x1b\x00\x00")   # MYSQL_OPTION_MULTI_STATEMENTS_ON
+        p = c.read_packet()
+        status = bytes((SERVER_STATUS_AUTOCOMMIT, 0))
+        assert (p.seq, p.payload) == (1, b"\xfe\x00\x00" + status + b"\x00\x00" if caps & CLIENT_DEPRECATE_EOF
+                                      else b"\xfe\x00\x00" + status)
+        c.query("SELECT 1; SELECT 2")   # the option took
+        assert [s[1] for s in c.read_result().sets] == [[[b"1"]], [[b"2"]]]
+        c.command(b"\x1b\x02\x00")
+        p = c.read_packet()
+        assert (p.seq, p.err_code, p.err_message) == (1, 1047, "Unknown command")
+
+
+def test_com_process_kill_kills_as_mariadb_does(proxy) -> None:
+    """mysql_kill() of libmariadb (mysqladmin kill, mysqli::kill) sends COM_PROCESS_KILL: it was 1047 Unknown
+    command; now KILL CONNECTION's answers: OK and the victim closed, 1094 for an unknown id, 1927 for itself."""
+    with RawClient(proxy.port) as killer, RawClient(proxy.port) as victim:
+        assert killer.login().kind == "ok" and victim.login().kind == "ok"
+        killer.command(b"\x0c" + victim.greeting.connection_id.to_bytes(4, "little"))
+        assert killer.read_packet().kind == "ok"
+        assert victim.closed_by_server()
+        killer.command(b"\x0c" + (10 ** 9).to_bytes(4, "little"))
+        p = killer.read_packet()
+        assert (p.err_code, p.err_message) == (1094, f"Unknown thread id: {10 ** 9}")
+        killer.command(b"\x0c" + killer.greeting.connection_id.to_bytes(4, "little"))
+        p = killer.read_packet()
+        assert (p.seq, p.err_code, p.err_message) == (1, 1927, "Connection was killed")
+        assert killer.closed_by_server()
+    assert proxy.query("SELECT 1") == [(1,)]
+
+
+def test_a_client_asking_ignore_space_gets_it_in_its_sql_mode(proxy) -> None:
+    """As MariaDB: the handshake's CLIENT_IGNORE_SPACE puts IGNORE_SPACE in the session's sql_mode, through
+    COM_RESET_CONNECTION too (pydble offered the flag and ignored it: `COUNT (*)` was a syntax error)."""
+    proxy.query("CREATE TABLE IF NOT EXISTS sharding_4_t1 (id INT PRIMARY KEY, name VARCHAR(20))")
+    with RawClient(proxy.port) as c:
+        assert c.login(caps=BASE_CAPS | 1 << 8).kind == "ok"
+        for _ in range(2):
+            c.query("SELECT @@sql_mode")
+            assert b"IGNORE_SPACE" in c.read_result().sets[0][1][0][0].split(b",")
+            c.query("SELECT COUNT (*) FROM sharding_4_t1 WHERE id < 0")
+            res = c.read_result()
+            assert res.error is None and res.sets[0][1] == [[b"0"]], res.packets[-1].payload
+            c.command(b"\x1f")   # COM_RESET_CONNECTION
+            assert c.read_packet().kind == "ok"
+    with RawClient(proxy.port) as c:   # a client that does not ask: MariaDB's default sql_mode
+        assert c.login().kind == "ok"
+        c.query("SELECT @@sql_mode")
+        assert b"IGNORE_SPACE" not in c.read_result().sets[0][1][0][0]
+
+
+def test_com_init_db_takes_the_name_as_sent(proxy) -> None:
+    """As MariaDB: no name is 1046, a quoted name is a name with quotes (the proxy took `schema2` as schema2)."""
+    with RawClient(proxy.port) as c:
+        assert c.login().kind == "ok"
+        for name, code in ((b"", 1046), (b"`schema2`", 1044)):
+            c.command(b"\x02" + name)
+            p = c.read_packet()
+            assert p.kind == "err" and p.err_code == code, (name, p.payload)
+        c.query("SELECT DATABASE()")
+        assert c.read_result().sets[0][1] == [[b"schema1"]]
+
+
 @pytest.mark.parametrize("deprecate_eof", [False, True])
 
 def test_com_field_list_answers_column_definitions(proxy, deprecate_eof) -> None:

@@ -222,6 +222,65 @@ def test_long_data_then_reset(ps_proxy: ProxyProcess) -> None:
         assert c.execute(sel.stmt_id, [p_long(302)], send_types=False).rows == [b"\x00\x00\x05short"]
 
 
+def test_refused_long_data_fails_the_executes_until_reset(ps_proxy: ProxyProcess) -> None:
+    """As MariaDB: SEND_LONG_DATA has no answer, so a chunk for a parameter the statement lacks fails its
+    EXECUTEs with 1210 until COM_STMT_RESET (the execute ran as if nothing had been sent)."""
+    with PsClient(ps_proxy.port) as c:
+        st = c.prepare("SELECT LENGTH(?)")
+        c.send_long_data(st.stmt_id, 3, b"abc")
+        for _ in range(2):
+            a = c.execute(st.stmt_id, [p_str("xy")])
+            assert (a.kind, a.err_code, a.err_message) == (
+                "err", 1210, "Incorrect arguments to mysqld_stmt_send_long_data")
+        assert c.reset(st.stmt_id).kind == "ok"
+        assert c.execute(st.stmt_id, [p_str("xy")]).rows == [b"\x00\x00\x02\x00\x00\x00"]
+
+
+def test_long_data_past_max_allowed_packet_is_never_cut_short(backends: list[Any], fresh_proxy: Any) -> None:
+    """Long data growing past max_allowed_packet fails the EXECUTE with MariaDB's 1105 until COM_STMT_RESET (the
+    chunk that went over was dropped and the statement ran with what was left: a 700000-byte value bound)."""
+    cfg = proxy_config(backends, free_port(), free_port(), instance="pydble-ps-long")
+    cfg["server"]["max_allowed_packet"] = 1 << 20
+    p = fresh_proxy(cfg)
+    with PsClient(p.port) as c:
+        st = c.prepare("SELECT LENGTH(?)")
+        for _ in range(3):
+            c.send_long_data(st.stmt_id, 0, b"z" * 350000)
+        for _ in range(2):
+            a = c.execute(st.stmt_id, [(T_STRING, False, b"")])
+            assert (a.kind, a.err_code, a.err_message) == ("err", 1105, (
+                "Parameter of prepared statement which is set through mysql_send_long_data() is longer than "
+                "'max_allowed_packet' bytes"))
+        assert c.reset(st.stmt_id).kind == "ok"
+        c.send_long_data(st.stmt_id, 0, b"z" * 350000)
+        a = c.execute(st.stmt_id, [(T_STRING, False, b"")])
+        assert a.kind == "rows" and a.rows == [b"\x00\x00" + struct.pack("<I", 350000)], a.err_message
+
+
+def test_parameters_mariadb_refuses_or_misreads_are_refused(ps_proxy: ProxyProcess) -> None:
+    """1210, as MariaDB answers a JSON or NULL-typed value; for DECIMAL text that is no number, where MariaDB
+    reads 0 with a warning, pydble bound the string 'abc' (and Python's reading of 1_0: 10)."""
+    with PsClient(ps_proxy.port) as c:
+        st = c.prepare("SELECT ?")
+        for param in ((0xF5, False, b"\x02{}"), (0x06, False, b"\x0212"), (0xF6, False, b"\x03abc"),
+                      (0xF6, False, b"\x031_0")):
+            a = c.execute(st.stmt_id, [param])
+            assert (a.kind, a.err_code) == ("err", 1210), (param, a.kind, a.rows)
+        assert c.execute(st.stmt_id, [(0xF6, False, b"\x041.50")]).rows == [b"\x00\x00\x041.50"]
+
+
+def test_an_execute_shorter_than_its_header_is_a_malformed_packet(ps_proxy: ProxyProcess) -> None:
+    """MariaDB's 1835 (was 1243 'Unknown prepared statement handler (0)' or 1210), and the session goes on."""
+    with PsClient(ps_proxy.port) as c:
+        st = c.prepare("SELECT 1")
+        head = struct.pack("<BI", 0x17, st.stmt_id)
+        for payload in (b"\x17", head, head + b"\x00\x01"):
+            c.send(0, payload)
+            a = c.answer()
+            assert (a.kind, a.err_code, a.err_message) == ("err", 1835, "Malformed communication packet"), payload
+        assert c.execute(st.stmt_id).kind == "rows"
+
+
 def test_close_unknown_and_fetch(ps_proxy: ProxyProcess) -> None:
     with PsClient(ps_proxy.port) as c:
         st = c.prepare("SELECT 1")
@@ -234,7 +293,11 @@ def test_close_unknown_and_fetch(ps_proxy: ProxyProcess) -> None:
         st = c.prepare("SELECT 2")
         c.send(0, b"\x1c" + struct.pack("<II", st.stmt_id, 1))
         a = c.answer()
-        assert (a.kind, a.err_code) == ("err", 1421)
+        assert (a.kind, a.err_code, a.err_message) == ("err", 1421, f"The statement ({st.stmt_id}) has no open cursor")
+        c.send(0, b"\x1c" + struct.pack("<II", 999, 1))   # MariaDB's answers: the statement is unknown
+        a = c.answer()
+        assert (a.kind, a.err_code, a.err_message) == (
+            "err", 1243, "Unknown prepared statement handler (999) given to mysqld_stmt_fetch")
         assert c.query("SELECT 3").kind == "rows"  # the session goes on
 
 
@@ -320,6 +383,12 @@ def test_execute_direct_runs_the_statement_prepared_last(ps_proxy: ProxyProcess)
         assert c.read()[1][0] == 0xFF
         a = c.answer()
         assert (a.kind, a.err_code) == ("err", 1243)
+        st = c.prepare("SELECT 1")   # CLOSE of 0xFFFFFFFF closes the statement prepared last, as MariaDB's (was kept)
+        c.close_stmt(0xFFFFFFFF)
+        for stmt_id in (st.stmt_id, 0xFFFFFFFF):
+            a = c.execute(stmt_id)
+            assert (a.kind, a.err_code, a.err_message) == (
+                "err", 1243, f"Unknown prepared statement handler ({stmt_id}) given to mysqld_stmt_execute")
 
 
 def test_pipelined_executes_and_their_warnings(ps_proxy: ProxyProcess, backends: list[Any]) -> None:

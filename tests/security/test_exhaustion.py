@@ -84,6 +84,28 @@ def test_a_packet_over_max_allowed_packet_is_refused_before_it_is_buffered(px):
         c.close()
 
 
+def test_the_1153_refusal_goes_out_in_the_clients_sequence(px):
+    """The 1153 follows the header that announced too much (its sequence id + 1, as MariaDB's): sent as
+    sequence 0, a client library (PyMySQL, libmariadb) read "packets out of order" instead of the error."""
+    s = socket.create_connection((px.host, px.port), timeout=5)
+    try:
+        recv_packet(s)                                        # the greeting
+        s.sendall(struct.pack("<I", 64 * 1024 | 1 << 24))     # a login packet (sequence 1) far too big
+        head = s.recv(4, socket.MSG_WAITALL)
+        assert head[3] == 2 and s.recv(3, socket.MSG_WAITALL) == b"\xff\x81\x04"
+    finally:
+        s.close()
+    conn = px.connect()
+    try:
+        sock = conn._sock
+        sock.sendall(struct.pack("<I", MAX_PACKET + 1) + b"\x03SELECT ")   # a command: sequence 0
+        head = sock.recv(4, socket.MSG_WAITALL)
+        assert head[3] == 1 and sock.recv(3, socket.MSG_WAITALL) == b"\xff\x81\x04"
+    finally:
+        conn.close()
+    assert px.query("SELECT 1") == [(1,)]
+
+
 def test_a_stalled_packet_times_out_and_its_memory_goes(px):
     pid = px.pid
     base = rss_mb(pid)

@@ -163,6 +163,38 @@ def test_decode_each_type(typ: int, raw: bytes, value: object) -> None:
     assert parse_execute(p, 1, None).values == (value,)
 
 
+@pytest.mark.parametrize("typ", [0x10, 0x11, 0x12, 0x13, 0x14, 0x80, 0xF4, C.T_JSON, C.T_GEOMETRY])
+def test_parameter_types_mariadb_does_not_read_are_refused(typ: int) -> None:
+    """MariaDB 10.11 answers 1210 for them (BIT and GEOMETRY: bound as NULL, the next value read from their bytes)."""
+    for bitmap in (b"\x00", b"\x01"):   # refused as NULL too
+        with pytest.raises(ProtocolError):
+            parse_execute(_exec_head() + bitmap + b"\x01" + bytes((typ, 0)) + lenenc_str(b"12"), 1, None)
+
+
+def test_a_null_typed_parameter_must_be_null() -> None:
+    head = _exec_head()
+    assert parse_execute(head + b"\x01\x01" + bytes((C.T_NULL, 0)), 1, None).values == (None,)
+    with pytest.raises(ProtocolError):   # MariaDB: 1210
+        parse_execute(head + b"\x00\x01" + bytes((C.T_NULL, 0)) + lenenc_str(b"12"), 1, None)
+    with pytest.raises(ProtocolError):   # with the types remembered from an earlier execute too
+        parse_execute(head + b"\x00\x00" + lenenc_str(b"12"), 1, (ParamType(C.T_NULL),))
+
+
+@pytest.mark.parametrize("text,ok", [
+    (b"12.50", True), (b"-0.5", True), (b"+.5", True), (b"7.", True), (b" 3 ", True),
+    (b"abc", False), (b"1_0", False), (b"NaN", False), (b"Infinity", False), (b"1e5", False), (b"", False),
+])
+def test_a_decimal_parameter_is_a_plain_number_or_refused(text: bytes, ok: bool) -> None:
+    """MariaDB reads other text with a warning as the number it starts with (abc: 0, 1_0: 1); it was written in
+    as the string 'abc', or as Python read it (1_0: 10, NaN: the word NaN in the statement)."""
+    p = _exec_head() + b"\x00\x01" + bytes((C.T_NEWDECIMAL, 0)) + lenenc_str(text)
+    if ok:
+        assert parse_execute(p, 1, None).values == (Decimal(text.decode()),)
+    else:
+        with pytest.raises(ProtocolError):
+            parse_execute(p, 1, None)
+
+
 def test_truncated_values_raise() -> None:
     with pytest.raises(ProtocolError):
         parse_execute(_exec_head() + b"\x00\x01" + bytes((C.T_LONG, 0)) + b"\x01\x00", 1, None)

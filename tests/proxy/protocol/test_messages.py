@@ -23,6 +23,7 @@ from proxy.wire.messages import (
     decode_text_row,
     encode_resultset,
     encode_text_row,
+    end_packet,
     eof_packet,
     eof_status,
     err_packet,
@@ -34,6 +35,7 @@ from proxy.wire.messages import (
     to_text,
 )
 from proxy.wire.packets import PacketFramer, ProtocolError, frame
+from proxy.wire.reply import Reply
 
 
 def _h(s: str) -> bytes:
@@ -605,3 +607,13 @@ def test_encode_resultset_frames_decode_back(rows: list[list[bytes | None]], dep
     assert [decode_text_row(p, 2) for p in body[:-1]] == rows
     assert is_eof(body[-1])
     assert (parse_ok(body[-1]).status if deprecate_eof else eof_status(body[-1])) == status
+
+
+def test_the_end_marker_follows_deprecate_eof() -> None:
+    """COM_SET_OPTION's answer and the end of rows: MariaDB sends an OK headed 0xFE to a DEPRECATE_EOF client."""
+    assert end_packet(2, False) == bytes.fromhex("fe00000200")
+    assert end_packet(2, True, warnings=1) == bytes.fromhex("fe0000020001 00".replace(" ", ""))
+    for deprecate in (False, True):
+        r = Reply(deprecate)
+        r.eof(2)
+        assert r.bytes() == frame(1, end_packet(2, deprecate)) and r.seq == 2

@@ -356,6 +356,22 @@ def test_framer_max_payload_limit() -> None:
         f.feed(frame(1, b"x" * 101)[:4])  # the header alone is enough to refuse it, before the payload
 
 
+def test_framer_packet_too_big_answers_after_the_header_that_announced_it() -> None:
+    f = PacketFramer(max_payload=100)
+    with pytest.raises(PacketTooBig) as ei:
+        f.feed(frame(1, b"x" * 101)[:4])   # a login packet: the refusal is sequence 2
+    assert ei.value.answer_seq == 2
+    assert ei.value.packet() == frame(2, b"\xff\x81\x04#08S01Got a packet bigger than 'max_allowed_packet' bytes")
+    f = PacketFramer(max_payload=MAX_PACKET + 10)
+    f.feed(frame(0, b"y" * (MAX_PACKET + 11))[:4 + MAX_PACKET + 4])   # the continuation (sequence 1) goes over
+    with pytest.raises(PacketTooBig) as ei:
+        _drain(f)
+    assert ei.value.answer_seq == 2
+    with pytest.raises(PacketTooBig) as ei:
+        PacketFramer(max_payload=10).feed(_h("0b 00 00 ff"))
+    assert ei.value.answer_seq == 0
+
+
 def test_framer_packet_too_big_is_a_protocol_error() -> None:
     assert issubclass(PacketTooBig, ProtocolError)
 
