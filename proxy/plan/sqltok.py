@@ -41,6 +41,7 @@ _QID = r"`(?:[^`]|``)*+`"
 # MariaDB's lexer, not Python's Unicode classes: whitespace is ASCII's six, every character from U+0080 up is
 # an identifier character (NBSP too), and `--` opens a comment before a space or a control character only
 _WS = r"[ \t\n\v\f\r]"
+WHITESPACE = " \t\n\v\f\r"   # what str.strip() must be given: its default strips NBSP and NEL, MariaDB's identifier characters
 _ID = r"[0-9A-Za-z_$\u0080-\U0010ffff]"
 
 _TOKEN_RE = re.compile(rf"""
@@ -138,9 +139,11 @@ def _scan(sql: str, pos: int, end: int, out: list[Token], inside: bool) -> int:
                     continue
                 # where the comment's text starts (a hint elsewhere is code to the server: `/*!` then its text)
                 code = s + at if at > 0 else s + 4 if sql.startswith("/*M!", s) else s + 3
+                mark = len(out)
                 nxt = -1 if inside else _skip_version_comment(sql, code, end) if at < 0 else _scan(
                     sql, code, end, out, True)   # (MariaDB refuses a version comment inside another)
-                if nxt < 0:
+                if nxt < 0:   # never closed: one error token for all of it (none of what its scan found)
+                    del out[mark:]
                     if inside:
                         return -1
                     append(("e", sql[s:end], s, end))
@@ -198,14 +201,14 @@ def first_keyword(sql: str) -> str:
 def split_statements(sql: str) -> list[str]:
     """Split a multi-statement string on top-level `;`, respecting strings and comments."""
     if ";" not in sql:
-        return [sql.strip()] if tokenize(sql) else []
+        return [sql.strip(WHITESPACE)] if tokenize(sql) else []
     out: list[str] = []
     begin = 0
     has_token = False
     for kind, text, start, end in tokenize(sql):
         if kind == "o" and text == ";":
             if has_token:
-                out.append(sql[begin:start].strip())
+                out.append(sql[begin:start].strip(WHITESPACE))
             begin, has_token = end, False
         elif kind == "e":
             break  # an unterminated string or comment swallows the rest, as it would on the server
@@ -213,9 +216,9 @@ def split_statements(sql: str) -> list[str]:
             has_token = True
     else:
         if has_token:
-            out.append(sql[begin:].strip())
+            out.append(sql[begin:].strip(WHITESPACE))
         return out
-    out.append(sql[begin:].strip())
+    out.append(sql[begin:].strip(WHITESPACE))
     return out
 
 

@@ -40,6 +40,10 @@ def check_plan(plan: Plan | None) -> None:
     """A plan names configured nodes only and carries SQL text for each."""
     if plan is None:
         return
+    if plan.setop is not None:   # a set operation combined in the proxy: each branch is a plan of its own
+        for leaf in plan.setop.leaves:
+            check_plan(leaf.plan)
+        return
     assert plan.targets, plan
     for t in plan.targets:
         assert t.node in NODES and isinstance(t.sql, str)
