@@ -743,8 +743,9 @@ def _granted(bits: str, read_only: bool) -> str:
 
 
 def show_grants(user: str, schemas: tuple[str, ...], privileges: dict[str, str], read_only: bool) -> ResultSet:
-    """pydble's grants of a client user, in MySQL's `GRANT ... ON db.* TO 'u'@'%'` form."""
-    to = f"TO '{user}'@'%'"
+    """pydble's grants of a client user, in MariaDB's ``GRANT ... ON `db`.* TO `u`@`%` `` form."""
+    quoted = user.replace("`", "``")
+    to = f"TO `{quoted}`@`%`"
     lines = [f"GRANT USAGE ON *.* {to}"]
     for s in schemas:
         what = _granted(privileges.get(s, "1111"), read_only)
