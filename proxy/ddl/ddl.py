@@ -675,7 +675,7 @@ class DdlRunner:
         ok_nodes = [x.node for x in results if x.error is None]
         note = f" (shardingNode[{first.node}], table {tables}"
         note += f"; succeeded on {','.join(ok_nodes)})" if ok_nodes else ")"
-        if plan.ddl == "CREATE_TABLE" and all(x.error.code == ER_TABLE_EXISTS for x in failed):
+        if plan.ddl == "CREATE_TABLE" and plan.tables and all(x.error.code == ER_TABLE_EXISTS for x in failed):
             # the table exists physically (on some or all nodes) while memory had no metadata
             schema, table = plan.tables[0]
             return TableExists(f"Table '{schema}.{table}' or table meta already exists" + note)

@@ -460,6 +460,10 @@ def test_known_nasty_commands(target: Target) -> None:
                               + bytes((C.T_DATETIME, 0)) + struct.pack("<BHBBBBBI", 11, 2024, 1, 2, 3, 4, 5,
                                                                         0x80000000), 0))],
         [("truncated", b"\xff\xff\xff\x00abc")],
+        # a hinted CREATE TABLE of a table the node has already: the DDL's failure names no configured table
+        [("packet", (0, b"\x03USE schema2")),
+         ("packet", (0, b"\x03/*!pydble:shardingNode=dn1*/ CREATE TABLE fz_nasty_twice (id INT)")),
+         ("packet", (0, b"\x03/*!pydble:shardingNode=dn1*/ CREATE TABLE fz_nasty_twice (id INT)"))],
     ]
     for steps in cases:
         for caps in (CAPS, CAPS | C.MULTI_STATEMENTS | C.DEPRECATE_EOF):
