@@ -109,6 +109,7 @@ class DdlTrace:
     executed: tuple[float, list[str]] | None = None   # seconds until the nodes answered, nodes that failed
     before: dict[str, str] = field(default_factory=dict)   # "schema.table" -> memory's CREATE text at lock time
     repair_of: int = 0                                     # the history id this DDL repairs (ddl_repair.py)
+    repairing: bool = False                                # a repair (its id may be 0: ZooKeeper counts from 0)
     answer: DdlAnswer | None = None                        # the client's OK, as one MariaDB gives it
 
     def mark(self, phase: str) -> None:
@@ -308,7 +309,7 @@ class DdlRunner:
                 for s, t in self.keys_of(plan, sql):
                     self.locks.release(s, t, owner)
                 raise
-        trace = DdlTrace(user, before=self._structures(plan, sql), repair_of=repair_of)
+        trace = DdlTrace(user, before=self._structures(plan, sql), repair_of=repair_of, repairing=True)
         trace.mark("lock")
         loop = asyncio.get_running_loop()
         task = loop.create_task(self._locked(plan, sql, owner, None, trace))
@@ -370,7 +371,7 @@ class DdlRunner:
             cluster = self.runtime.cluster
             if cluster is None:
                 await work.reach([t.node for t in plan.targets])
-                if not trace.repair_of:
+                if not trace.repairing:
                     await refuse_on_differing(self.runtime, plan)
                 err = await self._apply(plan, keys, dlog, started, owner, trace)
                 return err, None
@@ -381,7 +382,7 @@ class DdlRunner:
                 await reaching
                 trace.mark("cluster_init")   # the INIT write and the pings, as before they overlapped
                 await cd.ensure_held()
-                if not trace.repair_of:   # under the cluster lock: no DDL on the table runs meanwhile
+                if not trace.repairing:   # under the cluster lock: no DDL on the table runs meanwhile
                     await refuse_on_differing(self.runtime, plan)
 
                 async def publish(err: ProxyError | None, texts: Texts | None) -> None:
