@@ -677,18 +677,10 @@ def _field_list(port: int, user: str, password: str, database: str, table: str,
     """COM_FIELD_LIST of table (with a wildcard): the column definition payloads and the packet that ended the
     answer."""
     from wire import RawClient
-    c = RawClient(port)
-    try:
+    with RawClient(port) as c:
         assert c.login(user=user, password=password, database=database).kind == "ok"
-        c.command(b"\x04" + table.encode() + b"\x00" + wild.encode())
-        defs = []
-        while True:
-            p = c.read_packet()
-            if p.kind in ("eof", "err"):
-                return defs, p
-            defs.append(p.payload)
-    finally:
-        c.close()
+        defs, end = c.field_list(table, wild)
+        return [d.payload for d in defs], end
 
 
 def test_field_list_of_a_view_pydble_keeps_lists_its_columns(proxy, backends, four_rows) -> None:

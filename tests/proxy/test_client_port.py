@@ -240,13 +240,7 @@ def test_com_field_list_answers_column_definitions(proxy, deprecate_eof) -> None
     with RawClient(proxy.port) as c:
         assert c.login(caps=caps).kind == "ok"
         for table, names in (("cp_fields", [b"a", b"b", b"c"]), ("sharding_4_t1", None)):
-            c.command(b"\x04" + table.encode() + b"\x00")
-            defs = []
-            while True:
-                p = c.read_packet()
-                if p.kind in ("eof", "err"):
-                    break
-                defs.append(p)
+            defs, p = c.field_list(table)
             assert p.kind == "eof", p.payload
             assert [p.seq for p in defs] == list(range(1, len(defs) + 1))
             got = [_coldef_name(d.payload) for d in defs]

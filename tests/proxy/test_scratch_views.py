@@ -63,18 +63,10 @@ def _kept_view(p: ProxyProcess) -> None:
 
 def _field_list(p: ProxyProcess, table: bytes) -> tuple[list[bytes], Any]:
     """COM_FIELD_LIST in schema1: the column definitions, and the packet that ended them."""
-    c = RawClient(p.port)
-    try:
+    with RawClient(p.port) as c:
         assert c.login(database="schema1").kind == "ok"
-        c.command(b"\x04" + table + b"\x00")
-        defs = []
-        while True:
-            pk = c.read_packet()
-            if pk.kind in ("eof", "err"):
-                return defs, pk
-            defs.append(pk.payload)
-    finally:
-        c.close()
+        defs, end = c.field_list(table)
+        return [d.payload for d in defs], end
 
 
 def test_a_left_behind_scratch_view_is_never_seen_and_is_swept(fresh_proxy, backends, backend_rows, clean):

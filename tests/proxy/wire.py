@@ -239,6 +239,19 @@ class RawClient:
         """Send COM_QUERY."""
         self.command(b"\x03" + sql.encode())
 
+    def field_list(self, table: str | bytes, wild: str | bytes = b"") -> tuple[list[Packet], Packet]:
+        """COM_FIELD_LIST of table (with a wildcard): the column definition packets, and the packet that ended
+        them (EOF or ERR)."""
+        def raw(v: str | bytes) -> bytes:
+            return v.encode() if isinstance(v, str) else v
+        self.command(b"\x04" + raw(table) + b"\x00" + raw(wild))
+        defs = []
+        while True:
+            pk = self.read_packet()
+            if pk.kind in ("eof", "err"):
+                return defs, pk
+            defs.append(pk)
+
     def read_result(self) -> "Result":
         """Read one complete response (all results while MORE_RESULTS is set)."""
         res = Result()
