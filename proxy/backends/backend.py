@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 
 import structlog
 
@@ -533,6 +533,17 @@ class BackendConnection(asyncio.Protocol):
         self.autocommit = True
         self.in_trans = False
         self.tainted = False
+
+    def warnings_of(self, rows: Iterable[Sequence[bytes | None]]) -> list[tuple[str, int, str]]:
+        """SHOW WARNINGS rows read here as (level, code, message): the message names the logical schema, as
+        ERR packets do, and stays in the session's character set (its bytes kept: surrogateescape)."""
+        out = []
+        for lv, code, msg in rows:
+            text = bytes(msg or b"").decode("utf-8", "surrogateescape")
+            if self.names is not None:
+                text = self.names.text(text)
+            out.append((bytes(lv or b"").decode(), int(code or 0), text))
+        return out
 
     @property
     def busy(self) -> bool:

@@ -570,9 +570,7 @@ class DdlRunner:
                                 None, collect=True, sent=one_sent)
             if not sc.results:   # the DDL failed (nothing after it ran)
                 return NodeResult(node, sc.error)
-            shown = sc.results[1].rows if len(sc.results) > 1 else []
-            warnings = [(bytes(lv or b"").decode(), int(code or 0),
-                         _logical(conn, bytes(msg or b"").decode("utf-8", "surrogateescape"))) for lv, code, msg in shown]
+            warnings = conn.warnings_of(sc.results[1].rows if len(sc.results) > 1 else [])
             texts = _texts_after(sc, tables, plan.ddl == "DROP_TABLE") if tables else None
             return NodeResult(node, None, texts, sc.results[0].ok, warnings)
 
@@ -718,11 +716,6 @@ def _texts_after(sc: ResponseScanner, tables: tuple[str, ...], drop: bool) -> di
             log.debug("no structure read after ddl", table=t, error=sc.error.message if sc.error else None)
             return None
     return out
-
-
-def _logical(conn: BackendConnection, text: str) -> str:
-    """A node's message with the logical schema where it names the node's database, as ERR packets are."""
-    return conn.names.text(text) if conn.names is not None else text
 
 
 def _quote(name: str) -> str:

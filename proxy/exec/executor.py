@@ -905,12 +905,7 @@ class Executor:
                     log.info("cannot fetch a statement's warnings", error=e.message)
                     continue
                 for res in shown.results[:1]:
-                    # the message is in the session's character set: kept as its bytes (surrogateescape)
-                    for lv, code, msg in res.rows:
-                        text = bytes(msg or b"").decode("utf-8", "surrogateescape")
-                        if conn.names is not None:  # messages name the logical schema, as ERR packets do
-                            text = conn.names.text(text)
-                        self.node_warnings[-1].append((bytes(lv or b"").decode(), int(code or 0), text))
+                    self.node_warnings[-1].extend(conn.warnings_of(res.rows))
             elif sc.error is not None:
                 self.node_warnings[-1].append(("Error", sc.error.code, sc.error.message))
             found += self.node_warnings[-1]

@@ -837,6 +837,12 @@ class Session:
         otherwise than MariaDB under the session's sql_mode, never run it with another meaning."""
         if not self._may_be_misread(sql):
             return
+        # big5, cp932, gbk, sjis: a character's second byte may be `\`, a backquote or a letter, which pydble
+        # (reading UTF-8) would take for an escape, a quote or a word of the statement (no tokens needed)
+        if self.ascii_tail and _ASCII_TAIL.search(sql.encode("utf-8", "surrogateescape")):
+            raise NotSupported("a multibyte character whose second byte is an ASCII character (0x40-0x7E) is not "
+                               "supported by pydble under a big5, cp932, gbk or sjis client character set: it reads "
+                               "the statement as UTF-8; use utf8mb4 (SET NAMES utf8mb4)")
         toks = tokenize(sql)
         if self.brackets and any(t[0] == "o" and t[1] == "[" for t in toks):
             raise NotSupported("[...] under sql_mode MSSQL is not supported by pydble: it reads [ as an operator "
@@ -849,12 +855,6 @@ class Session:
         if self.no_backslash_escapes and any(t[0] in "sev" and "\\" in t[1] for t in toks):
             raise NotSupported("a backslash in a quoted string under sql_mode NO_BACKSLASH_ESCAPES is not supported "
                                "by pydble: it reads \\ as an escape; write the string without it (CHAR(92))")
-        # big5, cp932, gbk, sjis: a character's second byte may be `\`, a backquote or a letter, which pydble
-        # (reading UTF-8) would take for an escape, a quote or a word of the statement
-        if self.ascii_tail and _ASCII_TAIL.search(sql.encode("utf-8", "surrogateescape")):
-            raise NotSupported("a multibyte character whose second byte is an ASCII character (0x40-0x7E) is not "
-                               "supported by pydble under a big5, cp932, gbk or sjis client character set: it reads "
-                               "the statement as UTF-8; use utf8mb4 (SET NAMES utf8mb4)")
 
     def _may_be_misread(self, sql: str) -> bool:
         """The cheap test before refuse_misread tokenizes: a character the session's sql_mode reads otherwise."""
