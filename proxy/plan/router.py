@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import Any, Callable, Collection, Sequence
 
 from meta.config import Config
-from meta.errors import NotSupported, ParseError, ProxyError, UnknownDatabase
+from meta.errors import NotSupported, ParseError, ProxyError, UnknownDatabase, syntax_error
 from meta.sharding import node_index
 from proxy.plan.analysis import (LOCAL_TYPES, SELECT, Analysis, Query, Ref, Scope, literal_value, not_supported,
                                  same_literal, shard_update_error)
@@ -733,10 +733,7 @@ def one_statement(sql: str, toks: list[Token]) -> list[Token]:
         end -= 1
     for t in toks[:end]:
         if t[1] == ";" and t[0] == "o":
-            raise ParseError("You have an error in your SQL syntax; check the manual that corresponds to "
-                             f"your MySQL server version for the right syntax to use near "
-                             f"'{sql[t[2]:t[2] + 40]}' (several statements need the client's "
-                             f"multi-statements option)")
+            raise syntax_error(sql, t[2])   # near the `;`, in the words of every 1064 pydble raises
     return toks[:end] if end < len(toks) else toks
 
 
