@@ -67,10 +67,10 @@ _KIND_OF_GROUP: tuple[str, ...] = ("",) + tuple(
     {"W": "w", "O": "o"}.get(name, name) for name, _ in sorted(_TOKEN_RE.groupindex.items(), key=lambda kv: kv[1]))
 _finditer = _TOKEN_RE.finditer
 
-_FIRST_RE = re.compile(r"""
-    (?:[ \t\n\v\f\r]+|--(?=[\x00-\x20\x7f]|$)[^\n]*|\#[^\n]*|/\*(?!M?!)[\s\S]*?\*/
+_FIRST_RE = re.compile(rf"""
+    (?:{_WS}+|--(?=[\x00-\x20\x7f]|$)[^\n]*|\#[^\n]*|/\*(?!M?!)[\s\S]*?\*/
        |/\*!\s*(?:pydble|dble)\s*:[\s\S]*?\*/|\()*+
-    ([A-Za-z_]+)(?![0-9A-Za-z_$\u0080-\U0010ffff])""", re.X | re.I)
+    ([A-Za-z_]+)(?!{_ID})""", re.X | re.I)
 _HINT_RE = re.compile(r"/\*!\s*(?:pydble|dble)\s*:", re.I)
 _VERSION_RE = re.compile(r"/\*(M?)!(?:([0-9]{5})([0-9]?))?")
 _SERVER_VERSION_RE = re.compile(r"(?:5\.5\.5-)?([0-9]+)\.([0-9]+)\.([0-9]+)")
